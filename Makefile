@@ -1,0 +1,44 @@
+# flashgate — `make help` lists the targets.
+GO      ?= go
+BIN     := bin/flashgate
+PKGS    := ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build bin/flashgate.
+	$(GO) build -o $(BIN) ./cmd/flashgate
+
+.PHONY: demo
+demo: build ## Run the zero set-up demo: embedded store, 100 units, 100,000 buyers.
+	./$(BIN) demo
+
+.PHONY: test
+test: ## go vet, then go test -race over everything against throwaway Redis and PostgreSQL.
+	$(GO) vet $(PKGS)
+	scripts/with-testenv.sh $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+.PHONY: test-short
+test-short: ## Fast tests only (no race detector, no real servers required).
+	$(GO) test -short $(PKGS)
+
+.PHONY: lint
+lint: ## go vet and a gofmt check.
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: bench
+bench: ## Go benchmarks (real Redis), then loopback load of serve vs a bare fasthttp server.
+	scripts/with-testenv.sh $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Fuzz the gateway router for 30s.
+	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
+
+.PHONY: clean
+clean: ## Remove build output.
+	rm -rf bin

@@ -1,0 +1,89 @@
+package flashgate
+
+import (
+	"errors"
+	"net/http"
+)
+
+// The error vocabulary. Every tier returns (wrapped) sentinels from this list;
+// ErrorStatus turns them into the HTTP status and JSON code of API.md.
+var (
+	ErrNotFound         = errors.New("flashgate: not found")
+	ErrNotStarted       = errors.New("flashgate: not started")
+	ErrClosed           = errors.New("flashgate: closed")
+	ErrSoldOut          = errors.New("flashgate: sold out")
+	ErrAlreadyPurchased = errors.New("flashgate: already purchased")
+	ErrUnauthorized     = errors.New("flashgate: unauthorized")
+	ErrRateLimited      = errors.New("flashgate: rate limited")
+	ErrBadRequest       = errors.New("flashgate: bad request")
+	ErrTooLarge         = errors.New("flashgate: too large")
+	ErrUnavailable      = errors.New("flashgate: unavailable")
+	ErrNotPayable       = errors.New("flashgate: not payable")
+	ErrExists           = errors.New("flashgate: exists")
+)
+
+// PurchasedError is ErrAlreadyPurchased carrying the user's live order id.
+type PurchasedError struct {
+	OrderID string
+}
+
+func (e *PurchasedError) Error() string { return ErrAlreadyPurchased.Error() + " (" + e.OrderID + ")" }
+
+// Is makes errors.Is(err, ErrAlreadyPurchased) hold.
+func (e *PurchasedError) Is(target error) bool { return target == ErrAlreadyPurchased }
+
+// FieldError is ErrBadRequest naming the offending input field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return ErrBadRequest.Error() + ": " + e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrBadRequest) hold.
+func (e *FieldError) Is(target error) bool { return target == ErrBadRequest }
+
+// errorTable maps each sentinel to its HTTP status and JSON code; it is the
+// only such table.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{ErrNotFound, http.StatusNotFound, "not_found"},
+	{ErrNotStarted, http.StatusConflict, "not_started"},
+	{ErrClosed, http.StatusConflict, "closed"},
+	{ErrSoldOut, http.StatusConflict, "sold_out"},
+	{ErrAlreadyPurchased, http.StatusConflict, "already_purchased"},
+	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
+	{ErrRateLimited, http.StatusTooManyRequests, "rate_limited"},
+	{ErrBadRequest, http.StatusBadRequest, "bad_request"},
+	{ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{ErrNotPayable, http.StatusConflict, "not_payable"},
+	{ErrExists, http.StatusConflict, "exists"},
+}
+
+// ErrorStatus returns the HTTP status and JSON error code for err. Errors
+// outside the vocabulary are 500 "internal": their text never reaches a client.
+func ErrorStatus(err error) (status int, code string) {
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return e.status, e.code
+		}
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// ErrorForCode returns the sentinel whose JSON code is code, or nil. Clients
+// that speak to another tier over HTTP use it to turn answers back into errors.
+func ErrorForCode(code string) error {
+	for _, e := range errorTable {
+		if e.code == code {
+			return e.err
+		}
+	}
+	return nil
+}

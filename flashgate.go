@@ -1,0 +1,126 @@
+// Package flashgate holds the nouns every tier shares: sales, orders, the clock
+// and the error vocabulary. It imports only the standard library; the tiers
+// (gateway, inventory, ordersink, controlplane) never import each other, and
+// only cmd/flashgate wires them together.
+package flashgate
+
+import "time"
+
+// SaleState is the public state of a sale, as the gateway reports it.
+type SaleState string
+
+// The states a sale moves through.
+const (
+	StateUpcoming SaleState = "upcoming"
+	StateOpen     SaleState = "open"
+	StateSoldOut  SaleState = "sold_out"
+	StateClosed   SaleState = "closed"
+)
+
+// DefaultAdmitRatio is how much more traffic than stock the gateway admits.
+const DefaultAdmitRatio = 1.5
+
+// Sale is an item on sale: Total units, sold at PriceCents each, from StartsAt.
+type Sale struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	PriceCents int64      `json:"price_cents"`
+	Total      int64      `json:"total"`
+	StartsAt   *time.Time `json:"starts_at"`
+	EndsAt     *time.Time `json:"ends_at"`
+	// AdmitRatio scales Total into the gateway's admission cap; 0 means
+	// DefaultAdmitRatio.
+	AdmitRatio float64 `json:"admit_ratio,omitempty"`
+	// PerUser is the most units one user may hold in the sale; 0 means 1.
+	PerUser int64 `json:"per_user,omitempty"`
+	// State is the stored lifecycle state: upcoming, open or closed.
+	// (sold_out is derived from live figures, never stored.)
+	State SaleState `json:"state"`
+}
+
+// AdmitCap is the admission cap for total units at ratio r (0 = default).
+func AdmitCap(total int64, r float64) int64 {
+	if r <= 0 {
+		r = DefaultAdmitRatio
+	}
+	c := int64(float64(total) * r)
+	if c < total {
+		c = total
+	}
+	return c
+}
+
+// ValidSaleID reports whether id is 1–64 characters of [A-Za-z0-9_-].
+func ValidSaleID(id string) bool { return validID(id) }
+
+// ValidOrderID reports whether id has the shape of an order id (the same
+// alphabet as sale ids).
+func ValidOrderID(id string) bool { return validID(id) }
+
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// OrderStatus is where an order stands.
+type OrderStatus string
+
+// The statuses of API.md. Reserved is the only one that lives in Redis alone.
+const (
+	StatusReserved       OrderStatus = "reserved"
+	StatusPendingPayment OrderStatus = "pending_payment"
+	StatusPaid           OrderStatus = "paid"
+	StatusCancelled      OrderStatus = "cancelled"
+	StatusExpired        OrderStatus = "expired"
+	StatusRefunded       OrderStatus = "refunded"
+)
+
+// Live reports whether an order in status s holds its units.
+func (s OrderStatus) Live() bool {
+	return s == StatusReserved || s == StatusPendingPayment || s == StatusPaid
+}
+
+// Order is one reservation of Quantity units of a sale by a user.
+type Order struct {
+	ID         string      `json:"order_id"`
+	SaleID     string      `json:"sale_id"`
+	UserID     string      `json:"user_id"`
+	Quantity   int64       `json:"quantity"`
+	PriceCents int64       `json:"price_cents"`
+	Status     OrderStatus `json:"status"`
+	CreatedAt  time.Time   `json:"created_at"`
+	UpdatedAt  time.Time   `json:"updated_at"`
+}
+
+// Clock tells the time; tests pass their own.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// SaleFigures are a sale's order counts as the database holds them.
+type SaleFigures struct {
+	Persisted      int64 `json:"persisted"` // order rows, any status
+	PendingPayment int64 `json:"pending_payment"`
+	Paid           int64 `json:"paid"`
+	Cancelled      int64 `json:"cancelled"`
+	Expired        int64 `json:"expired"`
+	Refunded       int64 `json:"refunded"`
+	// LiveUnits is the quantity held by pending_payment and paid rows.
+	LiveUnits int64 `json:"-"`
+	// PersistedUnits is the quantity of all rows, any status.
+	PersistedUnits int64 `json:"-"`
+}

@@ -1,0 +1,56 @@
+// Package lua holds flashgate's Redis scripts and the one file that builds
+// every Redis key. Each script is a .lua file named after its Go variable,
+// embedded and wrapped once with redis.NewScript; callers use Script.Run, which
+// tries EVALSHA and falls back to EVAL on NOSCRIPT.
+package lua
+
+// Every key of one sale carries the sale id as a hash tag ({<sale>}), so one
+// sale lives in one Redis Cluster slot and its scripts may touch all its keys.
+
+// SaleKey is the sale's hash: total, booked, reserved, start, closed, count,
+// access, per_user, price.
+func SaleKey(sale string) string { return "fg:{" + sale + "}:sale" }
+
+// BuyersKey is the hash of user id → order id, one entry per live order.
+func BuyersKey(sale string) string { return "fg:{" + sale + "}:buyers" }
+
+// OrdersKey is the stream of reserved orders that the order sink drains.
+func OrdersKey(sale string) string { return "fg:{" + sale + "}:orders" }
+
+// ReleasedKey is the set of order ids whose units were given back; it makes
+// a release idempotent.
+func ReleasedKey(sale string) string { return "fg:{" + sale + "}:released" }
+
+// SalesKey is the set of all sale ids known to Redis (not hash-tagged: it is
+// read only by the control plane and the order sink, never by scripts).
+func SalesKey() string { return "fg:sales" }
+
+// LeaderKey is the lock that elects the one control plane that runs the
+// scheduled loops (start/stop at times, expiry, re-sync).
+func LeaderKey() string { return "fg:leader" }
+
+// SinkGroup is the consumer group the order sinks read order streams with.
+const SinkGroup = "ordersink"
+
+// Fields of the sale hash.
+const (
+	FieldTotal    = "total"    // units on sale
+	FieldBooked   = "booked"   // units held by live orders; never > total
+	FieldReserved = "reserved" // units ever reserved (monotonic; re-sync uses it)
+	FieldStart    = "start"    // "1" while open
+	FieldClosed   = "closed"   // "1" once stopped
+	FieldCount    = "count"    // admission cap the gateways enforce
+	FieldAccess   = "access"   // requests the gateways admitted
+	FieldPerUser  = "per_user" // most units one user may hold
+	FieldPrice    = "price"    // price in cents, copied into each order
+)
+
+// Fields of an order stream entry.
+const (
+	EntryOrder    = "order"
+	EntrySale     = "sale"
+	EntryUser     = "user"
+	EntryQuantity = "qty"
+	EntryPrice    = "price"
+	EntryTime     = "ts" // unix milliseconds
+)

@@ -1,0 +1,33 @@
+-- Release gives the units of a cancelled, refunded or expired order back to
+-- its sale, once: releasing the same order again changes nothing.
+--
+-- KEYS[1] sale hash     fg:{<sale>}:sale
+-- KEYS[2] buyers hash   fg:{<sale>}:buyers
+-- KEYS[3] released set  fg:{<sale>}:released
+-- ARGV[1] order id
+-- ARGV[2] user id
+-- ARGV[3] quantity
+--
+-- Returns:
+--   1  released: booked -= qty (never below 0), the buyer entry removed if it
+--      still names this order, the order id remembered
+--   0  this order was released before; nothing changed
+--  -1  no such sale in Redis (a re-sync from the database rebuilds it)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
+local n = tonumber(ARGV[3]) or 0
+if n > booked then
+  n = booked
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[1], 'booked', -n)
+end
+if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+return 1

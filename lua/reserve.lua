@@ -1,0 +1,50 @@
+-- Reserve atomically checks a sale and takes units from it for one user, and
+-- enqueues the order on the sale's stream in the same step, so a reservation
+-- can never exist without its order entry.
+--
+-- KEYS[1] sale hash     fg:{<sale>}:sale
+-- KEYS[2] buyers hash   fg:{<sale>}:buyers
+-- KEYS[3] orders stream fg:{<sale>}:orders
+-- ARGV[1] order id (minted by the caller)
+-- ARGV[2] user id
+-- ARGV[3] quantity
+-- ARGV[4] now, unix milliseconds
+-- ARGV[5] sale id
+--
+-- Returns {code, order id}:
+--   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry added
+--   {1, ""}       no such sale
+--   {2, ""}       not started
+--   {3, ""}       closed
+--   {4, ""}       sold out (booked + qty > total)
+--   {5, existing} the user already holds a live order (its id)
+--   {6, ""}       quantity outside 1..per_user
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price')
+if not f[1] then
+  return {1, ''}
+end
+if f[3] ~= '1' then
+  if f[4] == '1' then
+    return {3, ''}
+  end
+  return {2, ''}
+end
+local existing = redis.call('HGET', KEYS[2], ARGV[2])
+if existing then
+  return {5, existing}
+end
+local n = tonumber(ARGV[3])
+local perUser = tonumber(f[5] or '1') or 1
+if not n or n < 1 or n > perUser then
+  return {6, ''}
+end
+if tonumber(f[2] or '0') + n > tonumber(f[1]) then
+  return {4, ''}
+end
+redis.call('HINCRBY', KEYS[1], 'booked', n)
+redis.call('HINCRBY', KEYS[1], 'reserved', n)
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+redis.call('XADD', KEYS[3], '*',
+  'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
+  'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4])
+return {0, ARGV[1]}

@@ -1,0 +1,15 @@
+-- SetState opens or closes an existing sale.
+--
+-- KEYS[1] sale hash  fg:{<sale>}:sale
+-- ARGV[1] "open" or "close"
+--
+-- Returns 1 done, -1 no such sale (nothing created).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+if ARGV[1] == 'open' then
+  redis.call('HSET', KEYS[1], 'start', 1, 'closed', 0)
+else
+  redis.call('HSET', KEYS[1], 'start', 0, 'closed', 1)
+end
+return 1
