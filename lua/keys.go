@@ -41,6 +41,7 @@ const (
 	FieldClosed   = "closed"   // "1" once stopped
 	FieldCount    = "count"    // admission cap the gateways enforce
 	FieldAccess   = "access"   // requests the gateways admitted
+	FieldRejected = "rejected" // requests the gateways turned away (batched)
 	FieldPerUser  = "per_user" // most units one user may hold
 	FieldPrice    = "price"    // price in cents, copied into each order
 )
