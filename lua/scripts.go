@@ -43,3 +43,11 @@ const (
 	ReleaseAlready = 0
 	ReleaseNoSale  = -1
 )
+
+//go:embed resync.lua
+var resyncSrc string
+
+// Resync sets a sale's booked units and admission cap from a database
+// snapshot, and rebuilds the sale's keys when Redis lost them; see
+// resync.lua.
+var Resync = redis.NewScript(resyncSrc)
