@@ -1,0 +1,122 @@
+// buy.js drives the item page's buy button: it polls the sale's status, keeps
+// the buyer token in sessionStorage, and posts the order.
+(function () {
+  "use strict";
+  var root = document.getElementById("sale");
+  if (!root) { return; }
+  var saleID = root.getAttribute("data-sale");
+  var buy = document.getElementById("buy");
+  var statusLine = document.getElementById("status");
+  var countdown = document.getElementById("countdown");
+  var remaining = document.getElementById("remaining");
+  var tokenBox = document.getElementById("token-box");
+  var tokenInput = document.getElementById("token");
+  var state = "";
+  var startsAt = null;
+  var busy = false;
+  var done = false;
+
+  // A token given in the query string is moved into sessionStorage and taken
+  // out of the address bar; the server never reads it from the query.
+  var params = new URLSearchParams(window.location.search);
+  if (params.get("token")) {
+    sessionStorage.setItem("flashgate-token", params.get("token"));
+    params.delete("token");
+    var q = params.toString();
+    history.replaceState(null, "", window.location.pathname + (q ? "?" + q : ""));
+  }
+  function token() { return sessionStorage.getItem("flashgate-token") || ""; }
+  if (token()) { tokenInput.value = token(); } else { tokenBox.open = true; }
+  document.getElementById("save-token").addEventListener("click", function () {
+    sessionStorage.setItem("flashgate-token", tokenInput.value.trim());
+    tokenBox.open = false;
+    render();
+  });
+
+  function say(text, kind) {
+    statusLine.textContent = text;
+    statusLine.className = "status" + (kind ? " " + kind : "");
+  }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function tick() {
+    if (state !== "upcoming" || !startsAt) { return; }
+    var ms = startsAt - Date.now();
+    if (ms <= 0) { countdown.textContent = "Starting…"; return; }
+    var s = Math.floor(ms / 1000);
+    var d = Math.floor(s / 86400);
+    countdown.textContent = "Starts in " + (d > 0 ? d + "d " : "") +
+      pad(Math.floor(s / 3600) % 24) + ":" + pad(Math.floor(s / 60) % 60) + ":" + pad(s % 60);
+  }
+
+  function render() {
+    buy.disabled = done || busy || state !== "open";
+    if (done || busy) { return; }
+    switch (state) {
+      case "open": say(token() ? "The sale is open." : "The sale is open: paste your token below to buy."); countdown.textContent = "On sale now"; break;
+      case "upcoming": say("Not started yet."); tick(); break;
+      case "sold_out": say("Sold out.", "err"); countdown.textContent = "Sale over"; break;
+      case "closed": say("This sale is closed.", "err"); countdown.textContent = "Sale over"; break;
+      default: break;
+    }
+  }
+
+  function poll() {
+    fetch("/api/sales/" + encodeURIComponent(saleID), { headers: { "Accept": "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (s) {
+        if (!s) { return; }
+        state = s.state;
+        startsAt = s.starts_at ? Date.parse(s.starts_at) : null;
+        remaining.textContent = String(s.remaining);
+        render();
+      })
+      .catch(function () { /* The next poll tries again. */ });
+  }
+
+  var messages = {
+    not_started: "The sale has not started yet.",
+    sold_out: "Sold out, sorry.",
+    closed: "This sale is closed.",
+    rate_limited: "Too many tries: wait a moment and press again.",
+    unauthorized: "Your token was not accepted: paste a valid one below.",
+    not_found: "This sale does not exist.",
+    bad_request: "The request was not understood.",
+    unavailable: "The shop is busy: press again in a moment."
+  };
+
+  buy.addEventListener("click", function () {
+    if (!token()) { tokenBox.open = true; say("Paste your buyer token first.", "err"); return; }
+    busy = true;
+    buy.disabled = true;
+    say("Buying…");
+    fetch("/api/sales/" + encodeURIComponent(saleID) + "/orders", {
+      method: "POST",
+      headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
+      body: JSON.stringify({ quantity: 1 })
+    }).then(function (r) {
+      return r.json().then(function (b) { return { status: r.status, body: b }; });
+    }).then(function (res) {
+      busy = false;
+      if (res.status === 201) {
+        done = true;
+        say("Got it! Your order is " + res.body.order_id + ".", "ok");
+      } else if (res.body.error === "already_purchased") {
+        done = true;
+        say("Already purchased: your order is " + res.body.order_id + ".", "ok");
+      } else {
+        if (res.body.error === "unauthorized") { tokenBox.open = true; }
+        say(messages[res.body.error] || "Something went wrong: " + res.body.error, "err");
+      }
+      buy.disabled = done || state !== "open";
+    }).catch(function () {
+      busy = false;
+      say("The network failed: press again.", "err");
+      buy.disabled = state !== "open";
+    });
+  });
+
+  poll();
+  setInterval(poll, 1000);
+  setInterval(tick, 250);
+})();
