@@ -1,0 +1,280 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+const orderCols = `order_id, sale_id, user_id, quantity, price_cents, status, created_at, updated_at`
+
+// insertChunk is the most rows one INSERT statement carries (8 parameters
+// each, well under both drivers' parameter limits).
+const insertChunk = 500
+
+func scanOrder(r rowScanner) (flashgate.Order, error) {
+	var (
+		o       flashgate.Order
+		st      string
+		cr, upd stamp
+	)
+	if err := r.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Quantity, &o.PriceCents, &st, &cr, &upd); err != nil {
+		return flashgate.Order{}, err
+	}
+	o.Status = flashgate.OrderStatus(st)
+	o.CreatedAt, o.UpdatedAt = cr.T, upd.T
+	return o, nil
+}
+
+func scanOrders(rows *sql.Rows) ([]flashgate.Order, error) {
+	defer rows.Close()
+	var out []flashgate.Order
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// storedStatus reports whether s may be stored in a row (reserved lives in
+// Redis only).
+func storedStatus(s flashgate.OrderStatus) bool {
+	switch s {
+	case flashgate.StatusPendingPayment, flashgate.StatusPaid, flashgate.StatusCancelled,
+		flashgate.StatusExpired, flashgate.StatusRefunded:
+		return true
+	}
+	return false
+}
+
+// InsertOrders stores orders in one transaction, skipping any that conflict
+// with a stored row (the same order id, or a second live order of a user in
+// a sale), and returns how many rows were really inserted; inserting the
+// same batch again inserts nothing. An empty or reserved Status is stored as
+// pending_payment; a zero CreatedAt as now; a zero UpdatedAt as CreatedAt.
+// An order without id, sale or user, or with a quantity below 1, fails the
+// batch with flashgate.ErrBadRequest.
+func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error) {
+	if len(orders) == 0 {
+		return 0, nil
+	}
+	now := nowUTC()
+	args := make([]any, 0, 8*min(len(orders), insertChunk))
+	for i := range orders {
+		o := &orders[i]
+		switch {
+		case o.ID == "":
+			return 0, &flashgate.FieldError{Field: "order_id", Reason: "empty"}
+		case o.SaleID == "":
+			return 0, &flashgate.FieldError{Field: "sale_id", Reason: "empty"}
+		case o.UserID == "":
+			return 0, &flashgate.FieldError{Field: "user_id", Reason: "empty"}
+		case o.Quantity < 1:
+			return 0, &flashgate.FieldError{Field: "quantity", Reason: "below 1"}
+		case o.Status != "" && o.Status != flashgate.StatusReserved && !storedStatus(o.Status):
+			return 0, &flashgate.FieldError{Field: "status", Reason: "unknown status " + string(o.Status)}
+		}
+	}
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inserting orders: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for start := 0; start < len(orders); start += insertChunk {
+		chunk := orders[start:min(start+insertChunk, len(orders))]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO orders (` + orderCols + `) VALUES `)
+		args = args[:0]
+		for i, o := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			st := o.Status
+			if st == "" || st == flashgate.StatusReserved {
+				st = flashgate.StatusPendingPayment
+			}
+			created := o.CreatedAt
+			if created.IsZero() {
+				created = now
+			}
+			updated := o.UpdatedAt
+			if updated.IsZero() {
+				updated = created
+			}
+			args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated))
+		}
+		b.WriteString(` ON CONFLICT DO NOTHING`)
+		res, err := tx.ExecContext(ctx, d.q(b.String()), args...)
+		if err != nil {
+			return 0, fmt.Errorf("inserting orders: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("inserting orders: %w", err)
+		}
+		inserted += int(n)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("inserting orders: %w", err)
+	}
+	return inserted, nil
+}
+
+// Order returns the order with id, or flashgate.ErrNotFound.
+func (d *DB) Order(ctx context.Context, id string) (flashgate.Order, error) {
+	o, err := scanOrder(d.r.QueryRowContext(ctx, d.q(`SELECT `+orderCols+` FROM orders WHERE order_id = ?`), id))
+	if err != nil {
+		return flashgate.Order{}, notFound(err, "order "+id)
+	}
+	return o, nil
+}
+
+// Transition moves order id from any status in from to status to, stamping
+// updated_at with now, in one conditional UPDATE: of two racing transitions
+// (pay and expire, say) at most one wins. It returns the updated row. No
+// such order is flashgate.ErrNotFound; an order whose status is not in from
+// is returned as it stands, with flashgate.ErrNotPayable.
+func (d *DB) Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error) {
+	if !storedStatus(to) {
+		return flashgate.Order{}, &flashgate.FieldError{Field: "status", Reason: "cannot store " + string(to)}
+	}
+	if len(from) > 0 {
+		args := []any{string(to), d.ts(now), id}
+		for _, f := range from {
+			args = append(args, string(f))
+		}
+		query := `UPDATE orders SET status = ?, updated_at = ? WHERE order_id = ? AND status IN (` +
+			placeholders(len(from)) + `) RETURNING ` + orderCols
+		o, err := scanOrder(d.w.QueryRowContext(ctx, d.q(query), args...))
+		switch {
+		case err == nil:
+			return o, nil
+		case isUnique(err):
+			return flashgate.Order{}, fmt.Errorf("order %s to %s: %w", id, to, flashgate.ErrAlreadyPurchased)
+		case !errors.Is(err, sql.ErrNoRows):
+			return flashgate.Order{}, fmt.Errorf("order %s to %s: %w", id, to, err)
+		}
+	}
+	o, err := d.orderFrom(ctx, d.w, id)
+	if err != nil {
+		return flashgate.Order{}, notFound(err, "order "+id)
+	}
+	return o, fmt.Errorf("order %s is %s: %w", id, o.Status, flashgate.ErrNotPayable)
+}
+
+// orderFrom reads an order through db; Transition reads through the writer
+// so that it sees its own database's latest commit.
+func (d *DB) orderFrom(ctx context.Context, db *sql.DB, id string) (flashgate.Order, error) {
+	return scanOrder(db.QueryRowContext(ctx, d.q(`SELECT `+orderCols+` FROM orders WHERE order_id = ?`), id))
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// ExpireDue moves up to limit pending_payment orders created before
+// createdBefore to expired (updated_at = now) and returns them, oldest first.
+// Every returned order was moved by this call: on PostgreSQL the rows are
+// picked with FOR UPDATE SKIP LOCKED, so two control planes never expire the
+// same row; SQLite serialises writers. A limit below 1 means 100.
+func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Order, error) {
+	if limit < 1 {
+		limit = 100
+	}
+	lock := ""
+	if d.dialect == DialectPostgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	query := `UPDATE orders SET status = ?, updated_at = ?
+		WHERE order_id IN (SELECT order_id FROM orders
+			WHERE status = ? AND created_at < ? ORDER BY created_at, order_id LIMIT ?` + lock + `)
+		AND status = ? RETURNING ` + orderCols
+	rows, err := d.w.QueryContext(ctx, d.q(query),
+		string(flashgate.StatusExpired), d.ts(now),
+		string(flashgate.StatusPendingPayment), d.ts(createdBefore), limit,
+		string(flashgate.StatusPendingPayment))
+	if err != nil {
+		return nil, fmt.Errorf("expiring orders: %w", err)
+	}
+	out, err := scanOrders(rows)
+	if err != nil {
+		return nil, fmt.Errorf("expiring orders: %w", err)
+	}
+	sortOrders(out)
+	return out, nil
+}
+
+func sortOrders(os []flashgate.Order) {
+	// Insertion sort: RETURNING gives no order, and batches are small.
+	for i := 1; i < len(os); i++ {
+		for j := i; j > 0 && orderLess(os[j], os[j-1]); j-- {
+			os[j], os[j-1] = os[j-1], os[j]
+		}
+	}
+}
+
+func orderLess(a, b flashgate.Order) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.Before(b.CreatedAt)
+	}
+	return a.ID < b.ID
+}
+
+// Figures counts a sale's orders by status, with the units of live rows and
+// of all rows, from one query and hence one consistent snapshot.
+func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
+	var f flashgate.SaleFigures
+	err := d.r.QueryRowContext(ctx, d.q(`SELECT
+		COUNT(*),
+		CAST(COALESCE(SUM(CASE WHEN status = 'pending_payment' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN status = 'paid' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN status = 'expired' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN status = 'refunded' THEN 1 ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM orders WHERE sale_id = ?`), saleID).Scan(
+		&f.Persisted, &f.PendingPayment, &f.Paid, &f.Cancelled, &f.Expired, &f.Refunded,
+		&f.LiveUnits, &f.PersistedUnits)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
+	}
+	return f, nil
+}
+
+// LiveOrders returns the sale's pending_payment and paid orders, oldest first.
+func (d *DB) LiveOrders(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return d.ordersIn(ctx, saleID, flashgate.StatusPendingPayment, flashgate.StatusPaid)
+}
+
+// ReleasedOrders returns the sale's cancelled, expired and refunded orders,
+// oldest first.
+func (d *DB) ReleasedOrders(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return d.ordersIn(ctx, saleID, flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded)
+}
+
+func (d *DB) ordersIn(ctx context.Context, saleID string, sts ...flashgate.OrderStatus) ([]flashgate.Order, error) {
+	args := []any{saleID}
+	for _, s := range sts {
+		args = append(args, string(s))
+	}
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderCols+` FROM orders
+		WHERE sale_id = ? AND status IN (`+placeholders(len(sts))+`) ORDER BY created_at, order_id`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
+	}
+	out, err := scanOrders(rows)
+	if err != nil {
+		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+func nowUTC() time.Time { return time.Now().UTC() }
+
+const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user`
+
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+func scanSale(r rowScanner) (flashgate.Sale, error) {
+	var (
+		s          flashgate.Sale
+		st         string
+		start, end stamp
+	)
+	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser); err != nil {
+		return flashgate.Sale{}, err
+	}
+	s.State = flashgate.SaleState(st)
+	s.StartsAt, s.EndsAt = start.ptr(), end.ptr()
+	return s, nil
+}
+
+// CreateSale stores a new sale. An empty State is stored as upcoming, a zero
+// AdmitRatio as flashgate.DefaultAdmitRatio and a zero PerUser as 1. An id
+// that is taken is flashgate.ErrExists.
+func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
+	if !flashgate.ValidSaleID(s.ID) {
+		return &flashgate.FieldError{Field: "id", Reason: "must be 1-64 characters of [A-Za-z0-9_-]"}
+	}
+	if s.State == "" {
+		s.State = flashgate.StateUpcoming
+	}
+	if err := storedState(s.State); err != nil {
+		return err
+	}
+	if s.AdmitRatio <= 0 {
+		s.AdmitRatio = flashgate.DefaultAdmitRatio
+	}
+	if s.PerUser <= 0 {
+		s.PerUser = 1
+	}
+	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
+		string(s.State), s.AdmitRatio, s.PerUser)
+	if err != nil {
+		return fmt.Errorf("creating sale %s: %w", s.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("creating sale %s: %w", s.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("creating sale %s: %w", s.ID, flashgate.ErrExists)
+	}
+	return nil
+}
+
+// storedState rejects states that are never stored (sold_out is derived).
+func storedState(st flashgate.SaleState) error {
+	switch st {
+	case flashgate.StateUpcoming, flashgate.StateOpen, flashgate.StateClosed:
+		return nil
+	}
+	return &flashgate.FieldError{Field: "state", Reason: "must be upcoming, open or closed"}
+}
+
+// Sale returns the sale with id, or flashgate.ErrNotFound.
+func (d *DB) Sale(ctx context.Context, id string) (flashgate.Sale, error) {
+	s, err := scanSale(d.r.QueryRowContext(ctx, d.q(`SELECT `+saleCols+` FROM sales WHERE id = ?`), id))
+	if err != nil {
+		return flashgate.Sale{}, notFound(err, "sale "+id)
+	}
+	return s, nil
+}
+
+// Sales returns every sale, ordered by id.
+func (d *DB) Sales(ctx context.Context) ([]flashgate.Sale, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT `+saleCols+` FROM sales ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing sales: %w", err)
+	}
+	defer rows.Close()
+	var out []flashgate.Sale
+	for rows.Next() {
+		s, err := scanSale(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing sales: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing sales: %w", err)
+	}
+	return out, nil
+}
+
+// SetSaleState stores the lifecycle state of sale id (upcoming, open or
+// closed); an unknown id is flashgate.ErrNotFound.
+func (d *DB) SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error {
+	if err := storedState(st); err != nil {
+		return err
+	}
+	res, err := d.w.ExecContext(ctx, d.q(`UPDATE sales SET state = ? WHERE id = ?`), string(st), id)
+	if err != nil {
+		return fmt.Errorf("setting state of sale %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("setting state of sale %s: %w", id, err)
+	} else if n == 0 {
+		return fmt.Errorf("sale %s: %w", id, flashgate.ErrNotFound)
+	}
+	return nil
+}
