@@ -1,0 +1,194 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+)
+
+// ClientConfig configures a Client. The zero value is a valid configuration.
+type ClientConfig struct {
+	// Timeout bounds each call, connecting included; a context deadline
+	// that comes sooner wins. Default: 2s.
+	Timeout time.Duration
+	// MaxConnsPerAddr is the most connections to one inventory address.
+	// Default: 512.
+	MaxConnsPerAddr int
+	// Dial opens connections; tests pass an in-memory listener's. Default:
+	// fasthttp's TCP dialer.
+	Dial fasthttp.DialFunc
+}
+
+// Client calls inventory tiers served by NewHandler, spreading calls over
+// their addresses (least loaded first). It has the Service's Reserve and
+// Release and is safe for concurrent use.
+type Client struct {
+	lb      *fasthttp.LBClient
+	timeout time.Duration
+}
+
+// NewClient returns a Client for addrs, each "http://host:port" (or
+// https://). A malformed address is an error wrapping flashgate.ErrBadRequest.
+func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("inventory client: no addresses: %w", flashgate.ErrBadRequest)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.MaxConnsPerAddr <= 0 {
+		cfg.MaxConnsPerAddr = 512
+	}
+	lb := &fasthttp.LBClient{Timeout: cfg.Timeout}
+	for _, a := range addrs {
+		hostport, tls, err := parseAddr(a)
+		if err != nil {
+			return nil, err
+		}
+		lb.Clients = append(lb.Clients, &fasthttp.HostClient{
+			Addr:                     hostport,
+			Name:                     "flashgate-inventory-client",
+			IsTLS:                    tls,
+			Dial:                     cfg.Dial,
+			MaxConns:                 cfg.MaxConnsPerAddr,
+			ReadTimeout:              cfg.Timeout,
+			WriteTimeout:             cfg.Timeout,
+			MaxIdleConnDuration:      30 * time.Second,
+			MaxResponseBodySize:      MaxBodySize,
+			NoDefaultUserAgentHeader: true,
+		})
+	}
+	return &Client{lb: lb, timeout: cfg.Timeout}, nil
+}
+
+// parseAddr checks that a is http(s)://host:port with nothing else.
+func parseAddr(a string) (hostport string, tls bool, err error) {
+	bad := func(why string) (string, bool, error) {
+		return "", false, fmt.Errorf("inventory client: address %q: %s: %w", a, why, flashgate.ErrBadRequest)
+	}
+	u, perr := url.Parse(a)
+	if perr != nil {
+		return bad("not a URL")
+	}
+	switch u.Scheme {
+	case "http":
+	case "https":
+		tls = true
+	default:
+		return bad("scheme must be http or https")
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" {
+		return bad("want only scheme, host and port")
+	}
+	if u.Hostname() == "" || u.Port() == "" || strings.ContainsAny(u.Host, " \t") {
+		return bad("want host:port")
+	}
+	return u.Host, tls, nil
+}
+
+// answer is the JSON the handler answers with.
+type answer struct {
+	OrderID  string `json:"order_id"`
+	Error    string `json:"error"`
+	Released bool   `json:"released"`
+}
+
+// Reserve is Service.Reserve over HTTP. A transport failure or an answer
+// that is not the handler's is ErrUnavailable.
+func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	var arr [256]byte
+	b := append(arr[:0], `{"sale_id":`...)
+	b = appendJSONString(b, saleID)
+	b = append(b, `,"user_id":`...)
+	b = appendJSONString(b, userID)
+	b = append(b, `,"quantity":`...)
+	b = strconv.AppendInt(b, qty, 10)
+	b = append(b, '}')
+	prepare(req, PathReserve, b)
+
+	var a answer
+	if err := c.do(ctx, req, resp, &a); err != nil {
+		return "", fmt.Errorf("reserving: %w", err)
+	}
+	if resp.StatusCode() == fasthttp.StatusOK {
+		if a.OrderID == "" {
+			return "", fmt.Errorf("reserving: answer without order id: %w", flashgate.ErrUnavailable)
+		}
+		return a.OrderID, nil
+	}
+	return "", fmt.Errorf("reserving: %w", answerError(resp.StatusCode(), &a))
+}
+
+// Release is Service.Release over HTTP.
+func (c *Client) Release(ctx context.Context, o flashgate.Order) (bool, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	b, err := json.Marshal(o)
+	if err != nil {
+		return false, fmt.Errorf("releasing: %w", flashgate.ErrBadRequest)
+	}
+	prepare(req, PathRelease, b)
+	var a answer
+	if err := c.do(ctx, req, resp, &a); err != nil {
+		return false, fmt.Errorf("releasing: %w", err)
+	}
+	if resp.StatusCode() == fasthttp.StatusOK {
+		return a.Released, nil
+	}
+	return false, fmt.Errorf("releasing: %w", answerError(resp.StatusCode(), &a))
+}
+
+func prepare(req *fasthttp.Request, path string, body []byte) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetHost("inventory")
+	req.SetRequestURI(path)
+	req.Header.SetContentTypeBytes(contentJSON)
+	req.SetBody(body)
+}
+
+// do sends req within the sooner of ctx's deadline and the client timeout,
+// and decodes the answer into a.
+func (c *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, a *answer) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w (%w)", flashgate.ErrUnavailable, err)
+	}
+	deadline := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := c.lb.DoDeadline(req, resp, deadline); err != nil {
+		return fmt.Errorf("%w (%w)", flashgate.ErrUnavailable, err)
+	}
+	if err := json.Unmarshal(resp.Body(), a); err != nil {
+		return fmt.Errorf("inventory answered %d without JSON: %w", resp.StatusCode(), flashgate.ErrUnavailable)
+	}
+	return nil
+}
+
+// answerError turns an error answer back into the sentinel it came from.
+func answerError(status int, a *answer) error {
+	if a.Error == "already_purchased" {
+		return &flashgate.PurchasedError{OrderID: a.OrderID}
+	}
+	if err := flashgate.ErrorForCode(a.Error); err != nil {
+		return err
+	}
+	// A 500 "internal" or a stranger's answer: the tier failed.
+	return fmt.Errorf("inventory answered %d %q: %w", status, a.Error, flashgate.ErrUnavailable)
+}

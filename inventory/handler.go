@@ -1,0 +1,229 @@
+package inventory
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+)
+
+// MaxBodySize is the largest request body the handler reads; larger bodies
+// are answered 413 too_large. Servers should also set
+// fasthttp.Server.MaxRequestBodySize to it.
+const MaxBodySize = 4 << 10
+
+// The split-mode routes NewHandler serves and Client calls.
+const (
+	PathReserve = "/v1/reserve"
+	PathRelease = "/v1/release"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+)
+
+var (
+	contentJSON    = []byte("application/json")
+	bodyOK         = []byte(`{"status":"ok"}`)
+	bodyReleasedT  = []byte(`{"released":true}`)
+	bodyReleasedF  = []byte(`{"released":false}`)
+	bodyNotAllowed = []byte(`{"error":"method_not_allowed"}`)
+)
+
+// reserveRequest is the body of POST /v1/reserve.
+type reserveRequest struct {
+	SaleID   string `json:"sale_id"`
+	UserID   string `json:"user_id"`
+	Quantity int64  `json:"quantity"`
+}
+
+// NewHandler serves s over HTTP for split deployments:
+//
+//	POST /v1/reserve {"sale_id","user_id","quantity"} → 200 {"order_id"}
+//	POST /v1/release  a flashgate.Order                → 200 {"released":bool}
+//	GET  /healthz → 200;  GET /readyz → 200, or 503 when Redis does not answer
+//
+// Errors are {"error":code} with the status of flashgate.ErrorStatus, plus
+// "order_id" for already_purchased; internal error text never leaves.
+// Unknown paths are 404 not_found, wrong methods 405 method_not_allowed.
+func NewHandler(s *Service, logger *slog.Logger) fasthttp.RequestHandler {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	h := &handler{s: s, log: logger}
+	return h.serve
+}
+
+type handler struct {
+	s   *Service
+	log *slog.Logger
+}
+
+func (h *handler) serve(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error("inventory handler panic", "panic", r, "path", string(ctx.Path()))
+			ctx.ResetBody()
+			writeError(ctx, errors.New("panic"))
+		}
+	}()
+	path := ctx.Path()
+	switch string(path) {
+	case PathReserve:
+		if !h.method(ctx, fasthttp.MethodPost) {
+			return
+		}
+		h.reserve(ctx)
+	case PathRelease:
+		if !h.method(ctx, fasthttp.MethodPost) {
+			return
+		}
+		h.release(ctx)
+	case PathHealthz:
+		if !h.method(ctx, fasthttp.MethodGet) {
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+	case PathReadyz:
+		if !h.method(ctx, fasthttp.MethodGet) {
+			return
+		}
+		if err := h.s.Ping(ctx); err != nil {
+			h.log.Warn("not ready", "err", err)
+			writeError(ctx, flashgate.ErrUnavailable)
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+	default:
+		writeError(ctx, flashgate.ErrNotFound)
+	}
+}
+
+// method answers 405 and returns false unless the request uses m (or HEAD
+// for a GET route).
+func (h *handler) method(ctx *fasthttp.RequestCtx, m string) bool {
+	got := ctx.Method()
+	if string(got) == m || m == fasthttp.MethodGet && ctx.IsHead() {
+		return true
+	}
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, m)
+	writeJSON(ctx, fasthttp.StatusMethodNotAllowed, bodyNotAllowed)
+	return false
+}
+
+// body returns the request body, or answers 413 and returns false.
+func body(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	if ctx.Request.Header.ContentLength() > MaxBodySize {
+		writeError(ctx, flashgate.ErrTooLarge)
+		return nil, false
+	}
+	b := ctx.PostBody()
+	if len(b) > MaxBodySize {
+		writeError(ctx, flashgate.ErrTooLarge)
+		return nil, false
+	}
+	return b, true
+}
+
+func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
+	b, ok := body(ctx)
+	if !ok {
+		return
+	}
+	var req reserveRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		writeError(ctx, flashgate.ErrBadRequest)
+		return
+	}
+	// The Redis deadline is the client's read timeout (STYLE.md 7); the
+	// request context only ends at server shutdown.
+	orderID, err := h.s.Reserve(ctx, req.SaleID, req.UserID, req.Quantity)
+	if err != nil {
+		h.logError("reserve", err)
+		writeError(ctx, err)
+		return
+	}
+	var arr [96]byte
+	buf := append(arr[:0], `{"order_id":`...)
+	buf = appendJSONString(buf, orderID)
+	buf = append(buf, '}')
+	writeJSON(ctx, fasthttp.StatusOK, buf)
+}
+
+func (h *handler) release(ctx *fasthttp.RequestCtx) {
+	b, ok := body(ctx)
+	if !ok {
+		return
+	}
+	var o flashgate.Order
+	if err := json.Unmarshal(b, &o); err != nil {
+		writeError(ctx, flashgate.ErrBadRequest)
+		return
+	}
+	released, err := h.s.Release(ctx, o)
+	if err != nil {
+		h.logError("release", err)
+		writeError(ctx, err)
+		return
+	}
+	if released {
+		writeJSON(ctx, fasthttp.StatusOK, bodyReleasedT)
+	} else {
+		writeJSON(ctx, fasthttp.StatusOK, bodyReleasedF)
+	}
+}
+
+// logError logs failures that are the server's, not the caller's.
+func (h *handler) logError(op string, err error) {
+	status, _ := flashgate.ErrorStatus(err)
+	if status >= 500 {
+		h.log.Warn("inventory call failed", "op", op, "err", err)
+	}
+}
+
+// writeError answers err's status and {"error":code}, adding the live
+// order id to already_purchased.
+func writeError(ctx *fasthttp.RequestCtx, err error) {
+	status, code := flashgate.ErrorStatus(err)
+	var arr [128]byte
+	buf := append(arr[:0], `{"error":"`...)
+	buf = append(buf, code...) // codes are plain ASCII words
+	buf = append(buf, '"')
+	var pe *flashgate.PurchasedError
+	if errors.As(err, &pe) {
+		buf = append(buf, `,"order_id":`...)
+		buf = appendJSONString(buf, pe.OrderID)
+	}
+	buf = append(buf, '}')
+	if status == fasthttp.StatusServiceUnavailable {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	}
+	writeJSON(ctx, status, buf)
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, b []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentTypeBytes(contentJSON)
+	ctx.SetBody(b)
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, other bytes as they are.
+func appendJSONString(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20:
+			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
+}

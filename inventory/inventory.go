@@ -1,0 +1,308 @@
+// Package inventory is the only writer of stock. Its Service runs the lua
+// Reserve and Release scripts on the Redis primary, so that checking a sale,
+// taking its units and enqueueing the order are one atomic step. NewHandler and
+// Client carry the same two calls over HTTP when the gateway and the inventory
+// tier run as separate processes.
+package inventory
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// MaxUserIDLen is the longest user id, in bytes, that Reserve accepts.
+const MaxUserIDLen = 128
+
+// Config configures a Service. The zero value is a valid configuration.
+type Config struct {
+	// Clock stamps each order entry. Default: flashgate.SystemClock.
+	Clock flashgate.Clock
+	// Logger receives debug and warning lines. Default: discard.
+	Logger *slog.Logger
+	// NewOrderID mints the id of each order; it must be safe for concurrent
+	// use and return ids that satisfy flashgate.ValidOrderID. Default: a
+	// monotonic ULID taken from Clock.
+	NewOrderID func() string
+	// WaitReplicas, when > 0, makes Reserve send `WAIT WaitReplicas
+	// WaitTimeout` on the same connection right after the script, so that an
+	// answered reservation has reached that many replicas (or WaitTimeout
+	// passed: the reservation stands either way, and a warning is logged).
+	// Default: 0, no WAIT.
+	WaitReplicas int
+	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
+	// timeout. Default: 1s (only used when WaitReplicas > 0).
+	WaitTimeout time.Duration
+	// Metrics, when set, receives flashgate_reserve_total{outcome} and
+	// flashgate_redis_call_seconds{op}. Default: nil, no metrics.
+	Metrics prometheus.Registerer
+}
+
+// Service reserves and releases stock on the Redis primary. It is safe for
+// concurrent use.
+type Service struct {
+	rdb          redis.UniversalClient
+	clock        flashgate.Clock
+	log          *slog.Logger
+	newID        func() string
+	waitReplicas int
+	waitMillis   int64
+	m            *metrics // nil without Config.Metrics
+}
+
+// New returns a Service that writes to primary, which must be the Redis
+// primary (never a replica).
+func New(primary redis.UniversalClient, cfg Config) *Service {
+	s := &Service{
+		rdb:          primary,
+		clock:        cfg.Clock,
+		log:          cfg.Logger,
+		newID:        cfg.NewOrderID,
+		waitReplicas: cfg.WaitReplicas,
+	}
+	if s.clock == nil {
+		s.clock = flashgate.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.newID == nil {
+		s.newID = ulidMinter(s.clock)
+	}
+	wt := cfg.WaitTimeout
+	if wt <= 0 {
+		wt = time.Second
+	}
+	s.waitMillis = wt.Milliseconds()
+	if s.waitMillis < 1 {
+		s.waitMillis = 1 // WAIT 0 would block forever
+	}
+	if cfg.Metrics != nil {
+		s.m = newMetrics(cfg.Metrics)
+	}
+	return s
+}
+
+// ulidMinter returns a concurrency-safe minter of monotonic ULIDs: ids minted
+// in the same millisecond still sort in minting order.
+func ulidMinter(clock flashgate.Clock) func() string {
+	var mu sync.Mutex
+	entropy := ulid.Monotonic(rand.Reader, 0)
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		id, err := ulid.New(ulid.Timestamp(clock.Now()), entropy)
+		if err != nil {
+			// The monotonic counter overflowed within one millisecond (or
+			// the clock is out of ULID range): start a fresh random run.
+			entropy = ulid.Monotonic(rand.Reader, 0)
+			id = ulid.MustNew(ulid.Now(), entropy)
+		}
+		return id.String()
+	}
+}
+
+// Reserve takes qty units of sale saleID for userID and enqueues the order,
+// returning its id. Errors are flashgate sentinels: ErrNotFound (unknown or
+// malformed sale), ErrNotStarted, ErrClosed, ErrSoldOut, a
+// *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
+// (bad user id or quantity) and ErrUnavailable (Redis unreachable).
+func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+	if !flashgate.ValidSaleID(saleID) {
+		s.m.outcome(outNotFound)
+		return "", fmt.Errorf("reserving: sale id: %w", flashgate.ErrNotFound)
+	}
+	if userID == "" || len(userID) > MaxUserIDLen {
+		s.m.outcome(outBadRequest)
+		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "user_id", Reason: "must be 1-128 bytes"})
+	}
+	if qty < 1 {
+		s.m.outcome(outBadRequest)
+		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "must be at least 1"})
+	}
+	orderID := s.newID()
+	keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
+	now := s.clock.Now().UnixMilli()
+
+	start := time.Now()
+	res, err := s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)
+	s.m.call(opReserve, start)
+	if err != nil {
+		s.m.outcome(outError)
+		return "", s.redisError("reserving", err)
+	}
+	code, existing, ok := reserveResult(res)
+	if !ok {
+		s.m.outcome(outError)
+		return "", fmt.Errorf("reserving: unexpected script answer %v", res)
+	}
+	switch code {
+	case lua.ReserveOK:
+		s.m.outcome(outOK)
+		return orderID, nil
+	case lua.ReserveNoSale:
+		s.m.outcome(outNotFound)
+		return "", fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
+	case lua.ReserveNotStarted:
+		s.m.outcome(outNotStarted)
+		return "", fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
+	case lua.ReserveClosed:
+		s.m.outcome(outClosed)
+		return "", fmt.Errorf("reserving: %w", flashgate.ErrClosed)
+	case lua.ReserveSoldOut:
+		s.m.outcome(outSoldOut)
+		return "", fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
+	case lua.ReservePurchased:
+		if existing == orderID {
+			// go-redis retried a call whose first attempt had reserved:
+			// the order is ours.
+			s.m.outcome(outOK)
+			return orderID, nil
+		}
+		s.m.outcome(outPurchased)
+		return "", &flashgate.PurchasedError{OrderID: existing}
+	case lua.ReserveBadQuantity:
+		s.m.outcome(outBadRequest)
+		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
+	default:
+		s.m.outcome(outError)
+		return "", fmt.Errorf("reserving: unknown script code %d", code)
+	}
+}
+
+// runReserve runs lua.Reserve and, when configured, WAIT on the same
+// connection.
+func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (any, error) {
+	if s.waitReplicas <= 0 {
+		return lua.Reserve.Run(ctx, s.rdb, keys, args...).Result()
+	}
+	// A pipeline holds one connection for all its commands, and WAIT counts
+	// the writes of its own connection. In a cluster the pipeline must go
+	// to the sale's master itself, or WAIT would go to a random node.
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		node = c
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := node.Pipeline()
+		var cmd *redis.Cmd
+		if attempt == 0 {
+			cmd = lua.Reserve.EvalSha(ctx, pipe, keys, args...)
+		} else {
+			cmd = lua.Reserve.Eval(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitMillis)
+		start := time.Now()
+		_, _ = pipe.Exec(ctx)
+		s.m.call(opWait, start)
+		res, err := cmd.Result()
+		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		if err == nil {
+			if code, _, _ := reserveResult(res); code == lua.ReserveOK {
+				n, werr := wait.Int64()
+				if werr != nil || n < int64(s.waitReplicas) {
+					s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
+						"sale", args[4], "order", args[0], "acked", n, "want", s.waitReplicas, "err", werr)
+				}
+			}
+		}
+		return res, err
+	}
+}
+
+// reserveResult unpacks the {code, order id} answer of lua.Reserve.
+func reserveResult(res any) (code int64, orderID string, ok bool) {
+	vals, isSlice := res.([]any)
+	if !isSlice || len(vals) != 2 {
+		return 0, "", false
+	}
+	code, ok1 := vals[0].(int64)
+	orderID, ok2 := vals[1].(string)
+	return code, orderID, ok1 && ok2
+}
+
+// Release gives the units of order o back to its sale, once. It reports
+// whether this call released them: a second release of the same order, or a
+// sale Redis no longer holds (a later re-sync from the database fixes Redis),
+// returns false and no error.
+func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) {
+	if !flashgate.ValidSaleID(o.SaleID) {
+		return false, fmt.Errorf("releasing: sale id: %w", flashgate.ErrNotFound)
+	}
+	if o.ID == "" || o.UserID == "" || o.Quantity < 1 {
+		return false, fmt.Errorf("releasing: %w", &flashgate.FieldError{Field: "order", Reason: "needs order_id, user_id and quantity >= 1"})
+	}
+	keys := []string{lua.SaleKey(o.SaleID), lua.BuyersKey(o.SaleID), lua.ReleasedKey(o.SaleID)}
+	start := time.Now()
+	code, err := lua.Release.Run(ctx, s.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
+	s.m.call(opRelease, start)
+	if err != nil {
+		return false, s.redisError("releasing", err)
+	}
+	switch code {
+	case lua.ReleaseDone:
+		return true, nil
+	case lua.ReleaseAlready:
+		return false, nil
+	case lua.ReleaseNoSale:
+		s.log.DebugContext(ctx, "release of an order whose sale is not in redis", "sale", o.SaleID, "order", o.ID)
+		return false, nil
+	default:
+		return false, fmt.Errorf("releasing: unknown script code %d", code)
+	}
+}
+
+// Ping reports whether the Redis primary answers.
+func (s *Service) Ping(ctx context.Context) error {
+	start := time.Now()
+	err := s.rdb.Ping(ctx).Err()
+	s.m.call(opPing, start)
+	if err != nil {
+		return fmt.Errorf("pinging redis: %w (%w)", flashgate.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// redisError classifies a failed Redis call. Connection failures, timeouts,
+// cancellations and the server's "cannot serve now" answers are
+// ErrUnavailable; other server errors (a script bug, a wrong key type) are
+// internal and keep no sentinel. Either way the Redis text stays in the
+// error for logs; clients only ever see flashgate.ErrorStatus's code.
+func (s *Service) redisError(op string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !unavailableReply(rerr.Error()) {
+		s.log.Error("redis error", "op", op, "err", err)
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w (%w)", op, flashgate.ErrUnavailable, err)
+}
+
+// unavailableReply reports whether a Redis error reply means the server
+// cannot serve writes right now rather than that the call is wrong.
+func unavailableReply(msg string) bool {
+	for _, p := range [...]string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MOVED", "ASK", "ERR max number of clients"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,90 @@
+package inventory
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The outcomes of flashgate_reserve_total.
+const (
+	outOK = iota
+	outNotFound
+	outNotStarted
+	outClosed
+	outSoldOut
+	outPurchased
+	outBadRequest
+	outError
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error"}
+
+// The ops of flashgate_redis_call_seconds.
+const (
+	opReserve = iota
+	opWait
+	opRelease
+	opPing
+	numOps
+)
+
+var opNames = [numOps]string{"reserve", "reserve_wait", "release", "ping"}
+
+// metrics holds the children of each vector resolved once, so that counting
+// on the hot path neither allocates nor hashes label values. A nil *metrics
+// counts nothing.
+type metrics struct {
+	outcomes [numOutcomes]prometheus.Counter
+	calls    [numOps]prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	reserves := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flashgate_reserve_total",
+		Help: "Reserve calls by outcome.",
+	}, []string{"outcome"}))
+	calls := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashgate_redis_call_seconds",
+		Help:    "Duration of the inventory tier's Redis calls, by operation.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"op"}))
+	m := &metrics{}
+	for i, name := range outcomeNames {
+		m.outcomes[i] = reserves.WithLabelValues(name)
+	}
+	for i, name := range opNames {
+		m.calls[i] = calls.WithLabelValues(name)
+	}
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// the same description (several Services may share one registry).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		// An incompatible collector owns the name: count into an
+		// unregistered one rather than fail the service.
+	}
+	return c
+}
+
+func (m *metrics) outcome(o int) {
+	if m != nil {
+		m.outcomes[o].Inc()
+	}
+}
+
+func (m *metrics) call(op int, start time.Time) {
+	if m != nil {
+		m.calls[op].Observe(time.Since(start).Seconds())
+	}
+}
