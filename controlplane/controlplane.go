@@ -1,0 +1,184 @@
+// Package controlplane is flashgate's control tier: the admin API, the
+// dashboard and /metrics, the lifecycle loops (scheduled start and stop,
+// expiry of unpaid orders, re-sync of stock from the database), and the order
+// transitions after the rush (pay, cancel, expire, refund).
+//
+// The database is the system of record; Redis holds the stock the inventory
+// tier sells from. Only one control plane runs the loops at a time: the one
+// holding the leader lock in Redis (lua.LeaderKey).
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+)
+
+// Store is the system of record as the control plane uses it; *sqldb.DB
+// satisfies it.
+type Store interface {
+	CreateSale(ctx context.Context, s flashgate.Sale) error
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	Sales(ctx context.Context) ([]flashgate.Sale, error)
+	SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error
+	Order(ctx context.Context, id string) (flashgate.Order, error)
+	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
+	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Order, error)
+	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	LiveOrders(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	ReleasedOrders(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	Ping(ctx context.Context) error
+}
+
+// Releaser gives the units of an order that left a live status back to its
+// sale in Redis, idempotently; *inventory.Service satisfies it.
+type Releaser interface {
+	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
+}
+
+// Config configures a Service. Redis, Store, Releaser and AdminToken are
+// required; every other zero value works.
+type Config struct {
+	// Redis is the primary. Required.
+	Redis redis.UniversalClient
+	// Store is the database. Required.
+	Store Store
+	// Releaser gives units back after cancel, expiry and refund. Required.
+	Releaser Releaser
+	// AdminToken is the bearer token of the admin API. Required.
+	AdminToken string
+	// Clock tells the time of the sale schedule and of order transitions;
+	// default flashgate.SystemClock.
+	Clock flashgate.Clock
+	// Logger receives lifecycle and error reports; default slog.Default().
+	Logger *slog.Logger
+	// PaymentWindow is how long an order may stay unpaid; default 15m.
+	PaymentWindow time.Duration
+	// ResyncEvery is how often the leader re-syncs stock; default 1s.
+	ResyncEvery time.Duration
+	// TickEvery is the scheduler tick (start/stop at times, expiry, leader
+	// lease renewal); default 200ms.
+	TickEvery time.Duration
+	// LeaderTTL is the lifetime of the leader lease, renewed every tick;
+	// default 5s.
+	LeaderTTL time.Duration
+	// PersistWait is how long Pay, Cancel and Refund wait for an order that
+	// is still only reserved in Redis to reach the database before answering
+	// not_payable; default 2s, negative means do not wait.
+	PersistWait time.Duration
+	// Metrics is where the control plane registers its collectors; default a
+	// private registry.
+	Metrics prometheus.Registerer
+	// Gatherer is what /metrics serves; default Metrics when it is also a
+	// Gatherer (as *prometheus.Registry is), else the private registry.
+	Gatherer prometheus.Gatherer
+	// NodeID names this process in the leader lock; default hostname-pid.
+	NodeID string
+}
+
+// Service is the control plane. Its methods are safe for concurrent use.
+type Service struct {
+	rdb      redis.UniversalClient
+	store    Store
+	releaser Releaser
+	token    []byte
+	clock    flashgate.Clock
+	log      *slog.Logger
+	gatherer prometheus.Gatherer
+	metrics  *metrics
+
+	paymentWindow time.Duration
+	resyncEvery   time.Duration
+	tickEvery     time.Duration
+	leaderTTL     time.Duration
+	persistWait   time.Duration
+	nodeID        string
+	leaseToken    string
+
+	// mu guards settled and leading.
+	mu      sync.Mutex
+	settled map[string]bool // closed sales whose settlement was reported
+	leading bool
+}
+
+// New checks cfg, fills in the defaults and registers the metrics.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Redis == nil:
+		return nil, errors.New("controlplane: Config.Redis is required")
+	case cfg.Store == nil:
+		return nil, errors.New("controlplane: Config.Store is required")
+	case cfg.Releaser == nil:
+		return nil, errors.New("controlplane: Config.Releaser is required")
+	case cfg.AdminToken == "":
+		return nil, errors.New("controlplane: Config.AdminToken is required")
+	}
+	s := &Service{
+		rdb:           cfg.Redis,
+		store:         cfg.Store,
+		releaser:      cfg.Releaser,
+		token:         []byte(cfg.AdminToken),
+		clock:         cfg.Clock,
+		log:           cfg.Logger,
+		paymentWindow: orDefault(cfg.PaymentWindow, 15*time.Minute),
+		resyncEvery:   orDefault(cfg.ResyncEvery, time.Second),
+		tickEvery:     orDefault(cfg.TickEvery, 200*time.Millisecond),
+		leaderTTL:     orDefault(cfg.LeaderTTL, 5*time.Second),
+		persistWait:   cfg.PersistWait,
+		nodeID:        cfg.NodeID,
+		settled:       make(map[string]bool),
+	}
+	if s.clock == nil {
+		s.clock = flashgate.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.persistWait == 0 {
+		s.persistWait = 2 * time.Second
+	}
+	if s.nodeID == "" {
+		host, _ := os.Hostname()
+		s.nodeID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	reg := cfg.Metrics
+	s.gatherer = cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if s.gatherer == nil {
+			s.gatherer = r
+		}
+	}
+	if s.gatherer == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			s.gatherer = g
+		} else {
+			s.gatherer = prometheus.NewRegistry()
+		}
+	}
+	m, err := newMetrics(s, reg)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
+	}
+	s.metrics = m
+	return s, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}

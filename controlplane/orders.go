@@ -1,0 +1,192 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// expireBatch is how many orders one ExpireDue call moves.
+const expireBatch = 500
+
+// Order returns the order orderID of userID. An order of another user is
+// flashgate.ErrNotFound. An order reserved in Redis but not yet in the
+// database is reported with status reserved (and Quantity 0: only the
+// stream entry knows it).
+func (s *Service) Order(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	if !flashgate.ValidOrderID(orderID) || userID == "" {
+		return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	o, err := s.store.Order(ctx, orderID)
+	if err == nil {
+		if o.UserID != userID {
+			return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+		}
+		return o, nil
+	}
+	if !errors.Is(err, flashgate.ErrNotFound) {
+		return flashgate.Order{}, fmt.Errorf("reading order: %w", err)
+	}
+	return s.reservedOrder(ctx, orderID, userID)
+}
+
+// reservedOrder looks for orderID in the buyer hashes of every sale in the
+// catalog, in one pipelined round trip.
+func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	sales, err := s.store.Sales(ctx)
+	if err != nil {
+		return flashgate.Order{}, fmt.Errorf("listing sales: %w", err)
+	}
+	if len(sales) == 0 {
+		return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(sales))
+	for i, sale := range sales {
+		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(sale.ID), userID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return flashgate.Order{}, fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	for i, c := range cmds {
+		if c.Val() == orderID {
+			return flashgate.Order{ID: orderID, SaleID: sales[i].ID, UserID: userID,
+				PriceCents: sales[i].PriceCents, Status: flashgate.StatusReserved}, nil
+		}
+	}
+	return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+}
+
+// Pay marks userID's order paid (payment itself is simulated). Paying a paid
+// order again returns it; a cancelled, expired or refunded one is
+// flashgate.ErrNotPayable. An order not yet in the database is waited for up
+// to Config.PersistWait, then is flashgate.ErrNotPayable.
+func (s *Service) Pay(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid)
+}
+
+// Cancel cancels userID's unpaid order and gives its units back. Cancelling
+// a cancelled order again returns it; a paid, expired or refunded one is
+// flashgate.ErrNotPayable.
+func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled)
+}
+
+// Refund refunds a pending or paid order (an admin action: any owner) and
+// gives its units back. Refunding a refunded order again returns it; a
+// cancelled or expired one is flashgate.ErrNotPayable.
+func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, error) {
+	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
+}
+
+// transition moves an order from one of from to to in one conditional
+// UPDATE, so that of two racing transitions (pay and expiry) exactly one
+// wins; userID "" skips the owner check.
+func (s *Service) transition(ctx context.Context, orderID, userID string, from []flashgate.OrderStatus, to flashgate.OrderStatus) (flashgate.Order, error) {
+	if !flashgate.ValidOrderID(orderID) {
+		return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	o, err := s.persistedOrder(ctx, orderID, userID)
+	if err != nil {
+		return flashgate.Order{}, err
+	}
+	if userID != "" && o.UserID != userID {
+		return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	if o.Status == to {
+		return o, nil
+	}
+	got, err := s.store.Transition(ctx, orderID, from, to, s.clock.Now())
+	if errors.Is(err, flashgate.ErrNotPayable) && got.Status == to {
+		return got, nil // a concurrent identical request won: same answer
+	}
+	if err != nil {
+		return got, fmt.Errorf("order %q to %s: %w", orderID, to, err)
+	}
+	if !to.Live() {
+		s.release(ctx, got)
+		if to == flashgate.StatusRefunded {
+			s.metrics.refunds.Inc()
+		}
+	}
+	return got, nil
+}
+
+// persistedOrder reads an order from the database, waiting up to
+// persistWait for one that is still only reserved in Redis.
+func (s *Service) persistedOrder(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	o, err := s.store.Order(ctx, orderID)
+	if err == nil {
+		return o, nil
+	}
+	if !errors.Is(err, flashgate.ErrNotFound) {
+		return o, fmt.Errorf("reading order: %w", err)
+	}
+	if userID == "" {
+		// Admin refunds name any order; look it up by id alone.
+		return o, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	if _, rerr := s.reservedOrder(ctx, orderID, userID); rerr != nil {
+		return o, rerr
+	}
+	if s.persistWait > 0 {
+		deadline := time.NewTimer(s.persistWait)
+		defer deadline.Stop()
+		poll := time.NewTicker(50 * time.Millisecond)
+		defer poll.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return o, fmt.Errorf("waiting for order: %w", ctx.Err())
+			case <-deadline.C:
+				return o, fmt.Errorf("order %q not yet persisted: %w", orderID, flashgate.ErrNotPayable)
+			case <-poll.C:
+			}
+			o, err = s.store.Order(ctx, orderID)
+			if err == nil {
+				return o, nil
+			}
+			if !errors.Is(err, flashgate.ErrNotFound) {
+				return o, fmt.Errorf("reading order: %w", err)
+			}
+		}
+	}
+	return o, fmt.Errorf("order %q not yet persisted: %w", orderID, flashgate.ErrNotPayable)
+}
+
+// release gives an order's units back. A failure is only logged: the
+// database already holds the new status, and the next re-sync fixes Redis.
+func (s *Service) release(ctx context.Context, o flashgate.Order) {
+	if _, err := s.releaser.Release(ctx, o); err != nil {
+		s.log.Warn("release failed; the next re-sync gives the units back", "order", o.ID, "sale", o.SaleID, "err", err)
+	}
+}
+
+// ExpireDue expires the orders unpaid for longer than the payment window
+// and gives their units back; it returns how many it expired. The leader
+// calls it every tick.
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	now := s.clock.Now()
+	n := 0
+	for i := 0; i < 100; i++ { // bounded: at most 100 batches per call
+		moved, err := s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch)
+		if err != nil {
+			return n, fmt.Errorf("expiring orders: %w", err)
+		}
+		for _, o := range moved {
+			s.release(ctx, o)
+		}
+		n += len(moved)
+		s.metrics.expired.Add(float64(len(moved)))
+		if len(moved) < expireBatch {
+			break
+		}
+	}
+	return n, nil
+}
