@@ -1,0 +1,499 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// stateFields are the sale hash fields one refresh reads, in this order.
+var stateFields = []string{
+	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
+	lua.FieldCount, lua.FieldAccess, lua.FieldPrice,
+}
+
+// saleState is one reading of a sale's Redis hash. It is immutable once
+// stored in sale.state.
+type saleState struct {
+	found                               bool // the hash exists
+	start, closed                       bool
+	total, booked, count, access, price int64
+	// base is sale.flushed when the reading started: admissions counted
+	// locally after it are not in access yet.
+	base int64
+}
+
+// saleMeta is one reading of a sale's catalog entry; immutable once stored.
+type saleMeta struct {
+	found bool
+	sale  flashgate.Sale
+}
+
+// apiDoc is the precomputed answer to GET /api/sales/{id}.
+type apiDoc struct {
+	status int
+	body   []byte
+}
+
+// sale is the gateway's cached view of one sale. The hot path reads it
+// without locks.
+type sale struct {
+	id    string
+	ready chan struct{} // closed once the first load finished
+	state atomic.Pointer[saleState]
+	meta  atomic.Pointer[saleMeta]
+	api   atomic.Pointer[apiDoc]
+
+	// admitted counts purchases admitted here, ever; flushed is how many of
+	// them were added to "access" on the primary (written by the flusher).
+	admitted atomic.Int64
+	flushed  atomic.Int64
+	// rejected counts purchases turned away here, ever; rejectedFlushed is
+	// the flusher's share of it.
+	rejected        atomic.Int64
+	rejectedFlushed atomic.Int64
+
+	asked   atomic.Bool // someone asked since the last refresh
+	idle    int         // refreshes since someone asked (refresher only)
+	limiter *rate.Limiter
+}
+
+// userLimiter is one user's token bucket.
+type userLimiter struct{ l *rate.Limiter }
+
+// lookup returns the cached sale for id, loading it synchronously the first
+// time (one load per id, however many requests wait for it). It returns
+// a sale that is not kept when the cache is full.
+func (s *Server) lookup(id []byte) *sale {
+	s.mu.RLock()
+	e := s.sales[string(id)]
+	s.mu.RUnlock()
+	if e != nil {
+		if !e.asked.Load() {
+			e.asked.Store(true)
+		}
+		<-e.ready
+		return e
+	}
+	s.mu.Lock()
+	if e = s.sales[string(id)]; e != nil {
+		s.mu.Unlock()
+		<-e.ready
+		return e
+	}
+	e = s.newSale(string(id))
+	keep := len(s.sales) < s.cfg.MaxSales
+	if keep {
+		s.sales[e.id] = e
+	}
+	s.mu.Unlock()
+	e.asked.Store(true)
+	s.load(e)
+	close(e.ready)
+	return e
+}
+
+func (s *Server) newSale(id string) *sale {
+	e := &sale{id: id, ready: make(chan struct{})}
+	if s.cfg.SaleRate > 0 {
+		e.limiter = rate.NewLimiter(rate.Limit(s.cfg.SaleRate), s.cfg.SaleBurst)
+	}
+	return e
+}
+
+// load reads a new sale's Redis state and catalog entry.
+func (s *Server) load(e *sale) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	defer cancel()
+	if states, err := s.readStates(ctx, []*sale{e}); err == nil {
+		e.state.Store(states[0])
+	}
+	s.loadMeta(ctx, e)
+	s.rebuildAPI(e)
+}
+
+// loadMeta reads e's catalog entry, keeping the old one (and its pointer,
+// so its page stays cached) when nothing changed.
+func (s *Server) loadMeta(ctx context.Context, e *sale) {
+	sl, err := s.cfg.Catalog.Sale(ctx, e.id)
+	var m *saleMeta
+	switch {
+	case err == nil:
+		m = &saleMeta{found: true, sale: sl}
+	case errors.Is(err, flashgate.ErrNotFound):
+		m = &saleMeta{}
+	default:
+		s.log.Warn("gateway: reading the catalog", "sale", e.id, "err", err)
+		return
+	}
+	if old := e.meta.Load(); old != nil && sameMeta(old, m) {
+		return
+	}
+	e.meta.Store(m)
+}
+
+func sameMeta(a, b *saleMeta) bool {
+	if a.found != b.found {
+		return false
+	}
+	x, y := a.sale, b.sale
+	return x.Name == y.Name && x.PriceCents == y.PriceCents && x.Total == y.Total &&
+		x.State == y.State && sameTime(x.StartsAt, y.StartsAt) && sameTime(x.EndsAt, y.EndsAt)
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+// readStates reads the state of each sale with one pipeline on the replica,
+// or on the primary when the replica fails.
+func (s *Server) readStates(ctx context.Context, list []*sale) ([]*saleState, error) {
+	states, err := s.readFrom(ctx, s.cfg.Replica, list)
+	if err == nil {
+		if s.replicaFailed.Swap(false) {
+			s.log.Info("gateway: replica answers again")
+		}
+		return states, nil
+	}
+	if s.cfg.Replica == s.cfg.Primary {
+		return nil, err
+	}
+	if !s.replicaFailed.Swap(true) {
+		s.log.Warn("gateway: replica read failed, reading from the primary", "err", err)
+	}
+	s.m.replicaFallback()
+	return s.readFrom(ctx, s.cfg.Primary, list)
+}
+
+func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
+	bases := make([]int64, len(list))
+	cmds := make([]*redis.SliceCmd, len(list))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range list {
+			bases[i] = e.flushed.Load()
+			cmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), stateFields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*saleState, len(list))
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		st := &saleState{base: bases[i]}
+		if len(v) == len(stateFields) && v[0] != nil {
+			st.found = true
+			st.total = num(v[0])
+			st.booked = num(v[1])
+			st.start = num(v[2]) == 1
+			st.closed = num(v[3]) == 1
+			st.count = num(v[4])
+			st.access = num(v[5])
+			st.price = num(v[6])
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+func num(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// snapshot returns the cached sales (and the retired ones) for the
+// background goroutines.
+func (s *Server) snapshot(withRetired bool) []*sale {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	list := make([]*sale, 0, len(s.sales)+len(s.retired))
+	for _, e := range s.sales {
+		list = append(list, e)
+	}
+	if withRetired {
+		list = append(list, s.retired...)
+	}
+	return list
+}
+
+// refreshState re-reads every cached sale's state in one pipeline, and
+// drops the sales nobody asked about for SaleIdle (a tenth of it for ids
+// that are no sale at all).
+func (s *Server) refreshState(ctx context.Context) {
+	list := s.snapshot(false)
+	if len(list) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+	defer cancel()
+	states, err := s.readStates(ctx, list)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("gateway: refreshing sale state", "err", err)
+		}
+	}
+	idleTicks := int(s.cfg.SaleIdle / s.cfg.StateRefresh)
+	var drop []*sale
+	for i, e := range list {
+		if states != nil {
+			e.state.Store(states[i])
+			s.rebuildAPI(e)
+		}
+		if e.asked.Swap(false) {
+			e.idle = 0
+			continue
+		}
+		e.idle++
+		limit := idleTicks
+		if st := e.state.Load(); st != nil && !st.found {
+			limit = idleTicks / 10
+		}
+		if e.idle > limit {
+			drop = append(drop, e)
+		}
+	}
+	if len(drop) > 0 {
+		s.mu.Lock()
+		for _, e := range drop {
+			if s.sales[e.id] == e && !e.asked.Load() {
+				delete(s.sales, e.id)
+				s.retired = append(s.retired, e)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// refreshCatalog re-reads the catalog entry of every cached sale.
+func (s *Server) refreshCatalog(ctx context.Context) {
+	for _, e := range s.snapshot(false) {
+		if ctx.Err() != nil {
+			return
+		}
+		c, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		old := e.meta.Load()
+		s.loadMeta(c, e)
+		cancel()
+		if e.meta.Load() != old {
+			s.rebuildAPI(e)
+		}
+	}
+}
+
+// flush adds the admissions and rejections counted since the last flush to
+// each sale's hash on the primary, in one pipeline.
+func (s *Server) flush(ctx context.Context) {
+	list := s.snapshot(true)
+	type delta struct {
+		e                  *sale
+		admitted, rejected int64
+	}
+	var ds []delta
+	for _, e := range list {
+		a := e.admitted.Load() - e.flushed.Load()
+		r := e.rejected.Load() - e.rejectedFlushed.Load()
+		if a != 0 || r != 0 {
+			if st := e.state.Load(); st == nil || !st.found {
+				// No hash to count in: incrementing would create one.
+				e.flushed.Add(a)
+				e.rejectedFlushed.Add(r)
+				continue
+			}
+			ds = append(ds, delta{e, a, r})
+		}
+	}
+	if len(ds) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		_, err := s.cfg.Primary.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, d := range ds {
+				if d.admitted != 0 {
+					p.HIncrBy(ctx, lua.SaleKey(d.e.id), lua.FieldAccess, d.admitted)
+				}
+				if d.rejected != 0 {
+					p.HIncrBy(ctx, lua.SaleKey(d.e.id), lua.FieldRejected, d.rejected)
+				}
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			if s.base.Err() == nil {
+				s.log.Warn("gateway: flushing admission counters", "err", err)
+			}
+		} else {
+			for _, d := range ds {
+				d.e.flushed.Add(d.admitted)
+				d.e.rejectedFlushed.Add(d.rejected)
+			}
+		}
+	}
+	s.mu.Lock()
+	if len(s.retired) > 0 {
+		kept := s.retired[:0]
+		for _, e := range s.retired {
+			if e.admitted.Load() != e.flushed.Load() || e.rejected.Load() != e.rejectedFlushed.Load() {
+				kept = append(kept, e)
+			}
+		}
+		s.retired = kept
+	}
+	s.mu.Unlock()
+}
+
+// Local verdicts on a purchase, from the cached state.
+const (
+	verdictAdmit = iota
+	verdictUnavailable
+	verdictNotFound
+	verdictClosed
+	verdictNotStarted
+	verdictSoldOut
+)
+
+// judge answers a purchase from the cached state alone.
+func judge(st *saleState, admitted int64) int {
+	switch {
+	case st == nil:
+		return verdictUnavailable
+	case !st.found:
+		return verdictNotFound
+	case st.closed:
+		return verdictClosed
+	case !st.start:
+		return verdictNotStarted
+	case st.booked >= st.total:
+		return verdictSoldOut
+	case st.access+admitted-st.base >= st.count:
+		return verdictSoldOut
+	}
+	return verdictAdmit
+}
+
+// admit counts one admission for e unless the cap is reached.
+func (e *sale) admit() int {
+	for i := 0; i < 1000; i++ {
+		n := e.admitted.Load()
+		if v := judge(e.state.Load(), n); v != verdictAdmit {
+			return v
+		}
+		if e.admitted.CompareAndSwap(n, n+1) {
+			return verdictAdmit
+		}
+	}
+	return verdictSoldOut
+}
+
+// publicState is the state GET /api/sales/{id} reports.
+func publicState(st *saleState, m *saleMeta) flashgate.SaleState {
+	if st == nil || !st.found {
+		if m.sale.State != "" {
+			return m.sale.State
+		}
+		return flashgate.StateUpcoming
+	}
+	switch {
+	case st.closed:
+		return flashgate.StateClosed
+	case st.booked >= st.total:
+		return flashgate.StateSoldOut
+	case st.start:
+		return flashgate.StateOpen
+	}
+	return flashgate.StateUpcoming
+}
+
+// rebuildAPI recomputes e's GET /api/sales/{id} answer, keeping the old
+// bytes when nothing changed.
+func (s *Server) rebuildAPI(e *sale) {
+	st, m := e.state.Load(), e.meta.Load()
+	var d *apiDoc
+	switch {
+	case st == nil && (m == nil || !m.found):
+		// Redis never answered for this sale; say so rather than guess.
+		d = &apiDoc{status: 503, body: errBody("unavailable")}
+		if m != nil && !m.found {
+			d = &apiDoc{status: 404, body: errBody("not_found")}
+		}
+	case (st == nil || !st.found) && (m == nil || !m.found):
+		d = &apiDoc{status: 404, body: errBody("not_found")}
+	default:
+		if m == nil {
+			m = &saleMeta{}
+		}
+		d = &apiDoc{status: 200, body: saleJSON(e.id, st, m)}
+	}
+	if old := e.api.Load(); old != nil && old.status == d.status && string(old.body) == string(d.body) {
+		return
+	}
+	e.api.Store(d)
+}
+
+func saleJSON(id string, st *saleState, m *saleMeta) []byte {
+	name, price, total := m.sale.Name, m.sale.PriceCents, m.sale.Total
+	remaining := total
+	if st != nil && st.found {
+		total = st.total
+		remaining = st.total - st.booked
+		if !m.found {
+			price = st.price
+		}
+	}
+	remaining = max(remaining, 0)
+	b := make([]byte, 0, 192)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"name":`...)
+	nb, _ := json.Marshal(name)
+	b = append(b, nb...)
+	b = append(b, `,"price_cents":`...)
+	b = strconv.AppendInt(b, price, 10)
+	b = append(b, `,"total":`...)
+	b = strconv.AppendInt(b, total, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, `,"state":"`...)
+	b = append(b, publicState(st, m)...)
+	b = append(b, `","starts_at":`...)
+	if t := m.sale.StartsAt; t != nil {
+		b = append(b, '"')
+		b = t.UTC().AppendFormat(b, time.RFC3339)
+		b = append(b, '"')
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, '}')
+}
+
+// allowUser spends one of user's tokens.
+func (s *Server) allowUser(user string, now time.Time) bool {
+	if s.cfg.UserRate < 0 {
+		return true
+	}
+	u, ok := s.users.Get(user)
+	if !ok {
+		nu := &userLimiter{l: rate.NewLimiter(rate.Limit(s.cfg.UserRate), s.cfg.UserBurst)}
+		if prev, found, _ := s.users.PeekOrAdd(user, nu); found {
+			u = prev
+		} else {
+			u = nu
+		}
+	}
+	return u.l.AllowN(now, 1)
+}

@@ -1,0 +1,448 @@
+// Package gateway is flashgate's public edge: a fasthttp server that serves
+// cacheable item pages, answers the buy button's status polls from a cached
+// copy of each sale's Redis state, and judges purchases (auth, local
+// admission, rate limits) before forwarding the few survivors to a Reserver.
+//
+// The gateway reads sale state from the Redis replica (falling back to the
+// primary), refreshes it every StateRefresh in the background, and answers
+// "not started", "closed" and "sold out" without any Redis round trip.
+// Admitted requests are counted locally and added to the sale's "access"
+// field on the primary in batches.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+)
+
+// Reserver takes units of a sale for a user on the Redis primary; the
+// inventory tier satisfies it, in process or over HTTP. Its errors are the
+// root sentinels (ErrNotFound, ErrNotStarted, ErrClosed, ErrSoldOut,
+// *flashgate.PurchasedError, ErrBadRequest, ErrUnavailable).
+type Reserver interface {
+	Reserve(ctx context.Context, saleID, userID string, qty int64) (orderID string, err error)
+}
+
+// Catalog gives sale metadata (name, price, total, starts_at, ends_at,
+// state); *sqldb.DB satisfies it.
+type Catalog interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error) // flashgate.ErrNotFound if unknown
+}
+
+// Orders serves the buyer's order routes; *controlplane.Service satisfies it.
+type Orders interface {
+	Order(ctx context.Context, orderID, userID string) (flashgate.Order, error) // ErrNotFound if not the user's
+	Pay(ctx context.Context, orderID, userID string) (flashgate.Order, error)   // ErrNotPayable
+	Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error)
+}
+
+// Config configures a Server. The zero value works once the required fields
+// (Primary, Reserver, Catalog, JWTSecret) are set.
+type Config struct {
+	// Primary is the Redis primary: the batched access/rejected counters are
+	// written there, and sale state is read from it when the replica fails.
+	// Required.
+	Primary redis.UniversalClient
+	// Replica serves every sale-state read. Default: Primary.
+	Replica redis.UniversalClient
+	// Reserver takes units for admitted purchases. Required.
+	Reserver Reserver
+	// Catalog gives the names, prices and start times pages show. Required.
+	Catalog Catalog
+	// Orders serves the order routes. Default: nil, and those routes answer
+	// 503 unavailable.
+	Orders Orders
+	// JWTSecret is the HS256 secret of buyer tokens. Required.
+	JWTSecret []byte
+	// Logger receives errors and notable events. Default: slog.Default().
+	Logger *slog.Logger
+	// Clock tells the time for tokens and rate limits. Default:
+	// flashgate.SystemClock.
+	Clock flashgate.Clock
+	// Metrics registers the gateway's Prometheus metrics. Default: nil, no
+	// metrics.
+	Metrics prometheus.Registerer
+
+	// StateRefresh is how often the cached state of each sale is re-read
+	// from the replica. Default: 20ms.
+	StateRefresh time.Duration
+	// FlushInterval is how often locally counted admissions and rejections
+	// are added to the primary. Default: 5ms.
+	FlushInterval time.Duration
+	// CatalogRefresh is how often each sale's catalog entry is re-read (a
+	// changed name, price or start time re-renders its page). Default: 1s.
+	CatalogRefresh time.Duration
+	// CacheWindow is the max-age of item pages. Default: 1s.
+	CacheWindow time.Duration
+	// SaleIdle is how long a sale nobody asks about stays cached. Unknown
+	// sale ids are dropped after a tenth of it. Default: 30s.
+	SaleIdle time.Duration
+	// RedisTimeout bounds each background read, flush and readiness ping.
+	// Default: 2s.
+	RedisTimeout time.Duration
+
+	// UserRate is each user's purchase attempts per second reaching
+	// admission. Default: 2; negative: no per-user limit.
+	UserRate float64
+	// UserBurst is each user's burst of attempts. Default: 5.
+	UserBurst int
+	// SaleRate is each sale's attempts per second that this gateway lets
+	// through to admission. Default: 50000; negative: no limit (the
+	// command line's 0 maps to a negative value here).
+	SaleRate float64
+	// SaleBurst is each sale's burst. Default: SaleRate rounded up, at
+	// least 1.
+	SaleBurst int
+	// MaxUsers bounds the per-user limiter LRU. Default: 1,000,000.
+	MaxUsers int
+	// MaxSales bounds the sales cached at once. Default: 10,000.
+	MaxSales int
+	// MaxPages bounds the rendered item pages held in the LRU. Default:
+	// 10,000.
+	MaxPages int
+	// TokenCache bounds the verified-token LRU that spares repeat tokens a
+	// signature check. Default: 65,536.
+	TokenCache int
+
+	// MaxBodySize is the largest request body accepted. Default: 4 KiB.
+	MaxBodySize int
+	// ReadTimeout is the server's read timeout. Default: 5s.
+	ReadTimeout time.Duration
+	// WriteTimeout is the server's write timeout. Default: 5s.
+	WriteTimeout time.Duration
+	// IdleTimeout is the keep-alive idle timeout. Default: 60s.
+	IdleTimeout time.Duration
+	// Concurrency is fasthttp's limit of connections served at once.
+	// Default: fasthttp's (256 × 1024).
+	Concurrency int
+	// MaxRequestHeaderSize bounds the request head (fasthttp's
+	// ReadBufferSize). Default: 8 KiB.
+	MaxRequestHeaderSize int
+	// ShutdownDelay is how long Shutdown keeps serving with /readyz failing,
+	// so load balancers stop sending traffic first. Default: 1s; negative:
+	// no delay.
+	ShutdownDelay time.Duration
+	// ReadyCache is how long a /readyz result is reused. Default: 1s.
+	ReadyCache time.Duration
+}
+
+func (c *Config) fill() error {
+	switch {
+	case c.Primary == nil:
+		return fmt.Errorf("gateway: Primary redis client is required: %w", flashgate.ErrBadRequest)
+	case c.Reserver == nil:
+		return fmt.Errorf("gateway: Reserver is required: %w", flashgate.ErrBadRequest)
+	case c.Catalog == nil:
+		return fmt.Errorf("gateway: Catalog is required: %w", flashgate.ErrBadRequest)
+	case len(c.JWTSecret) == 0:
+		return fmt.Errorf("gateway: JWTSecret is required: %w", flashgate.ErrBadRequest)
+	}
+	if c.Replica == nil {
+		c.Replica = c.Primary
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = flashgate.SystemClock{}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(d *int, v int) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.StateRefresh, 20*time.Millisecond)
+	def(&c.FlushInterval, 5*time.Millisecond)
+	def(&c.CatalogRefresh, time.Second)
+	def(&c.CacheWindow, time.Second)
+	def(&c.SaleIdle, 30*time.Second)
+	def(&c.RedisTimeout, 2*time.Second)
+	def(&c.ReadTimeout, 5*time.Second)
+	def(&c.WriteTimeout, 5*time.Second)
+	def(&c.IdleTimeout, 60*time.Second)
+	def(&c.ReadyCache, time.Second)
+	if c.ShutdownDelay == 0 {
+		c.ShutdownDelay = time.Second
+	}
+	if c.UserRate == 0 {
+		c.UserRate = 2
+	}
+	defInt(&c.UserBurst, 5)
+	if c.SaleRate == 0 {
+		c.SaleRate = 50000
+	}
+	if c.SaleBurst <= 0 && c.SaleRate > 0 {
+		c.SaleBurst = int(math.Ceil(c.SaleRate))
+	}
+	if c.SaleBurst < 1 {
+		c.SaleBurst = 1
+	}
+	defInt(&c.MaxUsers, 1_000_000)
+	defInt(&c.MaxSales, 10_000)
+	defInt(&c.MaxPages, 10_000)
+	defInt(&c.TokenCache, 65_536)
+	defInt(&c.MaxBodySize, 4<<10)
+	defInt(&c.MaxRequestHeaderSize, 8<<10)
+	return nil
+}
+
+// Server is the gateway. Create it with New; Start runs its background
+// refresher and flusher (Serve and ListenAndServe call Start themselves),
+// and Shutdown or Close stops them.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	clock   flashgate.Clock
+	srv     *fasthttp.Server
+	handler fasthttp.RequestHandler
+	m       *metrics
+
+	// base is the context handed to Reserver and Orders: request contexts
+	// are never passed on, since they must not outlive the handler.
+	base   context.Context
+	cancel context.CancelFunc
+
+	// mu guards sales and retired; the hot path takes it for reading only.
+	mu      sync.RWMutex
+	sales   map[string]*sale
+	retired []*sale
+
+	users  *lru.Cache[string, *userLimiter]
+	tokens *lru.Cache[uint64, *tokenEntry]
+	pages  *lru.Cache[string, *page]
+	seed   maphash.Seed
+	parser *jwt.Parser
+
+	assets   map[string]*page
+	notFound []byte
+
+	pageCacheControl []byte
+	userRetryAfter   []byte
+
+	replicaFailed atomic.Bool
+	draining      atomic.Bool
+	ready         readiness
+
+	startOnce sync.Once
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New checks cfg, fills in its defaults and builds a Server. It starts no
+// goroutines; see Start.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		sales: make(map[string]*sale),
+		seed:  maphash.MakeSeed(),
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	var err error
+	if s.users, err = lru.New[string, *userLimiter](cfg.MaxUsers); err != nil {
+		return nil, fmt.Errorf("gateway: user limiters: %w", err)
+	}
+	if s.tokens, err = lru.New[uint64, *tokenEntry](cfg.TokenCache); err != nil {
+		return nil, fmt.Errorf("gateway: token cache: %w", err)
+	}
+	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
+		return nil, fmt.Errorf("gateway: page cache: %w", err)
+	}
+	s.parser = jwt.NewParser(
+		jwt.WithValidMethods([]string{"HS256"}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(s.clock.Now),
+	)
+	if err := s.loadAssets(); err != nil {
+		return nil, err
+	}
+	maxAge := int(math.Ceil(cfg.CacheWindow.Seconds()))
+	s.pageCacheControl = []byte("public, max-age=" + strconv.Itoa(maxAge))
+	retry := 1
+	if cfg.UserRate > 0 {
+		retry = int(math.Ceil(1 / cfg.UserRate))
+	}
+	s.userRetryAfter = []byte(strconv.Itoa(max(retry, 1)))
+	if s.m, err = newMetrics(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	s.handler = s.serve
+	s.srv = &fasthttp.Server{
+		Handler:                       s.handler,
+		ErrorHandler:                  s.serveError,
+		Name:                          "flashgate",
+		NoDefaultServerHeader:         true,
+		NoDefaultDate:                 false,
+		ReadTimeout:                   cfg.ReadTimeout,
+		WriteTimeout:                  cfg.WriteTimeout,
+		IdleTimeout:                   cfg.IdleTimeout,
+		Concurrency:                   cfg.Concurrency,
+		MaxRequestBodySize:            cfg.MaxBodySize,
+		ReadBufferSize:                cfg.MaxRequestHeaderSize,
+		DisableHeaderNamesNormalizing: false,
+		DisablePreParseMultipartForm:  true,
+		CloseOnShutdown:               true,
+		Logger:                        fasthttpLogger{s.log},
+	}
+	return s, nil
+}
+
+// Handler returns the request handler, for tests and for embedding the
+// gateway in another fasthttp server.
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
+
+// Start runs the background goroutines: the state refresher (every
+// StateRefresh), the counter flusher (every FlushInterval) and the catalog
+// refresher (every CatalogRefresh). Calling it again does nothing. Close
+// (or Shutdown) stops them.
+func (s *Server) Start() {
+	s.startOnce.Do(func() {
+		s.wg.Add(3)
+		go s.loop(s.cfg.StateRefresh, s.refreshState)
+		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog)
+		go func() {
+			defer s.wg.Done()
+			t := time.NewTicker(s.cfg.FlushInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-s.base.Done():
+					// A last flush, so counts admitted just before Close
+					// reach the primary.
+					ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout)
+					s.flush(ctx)
+					cancel()
+					return
+				case <-t.C:
+					s.flush(s.base)
+				}
+			}
+		}()
+	})
+}
+
+func (s *Server) loop(every time.Duration, f func(context.Context)) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.base.Done():
+			return
+		case <-t.C:
+			f(s.base)
+		}
+	}
+}
+
+// Close stops the background goroutines after a last flush of the counters.
+// It does not stop a serving listener; Shutdown does both.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Serve starts the background goroutines and serves ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.Start()
+	return s.srv.Serve(ln)
+}
+
+// ListenAndServe listens on addr (TCP) and serves it until Shutdown.
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listening on %s: %w", addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Shutdown stops gracefully: /readyz fails at once, requests are still
+// served for ShutdownDelay (so load balancers drain this instance), then
+// the listener closes and in-flight requests finish (bounded by ctx), and
+// finally the background goroutines stop after a last flush.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if d := s.cfg.ShutdownDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	err := s.srv.ShutdownWithContext(ctx)
+	_ = s.Close()
+	if err != nil {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	return nil
+}
+
+// readiness caches the result of the last Redis pings.
+type readiness struct {
+	at   atomic.Int64 // unix nanoseconds of the last check
+	ok   atomic.Bool
+	busy sync.Mutex
+}
+
+// isReady reports whether the replica and the primary answer, re-checking
+// at most once per ReadyCache; while one request checks, others get the
+// previous answer.
+func (s *Server) isReady() bool {
+	if s.draining.Load() {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if now-s.ready.at.Load() < int64(s.cfg.ReadyCache) {
+		return s.ready.ok.Load()
+	}
+	if !s.ready.busy.TryLock() {
+		return s.ready.ok.Load()
+	}
+	defer s.ready.busy.Unlock()
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	defer cancel()
+	ok := s.cfg.Replica.Ping(ctx).Err() == nil && s.cfg.Primary.Ping(ctx).Err() == nil
+	s.ready.ok.Store(ok)
+	s.ready.at.Store(time.Now().UnixNano())
+	if !ok {
+		s.log.Warn("gateway: not ready: redis did not answer a ping")
+	}
+	return ok
+}
+
+// fasthttpLogger sends fasthttp's own messages to slog.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug("gateway: fasthttp: " + fmt.Sprintf(format, args...))
+}

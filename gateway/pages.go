@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"io/fs"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate/static"
+)
+
+// page is a rendered document: its body and gzip body, each with its own
+// strong ETag. Pages are immutable once built.
+type page struct {
+	meta         *saleMeta // the catalog entry an item page was rendered from
+	contentType  []byte
+	cacheControl []byte
+	body, gz     []byte
+	etag, gzEtag []byte
+}
+
+var (
+	itemTmpl = template.Must(template.ParseFS(static.Gateway, "gateway/item.html"))
+	hINM     = fasthttp.HeaderIfNoneMatch
+)
+
+// assetTypes are the embedded files served under /static/.
+var assetTypes = map[string]string{
+	"buy.js":    "text/javascript; charset=utf-8",
+	"style.css": "text/css; charset=utf-8",
+}
+
+// loadAssets prepares the 404 page and the /static/ files.
+func (s *Server) loadAssets() error {
+	nf, err := fs.ReadFile(static.Gateway, "gateway/404.html")
+	if err != nil {
+		return fmt.Errorf("gateway: reading the 404 page: %w", err)
+	}
+	s.notFound = nf
+	s.assets = make(map[string]*page, len(assetTypes))
+	for name, ct := range assetTypes {
+		b, err := fs.ReadFile(static.Gateway, "gateway/"+name)
+		if err != nil {
+			return fmt.Errorf("gateway: reading %s: %w", name, err)
+		}
+		s.assets[name] = newPage(b, []byte(ct), []byte("public, max-age=300"))
+	}
+	return nil
+}
+
+// newPage compresses body once and computes both ETags.
+func newPage(body, contentType, cacheControl []byte) *page {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	_, _ = zw.Write(body)
+	_ = zw.Close()
+	h := fnv.New64a()
+	_, _ = h.Write(body)
+	sum := strconv.FormatUint(h.Sum64(), 16)
+	return &page{
+		contentType:  contentType,
+		cacheControl: cacheControl,
+		body:         body,
+		gz:           buf.Bytes(),
+		etag:         []byte(`"` + sum + `"`),
+		gzEtag:       []byte(`"` + sum + `-gz"`),
+	}
+}
+
+// itemPage answers GET /sales/{id} from the page LRU, rendering the page
+// when it is missing or the catalog entry changed.
+func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
+	e := s.lookup(id)
+	m := e.meta.Load()
+	if m == nil {
+		ctx.Response.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.Response.Header.SetContentTypeBytes(ctHTML)
+		ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+		ctx.Response.SetBodyRaw(s.notFound)
+		return
+	}
+	if !m.found {
+		s.notFoundPage(ctx)
+		return
+	}
+	p, ok := s.pages.Get(e.id)
+	if !ok || p.meta != m {
+		var err error
+		if p, err = s.render(e.id, m); err != nil {
+			s.log.Error("gateway: rendering an item page", "sale", e.id, "err", err)
+			ctx.Response.SetStatusCode(fasthttp.StatusInternalServerError)
+			ctx.Response.Header.SetContentTypeBytes(ctHTML)
+			ctx.Response.SetBodyRaw(s.notFound)
+			return
+		}
+		s.pages.Add(e.id, p)
+	}
+	s.writePage(ctx, p)
+}
+
+// itemData is what item.html shows.
+type itemData struct {
+	ID, Name, Price, StartsAt string
+	Total                     int64
+}
+
+func (s *Server) render(id string, m *saleMeta) (*page, error) {
+	d := itemData{ID: id, Name: m.sale.Name, Total: m.sale.Total, Price: formatPrice(m.sale.PriceCents)}
+	if t := m.sale.StartsAt; t != nil {
+		d.StartsAt = t.UTC().Format(time.RFC3339)
+	}
+	var buf bytes.Buffer
+	if err := itemTmpl.ExecuteTemplate(&buf, "item.html", d); err != nil {
+		return nil, fmt.Errorf("rendering: %w", err)
+	}
+	p := newPage(buf.Bytes(), ctHTML, s.pageCacheControl)
+	p.meta = m
+	return p, nil
+}
+
+// formatPrice writes cents as units with two decimals.
+func formatPrice(cents int64) string {
+	sign := ""
+	if cents < 0 {
+		sign, cents = "-", -cents
+	}
+	return fmt.Sprintf("%s%d.%02d", sign, cents/100, cents%100)
+}
+
+// writePage answers with p: 304 when If-None-Match names the ETag of the
+// encoding the client gets, else the (gzip) body.
+func (s *Server) writePage(ctx *fasthttp.RequestCtx, p *page) {
+	body, etag := p.body, p.etag
+	gz := ctx.Request.Header.HasAcceptEncodingBytes(strGzip)
+	if gz {
+		body, etag = p.gz, p.gzEtag
+	}
+	h := &ctx.Response.Header
+	h.SetCanonical(hCacheControl, p.cacheControl)
+	h.SetCanonical(hETag, etag)
+	h.SetCanonical(hVary, vAcceptEnc)
+	if inm := ctx.Request.Header.Peek(hINM); len(inm) > 0 && matchETag(inm, etag) {
+		ctx.Response.SetStatusCode(fasthttp.StatusNotModified)
+		ctx.Response.SkipBody = true
+		return
+	}
+	h.SetContentTypeBytes(p.contentType)
+	if gz {
+		h.SetCanonical(hEncoding, vGzip)
+	}
+	ctx.Response.SetBodyRaw(body)
+}
+
+// matchETag reports whether an If-None-Match value names etag (or is "*").
+// Weak comparison is used, as RFC 9110 asks for If-None-Match.
+func matchETag(inm, etag []byte) bool {
+	inm = bytes.TrimSpace(inm)
+	if len(inm) == 1 && inm[0] == '*' {
+		return true
+	}
+	for len(inm) > 0 {
+		i := bytes.IndexByte(inm, ',')
+		tag := inm
+		if i >= 0 {
+			tag, inm = inm[:i], inm[i+1:]
+		} else {
+			inm = nil
+		}
+		tag = bytes.TrimSpace(tag)
+		if len(tag) > 2 && tag[0] == 'W' && tag[1] == '/' {
+			tag = tag[2:]
+		}
+		if bytes.Equal(tag, etag) {
+			return true
+		}
+	}
+	return false
+}
+
+// notFoundPage answers with the HTML 404 page.
+func (s *Server) notFoundPage(ctx *fasthttp.RequestCtx) {
+	ctx.Response.SetStatusCode(fasthttp.StatusNotFound)
+	ctx.Response.Header.SetContentTypeBytes(ctHTML)
+	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	ctx.Response.SetBodyRaw(s.notFound)
+}

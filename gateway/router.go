@@ -1,0 +1,374 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+)
+
+func init() {
+	for _, c := range []string{
+		"not_found", "not_started", "closed", "sold_out", "already_purchased",
+		"unauthorized", "rate_limited", "bad_request", "too_large", "unavailable",
+		"not_payable", "exists", "internal",
+	} {
+		errBody(c)
+	}
+}
+
+var (
+	pHealthz  = []byte("/healthz")
+	pReadyz   = []byte("/readyz")
+	pSales    = []byte("/sales/")
+	pAPISales = []byte("/api/sales/")
+	pOrders   = []byte("/api/orders/")
+	pStatic   = []byte("/static/")
+	pAPI      = []byte("/api/")
+	sOrders   = []byte("/orders")
+	sPay      = []byte("/pay")
+	sCancel   = []byte("/cancel")
+)
+
+// serve is the top handler: it routes on the raw request path (never the
+// normalized one, so "..", "%2e" and "//" tricks match nothing), recovers
+// from panics and counts the answer.
+func (s *Server) serve(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	route := routeOther
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("gateway: panic serving a request", "path", string(ctx.Path()), "panic", fmt.Sprint(v))
+			ctx.Response.Reset()
+			writeJSON(ctx, fasthttp.StatusInternalServerError, bodyInternal)
+		}
+		s.m.request(route, ctx.Response.StatusCode(), time.Since(start).Seconds())
+	}()
+	route = s.route(ctx)
+}
+
+// route dispatches one request and returns the route it took.
+func (s *Server) route(ctx *fasthttp.RequestCtx) int {
+	path := ctx.Request.URI().PathOriginal()
+	get := ctx.IsGet() || ctx.IsHead()
+	post := ctx.IsPost()
+	switch {
+	case bytes.HasPrefix(path, pSales):
+		id := path[len(pSales):]
+		if !validID(id) {
+			s.notFoundPage(ctx)
+			return routeOther
+		}
+		if !get {
+			methodNotAllowed(ctx, vGet)
+			return routePage
+		}
+		s.itemPage(ctx, id)
+		return routePage
+
+	case bytes.HasPrefix(path, pAPISales):
+		rest := path[len(pAPISales):]
+		if bytes.HasSuffix(rest, sOrders) {
+			id := rest[:len(rest)-len(sOrders)]
+			if !validID(id) {
+				writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+				return routeOther
+			}
+			if !post {
+				methodNotAllowed(ctx, vPost)
+				return routePurchase
+			}
+			s.purchase(ctx, id)
+			return routePurchase
+		}
+		if !validID(rest) {
+			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+			return routeOther
+		}
+		if !get {
+			methodNotAllowed(ctx, vGet)
+			return routeAPISale
+		}
+		s.apiSale(ctx, rest)
+		return routeAPISale
+
+	case bytes.HasPrefix(path, pOrders):
+		rest := path[len(pOrders):]
+		action, r, want := orderGet, routeOrder, vGet
+		switch {
+		case bytes.HasSuffix(rest, sPay):
+			action, r, want = orderPay, routePay, vPost
+			rest = rest[:len(rest)-len(sPay)]
+		case bytes.HasSuffix(rest, sCancel):
+			action, r, want = orderCancel, routeCancel, vPost
+			rest = rest[:len(rest)-len(sCancel)]
+		}
+		if !validID(rest) {
+			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+			return routeOther
+		}
+		if (action == orderGet && !get) || (action != orderGet && !post) {
+			methodNotAllowed(ctx, want)
+			return r
+		}
+		s.order(ctx, rest, action)
+		return r
+
+	case bytes.Equal(path, pHealthz):
+		if !get {
+			methodNotAllowed(ctx, vGet)
+		} else {
+			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+			ctx.SetBodyString("ok\n")
+		}
+		return routeHealthz
+
+	case bytes.Equal(path, pReadyz):
+		switch {
+		case !get:
+			methodNotAllowed(ctx, vGet)
+		case s.isReady():
+			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+			ctx.Response.SetBodyRaw(bodyOKText)
+		default:
+			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+			ctx.Response.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.Response.SetBodyRaw(bodyNotReady)
+		}
+		return routeReadyz
+
+	case bytes.HasPrefix(path, pStatic):
+		a := s.assets[string(path[len(pStatic):])]
+		if a == nil {
+			s.notFoundPage(ctx)
+			return routeOther
+		}
+		if !get {
+			methodNotAllowed(ctx, vGet)
+			return routeStatic
+		}
+		s.writePage(ctx, a)
+		return routeStatic
+
+	case bytes.HasPrefix(path, pAPI):
+		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+		return routeOther
+	}
+	s.notFoundPage(ctx)
+	return routeOther
+}
+
+// validID reports whether b is a valid sale or order id, without allocating.
+func validID(b []byte) bool {
+	if len(b) == 0 || len(b) > 64 {
+		return false
+	}
+	for _, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow []byte) {
+	ctx.Response.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+	ctx.Response.Header.SetCanonical(hAllow, allow)
+	ctx.Response.ResetBody()
+}
+
+// serveError answers the errors fasthttp finds before the handler runs
+// (a body over the limit, a malformed request) in the API's JSON.
+func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeJSON(ctx, fasthttp.StatusRequestEntityTooLarge, bodyTooLarge)
+		ctx.SetConnectionClose()
+		return
+	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) {
+		writeJSON(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, bodyBadRequest)
+		ctx.SetConnectionClose()
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusBadRequest, bodyBadRequest)
+	ctx.SetConnectionClose()
+}
+
+// apiSale answers GET /api/sales/{id} with the sale's precomputed JSON.
+// It may lag Redis by one StateRefresh, and carries "public, max-age=1" so
+// a CDN can absorb the polling of a waiting crowd.
+func (s *Server) apiSale(ctx *fasthttp.RequestCtx, id []byte) {
+	e := s.lookup(id)
+	d := e.api.Load()
+	if d == nil {
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+		return
+	}
+	ctx.Response.SetStatusCode(d.status)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	if d.status == fasthttp.StatusOK {
+		ctx.Response.Header.SetCanonical(hCacheControl, vAPICache)
+	} else {
+		ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	}
+	ctx.Response.SetBodyRaw(d.body)
+}
+
+// rejectLocal answers a purchase the cached state turns away, counting it
+// for the primary's "rejected" field.
+func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
+	switch v {
+	case verdictUnavailable:
+		s.m.decision(decUnavailable)
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+		return
+	case verdictNotFound:
+		s.m.decision(decNotFound)
+		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+		return
+	case verdictClosed:
+		s.m.decision(decClosed)
+		writeJSON(ctx, fasthttp.StatusConflict, bodyClosed)
+	case verdictNotStarted:
+		s.m.decision(decNotStarted)
+		writeJSON(ctx, fasthttp.StatusConflict, bodyNotStarted)
+	default:
+		s.m.decision(decSoldOut)
+		writeJSON(ctx, fasthttp.StatusConflict, bodySoldOut)
+	}
+	e.rejected.Add(1)
+}
+
+// purchase judges POST /api/sales/{id}/orders in API.md's order: auth,
+// cached state, rate limits, body, admission, reserve.
+func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
+	body := ctx.PostBody()
+	if len(body) > s.cfg.MaxBodySize {
+		writeJSON(ctx, fasthttp.StatusRequestEntityTooLarge, bodyTooLarge)
+		return
+	}
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeJSON(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		return
+	}
+	e := s.lookup(id)
+	if v := judge(e.state.Load(), e.admitted.Load()); v != verdictAdmit {
+		s.rejectLocal(ctx, e, v)
+		return
+	}
+	now := s.clock.Now()
+	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
+		s.m.decision(decRateLimited)
+		e.rejected.Add(1)
+		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
+		return
+	}
+	if !s.allowUser(user, now) {
+		s.m.decision(decRateLimited)
+		e.rejected.Add(1)
+		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
+		return
+	}
+	qty, ok := parseQuantity(body)
+	if !ok {
+		writeJSON(ctx, fasthttp.StatusBadRequest, bodyBadRequest)
+		return
+	}
+	if v := e.admit(); v != verdictAdmit {
+		s.rejectLocal(ctx, e, v)
+		return
+	}
+	s.m.decision(decAdmitted)
+	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, qty)
+	if err != nil {
+		var pe *flashgate.PurchasedError
+		if errors.As(err, &pe) {
+			ctx.Response.SetStatusCode(fasthttp.StatusConflict)
+			ctx.Response.Header.SetContentTypeBytes(ctJSON)
+			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+			ctx.Response.SetBody(purchasedJSON(pe.OrderID))
+			return
+		}
+		s.writeError(ctx, err)
+		return
+	}
+	ctx.Response.SetStatusCode(fasthttp.StatusCreated)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	ctx.Response.SetBody(orderJSON(flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved}))
+}
+
+// parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
+func parseQuantity(body []byte) (int64, bool) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return 1, true
+	}
+	var req struct {
+		Quantity *int64 `json:"quantity"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return 0, false
+	}
+	if req.Quantity == nil {
+		return 1, true
+	}
+	if *req.Quantity < 1 {
+		return 0, false
+	}
+	return *req.Quantity, true
+}
+
+// Order route actions.
+const (
+	orderGet = iota
+	orderPay
+	orderCancel
+)
+
+// order serves the buyer's order routes for the authenticated user.
+func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeJSON(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		return
+	}
+	if s.cfg.Orders == nil {
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+		return
+	}
+	var (
+		o   flashgate.Order
+		err error
+	)
+	switch action {
+	case orderPay:
+		o, err = s.cfg.Orders.Pay(s.base, string(id), user)
+	case orderCancel:
+		o, err = s.cfg.Orders.Cancel(s.base, string(id), user)
+	default:
+		o, err = s.cfg.Orders.Order(s.base, string(id), user)
+	}
+	if err != nil {
+		s.writeError(ctx, err)
+		return
+	}
+	if o.UserID != user {
+		// The Orders service must not hand out other users' orders; if
+		// it does, answer as for an order that is not there.
+		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+		return
+	}
+	ctx.Response.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	ctx.Response.SetBody(orderJSON(o))
+}
