@@ -13,6 +13,12 @@
 --      still names this order, the order id remembered
 --   0  this order was released before; nothing changed
 --  -1  no such sale in Redis (a re-sync from the database rebuilds it)
+-- A quantity that is not a whole number >= 1 is an error reply, before any
+-- write (a failing call must not mark the order released).
+local n = tonumber(ARGV[3])
+if not n or n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR release: bad quantity')
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
@@ -20,7 +26,6 @@ if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
 local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
-local n = tonumber(ARGV[3]) or 0
 if n > booked then
   n = booked
 end

@@ -18,7 +18,7 @@
 --   {3, ""}       closed
 --   {4, ""}       sold out (booked + qty > total)
 --   {5, existing} the user already holds a live order (its id)
---   {6, ""}       quantity outside 1..per_user
+--   {6, ""}       quantity not a whole number in 1..per_user
 local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price')
 if not f[1] then
   return {1, ''}
@@ -35,7 +35,7 @@ if existing then
 end
 local n = tonumber(ARGV[3])
 local perUser = tonumber(f[5] or '1') or 1
-if not n or n < 1 or n > perUser then
+if not n or n < 1 or n > perUser or n ~= math.floor(n) then
   return {6, ''}
 end
 if tonumber(f[2] or '0') + n > tonumber(f[1]) then
