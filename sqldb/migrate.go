@@ -88,7 +88,12 @@ const migrationLock = 0x666c617368677400
 // migrate applies the migrations not yet recorded, in one transaction. On
 // PostgreSQL it first takes a transaction-scoped advisory lock; on SQLite the
 // transaction begins IMMEDIATE, which is as exclusive among writers.
+// When every migration is recorded already it takes no lock at all, so a
+// process may open a database while another one writes to it.
 func (d *DB) migrate(ctx context.Context) error {
+	if d.upToDate(ctx) {
+		return nil
+	}
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -145,4 +150,13 @@ func recordVersion(ctx context.Context, tx *sql.Tx, d *DB, v int) error {
 	_, err := tx.ExecContext(ctx, d.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`),
 		v, nowUTC().Format("2006-01-02T15:04:05.000000Z"))
 	return err
+}
+
+// upToDate reports whether schema_migrations records the latest migration.
+// Any error (no such table yet) means no.
+func (d *DB) upToDate(ctx context.Context) bool {
+	var v int
+	err := d.w.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`),
+		migrations[len(migrations)-1].version).Scan(&v)
+	return err == nil && v == 1
 }
