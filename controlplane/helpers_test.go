@@ -1,0 +1,219 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/pgtest"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+const testToken = "s3cret-admin-token"
+
+var t0 = time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeClock is a flashgate.Clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// luaReleaser is the tiny Releaser of the tests: lua.Release on the
+// primary, with an injectable failure.
+type luaReleaser struct {
+	rdb  redis.UniversalClient
+	fail atomic.Bool
+	n    atomic.Int64
+}
+
+func (r *luaReleaser) Release(ctx context.Context, o flashgate.Order) (bool, error) {
+	if r.fail.Load() {
+		return false, errors.New("injected release failure")
+	}
+	keys := []string{lua.SaleKey(o.SaleID), lua.BuyersKey(o.SaleID), lua.ReleasedKey(o.SaleID)}
+	code, err := lua.Release.Run(ctx, r.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
+	if err != nil {
+		return false, err
+	}
+	if code == lua.ReleaseDone {
+		r.n.Add(1)
+	}
+	return code == lua.ReleaseDone, nil
+}
+
+// env is one control plane over a real redis-server and a real database.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	srv   *redistest.Server
+	rdb   *redis.Client
+	db    *sqldb.DB
+	clock *fakeClock
+	rel   *luaReleaser
+	svc   *Service
+	seq   atomic.Int64
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// sqliteDSN and postgresDSN give a fresh database of each kind.
+func sqliteDSN(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "fg.db") }
+func postgresDSN(t *testing.T) string {
+	return pgtest.New(t)
+}
+
+func openDB(t *testing.T, dsn string) *sqldb.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(ctx, dsn)
+	if err != nil {
+		t.Fatalf("sqldb.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func newEnv(t *testing.T, dsn string, mod func(*Config)) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	srv := redistest.Start(t)
+	e := &env{t: t, ctx: ctx, srv: srv, rdb: srv.Client(t), db: openDB(t, dsn), clock: &fakeClock{now: t0}}
+	e.rel = &luaReleaser{rdb: e.rdb}
+	cfg := Config{
+		Redis: e.rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,
+		Clock: e.clock, Logger: quietLogger(), PersistWait: -1, NodeID: "test",
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	svc, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	e.svc = svc
+	return e
+}
+
+// openSale creates and starts a sale of total units.
+func (e *env) openSale(id string, total int64, ratio float64) {
+	e.t.Helper()
+	if _, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: id, Name: "Sale " + id, PriceCents: 500, Total: total, AdmitRatio: ratio}); err != nil {
+		e.t.Fatalf("CreateSale(%s): %v", id, err)
+	}
+	if err := e.svc.Start(e.ctx, id); err != nil {
+		e.t.Fatalf("Start(%s): %v", id, err)
+	}
+}
+
+// reserve runs lua.Reserve for user, as the inventory tier would; it
+// returns the script's code and order id.
+func (e *env) reserve(sale, user string) (int64, string) {
+	e.t.Helper()
+	id := fmt.Sprintf("o%06d", e.seq.Add(1))
+	keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.OrdersKey(sale)}
+	v, err := lua.Reserve.Run(e.ctx, e.rdb, keys, id, user, 1, e.clock.Now().UnixMilli(), sale).Slice()
+	if err != nil {
+		e.t.Fatalf("reserve: %v", err)
+	}
+	code := v[0].(int64)
+	got, _ := v[1].(string)
+	return code, got
+}
+
+// reserveMany tries n new users (prefix-0 .. prefix-(n-1)) and returns how
+// many got a unit.
+func (e *env) reserveMany(sale, prefix string, n int) int {
+	e.t.Helper()
+	ok := 0
+	for i := 0; i < n; i++ {
+		if code, _ := e.reserve(sale, prefix+"-"+strconv.Itoa(i)); code == lua.ReserveOK {
+			ok++
+		}
+	}
+	return ok
+}
+
+// persist moves every stream entry of sale into the database with
+// created_at from the entry, as the order sink does, and XDELs them.
+func (e *env) persist(sale string) []flashgate.Order {
+	e.t.Helper()
+	msgs, err := e.rdb.XRange(e.ctx, lua.OrdersKey(sale), "-", "+").Result()
+	if err != nil {
+		e.t.Fatalf("XRANGE: %v", err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var orders []flashgate.Order
+	var ids []string
+	for _, m := range msgs {
+		v := func(k string) string { s, _ := m.Values[k].(string); return s }
+		qty, _ := strconv.ParseInt(v(lua.EntryQuantity), 10, 64)
+		price, _ := strconv.ParseInt(v(lua.EntryPrice), 10, 64)
+		ts, _ := strconv.ParseInt(v(lua.EntryTime), 10, 64)
+		orders = append(orders, flashgate.Order{
+			ID: v(lua.EntryOrder), SaleID: v(lua.EntrySale), UserID: v(lua.EntryUser),
+			Quantity: qty, PriceCents: price, Status: flashgate.StatusPendingPayment,
+			CreatedAt: time.UnixMilli(ts).UTC(),
+		})
+		ids = append(ids, m.ID)
+	}
+	if _, err := e.db.InsertOrders(e.ctx, orders); err != nil {
+		e.t.Fatalf("InsertOrders: %v", err)
+	}
+	if err := e.rdb.XDel(e.ctx, lua.OrdersKey(sale), ids...).Err(); err != nil {
+		e.t.Fatalf("XDEL: %v", err)
+	}
+	return orders
+}
+
+// field reads one integer field of a sale hash through c.
+func field(t *testing.T, c *redis.Client, sale, f string) int64 {
+	t.Helper()
+	n, err := c.HGet(context.Background(), lua.SaleKey(sale), f).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("HGET %s %s: %v", sale, f, err)
+	}
+	return n
+}
+
+// eventually polls cond every 10ms for up to 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
