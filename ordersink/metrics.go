@@ -1,0 +1,80 @@
+package ordersink
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate"
+)
+
+// metrics are the sink's Prometheus collectors; a nil *metrics records
+// nothing.
+type metrics struct {
+	orders  prometheus.Counter
+	batches *prometheus.CounterVec
+	lag     prometheus.Histogram
+	backlog prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	return &metrics{
+		orders: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashgate_sink_orders_total",
+			Help: "Order rows the sink inserted into the database.",
+		})),
+		batches: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_sink_batches_total",
+			Help: "Batches the sink tried to store, by result (ok, error).",
+		}, []string{"result"})),
+		lag: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flashgate_sink_lag_seconds",
+			Help:    "Time from an order's reservation to its commit in the database.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		})),
+		backlog: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flashgate_stream_backlog",
+			Help: "Reserved orders in the sale streams not yet in the database.",
+		})),
+	}
+}
+
+// register registers c, or returns the collector registered before under
+// the same name (two drainers in one process share them).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
+
+func (m *metrics) batch(result string) {
+	if m != nil {
+		m.batches.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *metrics) stored(inserted int, orders []flashgate.Order, now time.Time) {
+	if m == nil {
+		return
+	}
+	m.orders.Add(float64(inserted))
+	for _, o := range orders {
+		m.lag.Observe(max(0, now.Sub(o.CreatedAt).Seconds()))
+	}
+}
+
+func (m *metrics) setBacklog(n int64) {
+	if m != nil {
+		m.backlog.Set(float64(n))
+	}
+}
