@@ -1,0 +1,309 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+type client struct {
+	t    *testing.T
+	base string
+}
+
+// do sends a request with token (none when "") and returns the status and
+// the decoded JSON body (nil when not JSON).
+func (c client) do(method, path, token, body string) (int, map[string]any, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return res.StatusCode, m, string(raw)
+}
+
+func keys(m map[string]any) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ",")
+}
+
+func TestAdminUnauthorized(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	c := client{t, srv.URL}
+	routes := []struct{ method, path string }{
+		{"POST", "/admin/sales"}, {"GET", "/admin/sales"}, {"GET", "/admin/sales/x"},
+		{"POST", "/admin/sales/x/start"}, {"POST", "/admin/sales/x/stop"},
+		{"POST", "/admin/sales/x/resync"}, {"POST", "/admin/orders/o1/refund"},
+	}
+	for _, r := range routes {
+		for _, tok := range []string{"", "wrong", testToken + "x", strings.ToUpper(testToken)} {
+			code, body, _ := c.do(r.method, r.path, tok, `{}`)
+			if code != http.StatusUnauthorized || body["error"] != "unauthorized" || len(body) != 1 {
+				t.Errorf("%s %s with token %q: got %d %v, want 401 {error: unauthorized}", r.method, r.path, tok, code, body)
+			}
+		}
+	}
+	// Basic scheme other than Bearer is refused too.
+	req, _ := http.NewRequest("GET", srv.URL+"/admin/sales", nil)
+	req.Header.Set("Authorization", "Basic "+testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("Basic auth: got %d, want 401", res.StatusCode)
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz", "/admin/", "/admin/admin.js"} {
+		if code, _, _ := c.do("GET", p, "", ""); code != http.StatusOK {
+			t.Errorf("GET %s without token: got %d, want 200", p, code)
+		}
+	}
+}
+
+func TestAdminRoutes(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	srv := httptest.NewServer(e.svc.Handler())
+	t.Cleanup(srv.Close)
+	c := client{t, srv.URL}
+	tok := testToken
+
+	steps := []struct {
+		name, method, path, body string
+		wantCode                 int
+		wantKeys                 string // comma-separated sorted keys; "" to skip
+		check                    func(map[string]any) error
+	}{
+		{"create", "POST", "/admin/sales", `{"id":"s1","name":"Shoes","price_cents":1999,"total":3,"starts_at":"2030-05-01T13:00:00Z","ends_at":null}`,
+			201, "ends_at,id,name,price_cents,starts_at,state,total", func(m map[string]any) error {
+				if m["state"] != "upcoming" || m["total"] != 3.0 || m["starts_at"] != "2030-05-01T13:00:00Z" {
+					return errors.New("wrong sale")
+				}
+				return nil
+			}},
+		{"create again", "POST", "/admin/sales", `{"id":"s1","name":"Shoes","price_cents":1,"total":3}`, 409, "error", errCode("exists")},
+		{"bad id", "POST", "/admin/sales", `{"id":"a b","name":"x","total":3}`, 400, "error,field", errField("id")},
+		{"no name", "POST", "/admin/sales", `{"id":"s2","total":3}`, 400, "error,field", errField("name")},
+		{"long name", "POST", "/admin/sales", `{"id":"s2","name":"` + strings.Repeat("n", 201) + `","total":3}`, 400, "error,field", errField("name")},
+		{"negative price", "POST", "/admin/sales", `{"id":"s2","name":"x","price_cents":-1,"total":3}`, 400, "error,field", errField("price_cents")},
+		{"zero total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":0}`, 400, "error,field", errField("total")},
+		{"huge total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":1000001}`, 400, "error,field", errField("total")},
+		{"total as text", "POST", "/admin/sales", `{"id":"s2","name":"x","total":"3"}`, 400, "error,field", errField("total")},
+		{"ratio below 1", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"admit_ratio":0.5}`, 400, "error,field", errField("admit_ratio")},
+		{"per_user over total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"per_user":4}`, 400, "error,field", errField("per_user")},
+		{"bad starts_at", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"starts_at":"tomorrow"}`, 400, "error,field", errField("starts_at")},
+		{"ends before start", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"starts_at":"2030-05-01T13:00:00Z","ends_at":"2030-05-01T12:00:00Z"}`, 400, "error,field", errField("ends_at")},
+		{"not json", "POST", "/admin/sales", `{"id":`, 400, "error,field", errField("body")},
+		{"too large", "POST", "/admin/sales", `{"name":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "error", errCode("too_large")},
+		{"status upcoming", "GET", "/admin/sales/s1", "", 200,
+			"admission_cap,admitted,booked,id,name,orders,rejected,remaining,reserved,state,stream_backlog,total", func(m map[string]any) error {
+				o, _ := m["orders"].(map[string]any)
+				if keys(o) != "cancelled,expired,paid,pending_payment,persisted,refunded" {
+					return errors.New("orders keys " + keys(o))
+				}
+				if m["state"] != "upcoming" || m["remaining"] != 3.0 || m["admission_cap"] != 4.0 {
+					return errors.New("wrong figures")
+				}
+				return nil
+			}},
+		{"status unknown", "GET", "/admin/sales/nope", "", 404, "error", errCode("not_found")},
+		{"status bad id", "GET", "/admin/sales/a.b", "", 404, "error", errCode("not_found")},
+		{"start", "POST", "/admin/sales/s1/start", "", 200, "", stateIs("open")},
+		{"start unknown", "POST", "/admin/sales/nope/start", "", 404, "error", errCode("not_found")},
+		{"resync", "POST", "/admin/sales/s1/resync", "", 200, "after,before", func(m map[string]any) error {
+			a, _ := m["after"].(map[string]any)
+			if keys(a) != "admission_cap,admitted,booked,remaining,reserved,total" || a["remaining"] != 3.0 {
+				return errors.New("after " + keys(a))
+			}
+			return nil
+		}},
+		{"resync unknown", "POST", "/admin/sales/nope/resync", "", 404, "error", errCode("not_found")},
+		{"refund unknown", "POST", "/admin/orders/nope/refund", "", 404, "error", errCode("not_found")},
+		{"list", "GET", "/admin/sales", "", 200, "", nil},
+	}
+	for _, s := range steps {
+		code, body, raw := c.do(s.method, s.path, tok, s.body)
+		if code != s.wantCode {
+			t.Errorf("%s: %s %s: got %d %s, want %d", s.name, s.method, s.path, code, raw, s.wantCode)
+			continue
+		}
+		if s.wantKeys != "" && keys(body) != s.wantKeys {
+			t.Errorf("%s: got keys %s, want %s", s.name, keys(body), s.wantKeys)
+		}
+		if s.check != nil {
+			if err := s.check(body); err != nil {
+				t.Errorf("%s: %v in %s", s.name, err, raw)
+			}
+		}
+	}
+	_, _, raw := c.do("GET", "/admin/sales", tok, "")
+	var list []flashgate.Sale
+	if err := json.Unmarshal([]byte(raw), &list); err != nil || len(list) != 1 || list[0].ID != "s1" {
+		t.Fatalf("list: got %s (%v), want one sale s1", raw, err)
+	}
+
+	// A purchase, persisted, refunded: the unit comes back.
+	rc, oid := e.reserve("s1", "u1")
+	if rc != lua.ReserveOK {
+		t.Fatalf("reserve: code %d", rc)
+	}
+	if code, _, raw := c.do("POST", "/admin/orders/"+oid+"/refund", tok, ""); code != 404 {
+		t.Errorf("refund of an order not yet persisted: got %d %s, want 404", code, raw)
+	}
+	e.persist("s1")
+	code, body, raw := c.do("POST", "/admin/orders/"+oid+"/refund", tok, "")
+	if code != 200 || body["status"] != "refunded" || body["order_id"] != oid || body["user_id"] != "u1" {
+		t.Errorf("refund: got %d %s, want 200 refunded", code, raw)
+	}
+	if code, body, _ := c.do("POST", "/admin/orders/"+oid+"/refund", tok, ""); code != 200 || body["status"] != "refunded" {
+		t.Errorf("refund again: got %d %v, want 200 refunded", code, body)
+	}
+	if got := field(t, e.rdb, "s1", lua.FieldBooked); got != 0 {
+		t.Errorf("booked after refund = %d, want 0", got)
+	}
+	code, body, raw = c.do("GET", "/admin/sales/s1", tok, "")
+	if o, _ := body["orders"].(map[string]any); code != 200 || o["refunded"] != 1.0 || o["persisted"] != 1.0 {
+		t.Errorf("status after refund: %d %s", code, raw)
+	}
+	if code, _, _ := c.do("POST", "/admin/sales/s1/stop", tok, ""); code != 200 {
+		t.Errorf("stop: got %d", code)
+	}
+	code, body, raw = c.do("GET", "/admin/sales/s1", tok, "")
+	if st, _ := body["settlement"].(map[string]any); code != 200 || body["state"] != "closed" || st["settled"] != true || st["difference"] != 0.0 {
+		t.Errorf("status after stop: %d %s, want closed with a settled settlement", code, raw)
+	}
+	_, _, metrics := c.do("GET", "/metrics", "", "")
+	for _, want := range []string{`flashgate_orders{status="refunded"} 1`, `flashgate_refunds_total 1`, `flashgate_sale_booked{sale="s1"} 0`,
+		`flashgate_sale_admitted{sale="s1"}`, `flashgate_stream_backlog{sale="s1"} 0`, `flashgate_resync_total`, `flashgate_expired_total 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func errCode(want string) func(map[string]any) error {
+	return func(m map[string]any) error {
+		if m["error"] != want {
+			return errors.New("error code is not " + want)
+		}
+		return nil
+	}
+}
+
+func errField(want string) func(map[string]any) error {
+	return func(m map[string]any) error {
+		if m["error"] != "bad_request" || m["field"] != want {
+			return errors.New("not bad_request on field " + want)
+		}
+		return nil
+	}
+}
+
+func stateIs(want string) func(map[string]any) error {
+	return func(m map[string]any) error {
+		if m["state"] != want {
+			return errors.New("state is not " + want)
+		}
+		return nil
+	}
+}
+
+// TestOrderTransitions covers the buyer's view: a reserved order, the owner
+// check, pay, cancel and their conflicts.
+func TestOrderTransitions(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	e.openSale("s", 5, 0)
+	_, a := e.reserve("s", "alice")
+	_, b := e.reserve("s", "bob")
+	o, err := e.svc.Order(e.ctx, a, "alice")
+	if err != nil || o.Status != flashgate.StatusReserved || o.SaleID != "s" {
+		t.Fatalf("Order before persist = %+v, %v; want reserved in sale s", o, err)
+	}
+	if _, err := e.svc.Order(e.ctx, a, "bob"); !errors.Is(err, flashgate.ErrNotFound) {
+		t.Fatalf("Order of another user: got %v, want ErrNotFound", err)
+	}
+	if _, err := e.svc.Pay(e.ctx, a, "alice"); !errors.Is(err, flashgate.ErrNotPayable) {
+		t.Fatalf("Pay before persist: got %v, want ErrNotPayable", err)
+	}
+	e.persist("s")
+	cases := []struct {
+		name   string
+		act    func() (flashgate.Order, error)
+		want   flashgate.OrderStatus
+		wantEr error
+	}{
+		{"pay another's", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "bob") }, "", flashgate.ErrNotFound},
+		{"pay", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "alice") }, flashgate.StatusPaid, nil},
+		{"pay again", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "alice") }, flashgate.StatusPaid, nil},
+		{"cancel paid", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, a, "alice") }, "", flashgate.ErrNotPayable},
+		{"cancel another's", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "alice") }, "", flashgate.ErrNotFound},
+		{"cancel", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "bob") }, flashgate.StatusCancelled, nil},
+		{"cancel again", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "bob") }, flashgate.StatusCancelled, nil},
+		{"pay cancelled", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, b, "bob") }, "", flashgate.ErrNotPayable},
+		{"refund cancelled", func() (flashgate.Order, error) { return e.svc.Refund(e.ctx, b) }, "", flashgate.ErrNotPayable},
+		{"refund paid", func() (flashgate.Order, error) { return e.svc.Refund(e.ctx, a) }, flashgate.StatusRefunded, nil},
+		{"unknown", func() (flashgate.Order, error) { return e.svc.Order(e.ctx, "zzz", "alice") }, "", flashgate.ErrNotFound},
+		{"bad id", func() (flashgate.Order, error) { return e.svc.Order(e.ctx, "a/b", "alice") }, "", flashgate.ErrNotFound},
+	}
+	for _, c := range cases {
+		got, err := c.act()
+		if c.wantEr != nil {
+			if !errors.Is(err, c.wantEr) {
+				t.Errorf("%s: got %v, want %v", c.name, err, c.wantEr)
+			}
+			continue
+		}
+		if err != nil || got.Status != c.want {
+			t.Errorf("%s: got %q, %v; want %q", c.name, got.Status, err, c.want)
+		}
+	}
+	if got := field(t, e.rdb, "s", lua.FieldBooked); got != 0 {
+		t.Errorf("booked = %d, want 0 after a cancel and a refund", got)
+	}
+	// Bob's cancelled unit is his to buy again.
+	if code, _ := e.reserve("s", "bob"); code != lua.ReserveOK {
+		t.Errorf("bob buying again: code %d, want %d", code, lua.ReserveOK)
+	}
+}
+
+// TestPayWaitsForPersist: a Pay that arrives before the sink persisted the
+// order waits for the row.
+func TestPayWaitsForPersist(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.PersistWait = 0 })
+	e.openSale("s", 5, 0)
+	_, id := e.reserve("s", "carol")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Pay(e.ctx, id, "carol")
+		done <- err
+	}()
+	e.persist("s")
+	if err := <-done; err != nil {
+		t.Fatalf("Pay: %v", err)
+	}
+}
