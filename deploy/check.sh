@@ -1,0 +1,416 @@
+#!/usr/bin/env bash
+# check.sh validates everything under deploy/ without a cluster and without
+# touching the system's configuration: every server it starts listens on
+# loopback and keeps its files in a temporary directory that is removed on exit.
+#
+#   deploy/check.sh [shell] [redis] [nginx] [k8s]     (default: all four)
+#
+#   shell  bash -n and shellcheck (if installed) on the scripts; cluster.sh
+#          refuses to start without bin/flashgate, with a clear message.
+#   redis  primary.conf and replica.conf load in redis-server; the replica
+#          syncs, refuses writes; AOF on, noeviction on both.
+#   nginx  nginx -t on the configuration cluster.sh renders from
+#          nginx/flashgate.conf, then nginx in front of a stub gateway: the
+#          micro-cache serves GET /api/sales/{id} and /sales/{id} and never
+#          purchases or orders; Authorization reaches the gateway; /admin and
+#          /metrics are refused; the purchase limit answers 429 in the API's
+#          JSON; a dead upstream answers 503 {"error":"unavailable"}.
+#   k8s    every manifest parses (python3 yaml), has kind and name, the
+#          kustomization lists existing files, the Secret template holds only
+#          placeholders; kubectl kustomize builds it if kubectl is installed.
+#
+# A part whose tool is missing (nginx, python3 yaml) is reported as SKIP.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/flashgate-deploy-check.XXXXXX")
+# nginx workers run as nobody when this runs as root; let them reach tmp.
+chmod 0711 "$tmp"
+started=()
+
+cleanup() {
+	local pid
+	for pid in "${started[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${started[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failures=0
+pass() { echo "PASS $*"; }
+fail() {
+	echo "FAIL $*"
+	failures=$((failures + 1))
+}
+skip() { echo "SKIP $*"; }
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# await CMD... retries CMD for at most 10 s.
+await() {
+	for _ in $(seq 1 100); do
+		if "$@" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+check_shell() {
+	local f
+	for f in "$here"/local/cluster.sh "$here"/check.sh; do
+		if bash -n "$f"; then pass "bash -n ${f#"$here"/}"; else fail "bash -n ${f#"$here"/}"; fi
+		if command -v shellcheck >/dev/null 2>&1; then
+			if shellcheck -x "$f"; then pass "shellcheck ${f#"$here"/}"; else fail "shellcheck ${f#"$here"/}"; fi
+		else
+			skip "shellcheck ${f#"$here"/} (shellcheck not installed)"
+		fi
+	done
+	local out rc=0
+	out=$(FLASHGATE_BIN="$tmp/no-such-flashgate" FLASHGATE_CLUSTER_DIR="$tmp/cluster" \
+		"$here/local/cluster.sh" up 2>&1) || rc=$?
+	if [ "$rc" -ne 0 ] && grep -q "make build" <<<"$out" && [ ! -e "$tmp/cluster" ]; then
+		pass "cluster.sh up without bin/flashgate fails clearly: $out"
+	else
+		fail "cluster.sh up without bin/flashgate: rc=$rc, output: $out"
+	fi
+}
+
+check_redis() {
+	if ! command -v redis-server >/dev/null 2>&1; then
+		skip "redis (redis-server not installed)"
+		return
+	fi
+	local p r
+	p=$(free_port)
+	r=$(free_port)
+	mkdir -p "$tmp/redis-p" "$tmp/redis-r"
+	redis-server "$here/redis/primary.conf" --port "$p" --bind 127.0.0.1 --dir "$tmp/redis-p" \
+		--daemonize no >"$tmp/redis-p.log" 2>&1 &
+	started+=($!)
+	if ! await redis-cli -p "$p" ping; then
+		fail "primary.conf does not start:"
+		tail -n 20 "$tmp/redis-p.log"
+		return
+	fi
+	pass "primary.conf loads (redis-server on 127.0.0.1:$p)"
+	redis-server "$here/redis/replica.conf" --port "$r" --bind 127.0.0.1 --dir "$tmp/redis-r" \
+		--daemonize no --replicaof 127.0.0.1 "$p" >"$tmp/redis-r.log" 2>&1 &
+	started+=($!)
+	if ! await redis-cli -p "$r" ping; then
+		fail "replica.conf does not start:"
+		tail -n 20 "$tmp/redis-r.log"
+		return
+	fi
+	pass "replica.conf loads (redis-server on 127.0.0.1:$r)"
+	if await sh -c "redis-cli -p $r info replication | grep -q '^master_link_status:up'"; then
+		pass "replica synced with the primary"
+	else
+		fail "replica did not sync with the primary"
+	fi
+
+	local got
+	expect_config() { # PORT NAME WANT
+		got=$(redis-cli -p "$1" config get "$2" | sed -n 2p)
+		if [ "$got" = "$3" ]; then pass "port $1: $2 = $3"; else fail "port $1: $2: got $got, want $3"; fi
+	}
+	expect_config "$p" appendonly yes
+	expect_config "$p" appendfsync everysec
+	expect_config "$p" maxmemory-policy noeviction
+	expect_config "$p" save ""
+	expect_config "$p" min-replicas-to-write 0
+	expect_config "$r" replica-read-only yes
+	expect_config "$r" maxmemory-policy noeviction
+
+	redis-cli -p "$p" set fg:check 1 >/dev/null
+	if await sh -c "[ \"\$(redis-cli -p $r get fg:check)\" = 1 ]"; then
+		pass "a write on the primary reaches the replica"
+	else
+		fail "a write on the primary did not reach the replica"
+	fi
+	got=$(redis-cli -p "$r" set fg:check 2 2>&1 || true)
+	if grep -q READONLY <<<"$got"; then pass "replica refuses writes"; else fail "replica write: got $got, want READONLY"; fi
+	if [ -d "$tmp/redis-p/appendonlydir" ]; then pass "primary writes its AOF"; else fail "primary has no appendonlydir"; fi
+
+	redis-cli -p "$r" shutdown nosave >/dev/null 2>&1 || true
+	redis-cli -p "$p" shutdown >/dev/null 2>&1 || true
+}
+
+check_nginx() {
+	if ! command -v nginx >/dev/null 2>&1; then
+		skip "nginx (not installed; Debian: apt-get install nginx)"
+		return
+	fi
+	if ! command -v python3 >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+		skip "nginx (needs python3 and curl for the stub gateway)"
+		return
+	fi
+	# A stub gateway: answers every request with what it received and how
+	# many times it has seen that method and path, and says "no-store" so that
+	# only nginx's own micro-cache settings can make it cacheable.
+	local gw np
+	gw=$(free_port)
+	np=$(free_port)
+	cat >"$tmp/stub.py" <<'EOF'
+import http.server, json, sys, threading
+counts, lock = {}, threading.Lock()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        key = self.command + " " + self.path
+        if self.path.startswith("/__count/"):
+            with lock:
+                c = counts.get(self.path[len("/__count/"):].replace("_", " ", 1), 0)
+            body = str(c).encode()
+        else:
+            with lock:
+                counts[key] = counts.get(key, 0) + 1
+                c = counts[key]
+            body = json.dumps({"seen": key, "n": c,
+                               "auth": self.headers.get("Authorization", ""),
+                               "ae": self.headers.get("Accept-Encoding", "")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    do_GET = do_POST = do_HEAD = answer
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+EOF
+	python3 "$tmp/stub.py" "$gw" >"$tmp/stub.log" 2>&1 &
+	local stub=$!
+	started+=("$stub")
+	if ! await curl -sf "http://127.0.0.1:$gw/healthz"; then
+		fail "stub gateway did not start"
+		return
+	fi
+
+	local nd=$tmp/nginx
+	if ! "$here/local/cluster.sh" nginx-config "$nd" "127.0.0.1:$np" "127.0.0.1:$gw"; then
+		fail "cluster.sh nginx-config"
+		return
+	fi
+	if nginx -t -p "$nd" -c "$nd/nginx.conf" -e "$nd/logs/error.log" >"$tmp/nginx-t.log" 2>&1; then
+		pass "nginx -t on nginx/flashgate.conf (rendered, temporary prefix)"
+	else
+		fail "nginx -t:"
+		cat "$tmp/nginx-t.log"
+		return
+	fi
+	nginx -p "$nd" -c "$nd/nginx.conf" -e "$nd/logs/error.log" -g 'daemon off;' >"$tmp/nginx.log" 2>&1 &
+	started+=($!)
+	local base=http://127.0.0.1:$np
+	if ! await curl -sf "$base/healthz"; then
+		fail "nginx did not start:"
+		cat "$tmp/nginx.log" "$nd/logs/error.log" 2>/dev/null || true
+		return
+	fi
+	pass "nginx serves on $base in front of the stub gateway"
+
+	# upstream_count METHOD PATH: how often the stub gateway saw it.
+	upstream_count() {
+		curl -s "http://127.0.0.1:$gw/__count/$1_$2"
+	}
+	# field JSON NAME: the stub's flat JSON, "name": "text" or "name": 123.
+	field() { sed -n 's/.*"'"$2"'": \("\([^"]*\)"\|\([0-9][0-9]*\)\).*/\2\3/p' <<<"$1"; }
+
+	# The micro-cache: a second GET within the second is a HIT and never
+	# reaches the gateway. Tried a few times in case the machine is so slow
+	# that a whole second passes between two requests.
+	local path ok h1 h2
+	for path in /api/sales/demo /sales/demo; do
+		ok=0
+		for _ in 1 2 3 4 5; do
+			h1=$(curl -s -o /dev/null -D - "$base$path" | tr -d '\r' | grep -i '^x-cache-status' || true)
+			h2=$(curl -s -o /dev/null -D - "$base$path" | tr -d '\r' | grep -i '^x-cache-status' || true)
+			if grep -qi 'HIT' <<<"$h2"; then
+				ok=1
+				break
+			fi
+		done
+		if [ "$ok" = 1 ]; then
+			pass "GET $path is micro-cached ($h1, then $h2)"
+		else
+			fail "GET $path: second answer $h2, want X-Cache-Status: HIT"
+		fi
+	done
+	local before after
+	before=$(upstream_count GET /api/sales/demo)
+	for _ in 1 2 3 4 5 6 7 8 9 10; do curl -s -o /dev/null "$base/api/sales/demo"; done
+	after=$(upstream_count GET /api/sales/demo)
+	if [ $((after - before)) -le 10 ] && [ "$after" -ge 1 ]; then
+		pass "10 GETs of /api/sales/demo reached the gateway $((after - before)) times"
+	else
+		fail "GET /api/sales/demo: gateway counts $before -> $after"
+	fi
+
+	# Accept-Encoding is folded to gzip or nothing.
+	local body
+	body=$(curl -s -H 'Accept-Encoding: gzip, deflate, br' "$base/api/orders/ae1")
+	if [ "$(field "$body" ae)" = gzip ]; then pass "Accept-Encoding 'gzip, deflate, br' reaches the gateway as 'gzip'"; else fail "Accept-Encoding: got '$(field "$body" ae)', want gzip"; fi
+	body=$(curl -s -H 'Accept-Encoding: br' "$base/api/orders/ae2")
+	if [ -z "$(field "$body" ae)" ]; then pass "Accept-Encoding 'br' reaches the gateway empty"; else fail "Accept-Encoding: got '$(field "$body" ae)', want empty"; fi
+
+	# Purchases and orders: never cached, Authorization passed.
+	local b1 b2 hdr
+	b1=$(curl -s -X POST -H 'Authorization: Bearer tok-1' -d '{"quantity":1}' "$base/api/sales/demo/orders")
+	b2=$(curl -s -X POST -H 'Authorization: Bearer tok-1' -d '{"quantity":1}' "$base/api/sales/demo/orders")
+	if [ "$(field "$b1" n)" = 1 ] && [ "$(field "$b2" n)" = 2 ]; then pass "each purchase POST reaches the gateway"; else fail "purchase POSTs: got $b1 then $b2"; fi
+	if [ "$(field "$b1" auth)" = "Bearer tok-1" ]; then pass "Authorization reaches the gateway"; else fail "Authorization: got '$(field "$b1" auth)', want 'Bearer tok-1'"; fi
+	hdr=$(curl -s -o /dev/null -D - -X POST "$base/api/sales/demo/orders" | tr -d '\r')
+	if grep -qi '^x-cache-status' <<<"$hdr"; then fail "purchase answer went through the cache: $hdr"; else pass "purchase answers bypass the cache"; fi
+	b1=$(curl -s -H 'Authorization: Bearer tok-1' "$base/api/orders/o1")
+	b2=$(curl -s -H 'Authorization: Bearer tok-2' "$base/api/orders/o1")
+	if [ "$(field "$b1" n)" = 1 ] && [ "$(field "$b2" n)" = 2 ] && [ "$(field "$b2" auth)" = "Bearer tok-2" ]; then
+		pass "GET /api/orders/{id} is never cached"
+	else
+		fail "GET /api/orders/o1: got $b1 then $b2"
+	fi
+
+	# The admin API and metrics are not public.
+	local code
+	for path in /admin/ /admin/sales /admin/sales/demo/start /metrics /debug/pprof/; do
+		code=$(curl -s -o /dev/null -w '%{http_code}' "$base$path")
+		if [ "$code" = 404 ] && [ "$(upstream_count GET "$path")" = 0 ]; then
+			pass "GET $path is refused (404) without reaching a gateway"
+		else
+			fail "GET $path: got $code, gateway saw it $(upstream_count GET "$path") times; want 404 and 0"
+		fi
+	done
+
+	# The purchase limit (20/s, burst 40, per address): a quick run of 200
+	# POSTs gets some 429s, in the API's JSON shape. Only a machine so slow
+	# that the run took longer than the limit lets through is excused.
+	local urls=() codes t0 t1
+	for _ in $(seq 1 200); do urls+=(-o /dev/null "$base/api/sales/flood/orders"); done
+	t0=$(date +%s%N)
+	codes=$(curl -s --no-progress-meter -X POST --parallel --parallel-max 8 -w '%{http_code}\n' "${urls[@]}" | sort | uniq -c | tr -s ' \n' ' ')
+	t1=$(date +%s%N)
+	if grep -q ' 429' <<<"$codes"; then
+		pass "200 quick purchase POSTs from one address:$codes"
+	elif [ $(((t1 - t0) / 1000000)) -gt 7500 ]; then
+		skip "purchase limit: 200 POSTs took $(((t1 - t0) / 1000000)) ms, too slow to reach 20/s + 40"
+	else
+		fail "no 429 among 200 quick purchase POSTs:$codes"
+	fi
+	# Ten more at once, while the bucket is still over its burst.
+	local ten=()
+	for _ in $(seq 1 10); do ten+=("$base/api/sales/flood/orders"); done
+	hdr=$(curl -s -D - -w '\n' -X POST "${ten[@]}" | tr -d '\r' | grep -A 20 '^HTTP/1.1 429' | sed '/^{/q' || true)
+	if grep -q '^HTTP/1.1 429' <<<"$hdr"; then
+		if grep -qi '^retry-after: ' <<<"$hdr" && grep -q '^{"error":"rate_limited"}' <<<"$hdr"; then
+			pass "429 carries Retry-After and {\"error\":\"rate_limited\"}"
+		else
+			fail "429 answer: $hdr"
+		fi
+	else
+		skip "429 shape (the limiter had refilled by the time of the check)"
+	fi
+
+	# A dead gateway: nginx answers 503 in the API's JSON for what it cannot
+	# serve from the cache.
+	kill -TERM "$stub" 2>/dev/null || true
+	wait "$stub" 2>/dev/null || true
+	hdr=$(curl -s -D - "$base/api/orders/o9" | tr -d '\r')
+	if grep -q '^HTTP/1.1 503' <<<"$hdr" && grep -q '^{"error":"unavailable"}' <<<"$hdr"; then
+		pass "no gateway: 503 {\"error\":\"unavailable\"}"
+	else
+		fail "no gateway: got $hdr"
+	fi
+}
+
+check_k8s() {
+	if ! python3 -c 'import yaml' >/dev/null 2>&1; then
+		skip "k8s (python3 with the yaml module not installed)"
+		return
+	fi
+	if python3 - "$here/k8s" <<'EOF'; then
+import os, sys, yaml
+root = sys.argv[1]
+bad = 0
+def fail(msg):
+    global bad
+    bad += 1
+    print("FAIL " + msg)
+files = sorted(f for f in os.listdir(root) if f.endswith((".yaml", ".yml")))
+for f in files:
+    try:
+        docs = [d for d in yaml.safe_load_all(open(os.path.join(root, f))) if d is not None]
+    except yaml.YAMLError as e:
+        fail("%s: %s" % (f, e))
+        continue
+    for d in docs:
+        if f == "kustomization.yaml":
+            continue
+        if not isinstance(d, dict) or not d.get("kind") or not d.get("apiVersion") or not d.get("metadata", {}).get("name"):
+            fail("%s: a document without apiVersion, kind or metadata.name" % f)
+        if d.get("kind") == "Secret":
+            for k, v in (d.get("stringData") or {}).items():
+                if "CHANGE_ME" not in str(v):
+                    fail("%s: Secret key %s holds a value, not a CHANGE_ME placeholder" % (f, k))
+            if d.get("data"):
+                fail("%s: Secret template has data; only stringData placeholders belong here" % f)
+    print("PASS %s parses (%d documents)" % (f, len(docs)))
+k = yaml.safe_load(open(os.path.join(root, "kustomization.yaml")))
+for r in k.get("resources", []):
+    if not os.path.exists(os.path.join(root, r)):
+        fail("kustomization.yaml lists %s, which does not exist" % r)
+    elif "secret" in r:
+        fail("kustomization.yaml applies %s: the Secret template must never be applied over a real secret" % r)
+for g in k.get("configMapGenerator", []):
+    for fl in g.get("files", []):
+        p = fl.split("=", 1)[-1]
+        if not os.path.exists(os.path.join(root, p)):
+            fail("configMapGenerator file %s does not exist" % p)
+sys.exit(1 if bad else 0)
+EOF
+		pass "k8s manifests parse"
+	else
+		fail "k8s manifests"
+	fi
+	if command -v kubectl >/dev/null 2>&1; then
+		if kubectl kustomize "$here/k8s" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
+			pass "kubectl kustomize deploy/k8s ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
+		else
+			fail "kubectl kustomize deploy/k8s:"
+			cat "$tmp/k8s.err"
+		fi
+	else
+		skip "kubectl kustomize (kubectl not installed)"
+	fi
+}
+
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(shell redis nginx k8s)
+for part in "${parts[@]}"; do
+	case $part in
+	shell) check_shell ;;
+	redis) check_redis ;;
+	nginx) check_nginx ;;
+	k8s) check_k8s ;;
+	*)
+		echo "check.sh: unknown part $part (want shell, redis, nginx or k8s)" >&2
+		exit 2
+		;;
+	esac
+done
+if [ "$failures" -gt 0 ]; then
+	echo "check.sh: $failures check(s) failed"
+	exit 1
+fi
+echo "check.sh: all checks passed"
