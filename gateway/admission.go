@@ -112,11 +112,11 @@ func (s *Server) newSale(id string) *sale {
 
 // load reads a new sale's Redis state and catalog entry.
 func (s *Server) load(e *sale) {
-	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
-	defer cancel()
-	if states, err := s.readStates(ctx, []*sale{e}); err == nil {
+	if states, err := s.readStates(s.base, []*sale{e}); err == nil {
 		e.state.Store(states[0])
 	}
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	defer cancel()
 	s.loadMeta(ctx, e)
 	s.rebuildAPI(e)
 }
@@ -158,23 +158,34 @@ func sameTime(a, b *time.Time) bool {
 }
 
 // readStates reads the state of each sale with one pipeline on the replica,
-// or on the primary when the replica fails.
-func (s *Server) readStates(ctx context.Context, list []*sale) ([]*saleState, error) {
-	states, err := s.readFrom(ctx, s.cfg.Replica, list)
-	if err == nil {
-		if s.replicaFailed.Swap(false) {
-			s.log.Info("gateway: replica answers again")
+// or on the primary when the replica fails; a failed replica is tried again
+// once a second. Each attempt has its own RedisTimeout.
+func (s *Server) readStates(parent context.Context, list []*sale) ([]*saleState, error) {
+	try := func(c redis.UniversalClient) ([]*saleState, error) {
+		ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
+		defer cancel()
+		return s.readFrom(ctx, c, list)
+	}
+	useReplica := s.cfg.Replica != s.cfg.Primary &&
+		(!s.replicaFailed.Load() || time.Now().UnixNano() >= s.replicaRetry.Load())
+	if useReplica || s.cfg.Replica == s.cfg.Primary {
+		states, err := try(s.cfg.Replica)
+		if err == nil {
+			if s.replicaFailed.Swap(false) {
+				s.log.Info("gateway: replica answers again")
+			}
+			return states, nil
 		}
-		return states, nil
-	}
-	if s.cfg.Replica == s.cfg.Primary {
-		return nil, err
-	}
-	if !s.replicaFailed.Swap(true) {
-		s.log.Warn("gateway: replica read failed, reading from the primary", "err", err)
+		if s.cfg.Replica == s.cfg.Primary {
+			return nil, err
+		}
+		s.replicaRetry.Store(time.Now().Add(time.Second).UnixNano())
+		if !s.replicaFailed.Swap(true) {
+			s.log.Warn("gateway: replica read failed, reading from the primary", "err", err)
+		}
 	}
 	s.m.replicaFallback()
-	return s.readFrom(ctx, s.cfg.Primary, list)
+	return try(s.cfg.Primary)
 }
 
 func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
@@ -241,8 +252,6 @@ func (s *Server) refreshState(ctx context.Context) {
 	if len(list) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-	defer cancel()
 	states, err := s.readStates(ctx, list)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -241,8 +241,11 @@ type Server struct {
 	userRetryAfter   []byte
 
 	replicaFailed atomic.Bool
-	draining      atomic.Bool
-	ready         readiness
+	// replicaRetry is when (unix nanoseconds) a failed replica is tried
+	// again; until then reads go straight to the primary.
+	replicaRetry atomic.Int64
+	draining     atomic.Bool
+	ready        readiness
 
 	startOnce sync.Once
 	closeOnce sync.Once
@@ -295,7 +298,6 @@ func New(cfg Config) (*Server, error) {
 	s.srv = &fasthttp.Server{
 		Handler:                       s.handler,
 		ErrorHandler:                  s.serveError,
-		Name:                          "flashgate",
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 false,
 		ReadTimeout:                   cfg.ReadTimeout,

@@ -14,7 +14,7 @@ var (
 	ctJSON         = []byte("application/json")
 	ctHTML         = []byte("text/html; charset=utf-8")
 	hCacheControl  = []byte(fasthttp.HeaderCacheControl)
-	hETag          = []byte(fasthttp.HeaderETag)
+	hETag          = []byte("Etag") // fasthttp's canonical form of ETag
 	hVary          = []byte(fasthttp.HeaderVary)
 	hRetryAfter    = []byte(fasthttp.HeaderRetryAfter)
 	hAllow         = []byte(fasthttp.HeaderAllow)
