@@ -15,9 +15,10 @@
 #          purchases or orders; Authorization reaches the gateway; /admin and
 #          /metrics are refused; the purchase limit answers 429 in the API's
 #          JSON; a dead upstream answers 503 {"error":"unavailable"}.
-#   k8s    every manifest parses (python3 yaml), has kind and name, the
-#          kustomization lists existing files, the Secret template holds only
-#          placeholders; kubectl kustomize builds it if kubectl is installed.
+#   k8s    every manifest parses (python3 yaml), has kind and name, both
+#          kustomizations list existing files and never the Secret template,
+#          which holds only placeholders; kubectl kustomize deploy/ builds, if
+#          kubectl is installed.
 #
 # A part whose tool is missing (nginx, python3 yaml) is reported as SKIP.
 set -euo pipefail
@@ -366,17 +367,18 @@ for f in files:
             if d.get("data"):
                 fail("%s: Secret template has data; only stringData placeholders belong here" % f)
     print("PASS %s parses (%d documents)" % (f, len(docs)))
-k = yaml.safe_load(open(os.path.join(root, "kustomization.yaml")))
-for r in k.get("resources", []):
-    if not os.path.exists(os.path.join(root, r)):
-        fail("kustomization.yaml lists %s, which does not exist" % r)
-    elif "secret" in r:
-        fail("kustomization.yaml applies %s: the Secret template must never be applied over a real secret" % r)
-for g in k.get("configMapGenerator", []):
-    for fl in g.get("files", []):
-        p = fl.split("=", 1)[-1]
-        if not os.path.exists(os.path.join(root, p)):
-            fail("configMapGenerator file %s does not exist" % p)
+for base in (root, os.path.dirname(root)):
+    k = yaml.safe_load(open(os.path.join(base, "kustomization.yaml")))
+    for r in k.get("resources", []):
+        if not os.path.exists(os.path.join(base, r)):
+            fail("%s/kustomization.yaml lists %s, which does not exist" % (base, r))
+        elif "secret" in r:
+            fail("kustomization.yaml applies %s: the Secret template must never be applied over a real secret" % r)
+    for g in k.get("configMapGenerator", []):
+        for fl in g.get("files", []):
+            p = fl.split("=", 1)[-1]
+            if not os.path.exists(os.path.join(base, p)):
+                fail("configMapGenerator file %s does not exist" % p)
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
@@ -384,10 +386,12 @@ EOF
 		fail "k8s manifests"
 	fi
 	if command -v kubectl >/dev/null 2>&1; then
-		if kubectl kustomize "$here/k8s" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
-			pass "kubectl kustomize deploy/k8s ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
+		if kubectl kustomize "$here" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
+			pass "kubectl kustomize deploy ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
+			if grep -q '^kind: Secret' "$tmp/k8s.yaml"; then fail "the kustomization renders a Secret"; fi
+			if grep -q 'name: redis-config$' "$tmp/k8s.yaml"; then fail "a reference to redis-config was not rewritten to the generated name"; fi
 		else
-			fail "kubectl kustomize deploy/k8s:"
+			fail "kubectl kustomize deploy:"
 			cat "$tmp/k8s.err"
 		fi
 	else
