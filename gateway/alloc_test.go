@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// allocsPerRequest runs r through h repeatedly on one RequestCtx, as a
+// keep-alive connection does, and returns the allocations per request.
+func allocsPerRequest(t *testing.T, h fasthttp.RequestHandler, r req, wantStatus int) float64 {
+	t.Helper()
+	var rq fasthttp.Request
+	rq.Header.SetMethod(r.method)
+	rq.SetRequestURI(r.path)
+	if r.token != "" {
+		rq.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	for k, v := range r.header {
+		rq.Header.Set(k, v)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&rq, nil, nil)
+	for i := 0; i < 3; i++ { // warm the caches and buffers
+		ctx.Response.Reset()
+		h(&ctx)
+	}
+	if got := ctx.Response.StatusCode(); got != wantStatus {
+		t.Fatalf("%s %s: got %d %s, want %d", r.method, r.path, got, ctx.Response.Body(), wantStatus)
+	}
+	return testing.AllocsPerRun(500, func() {
+		ctx.Response.Reset()
+		h(&ctx)
+	})
+}
+
+// TestZeroAllocs proves the hot paths allocate nothing per request, with
+// metrics on: the sold-out and not-started rejections (with a cached
+// token), the item page (200 and 304, plain and gzip) and the status JSON.
+func TestZeroAllocs(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.UserRate = -1 })
+	e.sale(t, "soon", 10, 15, false)
+	e.sale(t, "one", 1, 2, true)
+	h := e.s.Handler()
+	if r := do(h, req{method: "POST", path: "/api/sales/one/orders", token: token(t, "winner")}); r.StatusCode() != 201 {
+		t.Fatalf("warm-up purchase: got %d", r.StatusCode())
+	}
+	e.s.refreshState(context.Background())
+	tok := token(t, "loser")
+	page := do(h, req{method: "GET", path: "/sales/soon"})
+	gzPage := do(h, req{method: "GET", path: "/sales/soon", header: map[string]string{"Accept-Encoding": "gzip"}})
+	tests := []struct {
+		name   string
+		r      req
+		status int
+	}{
+		{"sold out", req{method: "POST", path: "/api/sales/one/orders", token: tok}, 409},
+		{"not started", req{method: "POST", path: "/api/sales/soon/orders", token: tok}, 409},
+		{"item page", req{method: "GET", path: "/sales/soon"}, 200},
+		{"item page gzip", req{method: "GET", path: "/sales/soon", header: map[string]string{"Accept-Encoding": "gzip, deflate, br"}}, 200},
+		{"item page 304", req{method: "GET", path: "/sales/soon", header: map[string]string{"If-None-Match": string(page.Header.Peek("ETag"))}}, 304},
+		{"item page gzip 304", req{method: "GET", path: "/sales/soon", header: map[string]string{"Accept-Encoding": "gzip", "If-None-Match": string(gzPage.Header.Peek("ETag"))}}, 304},
+		{"item page head", req{method: "HEAD", path: "/sales/soon"}, 200},
+		{"api sale", req{method: "GET", path: "/api/sales/one"}, 200},
+		{"static", req{method: "GET", path: "/static/buy.js"}, 200},
+		{"healthz", req{method: "GET", path: "/healthz"}, 200},
+		{"unauthorized", req{method: "POST", path: "/api/sales/one/orders"}, 401},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := allocsPerRequest(t, h, tc.r, tc.status); got != 0 {
+				t.Fatalf("got %v allocations per request, want 0", got)
+			}
+		})
+	}
+}
