@@ -13,7 +13,8 @@ import (
 
 // MaxBodySize is the largest request body the handler reads; larger bodies
 // are answered 413 too_large. Servers should also set
-// fasthttp.Server.MaxRequestBodySize to it.
+// fasthttp.Server.MaxRequestBodySize to it, with ServerErrorHandler, so that
+// a large body is refused before it is read.
 const MaxBodySize = 4 << 10
 
 // The split-mode routes NewHandler serves and Client calls.
@@ -181,6 +182,17 @@ func (h *handler) logError(op string, err error) {
 	if status >= 500 {
 		h.log.Warn("inventory call failed", "op", op, "err", err)
 	}
+}
+
+// ServerErrorHandler is a fasthttp.Server.ErrorHandler answering in the
+// handler's vocabulary: 413 too_large for a body over the server's
+// MaxRequestBodySize, 400 bad_request for other unreadable requests.
+func ServerErrorHandler(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, flashgate.ErrTooLarge)
+		return
+	}
+	writeError(ctx, flashgate.ErrBadRequest)
 }
 
 // writeError answers err's status and {"error":code}, adding the live
