@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The benchmarks drive the handler in process on one reused RequestCtx, as
+// a keep-alive connection does, so their ratios to BenchmarkBareFasthttp
+// show what the gateway's own work costs.
+
+func benchCtx(method, path, tok string, header map[string]string) *fasthttp.RequestCtx {
+	var rq fasthttp.Request
+	rq.Header.SetMethod(method)
+	rq.SetRequestURI(path)
+	if tok != "" {
+		rq.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for k, v := range header {
+		rq.Header.Set(k, v)
+	}
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Init(&rq, nil, nil)
+	return ctx
+}
+
+func runBench(b *testing.B, h fasthttp.RequestHandler, ctx *fasthttp.RequestCtx, want int) {
+	b.Helper()
+	h(ctx)
+	if got := ctx.Response.StatusCode(); got != want {
+		b.Fatalf("got %d %s, want %d", got, ctx.Response.Body(), want)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Response.Reset()
+		h(ctx)
+	}
+}
+
+// BenchmarkBareFasthttp is the floor: a handler writing a constant.
+func BenchmarkBareFasthttp(b *testing.B) {
+	body := []byte(`{"error":"sold_out"}`)
+	h := func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(409)
+		ctx.SetContentType("application/json")
+		ctx.Response.SetBodyRaw(body)
+	}
+	runBench(b, h, benchCtx("POST", "/api/sales/s1/orders", "", nil), 409)
+}
+
+// BenchmarkSoldOut is a purchase of a sold-out sale with a cached token.
+func BenchmarkSoldOut(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.UserRate = -1 })
+	e.sale(b, "s1", 1, 2, true)
+	h := e.s.Handler()
+	if r := do(h, req{method: "POST", path: "/api/sales/s1/orders", token: token(b, "winner")}); r.StatusCode() != 201 {
+		b.Fatalf("warm-up purchase: got %d", r.StatusCode())
+	}
+	e.s.refreshState(context.Background())
+	runBench(b, h, benchCtx("POST", "/api/sales/s1/orders", token(b, "loser"), nil), 409)
+}
+
+// BenchmarkItemPage serves the cached gzip item page.
+func BenchmarkItemPage(b *testing.B) {
+	e := newEnv(b, nil)
+	e.sale(b, "s1", 10, 15, true)
+	runBench(b, e.s.Handler(), benchCtx("GET", "/sales/s1", "", map[string]string{"Accept-Encoding": "gzip"}), 200)
+}
+
+// BenchmarkPurchase is an admitted purchase by a new user each time: token
+// verification, rate limiters, admission and the Reserve script on a real
+// redis-server.
+func BenchmarkPurchase(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.UserRate = -1; c.SaleRate = -1 })
+	e.sale(b, "s1", 1<<40, 1<<41, true)
+	h := e.s.Handler()
+	toks := make([]string, b.N+1)
+	for i := range toks {
+		toks[i] = token(b, "u"+strconv.Itoa(i))
+	}
+	ctx := benchCtx("POST", "/api/sales/s1/orders", toks[0], nil)
+	h(ctx)
+	if got := ctx.Response.StatusCode(); got != 201 {
+		b.Fatalf("got %d %s, want 201", got, ctx.Response.Body())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Request.Header.Set("Authorization", "Bearer "+toks[i+1])
+		ctx.Response.Reset()
+		h(ctx)
+		if ctx.Response.StatusCode() != 201 {
+			b.Fatalf("purchase %d: got %d %s", i, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}
