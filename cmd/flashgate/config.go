@@ -1,0 +1,314 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is every setting of every command. Its zero value is not used
+// directly: parseConfig fills the defaults of API.md in through the flags.
+type Config struct {
+	Listen        string        // public gateway listener; ":8080"
+	AdminListen   string        // control plane listener; "127.0.0.1:8081"
+	Redis         string        // primary URL; required except for demo
+	RedisReplicas string        // comma-separated replica URLs; default the primary
+	DB            string        // "sqlite://flashgate.db"
+	JWTSecret     string        // HS256 secret for buyer tokens; required
+	AdminToken    string        // bearer token of the admin API; required
+	Inventory     string        // comma-separated inventory tiers; "" = in-process
+	UserRate      float64       // per-user attempts per second; 2
+	UserBurst     int           // per-user burst; 5
+	SaleRate      float64       // per-sale attempts per second per gateway; 50000
+	PaymentWindow time.Duration // unpaid orders expire after this; 15m
+	StateRefresh  time.Duration // gateway cache window for sale state; 20ms
+	ResyncEvery   time.Duration // control plane re-sync period; 1s
+	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
+	LogLevel      string        // debug, info, warn, error; "info"
+
+	// demo and crowd
+	Units       int64         // demo: units on sale; 100
+	Users       int           // demo/crowd: distinct buyers; 100000
+	Concurrency int           // demo/crowd: requests in flight; 256
+	ArrivalRate float64       // crowd: requests per second, 0 = as fast as answered
+	Sale        string        // crowd: sale id; "demo"
+	Target      string        // crowd: gateway URL; "http://127.0.0.1:8080"
+	Admin       string        // crowd: admin URL for the cross-check; ""
+	Serve       bool          // demo: keep serving after the report
+	Progress    bool          // crowd/demo: draw a progress bar; true
+	Timeout     time.Duration // crowd: per-request timeout; 5s
+	Quantity    int64         // crowd: units per purchase; 1
+
+	// token
+	User string        // token: the buyer's id
+	TTL  time.Duration // token: lifetime; 24h
+}
+
+// flagSpec ties a flag to the commands that take it.
+type flagSpec struct {
+	name, usage string
+	cmds        string // space-separated commands; "*" = all but token
+	bind        func(fs *flag.FlagSet, c *Config, name, usage string)
+}
+
+func strFlag(p func(*Config) *string, def string) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.StringVar(p(c), n, def, u) }
+}
+
+func durFlag(p func(*Config) *time.Duration, def time.Duration) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.DurationVar(p(c), n, def, u) }
+}
+
+func floatFlag(p func(*Config) *float64, def float64) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.Float64Var(p(c), n, def, u) }
+}
+
+func intFlag(p func(*Config) *int, def int) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.IntVar(p(c), n, def, u) }
+}
+
+func int64Flag(p func(*Config) *int64, def int64) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.Int64Var(p(c), n, def, u) }
+}
+
+func boolFlag(p func(*Config) *bool, def bool) func(*flag.FlagSet, *Config, string, string) {
+	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.BoolVar(p(c), n, def, u) }
+}
+
+const (
+	servers = "serve gateway inventory ordersink controlplane"
+	gwLike  = "serve gateway demo"
+	cpLike  = "serve controlplane demo"
+)
+
+var flagSpecs = []flagSpec{
+	{"listen", "public listener (gateway; inventory's HTTP face)", "serve gateway inventory demo", strFlag(func(c *Config) *string { return &c.Listen }, ":8080")},
+	{"admin-listen", "control plane listener: admin API, dashboard, /metrics", cpLike + " ordersink", strFlag(func(c *Config) *string { return &c.AdminListen }, "127.0.0.1:8081")},
+	{"redis", "Redis primary, redis://host:port/db (required)", servers, strFlag(func(c *Config) *string { return &c.Redis }, "")},
+	{"redis-replicas", "comma-separated Redis replica URLs for gateway reads (default: the primary)", "serve gateway", strFlag(func(c *Config) *string { return &c.RedisReplicas }, "")},
+	{"db", "database: postgres://… or sqlite://PATH", "serve gateway ordersink controlplane", strFlag(func(c *Config) *string { return &c.DB }, "sqlite://flashgate.db")},
+	{"jwt-secret", "HS256 secret for buyer tokens (required)", "serve gateway crowd token demo", strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
+	{"admin-token", "bearer token for the admin API (required)", cpLike + " crowd", strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
+	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", "serve gateway", strFlag(func(c *Config) *string { return &c.Inventory }, "")},
+	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, 2)},
+	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, 5)},
+	{"sale-rate", "per-sale attempts per second one gateway lets through (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
+	{"payment-window", "unpaid orders expire after this", "serve gateway controlplane demo", durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
+	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
+	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
+	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"log-level", "debug, info, warn or error", servers + " demo", strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
+	{"units", "units on sale", "demo", int64Flag(func(c *Config) *int64 { return &c.Units }, 100)},
+	{"users", "distinct buyers", "demo crowd", intFlag(func(c *Config) *int { return &c.Users }, 100000)},
+	{"concurrency", "requests in flight", "demo crowd", intFlag(func(c *Config) *int { return &c.Concurrency }, 256)},
+	{"rate", "arrival rate in requests per second (0 = as fast as answers come)", "crowd", floatFlag(func(c *Config) *float64 { return &c.ArrivalRate }, 0)},
+	{"sale", "sale id", "crowd", strFlag(func(c *Config) *string { return &c.Sale }, "demo")},
+	{"target", "gateway base URL", "crowd", strFlag(func(c *Config) *string { return &c.Target }, "http://127.0.0.1:8080")},
+	{"admin", "control plane base URL for the cross-check (e.g. http://127.0.0.1:8081)", "crowd", strFlag(func(c *Config) *string { return &c.Admin }, "")},
+	{"quantity", "units per purchase", "crowd", int64Flag(func(c *Config) *int64 { return &c.Quantity }, 1)},
+	{"timeout", "per-request timeout", "crowd", durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
+	{"progress", "draw a progress bar", "demo crowd", boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
+	{"serve", "keep serving after the report (open the pages in a browser)", "demo", boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
+	{"user", "the buyer's user id (the token's sub)", "token", strFlag(func(c *Config) *string { return &c.User }, "")},
+	{"ttl", "token lifetime", "token", durFlag(func(c *Config) *time.Duration { return &c.TTL }, 24*time.Hour)},
+}
+
+func takes(cmds, cmd string) bool {
+	for _, c := range strings.Fields(cmds) {
+		if c == cmd {
+			return true
+		}
+	}
+	return false
+}
+
+// EnvName is the environment variable a flag reads: FLASHGATE_ and the flag
+// name in upper case with _ for -.
+func EnvName(flagName string) string {
+	return "FLASHGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig parses a command's flags; a flag not given on the command line
+// takes its FLASHGATE_* variable when set. It returns (nil, nil) after -h.
+func parseConfig(cmd string, args []string, stderr io.Writer, getenv func(string) string) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("flashgate "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range flagSpecs {
+		if takes(f.cmds, cmd) {
+			f.bind(fs, c, f.name, f.usage+" (env "+EnvName(f.name)+")")
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintf(stderr, "usage: flashgate %s [flags]\n", cmd)
+			fs.PrintDefaults()
+			return nil, nil
+		}
+		return nil, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, &usageError{fmt.Sprintf("%s: unexpected argument %q", cmd, fs.Arg(0))}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = &usageError{fmt.Sprintf("%s=%q: %v", EnvName(f.Name), v, err)}
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := c.validate(cmd); err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	return c, nil
+}
+
+// validate checks what a command needs before anything starts.
+func (c *Config) validate(cmd string) error {
+	need := func(name, v string) error {
+		if v == "" {
+			return fmt.Errorf("--%s (or %s) is required for %s", name, EnvName(name), cmd)
+		}
+		return nil
+	}
+	switch cmd {
+	case "serve", "gateway", "inventory", "ordersink", "controlplane":
+		if err := need("redis", c.Redis); err != nil {
+			return err
+		}
+		if err := checkRedisURL("--redis", c.Redis); err != nil {
+			return err
+		}
+		for _, r := range splitList(c.RedisReplicas) {
+			if err := checkRedisURL("--redis-replicas", r); err != nil {
+				return err
+			}
+		}
+	}
+	if takes("serve gateway crowd token", cmd) {
+		if err := need("jwt-secret", c.JWTSecret); err != nil {
+			return err
+		}
+	}
+	if takes("serve controlplane", cmd) {
+		if err := need("admin-token", c.AdminToken); err != nil {
+			return err
+		}
+	}
+	if takes("serve gateway ordersink controlplane", cmd) {
+		if err := checkDBURL(c.DB); err != nil {
+			return err
+		}
+	}
+	for _, inv := range splitList(c.Inventory) {
+		if err := checkHTTPURL("--inventory", inv); err != nil {
+			return err
+		}
+	}
+	if takes("serve gateway inventory demo", cmd) {
+		if err := checkListen("--listen", c.Listen); err != nil {
+			return err
+		}
+	}
+	if takes("serve controlplane demo ordersink", cmd) {
+		if err := checkListen("--admin-listen", c.AdminListen); err != nil {
+			return err
+		}
+	}
+	switch cmd {
+	case "token":
+		if c.User == "" {
+			return fmt.Errorf("--user is required for token")
+		}
+		if c.TTL <= 0 {
+			return fmt.Errorf("--ttl must be positive")
+		}
+	case "crowd":
+		if err := checkHTTPURL("--target", c.Target); err != nil {
+			return err
+		}
+		if c.Admin != "" {
+			if err := checkHTTPURL("--admin", c.Admin); err != nil {
+				return err
+			}
+		}
+	}
+	if takes("demo crowd", cmd) {
+		if c.Users < 1 || c.Concurrency < 1 {
+			return fmt.Errorf("--users and --concurrency must be at least 1")
+		}
+	}
+	if cmd == "demo" && c.Units < 1 {
+		return fmt.Errorf("--units must be at least 1")
+	}
+	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 {
+		return fmt.Errorf("rates and bursts must not be negative")
+	}
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func checkRedisURL(flagName, s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		return fmt.Errorf("%s %q: want redis://host:port/db", flagName, s)
+	}
+	return nil
+}
+
+func checkDBURL(s string) error {
+	switch {
+	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		if _, err := url.Parse(s); err != nil {
+			return fmt.Errorf("--db %q: malformed URL", s)
+		}
+		return nil
+	case strings.HasPrefix(s, "sqlite://") && len(s) > len("sqlite://"):
+		return nil
+	}
+	return fmt.Errorf("--db %q: want postgres://… or sqlite://PATH", s)
+}
+
+func checkHTTPURL(flagName, s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s %q: want http://host:port", flagName, s)
+	}
+	return nil
+}
+
+func checkListen(flagName, s string) error {
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Errorf("%s %q: want host:port", flagName, s)
+	}
+	return nil
+}

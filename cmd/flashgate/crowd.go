@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/valyala/fasthttp"
+)
+
+// crowdSpec is one crowd: Users distinct buyers, each pressing "buy" once.
+type crowdSpec struct {
+	Target      string // gateway base URL
+	Sale        string
+	Secret      []byte
+	UserPrefix  string // user ids are UserPrefix + index
+	Users       int
+	Concurrency int
+	Rate        float64 // arrivals per second; 0 = closed loop
+	Quantity    int64
+	Timeout     time.Duration
+	Progress    io.Writer // nil = no bar
+}
+
+// crowdResult is what the crowd saw.
+type crowdResult struct {
+	Requests  int
+	Elapsed   time.Duration
+	ByAnswer  map[string]int    // "201", "409 sold_out", "transport error", …
+	Orders    map[string]string // order id → user id, from the 201 answers
+	Latencies []time.Duration   // sorted
+	Errors    int               // transport errors and timeouts
+}
+
+// Created is the number of 201 answers.
+func (r *crowdResult) Created() int { return r.ByAnswer["201"] }
+
+// runCrowdSpec mints a token per user, then sends every user's purchase
+// through the gateway over real HTTP and collects the answers.
+func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
+	u, err := url.Parse(s.Target)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("crowd: bad target %q", s.Target)
+	}
+	tokens, err := mintTokens(s.Secret, s.UserPrefix, s.Users)
+	if err != nil {
+		return nil, err
+	}
+	client := &fasthttp.HostClient{
+		Addr:                          u.Host,
+		IsTLS:                         u.Scheme == "https",
+		MaxConns:                      s.Concurrency,
+		ReadTimeout:                   s.Timeout,
+		WriteTimeout:                  s.Timeout,
+		MaxIdemponentCallAttempts:     1,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+	}
+	defer client.CloseIdleConnections()
+	path := "/api/sales/" + s.Sale + "/orders"
+	var body []byte
+	if s.Quantity > 1 {
+		body = []byte(`{"quantity":` + strconv.FormatInt(s.Quantity, 10) + `}`)
+	}
+
+	lat := make([]time.Duration, s.Users)
+	answers := make([]string, s.Users)
+	var orders sync.Map
+	var next, done atomic.Int64
+	stopBar := startBar(s.Progress, s.Users, &done)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < s.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := fasthttp.AcquireRequest()
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= s.Users {
+					return
+				}
+				if s.Rate > 0 {
+					due := start.Add(time.Duration(float64(i) / s.Rate * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				req.Reset()
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.SetRequestURI(path)
+				req.Header.SetHost(u.Host)
+				req.Header.Set("Authorization", "Bearer "+tokens[i])
+				if body != nil {
+					req.Header.SetContentType("application/json")
+					req.SetBody(body)
+				}
+				t0 := time.Now()
+				err := client.DoTimeout(req, resp, s.Timeout)
+				lat[i] = time.Since(t0)
+				done.Add(1)
+				if err != nil {
+					answers[i] = "transport error"
+					continue
+				}
+				answers[i] = answerOf(resp.StatusCode(), resp.Body())
+				if resp.StatusCode() == fasthttp.StatusCreated {
+					var v struct {
+						OrderID string `json:"order_id"`
+					}
+					if json.Unmarshal(resp.Body(), &v) == nil && v.OrderID != "" {
+						orders.Store(v.OrderID, s.UserPrefix+strconv.Itoa(i))
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopBar()
+
+	r := &crowdResult{Elapsed: elapsed, ByAnswer: map[string]int{}, Orders: map[string]string{}}
+	for i, a := range answers {
+		if a == "" { // not sent: the context ended first
+			continue
+		}
+		r.Requests++
+		r.ByAnswer[a]++
+		r.Latencies = append(r.Latencies, lat[i])
+		if a == "transport error" {
+			r.Errors++
+		}
+	}
+	orders.Range(func(k, v any) bool { r.Orders[k.(string)] = v.(string); return true })
+	sort.Slice(r.Latencies, func(i, j int) bool { return r.Latencies[i] < r.Latencies[j] })
+	if r.Requests == 0 && ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	return r, nil
+}
+
+// mintTokens signs n tokens in parallel, before the clock starts.
+func mintTokens(secret []byte, prefix string, n int) ([]string, error) {
+	toks := make([]string, n)
+	exp := time.Now().Add(time.Hour)
+	workers := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				t, err := mintToken(secret, prefix+strconv.Itoa(i), exp)
+				if err != nil {
+					errs <- err
+					return
+				}
+				toks[i] = t
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, fmt.Errorf("minting tokens: %w", err)
+	}
+	return toks, nil
+}
+
+// answerOf names an answer: the status, and the error code for errors.
+func answerOf(status int, body []byte) string {
+	s := strconv.Itoa(status)
+	if status < 400 {
+		return s
+	}
+	if i := bytes.Index(body, []byte(`"error":"`)); i >= 0 {
+		rest := body[i+len(`"error":"`):]
+		if j := bytes.IndexByte(rest, '"'); j >= 0 && j < 40 {
+			return s + " " + string(rest[:j])
+		}
+	}
+	return s
+}
+
+func startBar(w io.Writer, n int, done *atomic.Int64) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	bar := progressbar.NewOptions(n,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("buyers"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("req"),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetWidth(30),
+	)
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				_ = bar.Set(int(done.Load()))
+				_ = bar.Finish()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+				_ = bar.Set(int(done.Load()))
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// percentile returns the p-th percentile (0 < p < 1) of sorted latencies.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)) * p)
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+// printCrowd writes the answers, throughput and latency of r.
+func printCrowd(w io.Writer, r *crowdResult) {
+	keys := make([]string, 0, len(r.ByAnswer))
+	for k := range r.ByAnswer {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "requests      %d in %s\n", r.Requests, r.Elapsed.Round(time.Millisecond))
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %-22s %d\n", k, r.ByAnswer[k])
+	}
+	if r.Elapsed > 0 {
+		fmt.Fprintf(w, "throughput    %.0f requests/s\n", float64(r.Requests)/r.Elapsed.Seconds())
+	}
+	l := r.Latencies
+	if len(l) > 0 {
+		fmt.Fprintf(w, "latency       p50 %s  p99 %s  p999 %s  max %s\n",
+			roundDur(percentile(l, 0.50)), roundDur(percentile(l, 0.99)),
+			roundDur(percentile(l, 0.999)), roundDur(l[len(l)-1]))
+	}
+}
+
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d > 100*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d > 100*time.Microsecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// adminFigures is the part of GET /admin/sales/{id} the cross-check reads.
+type adminFigures struct {
+	State         string `json:"state"`
+	Total         int64  `json:"total"`
+	Booked        int64  `json:"booked"`
+	Admitted      int64  `json:"admitted"`
+	StreamBacklog int64  `json:"stream_backlog"`
+	Orders        struct {
+		Persisted int64 `json:"persisted"`
+	} `json:"orders"`
+}
+
+func getAdminFigures(base, token, sale string) (adminFigures, error) {
+	var f adminFigures
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(strings.TrimRight(base, "/") + "/admin/sales/" + url.PathEscape(sale))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if err := fasthttp.DoTimeout(req, resp, 5*time.Second); err != nil {
+		return f, fmt.Errorf("admin figures: %w", err)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return f, fmt.Errorf("admin figures: %s", answerOf(resp.StatusCode(), resp.Body()))
+	}
+	if err := json.Unmarshal(resp.Body(), &f); err != nil {
+		return f, fmt.Errorf("admin figures: %w", err)
+	}
+	return f, nil
+}
+
+// waitDrained polls the admin figures until the sale's stream backlog is
+// empty, at most for limit.
+func waitDrained(ctx context.Context, get func() (adminFigures, error), limit time.Duration) (adminFigures, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		f, err := get()
+		if err == nil && f.StreamBacklog == 0 {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("stream backlog still %d after %s", f.StreamBacklog, limit)
+			}
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return f, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func runCrowd(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	var before adminFigures
+	if cfg.Admin != "" {
+		if cfg.AdminToken == "" {
+			return &usageError{"--admin-token is required with --admin"}
+		}
+		var err error
+		if before, err = getAdminFigures(cfg.Admin, cfg.AdminToken, cfg.Sale); err != nil {
+			return err
+		}
+	}
+	var bar io.Writer
+	if cfg.Progress {
+		bar = stderr
+	}
+	r, err := runCrowdSpec(ctx, crowdSpec{
+		Target: cfg.Target, Sale: cfg.Sale, Secret: []byte(cfg.JWTSecret),
+		UserPrefix: "crowd-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
+		Users:      cfg.Users, Concurrency: cfg.Concurrency, Rate: cfg.ArrivalRate,
+		Quantity: cfg.Quantity, Timeout: cfg.Timeout, Progress: bar,
+	})
+	if err != nil {
+		return err
+	}
+	printCrowd(stdout, r)
+	if cfg.Admin == "" {
+		return nil
+	}
+	after, err := waitDrained(ctx, func() (adminFigures, error) {
+		return getAdminFigures(cfg.Admin, cfg.AdminToken, cfg.Sale)
+	}, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	created := int64(r.Created())
+	sold := after.Booked - before.Booked
+	rows := after.Orders.Persisted - before.Orders.Persisted
+	fmt.Fprintf(stdout, "cross-check   201s %d, units booked %+d, DB rows %+d, admitted %+d\n",
+		created, sold, rows, after.Admitted-before.Admitted)
+	var bad []string
+	if sold != created*cfg.Quantity {
+		bad = append(bad, fmt.Sprintf("booked moved by %d, want %d", sold, created*cfg.Quantity))
+	}
+	if rows != created {
+		bad = append(bad, fmt.Sprintf("DB rows moved by %d, want %d", rows, created))
+	}
+	if after.Booked > after.Total {
+		bad = append(bad, fmt.Sprintf("oversold: booked %d > total %d", after.Booked, after.Total))
+	}
+	if len(bad) > 0 {
+		return errors.New("cross-check failed: " + strings.Join(bad, "; "))
+	}
+	fmt.Fprintln(stdout, "cross-check   ok")
+	return nil
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// runDemo runs every tier in one process on an embedded Redis-compatible
+// store and an embedded SQLite database, sells a sale to a crowd through the
+// real HTTP gateway on loopback, waits until every order is in the database
+// and checks the invariants. It fails unless every check held.
+func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	if cfg.JWTSecret == "" {
+		cfg.JWTSecret = randomSecret(32)
+	}
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = randomSecret(16)
+	}
+	if cfg.Listen == ":8080" && !cfg.Serve {
+		cfg.Listen = "127.0.0.1:0" // a free port: the demo must not fail on a busy 8080
+	}
+	if cfg.AdminListen == "127.0.0.1:8081" && !cfg.Serve {
+		cfg.AdminListen = "127.0.0.1:0"
+	}
+	st := newStack(cfg, stderr)
+	defer st.close()
+	if cfg.LogLevel == "info" { // the report is the demo's output; keep the logs to warnings
+		cfg.LogLevel = "warn"
+		st.log = newStack(cfg, stderr).log
+	}
+
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("starting the embedded store: %v", err)
+	}
+	st.onClose(mr.Close)
+	dir, err := os.MkdirTemp("", "flashgate-demo-")
+	if err != nil {
+		return err
+	}
+	if !cfg.Serve {
+		st.onClose(func() { _ = os.RemoveAll(dir) })
+	}
+	cfg.Redis = "redis://" + mr.Addr() + "/0"
+	cfg.DB = "sqlite://" + filepath.Join(dir, "orders.db")
+
+	c, err := openConns(ctx, st, cfg, true)
+	if err != nil {
+		return err
+	}
+	s, err := build(st, cfg, c)
+	if err != nil {
+		return err
+	}
+	pub, err := listen("--listen", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	adm, err := listen("--admin-listen", cfg.AdminListen)
+	if err != nil {
+		pub.Close()
+		return err
+	}
+	g := newGroup(ctx)
+	s.runGatewayOn(g, pub)
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, s.cp.Handler()) })
+	g.go_("controlplane", s.cp.Run)
+	g.go_("ordersink", s.sink.Run)
+	defer g.wait()
+	defer g.cancel()
+
+	base := "http://" + pub.Addr().String()
+	admin := "http://" + adm.Addr().String()
+	const saleID = "demo"
+	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)
+	start := time.Now()
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{
+		ID: saleID, Name: "Limited edition sneaker", PriceCents: 12900, Total: cfg.Units,
+	}); err != nil {
+		return fmt.Errorf("creating the sale: %w", err)
+	}
+	if err := s.cp.Start(ctx, saleID); err != nil {
+		return fmt.Errorf("opening the sale: %w", err)
+	}
+	if err := waitOpen(ctx, base, saleID, 5*time.Second); err != nil {
+		return err
+	}
+
+	var bar io.Writer
+	if cfg.Progress {
+		bar = stderr
+	}
+	r, err := runCrowdSpec(ctx, crowdSpec{
+		Target: base, Sale: saleID, Secret: []byte(cfg.JWTSecret), UserPrefix: "buyer-",
+		Users: cfg.Users, Concurrency: cfg.Concurrency, Quantity: 1, Timeout: 10 * time.Second,
+		Progress: bar,
+	})
+	if err != nil {
+		return err
+	}
+	printCrowd(stdout, r)
+
+	// Wait until the sink has persisted every reserved order.
+	drained, err := waitDrained(ctx, func() (adminFigures, error) {
+		return getAdminFigures(admin, cfg.AdminToken, saleID)
+	}, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("waiting for the orders to reach the database: %w", err)
+	}
+	fmt.Fprintf(stdout, "orders in DB  %d (drained %s after the start)\n", drained.Orders.Persisted, time.Since(start).Round(time.Millisecond))
+
+	checks := demoChecks(ctx, cfg, c, s, r, saleID)
+	failed := 0
+	fmt.Fprintln(stdout, "invariants")
+	for _, ch := range checks {
+		mark := "ok  "
+		if !ch.ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(stdout, "  %s %s\n", mark, ch.what)
+	}
+	if failed > 0 {
+		return fmt.Errorf("demo: %d of %d invariant checks failed", failed, len(checks))
+	}
+	fmt.Fprintf(stdout, "demo: every invariant held (%s)\n", time.Since(start).Round(time.Millisecond))
+	if !cfg.Serve {
+		return nil
+	}
+	visitor, _ := mintToken([]byte(cfg.JWTSecret), "visitor", time.Now().Add(24*time.Hour))
+	fmt.Fprintf(stdout, "\nserving until interrupted (Ctrl-C); the database is %s\n", filepath.Join(dir, "orders.db"))
+	fmt.Fprintf(stdout, "  item page  %s/sales/%s?token=%s\n", base, saleID, visitor)
+	fmt.Fprintf(stdout, "  dashboard  %s/admin/  (admin token %s)\n", admin, cfg.AdminToken)
+	fmt.Fprintf(stdout, "  token      flashgate token --jwt-secret %s --user alice\n", cfg.JWTSecret)
+	<-g.ctx.Done()
+	return nil
+}
+
+// waitOpen polls the gateway until it reports the sale open.
+func waitOpen(ctx context.Context, base, sale string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		status, body, err := fasthttp.GetTimeout(nil, base+"/api/sales/"+sale, time.Second)
+		if err == nil && status == 200 {
+			var v struct {
+				State string `json:"state"`
+			}
+			if json.Unmarshal(body, &v) == nil && v.State == string(flashgate.StateOpen) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway did not report the sale open within %s", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+type check struct {
+	what string
+	ok   bool
+}
+
+// demoChecks compares what the crowd was told with Redis and the database.
+func demoChecks(ctx context.Context, cfg *Config, c conns, s *system, r *crowdResult, sale string) []check {
+	var out []check
+	add := func(ok bool, format string, a ...any) { out = append(out, check{fmt.Sprintf(format, a...), ok}) }
+
+	want := cfg.Units
+	if int64(cfg.Users) < want {
+		want = int64(cfg.Users)
+	}
+	created := int64(r.Created())
+	add(created == want, "units sold: %d answers 201, want exactly %d", created, want)
+
+	booked, err := c.primary.HGet(ctx, lua.SaleKey(sale), lua.FieldBooked).Int64()
+	add(err == nil && booked == created, "Redis booked %d = 201 answers %d", booked, created)
+	add(err == nil && booked <= cfg.Units, "not oversold: booked %d <= total %d", booked, cfg.Units)
+
+	fig, err := c.db.Figures(ctx, sale)
+	add(err == nil && fig.Persisted == created, "orders in DB %d = 201 answers %d", fig.Persisted, created)
+	add(err == nil && fig.LiveUnits <= cfg.Units, "DB live units %d <= total %d", fig.LiveUnits, cfg.Units)
+
+	missing, wrongUser := 0, 0
+	users := map[string]int{}
+	for id, user := range r.Orders {
+		o, err := c.db.Order(ctx, id)
+		if err != nil {
+			missing++
+			continue
+		}
+		if o.UserID != user || o.SaleID != sale {
+			wrongUser++
+		}
+		users[o.UserID]++
+	}
+	add(missing == 0, "every 201 is a row: %d of %d order ids missing from the DB", missing, len(r.Orders))
+	add(wrongUser == 0, "every row belongs to the buyer who was told 201 (%d mismatches)", wrongUser)
+	live, err := c.db.LiveOrders(ctx, sale)
+	dup := 0
+	seen := map[string]bool{}
+	for _, o := range live {
+		if seen[o.UserID] {
+			dup++
+		}
+		seen[o.UserID] = true
+	}
+	add(err == nil && dup == 0, "no user holds two orders (%d duplicates)", dup)
+	add(err == nil && int64(len(live)) == created, "no row without a 201: %d live rows, %d answers 201", len(live), created)
+	backlog, err := c.primary.XLen(ctx, lua.OrdersKey(sale)).Result()
+	add(err == nil && backlog == 0, "stream drained: backlog %d", backlog)
+	errs := r.Errors
+	add(errs == 0, "no transport errors (%d)", errs)
+	if other := otherAnswers(r); other != "" {
+		add(false, "unexpected answers: %s", other)
+	}
+	return out
+}
+
+// otherAnswers lists answers a demo crowd should never get.
+func otherAnswers(r *crowdResult) string {
+	var bad []string
+	for k, n := range r.ByAnswer {
+		switch {
+		case k == "201", k == "409 sold_out", k == "429 rate_limited":
+		default:
+			bad = append(bad, fmt.Sprintf("%s ×%d", k, n))
+		}
+	}
+	return strings.Join(bad, ", ")
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestRunErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // substring of the error
+		code int
+	}{
+		{"no command", nil, nil, "a command is required", 2},
+		{"unknown command", []string{"fly"}, nil, `unknown command "fly"`, 2},
+		{"serve without redis", []string{"serve", "--jwt-secret", "s", "--admin-token", "a"}, nil, "--redis (or FLASHGATE_REDIS) is required", 2},
+		{"malformed redis URL", []string{"serve", "--redis", "localhost:6379", "--jwt-secret", "s", "--admin-token", "a"}, nil, "want redis://host:port/db", 2},
+		{"malformed db URL", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--db", "mysql://x", "--jwt-secret", "s", "--admin-token", "a"}, nil, "want postgres://… or sqlite://PATH", 2},
+		{"serve without jwt secret", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--admin-token", "a"}, nil, "--jwt-secret", 2},
+		{"controlplane without admin token", []string{"controlplane", "--redis", "redis://127.0.0.1:1/0"}, nil, "--admin-token", 2},
+		{"bad env value", []string{"serve"}, map[string]string{"FLASHGATE_USER_RATE": "fast"}, "FLASHGATE_USER_RATE", 2},
+		{"unknown flag", []string{"token", "--colour", "red"}, nil, "flag provided but not defined", 2},
+		{"token without user", []string{"token", "--jwt-secret", "s"}, nil, "--user is required", 2},
+		{"bad inventory URL", []string{"gateway", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--inventory", "inv:9000"}, nil, "want http://host:port", 2},
+		{"unreachable redis", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--admin-token", "a"}, nil, "cannot reach Redis primary at 127.0.0.1:1", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := run(ctx, tt.args, &out, &errb, env(tt.env))
+			if err == nil {
+				t.Fatalf("run(%q) = nil, want an error containing %q", tt.args, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("run(%q) error = %q, want it to contain %q", tt.args, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q spans lines, want one line", err)
+			}
+			if got := exitCode(err); got != tt.code {
+				t.Errorf("exit code = %d, want %d", got, tt.code)
+			}
+		})
+	}
+}
+
+func TestTokenCommand(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"token", "--user", "alice"}, &out, &out,
+		env(map[string]string{"FLASHGATE_JWT_SECRET": "from-env"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := strings.TrimSpace(out.String())
+	tok, err := jwt.Parse(raw, func(*jwt.Token) (any, error) { return []byte("from-env"), nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
+	if err != nil {
+		t.Fatalf("token does not verify with the secret from FLASHGATE_JWT_SECRET: %v", err)
+	}
+	if sub, _ := tok.Claims.GetSubject(); sub != "alice" {
+		t.Errorf("sub = %q, want alice", sub)
+	}
+}
+
+func TestFlagBeatsEnv(t *testing.T) {
+	cfg, err := parseConfig("crowd", []string{"--users", "7"}, &bytes.Buffer{},
+		env(map[string]string{"FLASHGATE_USERS": "9", "FLASHGATE_SALE": "s1", "FLASHGATE_JWT_SECRET": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Users != 7 || cfg.Sale != "s1" {
+		t.Errorf("users, sale = %d, %q; want 7 (flag), s1 (env)", cfg.Users, cfg.Sale)
+	}
+}
+
+// TestDemo runs the whole demo, smaller, through run: every tier, real HTTP on
+// loopback, embedded store and SQLite; it fails if any invariant check fails.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"demo", "--units", "20", "--users", "3000", "--concurrency", "64", "--progress=false"}, &out, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	for _, want := range []string{"201                    20", "every invariant held"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/ordersink"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+// Compile-time checks that the tiers fit the interfaces their consumers own.
+var (
+	_ gateway.Reserver      = (*inventory.Service)(nil)
+	_ gateway.Reserver      = (*inventory.Client)(nil)
+	_ gateway.Catalog       = (*sqldb.DB)(nil)
+	_ gateway.Orders        = (*controlplane.Service)(nil)
+	_ ordersink.Store       = (*sqldb.DB)(nil)
+	_ controlplane.Store    = (*sqldb.DB)(nil)
+	_ controlplane.Releaser = (*inventory.Service)(nil)
+)
+
+// system is every tier of one process, wired.
+type system struct {
+	db   *sqldb.DB
+	inv  *inventory.Service
+	cp   *controlplane.Service
+	gw   *gateway.Server
+	sink *ordersink.Drainer
+}
+
+// conns are the servers one process talks to.
+type conns struct {
+	primary, replica, sinkReader *redis.Client
+	db                           *sqldb.DB
+}
+
+// build wires the tiers that use c: inventory, control plane, gateway and
+// (when c.sinkReader is set) the order sink.
+func build(st *stack, cfg *Config, c conns) (*system, error) {
+	s := &system{db: c.db}
+	s.inv = inventory.New(c.primary, inventory.Config{
+		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+	})
+	var err error
+	s.cp, err = controlplane.New(controlplane.Config{
+		Redis: c.primary, Store: c.db, Releaser: s.inv, AdminToken: cfg.AdminToken,
+		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
+		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var reserver gateway.Reserver = s.inv
+	if addrs := splitList(cfg.Inventory); len(addrs) > 0 {
+		cl, err := inventory.NewClient(addrs, inventory.ClientConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("--inventory: %v", err)
+		}
+		reserver = cl
+	}
+	s.gw, err = gateway.New(gateway.Config{
+		Primary: c.primary, Replica: c.replica, Reserver: reserver, Catalog: c.db, Orders: s.cp,
+		JWTSecret: []byte(cfg.JWTSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
+		StateRefresh: cfg.StateRefresh, UserRate: cfg.UserRate, UserBurst: cfg.UserBurst, SaleRate: cfg.SaleRate,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.sinkReader != nil {
+		s.sink = ordersink.New(c.sinkReader, c.db, ordersink.Config{
+			Logger: st.log.With("tier", "ordersink"), Metrics: st.reg,
+		})
+	}
+	return s, nil
+}
+
+// runGatewayOn serves the gateway on ln until ctx ends.
+func (s *system) runGatewayOn(g *group, ln net.Listener) {
+	g.go_("gateway", func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() { errc <- s.gw.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return s.gw.Shutdown(sctx)
+	})
+}
+
+// openConns opens the servers cfg names; sink says whether to open the
+// order sink's own blocking reader.
+func openConns(ctx context.Context, st *stack, cfg *Config, sink bool) (conns, error) {
+	var c conns
+	var err error
+	if c.primary, err = st.primary(ctx, cfg.Redis); err != nil {
+		return c, err
+	}
+	if c.replica, err = st.replica(ctx, splitList(cfg.RedisReplicas), c.primary); err != nil {
+		return c, err
+	}
+	if sink {
+		if c.sinkReader, err = st.blockingReader(ctx, cfg.Redis); err != nil {
+			return c, err
+		}
+	}
+	if c.db, err = st.database(ctx, cfg.DB); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	c, err := openConns(ctx, st, cfg, true)
+	if err != nil {
+		return err
+	}
+	s, err := build(st, cfg, c)
+	if err != nil {
+		return err
+	}
+	pub, err := listen("--listen", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	adm, err := listen("--admin-listen", cfg.AdminListen)
+	if err != nil {
+		pub.Close()
+		return err
+	}
+	st.log.Info("flashgate serving", "public", pub.Addr().String(), "admin", adm.Addr().String())
+	g := newGroup(ctx)
+	s.runGatewayOn(g, pub)
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, s.cp.Handler()) })
+	g.go_("controlplane", s.cp.Run)
+	g.go_("ordersink", s.sink.Run)
+	return g.wait()
+}
+
+func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	if cfg.AdminToken == "" {
+		// The gateway uses the control plane's order methods in-process but
+		// never serves its admin API: an unguessable token keeps it shut.
+		cfg.AdminToken = randomSecret(32)
+	}
+	c, err := openConns(ctx, st, cfg, false)
+	if err != nil {
+		return err
+	}
+	s, err := build(st, cfg, c)
+	if err != nil {
+		return err
+	}
+	pub, err := listen("--listen", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	st.log.Info("flashgate gateway serving", "public", pub.Addr().String())
+	g := newGroup(ctx)
+	s.runGatewayOn(g, pub)
+	return g.wait()
+}
+
+func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	primary, err := st.primary(ctx, cfg.Redis)
+	if err != nil {
+		return err
+	}
+	inv := inventory.New(primary, inventory.Config{
+		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+	})
+	ln, err := listen("--listen", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := &fasthttp.Server{
+		Handler:            inventory.NewHandler(inv, st.log.With("tier", "inventory")),
+		Name:               "flashgate-inventory",
+		ReadTimeout:        5 * time.Second,
+		WriteTimeout:       5 * time.Second,
+		IdleTimeout:        60 * time.Second,
+		MaxRequestBodySize: 8 << 10,
+	}
+	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
+	g := newGroup(ctx)
+	g.go_("inventory", func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return srv.ShutdownWithContext(sctx)
+	})
+	return g.wait()
+}
+
+func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	reader, err := st.blockingReader(ctx, cfg.Redis)
+	if err != nil {
+		return err
+	}
+	db, err := st.database(ctx, cfg.DB)
+	if err != nil {
+		return err
+	}
+	sink := ordersink.New(reader, db, ordersink.Config{Logger: st.log.With("tier", "ordersink"), Metrics: st.reg})
+	adm, err := listen("--admin-listen", cfg.AdminListen)
+	if err != nil {
+		return err
+	}
+	st.log.Info("flashgate ordersink running", "metrics", adm.Addr().String())
+	g := newGroup(ctx)
+	g.go_("ordersink", sink.Run)
+	g.go_("metrics", func(ctx context.Context) error {
+		return serveHTTP(ctx, adm, st.metricsMux(func(ctx context.Context) error {
+			if err := reader.Ping(ctx).Err(); err != nil {
+				return err
+			}
+			return db.Ping(ctx)
+		}))
+	})
+	return g.wait()
+}
+
+func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	primary, err := st.primary(ctx, cfg.Redis)
+	if err != nil {
+		return err
+	}
+	db, err := st.database(ctx, cfg.DB)
+	if err != nil {
+		return err
+	}
+	inv := inventory.New(primary, inventory.Config{Logger: st.log.With("tier", "inventory")})
+	cp, err := controlplane.New(controlplane.Config{
+		Redis: primary, Store: db, Releaser: inv, AdminToken: cfg.AdminToken,
+		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
+		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
+	})
+	if err != nil {
+		return err
+	}
+	adm, err := listen("--admin-listen", cfg.AdminListen)
+	if err != nil {
+		return err
+	}
+	st.log.Info("flashgate controlplane serving", "admin", adm.Addr().String())
+	g := newGroup(ctx)
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, cp.Handler()) })
+	g.go_("controlplane", cp.Run)
+	return g.wait()
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+// stack holds what a command opened, so that it closes all of it in reverse.
+type stack struct {
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	closers []func()
+}
+
+func newStack(cfg *Config, stderr io.Writer) *stack {
+	lvl := slog.LevelInfo
+	switch cfg.LogLevel {
+	case "debug":
+		lvl = slog.LevelDebug
+	case "warn":
+		lvl = slog.LevelWarn
+	case "error":
+		lvl = slog.LevelError
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &stack{
+		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})),
+		reg: reg,
+	}
+}
+
+func (s *stack) onClose(f func()) { s.closers = append(s.closers, f) }
+
+func (s *stack) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// redisClient opens a client for url and checks that the server answers.
+// The request path wants short deadlines on the client itself (not on
+// request contexts); blocking readers pass their own read timeout.
+func (s *stack) redisClient(ctx context.Context, what, rawURL string, tune func(*redis.Options)) (*redis.Client, error) {
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %v", what, rawURL, err)
+	}
+	opt.DialTimeout = 2 * time.Second
+	opt.ReadTimeout = time.Second
+	opt.WriteTimeout = time.Second
+	opt.PoolTimeout = 2 * time.Second
+	opt.MaxRetries = 1
+	if tune != nil {
+		tune(opt)
+	}
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("cannot reach Redis %s at %s: %v", what, opt.Addr, err)
+	}
+	s.onClose(func() { _ = c.Close() })
+	return c, nil
+}
+
+// primary opens the Redis primary used on the request path.
+func (s *stack) primary(ctx context.Context, url string) (*redis.Client, error) {
+	return s.redisClient(ctx, "primary", url, func(o *redis.Options) {
+		o.PoolSize = 64
+		o.MinIdleConns = 8
+	})
+}
+
+// blockingReader opens a second client on url for the order sink's blocking
+// XREADGROUP, so that blocking reads never starve the request pool.
+func (s *stack) blockingReader(ctx context.Context, url string) (*redis.Client, error) {
+	return s.redisClient(ctx, "primary (sink)", url, func(o *redis.Options) {
+		o.PoolSize = 4
+		o.ReadTimeout = 5 * time.Second
+	})
+}
+
+// replica opens one of the replicas for gateway reads. Gateways pick among
+// several by their process id, so that a fleet spreads over the replicas;
+// if the chosen one cannot be reached the next is tried, and with none given
+// the primary serves reads.
+func (s *stack) replica(ctx context.Context, urls []string, primary *redis.Client) (*redis.Client, error) {
+	if len(urls) == 0 {
+		return primary, nil
+	}
+	first := os.Getpid() % len(urls)
+	var errs []error
+	for i := range urls {
+		u := urls[(first+i)%len(urls)]
+		c, err := s.redisClient(ctx, "replica", u, func(o *redis.Options) { o.PoolSize = 8 })
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// database opens the system of record and migrates its schema.
+func (s *stack) database(ctx context.Context, dsn string) (*sqldb.DB, error) {
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(octx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening database: %v", err)
+	}
+	s.onClose(func() { _ = db.Close() })
+	return db, nil
+}
+
+// listen opens a TCP listener with a clear error.
+func listen(what, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", what, addr, err)
+	}
+	return ln, nil
+}
+
+// metricsMux serves /metrics, /healthz and /readyz for tiers without an
+// admin API of their own.
+func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":"unavailable"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	return mux
+}
+
+// group runs functions until the first fails or ctx ends, then cancels the
+// rest and waits for them.
+type group struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+}
+
+func newGroup(ctx context.Context) *group {
+	g := &group{}
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	return g
+}
+
+func (g *group) go_(name string, f func(ctx context.Context) error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := f(g.ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
+			g.once.Do(func() { g.err = fmt.Errorf("%s: %w", name, err) })
+		}
+		g.cancel()
+	}()
+}
+
+func (g *group) wait() error {
+	g.wg.Wait()
+	g.cancel()
+	return g.err
+}
+
+// serveHTTP runs an http.Server on ln until ctx ends, then shuts it down.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// randomSecret returns n random bytes, hex-encoded.
+func randomSecret(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
