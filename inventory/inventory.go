@@ -27,6 +27,19 @@ import (
 // MaxUserIDLen is the longest user id, in bytes, that Reserve accepts.
 const MaxUserIDLen = 128
 
+// The answers of Reserve that carry no data, made once so that turning
+// away a crowd allocates no errors.
+var (
+	errBadSaleID  = fmt.Errorf("reserving: sale id: %w", flashgate.ErrNotFound)
+	errBadUserID  = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "user_id", Reason: "must be 1-128 bytes"})
+	errBadQty     = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "must be at least 1"})
+	errNoSale     = fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
+	errNotStarted = fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
+	errClosed     = fmt.Errorf("reserving: %w", flashgate.ErrClosed)
+	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
+	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
+)
+
 // Config configures a Service. The zero value is a valid configuration.
 type Config struct {
 	// Clock stamps each order entry. Default: flashgate.SystemClock.
@@ -123,15 +136,15 @@ func ulidMinter(clock flashgate.Clock) func() string {
 func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
 	if !flashgate.ValidSaleID(saleID) {
 		s.m.outcome(outNotFound)
-		return "", fmt.Errorf("reserving: sale id: %w", flashgate.ErrNotFound)
+		return "", errBadSaleID
 	}
 	if userID == "" || len(userID) > MaxUserIDLen {
 		s.m.outcome(outBadRequest)
-		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "user_id", Reason: "must be 1-128 bytes"})
+		return "", errBadUserID
 	}
 	if qty < 1 {
 		s.m.outcome(outBadRequest)
-		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "must be at least 1"})
+		return "", errBadQty
 	}
 	orderID := s.newID()
 	keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
@@ -155,16 +168,16 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 		return orderID, nil
 	case lua.ReserveNoSale:
 		s.m.outcome(outNotFound)
-		return "", fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
+		return "", errNoSale
 	case lua.ReserveNotStarted:
 		s.m.outcome(outNotStarted)
-		return "", fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
+		return "", errNotStarted
 	case lua.ReserveClosed:
 		s.m.outcome(outClosed)
-		return "", fmt.Errorf("reserving: %w", flashgate.ErrClosed)
+		return "", errClosed
 	case lua.ReserveSoldOut:
 		s.m.outcome(outSoldOut)
-		return "", fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
+		return "", errSoldOut
 	case lua.ReservePurchased:
 		if existing == orderID {
 			// go-redis retried a call whose first attempt had reserved:
@@ -176,7 +189,7 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 		return "", &flashgate.PurchasedError{OrderID: existing}
 	case lua.ReserveBadQuantity:
 		s.m.outcome(outBadRequest)
-		return "", fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
+		return "", errQtyPerUser
 	default:
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unknown script code %d", code)
