@@ -32,8 +32,13 @@ lint: ## go vet and a gofmt check.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
-bench: ## Go benchmarks (real Redis), then loopback load of serve vs a bare fasthttp server.
+bench: ## Go benchmarks (real Redis), then wrk on loopback: serve vs a bare fasthttp server.
 	scripts/with-testenv.sh $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	scripts/bench-http.sh
+
+.PHONY: bench-http
+bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purchase, as ratios to bare fasthttp.
+	scripts/bench-http.sh
 
 .PHONY: fuzz
 fuzz: ## Fuzz the gateway router for 30s.

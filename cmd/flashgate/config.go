@@ -45,8 +45,10 @@ type Config struct {
 	Quantity    int64         // crowd: units per purchase; 1
 
 	// token
-	User string        // token: the buyer's id
-	TTL  time.Duration // token: lifetime; 24h
+	User       string        // token: the buyer's id
+	UserPrefix string        // token: with Count > 1, users are UserPrefix + 0…Count-1
+	Count      int           // token: how many tokens to print; 1
+	TTL        time.Duration // token: lifetime; 24h
 }
 
 // flagSpec ties a flag to the commands that take it.
@@ -115,6 +117,8 @@ var flagSpecs = []flagSpec{
 	{"progress", "draw a progress bar", "demo crowd", boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
 	{"serve", "keep serving after the report (open the pages in a browser)", "demo", boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
 	{"user", "the buyer's user id (the token's sub)", "token", strFlag(func(c *Config) *string { return &c.User }, "")},
+	{"count", "print this many tokens, one a line, for users <user-prefix>0…<count-1>", "token", intFlag(func(c *Config) *int { return &c.Count }, 1)},
+	{"user-prefix", "with --count: user ids are this prefix and a number", "token", strFlag(func(c *Config) *string { return &c.UserPrefix }, "user-")},
 	{"ttl", "token lifetime", "token", durFlag(func(c *Config) *time.Duration { return &c.TTL }, 24*time.Hour)},
 }
 
@@ -232,7 +236,10 @@ func (c *Config) validate(cmd string) error {
 	}
 	switch cmd {
 	case "token":
-		if c.User == "" {
+		if c.Count < 1 {
+			return fmt.Errorf("--count must be at least 1")
+		}
+		if c.User == "" && c.Count == 1 {
 			return fmt.Errorf("--user is required for token")
 		}
 		if c.TTL <= 0 {

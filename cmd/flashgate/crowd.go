@@ -54,7 +54,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("crowd: bad target %q", s.Target)
 	}
-	tokens, err := mintTokens(s.Secret, s.UserPrefix, s.Users)
+	tokens, err := mintTokens(s.Secret, s.UserPrefix, s.Users, time.Now().Add(time.Hour))
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +155,8 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 }
 
 // mintTokens signs n tokens in parallel, before the clock starts.
-func mintTokens(secret []byte, prefix string, n int) ([]string, error) {
+func mintTokens(secret []byte, prefix string, n int, exp time.Time) ([]string, error) {
 	toks := make([]string, n)
-	exp := time.Now().Add(time.Hour)
 	workers := runtime.GOMAXPROCS(0)
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)

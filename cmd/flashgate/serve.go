@@ -196,7 +196,8 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 		ReadTimeout:        5 * time.Second,
 		WriteTimeout:       5 * time.Second,
 		IdleTimeout:        60 * time.Second,
-		MaxRequestBodySize: 8 << 10,
+		MaxRequestBodySize: inventory.MaxBodySize,
+		ErrorHandler:       inventory.ServerErrorHandler,
 	}
 	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
 	g := newGroup(ctx)

@@ -68,7 +68,8 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, tune func(
 	opt.ReadTimeout = time.Second
 	opt.WriteTimeout = time.Second
 	opt.PoolTimeout = 2 * time.Second
-	opt.MaxRetries = 1
+	opt.MaxRetries = 1 // a retried reserve is safe: the script answers with the same order
+	opt.DialerRetries = 1
 	if tune != nil {
 		tune(opt)
 	}

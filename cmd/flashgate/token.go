@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -20,10 +21,23 @@ func mintToken(secret []byte, user string, exp time.Time) (string, error) {
 }
 
 func runToken(_ context.Context, cfg *Config, stdout, _ io.Writer) error {
-	tok, err := mintToken([]byte(cfg.JWTSecret), cfg.User, time.Now().Add(cfg.TTL))
-	if err != nil {
-		return fmt.Errorf("signing token: %w", err)
+	exp := time.Now().Add(cfg.TTL)
+	if cfg.Count == 1 && cfg.User != "" {
+		tok, err := mintToken([]byte(cfg.JWTSecret), cfg.User, exp)
+		if err != nil {
+			return fmt.Errorf("signing token: %w", err)
+		}
+		_, err = fmt.Fprintln(stdout, tok)
+		return err
 	}
-	_, err = fmt.Fprintln(stdout, tok)
-	return err
+	toks, err := mintTokens([]byte(cfg.JWTSecret), cfg.UserPrefix, cfg.Count, exp)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(stdout)
+	for _, t := range toks {
+		w.WriteString(t)
+		w.WriteByte('\n')
+	}
+	return w.Flush()
 }
