@@ -499,6 +499,10 @@ func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	// The rows are committed: acknowledge even while shutting down, or the
+	// entries would be delivered (harmlessly, but needlessly) again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAck(ctx, key, lua.SinkGroup, ids...)
 		p.XDel(ctx, key, ids...)

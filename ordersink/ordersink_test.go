@@ -553,7 +553,7 @@ func TestRedisRestart(t *testing.T) {
 	ids = append(ids, e.reserve(t, "v", 10)...)
 	until(t, "rows after the restart", func() bool {
 		f, _ := e.db.Figures(context.Background(), sale)
-		return f.Persisted == 20
+		return f.Persisted == 20 && e.rdb.XLen(context.Background(), lua.OrdersKey(sale)).Val() == 0
 	})
 	cancel()
 	<-done

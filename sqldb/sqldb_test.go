@@ -501,3 +501,41 @@ func TestRelativeSQLitePath(t *testing.T) {
 		t.Errorf("relative path: got %v, want rel.db in the working directory", m)
 	}
 }
+
+func TestConcurrentFirstOpen(t *testing.T) {
+	for _, name := range []string{DialectSQLite, DialectPostgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dsn := "sqlite://" + filepath.Join(t.TempDir(), "first.db")
+			if name == DialectPostgres {
+				dsn = pgtest.New(t)
+			}
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			errs := make(chan error, 3)
+			for i := 0; i < 3; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := Open(ctx, dsn)
+					if err == nil {
+						err = d.Close()
+					}
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("concurrent first Open: %v", err)
+				}
+			}
+			db := open(t, dsn)
+			var n int
+			if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(migrations) {
+				t.Errorf("schema_migrations: got %d rows, %v, want %d", n, err, len(migrations))
+			}
+		})
+	}
+}
