@@ -15,6 +15,12 @@ var (
 	prepareSrc string
 	//go:embed setstate.lua
 	setStateSrc string
+	//go:embed resync.lua
+	resyncSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed unlock.lua
+	unlockSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -24,6 +30,9 @@ var (
 	Release  = redis.NewScript(releaseSrc)
 	Prepare  = redis.NewScript(prepareSrc)
 	SetState = redis.NewScript(setStateSrc)
+	Resync   = redis.NewScript(resyncSrc)
+	Extend   = redis.NewScript(extendSrc)
+	Unlock   = redis.NewScript(unlockSrc)
 )
 
 // Return codes of Reserve.
@@ -43,11 +52,3 @@ const (
 	ReleaseAlready = 0
 	ReleaseNoSale  = -1
 )
-
-//go:embed resync.lua
-var resyncSrc string
-
-// Resync sets a sale's booked units and admission cap from a database
-// snapshot, and rebuilds the sale's keys when Redis lost them; see
-// resync.lua.
-var Resync = redis.NewScript(resyncSrc)
