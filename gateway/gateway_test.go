@@ -736,3 +736,37 @@ type panicReserver struct{}
 func (panicReserver) Reserve(context.Context, string, string, int64) (string, error) {
 	panic("reserver exploded")
 }
+
+// TestNewSaleLoadedOnce: a burst of requests for a sale never seen before
+// causes one Redis read and one catalog read.
+func TestNewSaleLoadedOnce(t *testing.T) {
+	var cnt counter
+	e := newEnv(t, nil)
+	e.sale(t, "s1", 3, 4, true)
+	e.primary.AddHook(&cnt)
+	if err := e.primary.Ping(context.Background()).Err(); err != nil { // dial first: the handshake counts too
+		t.Fatal(err)
+	}
+	cnt.n.Store(0)
+	h := e.s.Handler()
+	done := make(chan int, 50)
+	for i := 0; i < 50; i++ {
+		go func() { done <- do(h, req{method: "GET", path: "/api/sales/s1"}).StatusCode() }()
+	}
+	for i := 0; i < 50; i++ {
+		select {
+		case st := <-done:
+			if st != 200 {
+				t.Fatalf("got %d, want 200", st)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("requests did not finish")
+		}
+	}
+	if got := cnt.n.Load(); got != 1 {
+		t.Fatalf("got %d Redis commands, want 1", got)
+	}
+	if got := e.catalog.calls.Load(); got != 1 {
+		t.Fatalf("got %d catalog reads, want 1", got)
+	}
+}

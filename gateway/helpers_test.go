@@ -150,19 +150,31 @@ func (o *fakeOrders) Cancel(ctx context.Context, id, user string) (flashgate.Ord
 	return ord, nil
 }
 
-// counter is a go-redis hook counting the commands a client sends.
+// counter is a go-redis hook counting the commands a client sends, less
+// the handshake of new connections (HELLO, CLIENT SETINFO).
 type counter struct{ n atomic.Int64 }
+
+func counted(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name != "hello" && name != "client"
+}
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if counted(cmd) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			if counted(cmd) {
+				c.n.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }
