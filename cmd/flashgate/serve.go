@@ -70,7 +70,8 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 	s.gw, err = gateway.New(gateway.Config{
 		Primary: c.primary, Replica: c.replica, Reserver: reserver, Catalog: c.db, Orders: s.cp,
 		JWTSecret: []byte(cfg.JWTSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
-		StateRefresh: cfg.StateRefresh, UserRate: cfg.UserRate, UserBurst: cfg.UserBurst, SaleRate: cfg.SaleRate,
+		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
+		SaleRate: noLimitIfZero(cfg.SaleRate),
 	})
 	if err != nil {
 		return nil, err
@@ -81,6 +82,15 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		})
 	}
 	return s, nil
+}
+
+// noLimitIfZero maps the flags' "0 = no limit" to the gateway's negative
+// rate (where 0 means the default).
+func noLimitIfZero(r float64) float64 {
+	if r == 0 {
+		return -1
+	}
+	return r
 }
 
 // runGatewayOn serves the gateway on ln until ctx ends.
