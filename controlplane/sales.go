@@ -299,21 +299,28 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	if err != nil {
 		return before, after, fmt.Errorf("reading released orders: %w", err)
 	}
-	live, err := s.store.LiveOrders(ctx, id)
-	if err != nil {
-		return before, after, fmt.Errorf("reading live orders: %w", err)
-	}
-	args := make([]any, 0, 9+2*len(released)+2*len(live))
-	args = append(args, id, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
-		string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), len(released))
-	for _, o := range released {
-		args = append(args, o.UserID, o.ID)
-	}
-	for _, o := range live {
-		args = append(args, o.UserID, o.ID)
-	}
 	keys := []string{lua.SaleKey(id), lua.BuyersKey(id), lua.ReleasedKey(id), lua.SalesKey()}
-	v, err := lua.Resync.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	resync := func(live []flashgate.Order, withLive string) ([]int64, error) {
+		args := make([]any, 0, 10+2*len(released)+2*len(live))
+		args = append(args, id, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
+			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), len(released), withLive)
+		for _, o := range released {
+			args = append(args, o.UserID, o.ID)
+		}
+		for _, o := range live {
+			args = append(args, o.UserID, o.ID)
+		}
+		return lua.Resync.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	}
+	v, err := resync(nil, "0")
+	if err == nil && len(v) == 1 && v[0] == -1 {
+		// Redis lost the sale: rebuild it, buyers included, from the live rows.
+		live, lerr := s.store.LiveOrders(ctx, id)
+		if lerr != nil {
+			return before, after, fmt.Errorf("reading live orders: %w", lerr)
+		}
+		v, err = resync(live, "1")
+	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}

@@ -15,18 +15,23 @@
 --         when the hash is rebuilt)
 -- ARGV[8] admit ratio (> 0)
 -- ARGV[9] r: how many released orders follow
--- ARGV[10 .. 9+2r]  pairs user id, order id of released rows (cancelled,
+-- ARGV[10] "1" when the live rows follow the released ones, else "0"
+-- ARGV[11 .. 10+2r] pairs user id, order id of released rows (cancelled,
 --         expired, refunded): the buyer entry goes if it still names that
 --         order, and the order id joins the released set so that a late
 --         Release of it changes nothing
--- ARGV[10+2r ..]    pairs user id, order id of live rows: the buyer entry is
---         added if the user has none and the order was not released
+-- ARGV[11+2r ..]    pairs user id, order id of live rows: the buyer entry is
+--         added if the user has none and the order was not released. They
+--         are needed only to rebuild a lost sale, so callers send them only
+--         when the script asks (return {-1}): a re-sync of a healthy sale
+--         costs O(released), not O(orders).
 --
 -- booked := L + max(0, reserved - P), clamped to [0, total]. Then, if
 -- remaining = total - booked > 0, count := max(count, access +
 -- ceil(remaining * ratio)); with nothing remaining count is never raised.
 --
--- Returns {rebuilt, before booked, before reserved, before count, before
+-- Returns {-1} and changes nothing when the sale hash is missing and the
+-- live rows were not sent; else {rebuilt, before booked, before reserved, before count, before
 -- access, after booked, after reserved, after count, after access, total}:
 -- rebuilt is 1 when the sale hash was missing (its "before" figures are 0).
 local L = tonumber(ARGV[2])
@@ -39,6 +44,9 @@ end
 
 local rebuilt = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[10] ~= '1' then
+    return {-1}
+  end
   rebuilt = 1
   local start, closed = 0, 0
   if ARGV[7] == 'open' then
@@ -81,7 +89,7 @@ end
 redis.call('HSET', KEYS[1], 'booked', booked)
 
 local r = tonumber(ARGV[9]) or 0
-local i = 10
+local i = 11
 for _ = 1, r do
   local user, order = ARGV[i], ARGV[i + 1]
   redis.call('SADD', KEYS[3], order)

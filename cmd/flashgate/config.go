@@ -30,6 +30,7 @@ type Config struct {
 	ResyncEvery   time.Duration // control plane re-sync period; 1s
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
 	LogLevel      string        // debug, info, warn, error; "info"
+	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
 
 	// demo and crowd
 	Units       int64         // demo: units on sale; 100
@@ -104,6 +105,7 @@ var flagSpecs = []flagSpec{
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", "serve controlplane demo", boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
 	{"log-level", "debug, info, warn or error", servers + " demo", strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
 	{"units", "units on sale", "demo", int64Flag(func(c *Config) *int64 { return &c.Units }, 100)},
 	{"users", "distinct buyers", "demo crowd", intFlag(func(c *Config) *int { return &c.Users }, 100000)},

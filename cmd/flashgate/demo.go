@@ -75,7 +75,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	}
 	g := newGroup(ctx)
 	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, s.cp.Handler()) })
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
 	g.go_("controlplane", s.cp.Run)
 	g.go_("ordersink", s.sink.Run)
 	defer g.wait()

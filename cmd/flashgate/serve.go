@@ -154,7 +154,7 @@ func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error 
 	st.log.Info("flashgate serving", "public", pub.Addr().String(), "admin", adm.Addr().String())
 	g := newGroup(ctx)
 	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, s.cp.Handler()) })
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
 	g.go_("controlplane", s.cp.Run)
 	g.go_("ordersink", s.sink.Run)
 	return g.wait()
@@ -282,7 +282,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 	}
 	st.log.Info("flashgate controlplane serving", "admin", adm.Addr().String())
 	g := newGroup(ctx)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, cp.Handler()) })
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
 	g.go_("controlplane", cp.Run)
 	return g.wait()
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
@@ -163,6 +164,20 @@ func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
 		}
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 	})
+	return mux
+}
+
+// withPprof adds /debug/pprof/ in front of h when on.
+func withPprof(on bool, h http.Handler) http.Handler {
+	if !on {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.Handle("/", h)
 	return mux
 }
 
