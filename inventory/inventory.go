@@ -62,12 +62,19 @@ type Config struct {
 	// Metrics, when set, receives flashgate_reserve_total{outcome} and
 	// flashgate_redis_call_seconds{op}. Default: nil, no metrics.
 	Metrics prometheus.Registerer
+	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
+	// reserves. By default, when primary is a *redis.Client and WaitReplicas
+	// is 0, reserves running at the same time share one pipelined round trip
+	// (each still one atomic script); the pipeliner belongs to the client and
+	// closes with it.
+	NoAutoPipeline bool
 }
 
 // Service reserves and releases stock on the Redis primary. It is safe for
 // concurrent use.
 type Service struct {
 	rdb          redis.UniversalClient
+	scripter     redis.Scripter // runs lua.Reserve: rdb, or its auto-pipeliner
 	clock        flashgate.Clock
 	log          *slog.Logger
 	newID        func() string
@@ -94,6 +101,14 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 	}
 	if s.newID == nil {
 		s.newID = ulidMinter(s.clock)
+	}
+	s.scripter = primary
+	if c, ok := primary.(*redis.Client); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
+		if ap, err := c.AutoPipeline(); err == nil {
+			s.scripter = ap
+		} else {
+			s.log.Warn("automatic pipelining unavailable; reserving one call at a time", "err", err)
+		}
 	}
 	wt := cfg.WaitTimeout
 	if wt <= 0 {
@@ -200,7 +215,7 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 // connection.
 func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (any, error) {
 	if s.waitReplicas <= 0 {
-		return lua.Reserve.Run(ctx, s.rdb, keys, args...).Result()
+		return lua.Reserve.Run(ctx, s.scripter, keys, args...).Result()
 	}
 	// A pipeline holds one connection for all its commands, and WAIT counts
 	// the writes of its own connection. In a cluster the pipeline must go

@@ -608,22 +608,32 @@ func TestOrderIDsMonotonic(t *testing.T) {
 	}
 }
 
+// BenchmarkReserve reserves from a large stock with 32 goroutines per core,
+// one call at a time and auto-pipelined, to be read as a ratio.
 func BenchmarkReserve(b *testing.B) {
-	_, rdb := newRedis(b)
-	prepSale(b, rdb, "bench", 1<<50, 1, "open")
-	svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
-	var n atomic.Int64
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(n.Add(1), 10), 1); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	for _, bc := range []struct {
+		name string
+		off  bool
+	}{{"one-at-a-time", true}, {"autopipeline", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			_, rdb := newRedis(b)
+			prepSale(b, rdb, "bench", 1<<50, 1, "open")
+			svc := inventory.New(rdb, inventory.Config{Logger: quiet(), NoAutoPipeline: bc.off})
+			var n atomic.Int64
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(n.Add(1), 10), 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 func BenchmarkReserveSoldOut(b *testing.B) {
