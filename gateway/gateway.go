@@ -228,8 +228,8 @@ type Server struct {
 	sales   map[string]*sale
 	retired []*sale
 
-	users  *lru.Cache[string, *userLimiter]
-	tokens *lru.Cache[uint64, *tokenEntry]
+	users  *shardedLRU[string, *userLimiter]
+	tokens *shardedLRU[uint64, *tokenEntry] // keyed by maphash of the token
 	pages  *lru.Cache[string, *page]
 	seed   maphash.Seed
 	parser *jwt.Parser
@@ -267,10 +267,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var err error
-	if s.users, err = lru.New[string, *userLimiter](cfg.MaxUsers); err != nil {
+	if s.users, err = newShardedLRU[string, *userLimiter](cfg.MaxUsers, func(k string) uint64 { return maphash.String(s.seed, k) }); err != nil {
 		return nil, fmt.Errorf("gateway: user limiters: %w", err)
 	}
-	if s.tokens, err = lru.New[uint64, *tokenEntry](cfg.TokenCache); err != nil {
+	if s.tokens, err = newShardedLRU[uint64, *tokenEntry](cfg.TokenCache, func(k uint64) uint64 { return k }); err != nil {
 		return nil, fmt.Errorf("gateway: token cache: %w", err)
 	}
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {

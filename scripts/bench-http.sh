@@ -46,9 +46,13 @@ tok=$("$dir/flashgate" token --user crowd)
 rate() { # wrk output → requests/s
   awk '/^Requests\/sec:/ {print $2}'
 }
-run() { # name url [wrk args...]
-  local name=$1 url=$2; shift 2
-  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" "$url" >"$dir/$name.txt" 2>&1 || true
+run() { # name url [script [script args...]]
+  local name=$1 url=$2 script=${3:-}; shift 2; shift || true
+  if [ -n "$script" ]; then
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$script" "$url" -- "$@" >"$dir/$name.txt" 2>&1 || true
+  else
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" >"$dir/$name.txt" 2>&1 || true
+  fi
   rate <"$dir/$name.txt"
 }
 printf '%-28s %12s %12s %7s\n' path "flashgate/s" "bare/s" ratio
@@ -56,16 +60,16 @@ line() {
   printf '%-28s %12.0f %12.0f %7.2f\n' "$1" "$2" "$3" "$(awk -v a="$2" -v b="$3" 'BEGIN{print (b>0)?a/b:0}')"
 }
 printf 'wrk.method="POST"\nwrk.headers["Authorization"]="Bearer %s"\n' "$tok" >"$dir/soldout.lua"
-b1=$(run bare-a "$B/api/sales/soldout/orders" -s "$dir/soldout.lua")
-g1=$(run soldout "$G/api/sales/soldout/orders" -s "$dir/soldout.lua")
+b1=$(run bare-a "$B/api/sales/soldout/orders" "$dir/soldout.lua")
+g1=$(run soldout "$G/api/sales/soldout/orders" "$dir/soldout.lua")
 line "(a) sold-out purchase" "$g1" "$b1"
 b2=$(run bare-b "$B/sales/page")
 g2=$(run page "$G/sales/page")
 line "(b) item page" "$g2" "$b2"
-b3=$(run bare-c "$B/api/sales/big/orders" -s scripts/purchase.lua -- "$dir/tokens.txt" "$THREADS")
-g3=$(run purchase "$G/api/sales/big/orders" -s scripts/purchase.lua -- "$dir/tokens.txt" "$THREADS")
+b3=$(run bare-c "$B/api/sales/big/orders" scripts/purchase.lua "$dir/tokens.txt" "$THREADS")
+g3=$(run purchase "$G/api/sales/big/orders" scripts/purchase.lua "$dir/tokens.txt" "$THREADS")
 line "(c) purchase, large stock" "$g3" "$b3"
 echo
-echo "answers of (a): $(grep -E 'requests in|Non-2xx|Socket errors' "$dir/soldout.txt" | tr -s ' ' | tr '\n' ' ')"
+for f in soldout purchase; do echo "answers of $f: $(grep -E 'requests in|Non-2xx|Socket errors' "$dir/$f.txt" | tr -s ' ' | tr '\n' ' ')"; done
 echo "units sold in (c): $(admin "$A/admin/sales/big" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["booked"], "booked,", d["stream_backlog"], "in the stream")')"
 grep -A4 'Latency Distribution' "$dir/purchase.txt" | sed 's/^/  (c) /' || true

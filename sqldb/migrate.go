@@ -49,7 +49,7 @@ var migrations = []migration{
 			`CREATE UNIQUE INDEX IF NOT EXISTS orders_live_user ON orders (sale_id, user_id)
 				WHERE status IN ('pending_payment', 'paid')`,
 			`CREATE INDEX IF NOT EXISTS orders_sale_status ON orders (sale_id, status)`,
-			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at)`,
+			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at, order_id)`,
 		},
 		sqlite: []string{
 			`CREATE TABLE IF NOT EXISTS sales (
@@ -76,7 +76,7 @@ var migrations = []migration{
 			`CREATE UNIQUE INDEX IF NOT EXISTS orders_live_user ON orders (sale_id, user_id)
 				WHERE status IN ('pending_payment', 'paid')`,
 			`CREATE INDEX IF NOT EXISTS orders_sale_status ON orders (sale_id, status)`,
-			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at)`,
+			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at, order_id)`,
 		},
 	},
 }
