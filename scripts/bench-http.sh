@@ -2,13 +2,15 @@
 # bench-http.sh: loopback load of `flashgate serve` next to a bare fasthttp
 # server returning a constant, both under the same wrk in the same run, for
 # (a) the sold-out path, (b) the item page, (c) the purchase path with a
-# large stock. Prints each figure and its ratio to the bare server.
+# large stock. Prints each figure (mean of ROUNDS alternating runs) and its
+# ratio to the bare server.
 # Needs redis-server and wrk. Everything listens on 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-8s}
 CONNS=${CONNS:-128}
 THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-2}
 for c in redis-server wrk curl; do
   command -v "$c" >/dev/null || { echo "bench-http: $c not found (apt-get install redis-server wrk curl)" >&2; exit 1; }
 done
@@ -41,7 +43,8 @@ first=$("$dir/flashgate" token --user first)
 curl -sf -X POST -H "Authorization: Bearer $first" "$G/api/sales/soldout/orders" >/dev/null
 sleep 0.2
 tok=$("$dir/flashgate" token --user crowd)
-"$dir/flashgate" token --user-prefix buyer- --count 200000 >"$dir/tokens.txt"
+PER_ROUND=${PER_ROUND:-250000} # more purchases than one run of DURATION makes here
+"$dir/flashgate" token --user-prefix buyer- --count $((PER_ROUND * ROUNDS)) >"$dir/tokens.txt"
 
 rate() { # wrk output → requests/s
   awk '/^Requests\/sec:/ {print $2}'
@@ -60,15 +63,24 @@ line() {
   printf '%-28s %12.0f %12.0f %7.2f\n' "$1" "$2" "$3" "$(awk -v a="$2" -v b="$3" 'BEGIN{print (b>0)?a/b:0}')"
 }
 printf 'wrk.method="POST"\nwrk.headers["Authorization"]="Bearer %s"\n' "$tok" >"$dir/soldout.lua"
-b1=$(run bare-a "$B/api/sales/soldout/orders" "$dir/soldout.lua")
-g1=$(run soldout "$G/api/sales/soldout/orders" "$dir/soldout.lua")
-line "(a) sold-out purchase" "$g1" "$b1"
-b2=$(run bare-b "$B/sales/page")
-g2=$(run page "$G/sales/page")
-line "(b) item page" "$g2" "$b2"
-b3=$(run bare-c "$B/api/sales/big/orders" scripts/purchase.lua "$dir/tokens.txt" "$THREADS")
-g3=$(run purchase "$G/api/sales/big/orders" scripts/purchase.lua "$dir/tokens.txt" "$THREADS")
-line "(c) purchase, large stock" "$g3" "$b3"
+# pair NAME LABEL PATH [script args...]: ROUNDS alternating runs of bare and
+# flashgate on the same path, so that drift in the machine hits both alike.
+pair() {
+  local name=$1 label=$2 path=$3; shift 3
+  local bs=0 gs=0 r
+  for r in $(seq "$ROUNDS"); do
+    # A script with arguments also gets the round's token offset, so that no
+    # buyer repeats across rounds (purchase.lua).
+    local args=("$@")
+    [ $# -gt 1 ] && args+=($(( (r - 1) * PER_ROUND )))
+    bs=$(awk -v a="$bs" -v b="$(run "bare-$name" "$B$path" "${args[@]}")" 'BEGIN{print a+b}')
+    gs=$(awk -v a="$gs" -v b="$(run "$name" "$G$path" "${args[@]}")" 'BEGIN{print a+b}')
+  done
+  line "$label" "$(awk -v a="$gs" -v n="$ROUNDS" 'BEGIN{print a/n}')" "$(awk -v a="$bs" -v n="$ROUNDS" 'BEGIN{print a/n}')"
+}
+pair soldout "(a) sold-out purchase" /api/sales/soldout/orders "$dir/soldout.lua"
+pair page "(b) item page" /sales/page
+pair purchase "(c) purchase, large stock" /api/sales/big/orders scripts/purchase.lua "$dir/tokens.txt" "$THREADS"
 echo
 for f in soldout purchase; do echo "answers of $f: $(grep -E 'requests in|Non-2xx|Socket errors' "$dir/$f.txt" | tr -s ' ' | tr '\n' ' ')"; done
 echo "units sold in (c): $(admin "$A/admin/sales/big" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["booked"], "booked,", d["stream_backlog"], "in the stream")')"
