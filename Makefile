@@ -44,6 +44,10 @@ bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purc
 fuzz: ## Fuzz the gateway router for 30s.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
 
+.PHONY: deploy-check
+deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.
+	deploy/check.sh
+
 .PHONY: clean
 clean: ## Remove build output.
 	rm -rf bin
