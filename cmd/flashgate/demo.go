@@ -64,20 +64,12 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pub, err := listen("--listen", cfg.Listen)
+	pub, adm, err := listenBoth(cfg)
 	if err != nil {
-		return err
-	}
-	adm, err := listen("--admin-listen", cfg.AdminListen)
-	if err != nil {
-		pub.Close()
 		return err
 	}
 	g := newGroup(ctx)
-	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
-	g.go_("controlplane", s.cp.Run)
-	g.go_("ordersink", s.sink.Run)
+	s.runAll(g, cfg, pub, adm)
 	defer g.wait()
 	defer g.cancel()
 

@@ -51,12 +51,7 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
 	})
 	var err error
-	s.cp, err = controlplane.New(controlplane.Config{
-		Redis: c.primary, Store: c.db, Releaser: s.inv, AdminToken: cfg.AdminToken,
-		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
-		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
-	})
-	if err != nil {
+	if s.cp, err = newControlplane(st, cfg, c.primary, c.db, s.inv); err != nil {
 		return nil, err
 	}
 	var reserver gateway.Reserver = s.inv
@@ -93,20 +88,42 @@ func noLimitIfZero(r float64) float64 {
 	return r
 }
 
+// newControlplane wires a control plane to the primary, the database and
+// the releaser of units.
+func newControlplane(st *stack, cfg *Config, primary *redis.Client, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
+	return controlplane.New(controlplane.Config{
+		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken,
+		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
+		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
+	})
+}
+
 // runGatewayOn serves the gateway on ln until ctx ends.
 func (s *system) runGatewayOn(g *group, ln net.Listener) {
 	g.go_("gateway", func(ctx context.Context) error {
-		errc := make(chan error, 1)
-		go func() { errc <- s.gw.Serve(ln) }()
-		select {
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return s.gw.Shutdown(sctx)
+		return serveUntil(ctx, func() error { return s.gw.Serve(ln) }, s.gw.Shutdown)
 	})
+}
+
+// runAll serves the gateway on pub and the admin API on adm, and runs the
+// control plane's loops and the order sink, all in g.
+func (s *system) runAll(g *group, cfg *Config, pub, adm net.Listener) {
+	s.runGatewayOn(g, pub)
+	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
+	g.go_("controlplane", s.cp.Run)
+	g.go_("ordersink", s.sink.Run)
+}
+
+// listenBoth opens the public and the admin listener.
+func listenBoth(cfg *Config) (pub, adm net.Listener, err error) {
+	if pub, err = listen("--listen", cfg.Listen); err != nil {
+		return nil, nil, err
+	}
+	if adm, err = listen("--admin-listen", cfg.AdminListen); err != nil {
+		pub.Close()
+		return nil, nil, err
+	}
+	return pub, adm, nil
 }
 
 // openConns opens the servers cfg names; sink says whether to open the
@@ -142,21 +159,13 @@ func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	pub, err := listen("--listen", cfg.Listen)
+	pub, adm, err := listenBoth(cfg)
 	if err != nil {
-		return err
-	}
-	adm, err := listen("--admin-listen", cfg.AdminListen)
-	if err != nil {
-		pub.Close()
 		return err
 	}
 	st.log.Info("flashgate serving", "public", pub.Addr().String(), "admin", adm.Addr().String())
 	g := newGroup(ctx)
-	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
-	g.go_("controlplane", s.cp.Run)
-	g.go_("ordersink", s.sink.Run)
+	s.runAll(g, cfg, pub, adm)
 	return g.wait()
 }
 
@@ -212,16 +221,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
 	g := newGroup(ctx)
 	g.go_("inventory", func(ctx context.Context) error {
-		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(ln) }()
-		select {
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return srv.ShutdownWithContext(sctx)
+		return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.ShutdownWithContext)
 	})
 	return g.wait()
 }
@@ -268,11 +268,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 		return err
 	}
 	inv := inventory.New(primary, inventory.Config{Logger: st.log.With("tier", "inventory")})
-	cp, err := controlplane.New(controlplane.Config{
-		Redis: primary, Store: db, Releaser: inv, AdminToken: cfg.AdminToken,
-		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
-		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
-	})
+	cp, err := newControlplane(st, cfg, primary, db, inv)
 	if err != nil {
 		return err
 	}

@@ -214,6 +214,21 @@ func (g *group) wait() error {
 	return g.err
 }
 
+// serveUntil runs serve until it fails or ctx ends, then shuts the server
+// down gracefully, for at most 10 seconds.
+func serveUntil(ctx context.Context, serve func() error, shutdown func(context.Context) error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return shutdown(sctx)
+}
+
 // serveHTTP runs an http.Server on ln until ctx ends, then shuts it down.
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
@@ -223,17 +238,7 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	return nil
+	return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.Shutdown)
 }
 
 // randomSecret returns n random bytes, hex-encoded.
