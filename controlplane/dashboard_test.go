@@ -1,10 +1,8 @@
 package controlplane
 
 import (
-	"context"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,27 +12,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/lua"
 )
-
-// chromium finds the browser, or skips (fails when tests are required).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if redistest.Required() {
-		t.Fatal("chromium not found")
-	}
-	t.Skip("chromium not found")
-	return ""
-}
 
 // TestDashboard drives the dashboard in headless Chromium: it asks for the
 // token, renders the sales table and charts, starts a sale and shows its
@@ -44,7 +24,6 @@ func TestDashboard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	bin := chromium(t)
 	e := newEnv(t, sqliteDSN(t), nil)
 	srv := httptest.NewServer(e.svc.Handler())
 	t.Cleanup(srv.Close)
@@ -57,26 +36,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1440, 900),
-		chromedp.UserDataDir(t.TempDir()),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(e.ctx, opts...)
-	defer cancelA()
-	ctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	ctx := browsertest.New(t, e.ctx, 1440, 900, 60*time.Second)
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/admin/"),

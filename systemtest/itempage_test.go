@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -22,30 +21,13 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )
-
-// chromium finds the browser, or skips (fails when tests are required).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if redistest.Required() {
-		t.Fatal("chromium not found")
-	}
-	t.Skip("chromium not found")
-	return ""
-}
 
 // pageSystem is every tier of one process, wired as cmd/flashgate's build
 // does, with the gateway serving on a loopback port.
@@ -173,7 +155,6 @@ func TestItemPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	bin := chromium(t)
 	s := startPageSystem(t)
 	const id = "spring-drop"
 	startsAt := time.Now().Add(time.Hour)
@@ -183,26 +164,7 @@ func TestItemPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(900, 800),
-		chromedp.UserDataDir(t.TempDir()),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(s.ctx, opts...)
-	defer cancelA()
-	ctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancelT := context.WithTimeout(ctx, 25*time.Second)
-	defer cancelT()
+	ctx := browsertest.New(t, s.ctx, 900, 800, 25*time.Second)
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(s.url+"/sales/"+id+"?token="+s.token(t, "alice")),
