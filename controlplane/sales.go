@@ -314,7 +314,8 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	}
 	v, err := resync(nil, "0")
 	if err == nil && len(v) == 1 && v[0] == -1 {
-		// Redis lost the sale: rebuild it, buyers included, from the live rows.
+		// Redis lost the sale, or is older than the database: rebuild it,
+		// buyers included, from the live rows.
 		live, lerr := s.store.LiveOrders(ctx, id)
 		if lerr != nil {
 			return before, after, fmt.Errorf("reading live orders: %w", lerr)

@@ -22,16 +22,18 @@
 --         Release of it changes nothing
 -- ARGV[11+2r ..]    pairs user id, order id of live rows: the buyer entry is
 --         added if the user has none and the order was not released. They
---         are needed only to rebuild a lost sale, so callers send them only
---         when the script asks (return {-1}): a re-sync of a healthy sale
---         costs O(released), not O(orders).
+--         are needed only to rebuild a lost sale, or the buyers of a Redis
+--         older than the database (reserved < P: restored from an earlier
+--         snapshot, it lacks the buyers of rows persisted since), so callers
+--         send them only when the script asks (return {-1}): a re-sync of a
+--         healthy sale costs O(released), not O(orders).
 --
 -- booked := L + max(0, reserved - P), clamped to [0, total]. Then, if
 -- remaining = total - booked > 0, count := max(count, access +
 -- ceil(remaining * ratio)); with nothing remaining count is never raised.
 --
--- Returns {-1} and changes nothing when the sale hash is missing and the
--- live rows were not sent; else {rebuilt, before booked, before reserved, before count, before
+-- Returns {-1} and changes nothing when the live rows were not sent and the
+-- sale hash is missing or its reserved is below P; else {rebuilt, before booked, before reserved, before count, before
 -- access, after booked, after reserved, after count, after access, total}:
 -- rebuilt is 1 when the sale hash was missing (its "before" figures are 0).
 local L = tonumber(ARGV[2])
@@ -57,6 +59,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'total', total, 'booked', 0, 'reserved', P,
     'start', start, 'closed', closed, 'count', 0, 'access', 0,
     'per_user', ARGV[5], 'price', ARGV[6])
+elseif ARGV[10] ~= '1' and (tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') or 0) < P then
+  return {-1}
 end
 redis.call('SADD', KEYS[4], ARGV[1])
 
