@@ -97,8 +97,40 @@ func (s *Server) lookup(id []byte) *sale {
 	}
 	s.mu.Unlock()
 	e.asked.Store(true)
-	s.load(e)
-	close(e.ready)
+	func() {
+		defer close(e.ready) // even if load panics, or waiters hang forever
+		s.load(e)
+	}()
+	if !keep && e.exists() {
+		e = s.keepReal(e)
+	}
+	return e
+}
+
+// exists reports whether a loaded sale is known to Redis or the catalog.
+func (e *sale) exists() bool {
+	st, m := e.state.Load(), e.meta.Load()
+	return st != nil && st.found || m != nil && m.found
+}
+
+// keepReal caches a real sale that found the cache full, in place of an id
+// that is no sale: anyone can fill the cache with such ids, and a real sale
+// left out would be re-read on every request, with its admissions neither
+// capped nor counted. It returns the sale to use.
+func (s *Server) keepReal(e *sale) *sale {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.sales[e.id]; old != nil {
+		return old
+	}
+	for id, v := range s.sales {
+		if st := v.state.Load(); st != nil && !v.exists() {
+			delete(s.sales, id)
+			s.retired = append(s.retired, v)
+			s.sales[e.id] = e
+			return e
+		}
+	}
 	return e
 }
 

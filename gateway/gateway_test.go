@@ -770,3 +770,32 @@ func TestNewSaleLoadedOnce(t *testing.T) {
 		t.Fatalf("got %d catalog reads, want 1", got)
 	}
 }
+
+// TestFullCacheKeepsRealSales: ids that are no sale fill the sale cache
+// (anyone can send them); a real sale asked for afterwards must still be
+// cached, so its admission cap holds and its admissions reach "access".
+func TestFullCacheKeepsRealSales(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.UserRate = -1; c.MaxSales = 2 })
+	e.sale(t, "real", 100, 2, true)
+	h := e.s.Handler()
+	for _, id := range []string{"junk1", "junk2"} {
+		if r := do(h, req{method: "GET", path: "/api/sales/" + id}); r.StatusCode() != 404 {
+			t.Fatalf("GET %s: got %d, want 404", id, r.StatusCode())
+		}
+	}
+	statuses := map[int]int{}
+	for i := 0; i < 5; i++ {
+		r := do(h, req{method: "POST", path: "/api/sales/real/orders", token: token(t, "u"+strconv.Itoa(i))})
+		statuses[r.StatusCode()]++
+	}
+	if got := e.reserver.calls.Load(); got != 2 {
+		t.Fatalf("got %d reserve calls with a full cache, want 2 (the cap); answers %v", got, statuses)
+	}
+	e.s.flush(context.Background())
+	if got, _ := e.primary.HGet(context.Background(), lua.SaleKey("real"), lua.FieldAccess).Int64(); got != 2 {
+		t.Fatalf("got access %d on the primary, want 2", got)
+	}
+	if n := len(e.s.sales); n > 2 {
+		t.Fatalf("got %d cached sales, want at most MaxSales (2)", n)
+	}
+}
