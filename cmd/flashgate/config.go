@@ -265,8 +265,26 @@ func (c *Config) validate(cmd string) error {
 	if cmd == "demo" && c.Units < 1 {
 		return fmt.Errorf("--units must be at least 1")
 	}
-	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 {
-		return fmt.Errorf("rates and bursts must not be negative")
+	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 {
+		return fmt.Errorf("rates, bursts and --wait-replicas must not be negative")
+	}
+	// A zero or negative period would silently become the tier's default.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		cmds string
+	}{
+		{"payment-window", c.PaymentWindow, "serve gateway controlplane demo"},
+		{"state-refresh", c.StateRefresh, gwLike},
+		{"resync-every", c.ResyncEvery, cpLike},
+		{"timeout", c.Timeout, "crowd"},
+	} {
+		if takes(d.cmds, cmd) && d.v <= 0 {
+			return fmt.Errorf("--%s must be positive", d.name)
+		}
+	}
+	if cmd == "crowd" && c.Quantity < 1 {
+		return fmt.Errorf("--quantity must be at least 1")
 	}
 	switch c.LogLevel {
 	case "", "debug", "info", "warn", "error":

@@ -33,6 +33,11 @@ func TestRunErrors(t *testing.T) {
 		{"unknown flag", []string{"token", "--colour", "red"}, nil, "flag provided but not defined", 2},
 		{"token without user", []string{"token", "--jwt-secret", "s"}, nil, "--user is required", 2},
 		{"bad inventory URL", []string{"gateway", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--inventory", "inv:9000"}, nil, "want http://host:port", 2},
+		{"zero payment window", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--admin-token", "a", "--payment-window", "0s"}, nil, "--payment-window must be positive", 2},
+		{"negative state refresh from env", []string{"gateway", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s"}, map[string]string{"FLASHGATE_STATE_REFRESH": "-1s"}, "--state-refresh must be positive", 2},
+		{"crowd zero quantity", []string{"crowd", "--jwt-secret", "s", "--quantity", "0"}, nil, "--quantity must be at least 1", 2},
+		{"crowd zero timeout", []string{"crowd", "--jwt-secret", "s", "--timeout", "0s"}, nil, "--timeout must be positive", 2},
+		{"negative wait replicas", []string{"inventory", "--redis", "redis://127.0.0.1:1/0", "--wait-replicas", "-1"}, nil, "must not be negative", 2},
 		{"unreachable redis", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--admin-token", "a"}, nil, "cannot reach Redis primary at 127.0.0.1:1", 1},
 	}
 	for _, tt := range tests {
