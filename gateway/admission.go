@@ -322,11 +322,18 @@ func (s *Server) refreshState(ctx context.Context) {
 	}
 }
 
-// refreshCatalog re-reads the catalog entry of every cached sale.
+// refreshCatalog re-reads the catalog entry of every cached sale that
+// Redis or the catalog knows.
 func (s *Server) refreshCatalog(ctx context.Context) {
 	for _, e := range s.snapshot(false) {
 		if ctx.Err() != nil {
 			return
+		}
+		if st, m := e.state.Load(), e.meta.Load(); st != nil && !st.found && m != nil && !m.found {
+			// No sale by that id, in Redis or the catalog: anyone can make
+			// us cache thousands, so they cost no catalog reads. Creating
+			// the sale puts it in Redis, and then its entry is read again.
+			continue
 		}
 		c, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
 		old := e.meta.Load()
