@@ -37,8 +37,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		})),
 		backlog: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "flashgate_stream_backlog",
-			Help: "Reserved orders in the sale streams not yet in the database.",
+			Name: "flashgate_sink_backlog",
+			Help: "Reserved orders in all sale streams not yet in the database, as this sink last saw them (per sale: flashgate_stream_backlog from the control plane).",
 		})),
 	}
 }

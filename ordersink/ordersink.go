@@ -56,7 +56,7 @@ type Config struct {
 	Clock flashgate.Clock
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds and
-	// flashgate_stream_backlog; default none.
+	// flashgate_sink_backlog; default none.
 	Metrics prometheus.Registerer
 }
 
