@@ -44,6 +44,7 @@ const (
 	FieldRejected = "rejected" // requests the gateways turned away (batched)
 	FieldPerUser  = "per_user" // most units one user may hold
 	FieldPrice    = "price"    // price in cents, copied into each order
+	FieldResume   = "resume"   // "1": a rebuilt open sale reopens at the next re-sync
 )
 
 // Fields of an order stream entry.

@@ -50,16 +50,25 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     return {-1}
   end
   rebuilt = 1
-  local start, closed = 0, 0
+  -- A rebuilt open sale stays paused until the next pass: an order sink may
+  -- hold a batch it read before Redis lost the sale and commit it after this
+  -- snapshot; the next pass counts it in L before anyone can buy again.
+  local closed, resume = 0, 0
   if ARGV[7] == 'open' then
-    start = 1
+    resume = 1
   elseif ARGV[7] == 'closed' then
     closed = 1
   end
   redis.call('HSET', KEYS[1], 'total', total, 'booked', 0, 'reserved', P,
-    'start', start, 'closed', closed, 'count', 0, 'access', 0,
-    'per_user', ARGV[5], 'price', ARGV[6])
-elseif ARGV[10] ~= '1' and (tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') or 0) < P then
+    'start', 0, 'closed', closed, 'count', 0, 'access', 0,
+    'per_user', ARGV[5], 'price', ARGV[6], 'resume', resume)
+elseif redis.call('HGET', KEYS[1], 'resume') == '1' then
+  -- The pass after a rebuild: booked is recomputed below from this newer
+  -- snapshot, then the sale opens again.
+  redis.call('HSET', KEYS[1], 'start', 1)
+  redis.call('HDEL', KEYS[1], 'resume')
+end
+if rebuilt == 0 and ARGV[10] ~= '1' and (tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') or 0) < P then
   return {-1}
 end
 redis.call('SADD', KEYS[4], ARGV[1])

@@ -7,6 +7,8 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
+-- A hand-made open or close overrides a re-sync's pending resume.
+redis.call('HDEL', KEYS[1], 'resume')
 if ARGV[1] == 'open' then
   redis.call('HSET', KEYS[1], 'start', 1, 'closed', 0)
 else
