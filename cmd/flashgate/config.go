@@ -31,6 +31,7 @@ type Config struct {
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
 	LogLevel      string        // debug, info, warn, error; "info"
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
+	MetricsListen string        // gateway/inventory: /metrics and health listener; "" = none
 
 	// demo and crowd
 	Units       int64         // demo: units on sale; 100
@@ -105,6 +106,7 @@ var flagSpecs = []flagSpec{
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", "gateway inventory", strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
 	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", "serve controlplane demo", boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
 	{"log-level", "debug, info, warn or error", servers + " demo", strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
 	{"units", "units on sale", "demo", int64Flag(func(c *Config) *int64 { return &c.Units }, 100)},
@@ -228,6 +230,11 @@ func (c *Config) validate(cmd string) error {
 	}
 	if takes("serve gateway inventory demo", cmd) {
 		if err := checkListen("--listen", c.Listen); err != nil {
+			return err
+		}
+	}
+	if c.MetricsListen != "" {
+		if err := checkListen("--metrics-listen", c.MetricsListen); err != nil {
 			return err
 		}
 	}

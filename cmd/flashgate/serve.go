@@ -185,6 +185,10 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	mln, err := metricsListener(cfg.MetricsListen)
+	if err != nil {
+		return err
+	}
 	pub, err := listen("--listen", cfg.Listen)
 	if err != nil {
 		return err
@@ -192,6 +196,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	st.log.Info("flashgate gateway serving", "public", pub.Addr().String())
 	g := newGroup(ctx)
 	s.runGatewayOn(g, pub)
+	st.serveMetrics(g, mln, func(ctx context.Context) error { return c.primary.Ping(ctx).Err() })
 	return g.wait()
 }
 
@@ -218,11 +223,16 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 		MaxRequestBodySize: inventory.MaxBodySize,
 		ErrorHandler:       inventory.ServerErrorHandler,
 	}
+	mln, err := metricsListener(cfg.MetricsListen)
+	if err != nil {
+		return err
+	}
 	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
 	g := newGroup(ctx)
 	g.go_("inventory", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.ShutdownWithContext)
 	})
+	st.serveMetrics(g, mln, inv.Ping)
 	return g.wait()
 }
 

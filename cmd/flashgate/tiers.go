@@ -181,6 +181,21 @@ func withPprof(on bool, h http.Handler) http.Handler {
 	return mux
 }
 
+// metricsListener opens --metrics-listen, or returns nil when it is unset.
+func metricsListener(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	return listen("--metrics-listen", addr)
+}
+
+// serveMetrics serves metricsMux on ln in g; a nil ln serves nothing.
+func (s *stack) serveMetrics(g *group, ln net.Listener, ready func(context.Context) error) {
+	if ln != nil {
+		g.go_("metrics", func(ctx context.Context) error { return serveHTTP(ctx, ln, s.metricsMux(ready)) })
+	}
+}
+
 // group runs functions until the first fails or ctx ends, then cancels the
 // rest and waits for them.
 type group struct {
