@@ -131,9 +131,25 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if !cfg.Serve {
 		return nil
 	}
+	// A second sale, open with stock, so a visitor can press "buy" too; and
+	// one that opens in a minute, to watch the countdown.
+	soon := time.Now().Add(time.Minute)
+	for _, sale := range []flashgate.Sale{
+		{ID: "try-me", Name: "Flashgate tote bag", PriceCents: 1500, Total: 1000},
+		{ID: "next-drop", Name: "Next drop: enamel pin", PriceCents: 900, Total: 50, StartsAt: &soon},
+	} {
+		if _, err := s.cp.CreateSale(ctx, sale); err != nil {
+			return fmt.Errorf("creating sale %s: %w", sale.ID, err)
+		}
+	}
+	if err := s.cp.Start(ctx, "try-me"); err != nil {
+		return fmt.Errorf("opening sale try-me: %w", err)
+	}
 	visitor, _ := mintToken([]byte(cfg.JWTSecret), "visitor", time.Now().Add(24*time.Hour))
 	fmt.Fprintf(stdout, "\nserving until interrupted (Ctrl-C); the database is %s\n", filepath.Join(dir, "orders.db"))
-	fmt.Fprintf(stdout, "  item page  %s/sales/%s?token=%s\n", base, saleID, visitor)
+	for _, id := range []string{saleID, "try-me", "next-drop"} {
+		fmt.Fprintf(stdout, "  item page  %s/sales/%s?token=%s\n", base, id, visitor)
+	}
 	fmt.Fprintf(stdout, "  dashboard  %s/admin/  (admin token %s)\n", admin, cfg.AdminToken)
 	fmt.Fprintf(stdout, "  token      flashgate token --jwt-secret %s --user alice\n", cfg.JWTSecret)
 	<-g.ctx.Done()
