@@ -40,6 +40,7 @@ var (
 	bodySoldOut    = errBody("sold_out")
 	bodyNotStarted = errBody("not_started")
 	bodyClosed     = errBody("closed")
+	bodyNoMethod   = errBody("method_not_allowed")
 )
 
 // errBody returns the constant body {"error":"<code>"}.

@@ -176,10 +176,10 @@ func validID(b []byte) bool {
 	return true
 }
 
+// methodNotAllowed answers 405 with Allow and, like every error, a JSON code.
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow []byte) {
-	ctx.Response.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+	writeJSON(ctx, fasthttp.StatusMethodNotAllowed, bodyNoMethod)
 	ctx.Response.Header.SetCanonical(hAllow, allow)
-	ctx.Response.ResetBody()
 }
 
 // serveError answers the errors fasthttp finds before the handler runs
