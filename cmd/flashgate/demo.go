@@ -56,25 +56,13 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	cfg.Redis = "redis://" + mr.Addr() + "/0"
 	cfg.DB = "sqlite://" + filepath.Join(dir, "orders.db")
 
-	c, err := openConns(ctx, st, cfg, true)
+	s, c, g, base, admin, err := serveAll(ctx, st, cfg)
 	if err != nil {
 		return err
 	}
-	s, err := build(st, cfg, c)
-	if err != nil {
-		return err
-	}
-	pub, adm, err := listenBoth(cfg)
-	if err != nil {
-		return err
-	}
-	g := newGroup(ctx)
-	s.runAll(g, cfg, pub, adm)
 	defer g.wait()
 	defer g.cancel()
 
-	base := "http://" + pub.Addr().String()
-	admin := "http://" + adm.Addr().String()
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)
 	start := time.Now()

@@ -148,24 +148,33 @@ func openConns(ctx context.Context, st *stack, cfg *Config, sink bool) (conns, e
 	return c, nil
 }
 
-func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
-	st := newStack(cfg, stderr)
-	defer st.close()
-	c, err := openConns(ctx, st, cfg, true)
-	if err != nil {
-		return err
+// serveAll opens cfg's servers, wires every tier and starts them all in a
+// new group, which the caller waits on. It returns the public and admin
+// base URLs too.
+func serveAll(ctx context.Context, st *stack, cfg *Config) (s *system, c conns, g *group, public, admin string, err error) {
+	if c, err = openConns(ctx, st, cfg, true); err != nil {
+		return nil, c, nil, "", "", err
 	}
-	s, err := build(st, cfg, c)
-	if err != nil {
-		return err
+	if s, err = build(st, cfg, c); err != nil {
+		return nil, c, nil, "", "", err
 	}
 	pub, adm, err := listenBoth(cfg)
 	if err != nil {
+		return nil, c, nil, "", "", err
+	}
+	g = newGroup(ctx)
+	s.runAll(g, cfg, pub, adm)
+	return s, c, g, "http://" + pub.Addr().String(), "http://" + adm.Addr().String(), nil
+}
+
+func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	st := newStack(cfg, stderr)
+	defer st.close()
+	_, _, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate serving", "public", pub.Addr().String(), "admin", adm.Addr().String())
-	g := newGroup(ctx)
-	s.runAll(g, cfg, pub, adm)
+	st.log.Info("flashgate serving", "public", public, "admin", admin)
 	return g.wait()
 }
 
