@@ -361,6 +361,23 @@ func TestRateLimits(t *testing.T) {
 			t.Fatalf("other user: got %d, want 201", r.StatusCode())
 		}
 	})
+	t.Run("one user's flood spends no sale tokens", func(t *testing.T) {
+		fr := &fakeReserver{}
+		e := newEnv(t, func(c *Config) { c.Reserver = fr; c.UserRate = 0.001; c.UserBurst = 1; c.SaleRate = 0.001; c.SaleBurst = 3 })
+		e.sale(t, "s1", 100, 150, true)
+		tok := token(t, "flooder")
+		for i := 0; i < 10; i++ {
+			do(e.s.Handler(), req{method: "POST", path: "/api/sales/s1/orders", token: tok})
+		}
+		for _, u := range []string{"u1", "u2"} {
+			if r := do(e.s.Handler(), req{method: "POST", path: "/api/sales/s1/orders", token: token(t, u)}); r.StatusCode() != 201 {
+				t.Fatalf("%s after another user's flood: got %d %s, want 201", u, r.StatusCode(), r.Body())
+			}
+		}
+		if n := fr.n.Load(); n != 3 {
+			t.Fatalf("got %d reserves, want 3 (one flooder, two others)", n)
+		}
+	})
 	t.Run("sale", func(t *testing.T) {
 		fr := &fakeReserver{}
 		e := newEnv(t, func(c *Config) { c.Reserver = fr; c.UserRate = -1; c.SaleRate = 0.001; c.SaleBurst = 3 })

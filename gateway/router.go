@@ -263,19 +263,21 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
+	// The user's bucket first: one user hammering the button spends only
+	// their own tokens, never the sale's that everyone shares.
 	now := s.clock.Now()
-	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
-		s.m.decision(decRateLimited)
-		e.rejected.Add(1)
-		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
-		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
-		return
-	}
 	if !s.allowUser(user, now) {
 		s.m.decision(decRateLimited)
 		e.rejected.Add(1)
 		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
+		return
+	}
+	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
+		s.m.decision(decRateLimited)
+		e.rejected.Add(1)
+		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
 		return
 	}
 	qty, ok := parseQuantity(body)
