@@ -25,6 +25,9 @@ type ClientConfig struct {
 	// Dial opens connections; tests pass an in-memory listener's. Default:
 	// fasthttp's TCP dialer.
 	Dial fasthttp.DialFunc
+	// Token is the bearer token the inventory tiers require (their
+	// HandlerConfig.Token). Default: none.
+	Token string
 }
 
 // Client calls inventory tiers served by NewHandler, spreading calls over
@@ -33,6 +36,7 @@ type ClientConfig struct {
 type Client struct {
 	lb      *fasthttp.LBClient
 	timeout time.Duration
+	auth    []byte // Authorization value sent with every call; nil = none
 }
 
 // NewClient returns a Client for addrs, each "http://host:port" (or
@@ -66,7 +70,11 @@ func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
 			NoDefaultUserAgentHeader: true,
 		})
 	}
-	return &Client{lb: lb, timeout: cfg.Timeout}, nil
+	c := &Client{lb: lb, timeout: cfg.Timeout}
+	if cfg.Token != "" {
+		c.auth = []byte("Bearer " + cfg.Token)
+	}
+	return c, nil
 }
 
 // parseAddr checks that a is http(s)://host:port with nothing else.
@@ -117,7 +125,7 @@ func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) 
 	b = append(b, `,"quantity":`...)
 	b = strconv.AppendInt(b, qty, 10)
 	b = append(b, '}')
-	prepare(req, PathReserve, b)
+	c.prepare(req, PathReserve, b)
 
 	var a answer
 	if err := c.do(ctx, req, resp, &a); err != nil {
@@ -143,7 +151,7 @@ func (c *Client) Release(ctx context.Context, o flashgate.Order) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("releasing: %w", flashgate.ErrBadRequest)
 	}
-	prepare(req, PathRelease, b)
+	c.prepare(req, PathRelease, b)
 	var a answer
 	if err := c.do(ctx, req, resp, &a); err != nil {
 		return false, fmt.Errorf("releasing: %w", err)
@@ -154,8 +162,11 @@ func (c *Client) Release(ctx context.Context, o flashgate.Order) (bool, error) {
 	return false, fmt.Errorf("releasing: %w", answerError(resp.StatusCode(), &a))
 }
 
-func prepare(req *fasthttp.Request, path string, body []byte) {
+func (c *Client) prepare(req *fasthttp.Request, path string, body []byte) {
 	req.Header.SetMethod(fasthttp.MethodPost)
+	if c.auth != nil {
+		req.Header.SetBytesV(fasthttp.HeaderAuthorization, c.auth)
+	}
 	req.Header.SetHost("inventory")
 	req.SetRequestURI(path)
 	req.Header.SetContentTypeBytes(contentJSON)
@@ -183,8 +194,13 @@ func (c *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.R
 
 // answerError turns an error answer back into the sentinel it came from.
 func answerError(status int, a *answer) error {
-	if a.Error == "already_purchased" {
+	switch a.Error {
+	case "already_purchased":
 		return &flashgate.PurchasedError{OrderID: a.OrderID}
+	case "unauthorized":
+		// The tiers disagree on the token: a deployment fault, never the
+		// buyer's, so the buyer must not be told "unauthorized".
+		return fmt.Errorf("inventory refused this client's token: %w", flashgate.ErrUnavailable)
 	}
 	if err := flashgate.ErrorForCode(a.Error); err != nil {
 		return err

@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -40,6 +42,17 @@ type reserveRequest struct {
 	Quantity int64  `json:"quantity"`
 }
 
+// HandlerConfig configures NewHandler. The zero value works.
+type HandlerConfig struct {
+	// Logger receives panics and readiness failures. Default: discard.
+	Logger *slog.Logger
+	// Token, when set, is the bearer token every /v1/ call must carry,
+	// compared in constant time; a call without it is 401 unauthorized.
+	// The health routes stay open. Default: none (any caller that reaches
+	// the listener may reserve, so keep it on a private network).
+	Token string
+}
+
 // NewHandler serves s over HTTP for split deployments:
 //
 //	POST /v1/reserve {"sale_id","user_id","quantity"} → 200 {"order_id"}
@@ -49,17 +62,30 @@ type reserveRequest struct {
 // Errors are {"error":code} with the status of flashgate.ErrorStatus, plus
 // "order_id" for already_purchased; internal error text never leaves.
 // Unknown paths are 404 not_found, wrong methods 405 method_not_allowed.
-func NewHandler(s *Service, logger *slog.Logger) fasthttp.RequestHandler {
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+func NewHandler(s *Service, cfg HandlerConfig) fasthttp.RequestHandler {
+	h := &handler{s: s, log: cfg.Logger}
+	if h.log == nil {
+		h.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	h := &handler{s: s, log: logger}
+	if cfg.Token != "" {
+		h.auth = []byte("Bearer " + cfg.Token)
+	}
 	return h.serve
 }
 
 type handler struct {
-	s   *Service
-	log *slog.Logger
+	s    *Service
+	log  *slog.Logger
+	auth []byte // the whole Authorization value /v1/ calls need; nil = none
+}
+
+// authorized reports whether the request may call /v1/ routes.
+func (h *handler) authorized(ctx *fasthttp.RequestCtx) bool {
+	if h.auth == nil {
+		return true
+	}
+	got := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	return subtle.ConstantTimeCompare(got, h.auth) == 1
 }
 
 func (h *handler) serve(ctx *fasthttp.RequestCtx) {
@@ -71,6 +97,10 @@ func (h *handler) serve(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte("/v1/")) && !h.authorized(ctx) {
+		writeError(ctx, flashgate.ErrUnauthorized)
+		return
+	}
 	switch string(path) {
 	case PathReserve:
 		if !h.method(ctx, fasthttp.MethodPost) {

@@ -86,7 +86,7 @@ func serve(tb testing.TB, svc *inventory.Service) (*inventory.Client, *fasthttpu
 	tb.Helper()
 	ln := fasthttputil.NewInmemoryListener()
 	srv := &fasthttp.Server{
-		Handler:            inventory.NewHandler(svc, quiet()),
+		Handler:            inventory.NewHandler(svc, inventory.HandlerConfig{Logger: quiet(), Token: "tier-token"}),
 		MaxRequestBodySize: inventory.MaxBodySize,
 		ErrorHandler:       inventory.ServerErrorHandler,
 	}
@@ -98,7 +98,8 @@ func serve(tb testing.TB, svc *inventory.Service) (*inventory.Client, *fasthttpu
 		<-done
 	})
 	c, err := inventory.NewClient([]string{"http://inventory.test:8080"}, inventory.ClientConfig{
-		Dial: func(string) (net.Conn, error) { return ln.Dial() },
+		Dial:  func(string) (net.Conn, error) { return ln.Dial() },
+		Token: "tier-token",
 	})
 	if err != nil {
 		tb.Fatalf("NewClient: %v", err)
@@ -426,8 +427,15 @@ func TestRedisDown(t *testing.T) {
 	}
 }
 
-// do sends one raw request to the handler behind ln.
+// do sends one raw request, with the tier token serve sets up, to the
+// handler behind ln.
 func do(t *testing.T, ln *fasthttputil.InmemoryListener, method, path, body string) (int, string) {
+	t.Helper()
+	return doAuth(t, ln, "Bearer tier-token", method, path, body)
+}
+
+// doAuth is do with the given Authorization header ("" = none).
+func doAuth(t *testing.T, ln *fasthttputil.InmemoryListener, auth, method, path, body string) (int, string) {
 	t.Helper()
 	hc := &fasthttp.HostClient{Addr: "inventory.test", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
 	req := fasthttp.AcquireRequest()
@@ -436,6 +444,9 @@ func do(t *testing.T, ln *fasthttputil.InmemoryListener, method, path, body stri
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI("http://inventory.test" + path)
 	req.Header.SetMethod(method)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	if body != "" {
 		req.SetBodyString(body)
 	}
@@ -484,12 +495,44 @@ func TestHandler(t *testing.T) {
 	})
 }
 
+// TestHandlerToken: with a token set, /v1/ calls without it are 401 and
+// change nothing, health stays open, and a Client holding the wrong token
+// reports the tier unavailable (a deployment fault), never unauthorized.
+func TestHandlerToken(t *testing.T) {
+	_, rdb := newRedis(t)
+	prepSale(t, rdb, "tok", 10, 1, "open")
+	_, ln := serve(t, inventory.New(rdb, inventory.Config{Logger: quiet()}))
+	for _, auth := range []string{"", "Bearer wrong", "Bearer tier-token2", "Basic tier-token", "bearer tier-token "} {
+		status, body := doAuth(t, ln, auth, "POST", inventory.PathReserve, `{"sale_id":"tok","user_id":"u1","quantity":1}`)
+		if status != 401 || body != `{"error":"unauthorized"}` {
+			t.Errorf("Authorization %q: got %d %s, want 401 unauthorized", auth, status, body)
+		}
+	}
+	if booked, _ := rdb.HGet(context.Background(), lua.SaleKey("tok"), lua.FieldBooked).Int(); booked != 0 {
+		t.Fatalf("booked = %d after refused calls, want 0", booked)
+	}
+	if status, _ := doAuth(t, ln, "", "GET", inventory.PathHealthz, ""); status != 200 {
+		t.Errorf("healthz without token: got %d, want 200", status)
+	}
+	c, err := inventory.NewClient([]string{"http://inventory.test:8080"}, inventory.ClientConfig{
+		Dial:  func(string) (net.Conn, error) { return ln.Dial() },
+		Token: "not-the-token",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Reserve(context.Background(), "tok", "u1", 1)
+	if !errors.Is(err, flashgate.ErrUnavailable) || errors.Is(err, flashgate.ErrUnauthorized) {
+		t.Fatalf("Reserve with the wrong token: got %v, want ErrUnavailable and not ErrUnauthorized", err)
+	}
+}
+
 // TestHandlerBodyLimit proves the handler itself refuses large bodies when
 // the server lets them through.
 func TestHandlerBodyLimit(t *testing.T) {
 	_, rdb := newRedis(t)
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: inventory.NewHandler(inventory.New(rdb, inventory.Config{}), nil)}
+	srv := &fasthttp.Server{Handler: inventory.NewHandler(inventory.New(rdb, inventory.Config{}), inventory.HandlerConfig{})}
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ln); close(done) }()
 	defer func() { _ = srv.Shutdown(); _ = ln.Close(); <-done }()

@@ -22,6 +22,7 @@ type Config struct {
 	JWTSecret     string        // HS256 secret for buyer tokens; required
 	AdminToken    string        // bearer token of the admin API; required
 	Inventory     string        // comma-separated inventory tiers; "" = in-process
+	InventoryTok  string        // bearer token between gateways and inventory tiers; "" = none
 	UserRate      float64       // per-user attempts per second; 2
 	UserBurst     int           // per-user burst; 5
 	SaleRate      float64       // per-sale attempts per second per gateway; 50000
@@ -99,6 +100,7 @@ var flagSpecs = []flagSpec{
 	{"jwt-secret", "HS256 secret for buyer tokens (required)", "serve gateway crowd token demo", strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
 	{"admin-token", "bearer token for the admin API (required)", cpLike + " crowd", strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
 	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", "serve gateway", strFlag(func(c *Config) *string { return &c.Inventory }, "")},
+	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", "serve gateway inventory", strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
 	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, 2)},
 	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, 5)},
 	{"sale-rate", "per-sale attempts per second one gateway lets through (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},

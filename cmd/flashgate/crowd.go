@@ -42,6 +42,7 @@ type crowdResult struct {
 	Orders    map[string]string // order id → user id, from the 201 answers
 	Latencies []time.Duration   // sorted
 	Errors    int               // transport errors and timeouts
+	FirstErr  error             // the first transport error, to name the cause
 }
 
 // Created is the number of 201 answers.
@@ -78,6 +79,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	lat := make([]time.Duration, s.Users)
 	answers := make([]string, s.Users)
 	var orders sync.Map
+	var firstErr atomic.Pointer[error]
 	var next, done atomic.Int64
 	stopBar := startBar(s.Progress, s.Users, &done)
 	start := time.Now()
@@ -116,6 +118,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 				done.Add(1)
 				if err != nil {
 					answers[i] = "transport error"
+					firstErr.CompareAndSwap(nil, &err)
 					continue
 				}
 				answers[i] = answerOf(resp.StatusCode(), resp.Body())
@@ -147,6 +150,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 		}
 	}
 	orders.Range(func(k, v any) bool { r.Orders[k.(string)] = v.(string); return true })
+	if e := firstErr.Load(); e != nil {
+		r.FirstErr = *e
+	}
 	sort.Slice(r.Latencies, func(i, j int) bool { return r.Latencies[i] < r.Latencies[j] })
 	if r.Requests == 0 && ctx.Err() != nil {
 		return r, ctx.Err()
@@ -254,6 +260,9 @@ func printCrowd(w io.Writer, r *crowdResult) {
 	for _, k := range keys {
 		fmt.Fprintf(w, "  %-22s %d\n", k, r.ByAnswer[k])
 	}
+	if r.FirstErr != nil {
+		fmt.Fprintf(w, "  first transport error: %v\n", r.FirstErr)
+	}
 	if r.Elapsed > 0 {
 		fmt.Fprintf(w, "throughput    %.0f requests/s\n", float64(r.Requests)/r.Elapsed.Seconds())
 	}
@@ -355,6 +364,9 @@ func runCrowd(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error 
 		return err
 	}
 	printCrowd(stdout, r)
+	if r.Requests > 0 && r.Errors == r.Requests {
+		return fmt.Errorf("no request reached the gateway at %s: %v", cfg.Target, r.FirstErr)
+	}
 	if cfg.Admin == "" {
 		return nil
 	}

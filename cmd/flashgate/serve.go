@@ -56,7 +56,7 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 	}
 	var reserver gateway.Reserver = s.inv
 	if addrs := splitList(cfg.Inventory); len(addrs) > 0 {
-		cl, err := inventory.NewClient(addrs, inventory.ClientConfig{})
+		cl, err := inventory.NewClient(addrs, inventory.ClientConfig{Token: cfg.InventoryTok})
 		if err != nil {
 			return nil, fmt.Errorf("--inventory: %v", err)
 		}
@@ -224,7 +224,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 		return err
 	}
 	srv := &fasthttp.Server{
-		Handler:            inventory.NewHandler(inv, st.log.With("tier", "inventory")),
+		Handler:            inventory.NewHandler(inv, inventory.HandlerConfig{Logger: st.log.With("tier", "inventory"), Token: cfg.InventoryTok}),
 		Name:               "flashgate-inventory",
 		ReadTimeout:        5 * time.Second,
 		WriteTimeout:       5 * time.Second,

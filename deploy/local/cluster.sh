@@ -271,7 +271,8 @@ cmd_up() {
 	# The secrets live only in the environment of the processes started below.
 	FLASHGATE_JWT_SECRET=$(random_secret)
 	FLASHGATE_ADMIN_TOKEN=$(random_secret)
-	export FLASHGATE_JWT_SECRET FLASHGATE_ADMIN_TOKEN
+	FLASHGATE_INVENTORY_TOKEN=$(random_secret) # gateways ↔ inventory; never printed
+	export FLASHGATE_JWT_SECRET FLASHGATE_ADMIN_TOKEN FLASHGATE_INVENTORY_TOKEN
 	local redis="redis://127.0.0.1:$rp/0" replicas="redis://127.0.0.1:$rr/0"
 
 	# The control plane first and alone: it creates the schema, so the other
