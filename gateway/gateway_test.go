@@ -363,7 +363,13 @@ func TestRateLimits(t *testing.T) {
 	})
 	t.Run("one user's flood spends no sale tokens", func(t *testing.T) {
 		fr := &fakeReserver{}
-		e := newEnv(t, func(c *Config) { c.Reserver = fr; c.UserRate = 0.001; c.UserBurst = 1; c.SaleRate = 0.001; c.SaleBurst = 3 })
+		e := newEnv(t, func(c *Config) {
+			c.Reserver = fr
+			c.UserRate = 0.001
+			c.UserBurst = 1
+			c.SaleRate = 0.001
+			c.SaleBurst = 3
+		})
 		e.sale(t, "s1", 100, 150, true)
 		tok := token(t, "flooder")
 		for i := 0; i < 10; i++ {
