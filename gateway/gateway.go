@@ -59,7 +59,10 @@ type Config struct {
 	// written there, and sale state is read from it when the replica fails.
 	// Required.
 	Primary redis.UniversalClient
-	// Replica serves every sale-state read. Default: Primary.
+	// Replica serves every sale-state read. Default: Primary. While it is
+	// down the gateway tries it again once a second, and each try costs a
+	// failed dial: give its client few dial retries (go-redis's default of
+	// 5 turns a refused connection into a stall of over a second per try).
 	Replica redis.UniversalClient
 	// Reserver takes units for admitted purchases. Required.
 	Reserver Reserver
