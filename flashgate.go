@@ -51,13 +51,15 @@ func AdmitCap(total int64, r float64) int64 {
 }
 
 // ValidSaleID reports whether id is 1–64 characters of [A-Za-z0-9_-].
-func ValidSaleID(id string) bool { return validID(id) }
+func ValidSaleID(id string) bool { return ValidID(id) }
 
 // ValidOrderID reports whether id has the shape of an order id (the same
 // alphabet as sale ids).
-func ValidOrderID(id string) bool { return validID(id) }
+func ValidOrderID(id string) bool { return ValidID(id) }
 
-func validID(id string) bool {
+// ValidID is the one id rule, for strings and for request bytes alike (the
+// gateway checks path bytes without allocating).
+func ValidID[T ~string | ~[]byte](id T) bool {
 	if len(id) == 0 || len(id) > 64 {
 		return false
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/pgtest"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -26,23 +26,6 @@ const testToken = "s3cret-admin-token"
 
 var t0 = time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is a flashgate.Clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
 
 // luaReleaser is the tiny Releaser of the tests: lua.Release on the
 // primary, with an injectable failure.
@@ -74,7 +57,7 @@ type env struct {
 	srv   *redistest.Server
 	rdb   *redis.Client
 	db    *sqldb.DB
-	clock *fakeClock
+	clock *testclock.Clock
 	rel   *luaReleaser
 	svc   *Service
 	seq   atomic.Int64
@@ -105,7 +88,7 @@ func newEnv(t *testing.T, dsn string, mod func(*Config)) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	srv := redistest.Start(t)
-	e := &env{t: t, ctx: ctx, srv: srv, rdb: srv.Client(t), db: openDB(t, dsn), clock: &fakeClock{now: t0}}
+	e := &env{t: t, ctx: ctx, srv: srv, rdb: srv.Client(t), db: openDB(t, dsn), clock: testclock.New(t0)}
 	e.rel = &luaReleaser{rdb: e.rdb}
 	cfg := Config{
 		Redis: e.rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,

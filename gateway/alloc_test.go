@@ -12,14 +12,7 @@ import (
 func allocsPerRequest(t *testing.T, h fasthttp.RequestHandler, r req, wantStatus int) float64 {
 	t.Helper()
 	var rq fasthttp.Request
-	rq.Header.SetMethod(r.method)
-	rq.SetRequestURI(r.path)
-	if r.token != "" {
-		rq.Header.Set("Authorization", "Bearer "+r.token)
-	}
-	for k, v := range r.header {
-		rq.Header.Set(k, v)
-	}
+	r.request(&rq)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&rq, nil, nil)
 	for i := 0; i < 3; i++ { // warm the caches and buffers

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -215,7 +216,7 @@ func TestAuth(t *testing.T) {
 
 // TestTokenCacheExpiry checks that a cached token stops working at exp.
 func TestTokenCacheExpiry(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
+	clock := testclock.New(time.Now())
 	e := newEnv(t, func(c *Config) { c.Clock = clock; c.Reserver = &fakeReserver{}; c.UserRate = -1 })
 	e.sale(t, "s1", 100, 150, true)
 	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
@@ -225,7 +226,7 @@ func TestTokenCacheExpiry(t *testing.T) {
 	if got := do(e.s.Handler(), r).StatusCode(); got != 201 {
 		t.Fatalf("fresh token: got %d, want 201", got)
 	}
-	clock.add(2 * time.Minute)
+	clock.Add(2 * time.Minute)
 	if got := do(e.s.Handler(), r).StatusCode(); got != 401 {
 		t.Fatalf("expired cached token: got %d, want 401", got)
 	}

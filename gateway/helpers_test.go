@@ -270,9 +270,8 @@ type req struct {
 	header             map[string]string
 }
 
-// do runs r through h and returns a copy of the response.
-func do(h fasthttp.RequestHandler, r req) *fasthttp.Response {
-	var rq fasthttp.Request
+// request fills rq from r.
+func (r req) request(rq *fasthttp.Request) {
 	rq.Header.SetMethod(r.method)
 	rq.SetRequestURI(r.path)
 	if r.token != "" {
@@ -284,6 +283,12 @@ func do(h fasthttp.RequestHandler, r req) *fasthttp.Response {
 	if r.body != "" {
 		rq.SetBodyString(r.body)
 	}
+}
+
+// do runs r through h and returns a copy of the response.
+func do(h fasthttp.RequestHandler, r req) *fasthttp.Response {
+	var rq fasthttp.Request
+	r.request(&rq)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&rq, nil, nil)
 	h(&ctx)
@@ -308,24 +313,6 @@ func errCode(r *fasthttp.Response) string {
 }
 
 var errTest = errors.New("test: boom")
-
-// fakeClock is a Clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

@@ -60,7 +60,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 	switch {
 	case bytes.HasPrefix(path, pSales):
 		id := path[len(pSales):]
-		if !validID(id) {
+		if !flashgate.ValidID(id) {
 			s.notFoundPage(ctx)
 			return routeOther
 		}
@@ -75,7 +75,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		rest := path[len(pAPISales):]
 		if bytes.HasSuffix(rest, sOrders) {
 			id := rest[:len(rest)-len(sOrders)]
-			if !validID(id) {
+			if !flashgate.ValidID(id) {
 				writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
 				return routeOther
 			}
@@ -86,7 +86,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			s.purchase(ctx, id)
 			return routePurchase
 		}
-		if !validID(rest) {
+		if !flashgate.ValidID(rest) {
 			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
 			return routeOther
 		}
@@ -108,7 +108,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			action, r, want = orderCancel, routeCancel, vPost
 			rest = rest[:len(rest)-len(sCancel)]
 		}
-		if !validID(rest) {
+		if !flashgate.ValidID(rest) {
 			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
 			return routeOther
 		}
@@ -161,19 +161,6 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 	}
 	s.notFoundPage(ctx)
 	return routeOther
-}
-
-// validID reports whether b is a valid sale or order id, without allocating.
-func validID(b []byte) bool {
-	if len(b) == 0 || len(b) > 64 {
-		return false
-	}
-	for _, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // methodNotAllowed answers 405 with Allow and, like every error, a JSON code.

@@ -47,6 +47,10 @@ type Config struct {
 	Timeout     time.Duration // crowd: per-request timeout; 5s
 	Quantity    int64         // crowd: units per purchase; 1
 
+	// set names the flags given on the command line or by environment,
+	// so that a command can tell a default from a choice.
+	set map[string]bool
+
 	// token
 	User       string        // token: the buyer's id
 	UserPrefix string        // token: with Count > 1, users are UserPrefix + 0…Count-1
@@ -177,11 +181,13 @@ func parseConfig(cmd string, args []string, stderr io.Writer, getenv func(string
 			if err := fs.Set(f.Name, v); err != nil {
 				envErr = &usageError{fmt.Sprintf("%s=%q: %v", EnvName(f.Name), v, err)}
 			}
+			set[f.Name] = true
 		}
 	})
 	if envErr != nil {
 		return nil, envErr
 	}
+	c.set = set
 	if err := c.validate(cmd); err != nil {
 		return nil, &usageError{err.Error()}
 	}

@@ -28,18 +28,18 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if cfg.AdminToken == "" {
 		cfg.AdminToken = randomSecret(16)
 	}
-	if cfg.Listen == ":8080" && !cfg.Serve {
-		cfg.Listen = "127.0.0.1:0" // a free port: the demo must not fail on a busy 8080
+	// Free ports unless chosen: the demo must not fail on a busy 8080.
+	if !cfg.set["listen"] && !cfg.Serve {
+		cfg.Listen = "127.0.0.1:0"
 	}
-	if cfg.AdminListen == "127.0.0.1:8081" && !cfg.Serve {
+	if !cfg.set["admin-listen"] && !cfg.Serve {
 		cfg.AdminListen = "127.0.0.1:0"
+	}
+	if !cfg.set["log-level"] { // the report is the demo's output; logs only warn
+		cfg.LogLevel = "warn"
 	}
 	st := newStack(cfg, stderr)
 	defer st.close()
-	if cfg.LogLevel == "info" { // the report is the demo's output; keep the logs to warnings
-		cfg.LogLevel = "warn"
-		st.log = newStack(cfg, stderr).log
-	}
 
 	mr := miniredis.NewMiniRedis()
 	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
