@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/internal/promreg"
 )
 
 // Routes, as the metrics label them.
@@ -86,18 +88,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "flashgate_gateway_replica_fallback_total",
 		Help: "Sale state reads that went to the primary because the replica failed.",
 	})
-	var err error
-	if req, err = register(reg, req); err != nil {
-		return nil, err
-	}
-	if lat, err = register(reg, lat); err != nil {
-		return nil, err
-	}
-	if dec, err = register(reg, dec); err != nil {
-		return nil, err
-	}
-	if fb, err = register(reg, fb); err != nil {
-		return nil, err
+	var errs [4]error
+	req, errs[0] = promreg.Register(reg, req)
+	lat, errs[1] = promreg.Register(reg, lat)
+	dec, errs[2] = promreg.Register(reg, dec)
+	fb, errs[3] = promreg.Register(reg, fb)
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
 	}
 	m := &metrics{fallback: fb}
 	for r := range numRoutes {
@@ -112,21 +109,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.decisions[d] = dec.WithLabelValues(decisionNames[d])
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name (so two gateways can share one registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old, nil
-			}
-		}
-		return c, fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	return c, nil
 }
 
 func (m *metrics) request(route, status int, seconds float64) {

@@ -1,10 +1,11 @@
 package inventory
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/internal/promreg"
 )
 
 // The outcomes of flashgate_reserve_total.
@@ -42,11 +43,11 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	reserves := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	reserves := promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_reserve_total",
 		Help: "Reserve calls by outcome.",
 	}, []string{"outcome"}))
-	calls := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	calls := promreg.Shared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashgate_redis_call_seconds",
 		Help:    "Duration of the inventory tier's Redis calls, by operation.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
@@ -59,22 +60,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.calls[i] = calls.WithLabelValues(name)
 	}
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same description (several Services may share one registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// An incompatible collector owns the name: count into an
-		// unregistered one rather than fail the service.
-	}
-	return c
 }
 
 func (m *metrics) outcome(o int) {

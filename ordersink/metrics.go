@@ -1,12 +1,12 @@
 package ordersink
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/promreg"
 )
 
 // metrics are the sink's Prometheus collectors; a nil *metrics records
@@ -23,38 +23,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return nil
 	}
 	return &metrics{
-		orders: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		orders: promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_sink_orders_total",
 			Help: "Order rows the sink inserted into the database.",
 		})),
-		batches: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		batches: promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_sink_batches_total",
 			Help: "Batches the sink tried to store, by result (ok, error).",
 		}, []string{"result"})),
-		lag: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		lag: promreg.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashgate_sink_lag_seconds",
 			Help:    "Time from an order's reservation to its commit in the database.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		})),
-		backlog: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		backlog: promreg.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flashgate_sink_backlog",
 			Help: "Reserved orders in all sale streams not yet in the database, as this sink last saw them (per sale: flashgate_stream_backlog from the control plane).",
 		})),
 	}
-}
-
-// register registers c, or returns the collector registered before under
-// the same name (two drainers in one process share them).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-	}
-	return c
 }
 
 func (m *metrics) batch(result string) {
