@@ -26,7 +26,6 @@ const testToken = "s3cret-admin-token"
 
 var t0 = time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
 
-
 // luaReleaser is the tiny Releaser of the tests: lua.Release on the
 // primary, with an injectable failure.
 type luaReleaser struct {
