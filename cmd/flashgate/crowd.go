@@ -216,6 +216,9 @@ func startBar(w io.Writer, n int, done *atomic.Int64) (stop func()) {
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetWidth(30),
 	)
+	// The bar's clock starts now, not at its first frame: a rate shown on
+	// the first frame is then taken over the time that really passed.
+	bar.StartWithoutRender()
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {

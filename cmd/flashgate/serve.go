@@ -164,7 +164,7 @@ func serveAll(ctx context.Context, st *stack, cfg *Config) (s *system, c conns, 
 	}
 	g = newGroup(ctx)
 	s.runAll(g, cfg, pub, adm)
-	return s, c, g, "http://" + pub.Addr().String(), "http://" + adm.Addr().String(), nil
+	return s, c, g, httpURL(pub.Addr()), httpURL(adm.Addr()), nil
 }
 
 func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
@@ -202,7 +202,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate gateway serving", "public", pub.Addr().String())
+	st.log.Info("flashgate gateway serving", "public", httpURL(pub.Addr()))
 	g := newGroup(ctx)
 	s.runGatewayOn(g, pub)
 	st.serveMetrics(g, mln, func(ctx context.Context) error { return c.primary.Ping(ctx).Err() })
@@ -236,7 +236,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
+	st.log.Info("flashgate inventory serving", "listen", httpURL(ln.Addr()))
 	g := newGroup(ctx)
 	g.go_("inventory", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.ShutdownWithContext)
@@ -261,7 +261,7 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate ordersink running", "metrics", adm.Addr().String())
+	st.log.Info("flashgate ordersink running", "metrics", httpURL(adm.Addr())+"/metrics")
 	g := newGroup(ctx)
 	g.go_("ordersink", sink.Run)
 	g.go_("metrics", func(ctx context.Context) error {
@@ -295,7 +295,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate controlplane serving", "admin", adm.Addr().String())
+	st.log.Info("flashgate controlplane serving", "admin", httpURL(adm.Addr()))
 	g := newGroup(ctx)
 	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
 	g.go_("controlplane", cp.Run)

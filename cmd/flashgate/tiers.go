@@ -144,6 +144,20 @@ func listen(what, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// httpURL is the base URL a client on this machine dials to reach a listener
+// at a: an unspecified host (":8080", "0.0.0.0", "[::]") is not an address a
+// browser or a client can use, so it becomes the loopback address.
+func httpURL(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return "http://" + a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // metricsMux serves /metrics, /healthz and /readyz for tiers without an
 // admin API of their own.
 func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
