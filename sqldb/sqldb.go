@@ -41,21 +41,17 @@ type DB struct {
 // (sqlite://flashgate.db) or absolute (sqlite:///var/lib/flashgate/orders.db);
 // sqlite://:memory: gives a private in-memory database.
 func Open(ctx context.Context, dsn string) (*DB, error) {
-	scheme, _, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return nil, fmt.Errorf("db: malformed URL %q (want postgres://… or sqlite://PATH)", redact(dsn))
+	dialect, err := dialectOf(dsn)
+	if err != nil {
+		return nil, err
 	}
-	var (
-		d   *DB
-		err error
-	)
-	switch strings.ToLower(scheme) {
-	case "postgres", "postgresql":
+	var d *DB
+	switch dialect {
+	case DialectPostgres:
 		d, err = openPostgres(ctx, dsn)
-	case "sqlite", "sqlite3":
-		d, err = openSQLite(ctx, strings.TrimPrefix(dsn[len(scheme):], "://"))
 	default:
-		return nil, fmt.Errorf("db: unsupported URL scheme %q (want postgres:// or sqlite://)", scheme)
+		_, rest, _ := strings.Cut(dsn, "://")
+		d, err = openSQLite(ctx, rest)
 	}
 	if err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/sqldb"
 )
 
 // Config is every setting of every command. Its zero value is not used
@@ -328,16 +330,10 @@ func checkRedisURL(flagName, s string) error {
 }
 
 func checkDBURL(s string) error {
-	switch {
-	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
-		if _, err := url.Parse(s); err != nil {
-			return fmt.Errorf("--db %q: malformed URL", s)
-		}
-		return nil
-	case strings.HasPrefix(s, "sqlite://") && len(s) > len("sqlite://"):
-		return nil
+	if err := sqldb.CheckURL(s); err != nil {
+		return fmt.Errorf("--db: %w", err)
 	}
-	return fmt.Errorf("--db %q: want postgres://… or sqlite://PATH", s)
+	return nil
 }
 
 func checkHTTPURL(flagName, s string) error {

@@ -100,7 +100,7 @@ func newControlplane(st *stack, cfg *Config, primary *redis.Client, db *sqldb.DB
 
 // runGatewayOn serves the gateway on ln until ctx ends.
 func (s *system) runGatewayOn(g *group, ln net.Listener) {
-	g.go_("gateway", func(ctx context.Context) error {
+	g.Go("gateway", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return s.gw.Serve(ln) }, s.gw.Shutdown)
 	})
 }
@@ -109,9 +109,9 @@ func (s *system) runGatewayOn(g *group, ln net.Listener) {
 // control plane's loops and the order sink, all in g.
 func (s *system) runAll(g *group, cfg *Config, pub, adm net.Listener) {
 	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
-	g.go_("controlplane", s.cp.Run)
-	g.go_("ordersink", s.sink.Run)
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
+	g.Go("controlplane", s.cp.Run)
+	g.Go("ordersink", s.sink.Run)
 }
 
 // listenBoth opens the public and the admin listener.
@@ -238,7 +238,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	}
 	st.log.Info("flashgate inventory serving", "listen", httpURL(ln.Addr()))
 	g := newGroup(ctx)
-	g.go_("inventory", func(ctx context.Context) error {
+	g.Go("inventory", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.ShutdownWithContext)
 	})
 	st.serveMetrics(g, mln, inv.Ping)
@@ -263,8 +263,8 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	}
 	st.log.Info("flashgate ordersink running", "metrics", httpURL(adm.Addr())+"/metrics")
 	g := newGroup(ctx)
-	g.go_("ordersink", sink.Run)
-	g.go_("metrics", func(ctx context.Context) error {
+	g.Go("ordersink", sink.Run)
+	g.Go("metrics", func(ctx context.Context) error {
 		return serveHTTP(ctx, adm, st.metricsMux(func(ctx context.Context) error {
 			if err := reader.Ping(ctx).Err(); err != nil {
 				return err
@@ -297,7 +297,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 	}
 	st.log.Info("flashgate controlplane serving", "admin", httpURL(adm.Addr()))
 	g := newGroup(ctx)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
-	g.go_("controlplane", cp.Run)
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
+	g.Go("controlplane", cp.Run)
 	return g.wait()
 }

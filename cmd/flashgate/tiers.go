@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -206,41 +206,43 @@ func metricsListener(addr string) (net.Listener, error) {
 // serveMetrics serves metricsMux on ln in g; a nil ln serves nothing.
 func (s *stack) serveMetrics(g *group, ln net.Listener, ready func(context.Context) error) {
 	if ln != nil {
-		g.go_("metrics", func(ctx context.Context) error { return serveHTTP(ctx, ln, s.metricsMux(ready)) })
+		g.Go("metrics", func(ctx context.Context) error { return serveHTTP(ctx, ln, s.metricsMux(ready)) })
 	}
 }
 
-// group runs functions until the first fails or ctx ends, then cancels the
-// rest and waits for them.
+// group runs a process's long-lived parts (servers, loops) on an errgroup:
+// the first to fail or return ends them all through the shared context, and
+// wait returns the first failure.
 type group struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	err    error
+	eg     *errgroup.Group
 }
 
 func newGroup(ctx context.Context) *group {
 	g := &group{}
-	g.ctx, g.cancel = context.WithCancel(ctx)
+	ctx, g.cancel = context.WithCancel(ctx)
+	g.eg, g.ctx = errgroup.WithContext(ctx)
 	return g
 }
 
-func (g *group) go_(name string, f func(ctx context.Context) error) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		if err := f(g.ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
-			g.once.Do(func() { g.err = fmt.Errorf("%s: %w", name, err) })
+// Go runs f under name. A part that returns, even without an error, stops
+// the others: a process whose server or loop ended is no longer serving.
+func (g *group) Go(name string, f func(ctx context.Context) error) {
+	g.eg.Go(func() error {
+		defer g.cancel()
+		err := f(g.ctx)
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrServerClosed) {
+			return nil
 		}
-		g.cancel()
-	}()
+		return fmt.Errorf("%s: %w", name, err)
+	})
 }
 
 func (g *group) wait() error {
-	g.wg.Wait()
+	err := g.eg.Wait()
 	g.cancel()
-	return g.err
+	return err
 }
 
 // serveUntil runs serve until it fails or ctx ends, then shuts the server
