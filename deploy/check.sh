@@ -20,8 +20,10 @@
 #          {"error":"unavailable"}.
 #   k8s    every manifest parses (python3 yaml), has kind and name, both
 #          kustomizations list existing files and never the Secret template,
-#          which holds only placeholders; kubectl kustomize deploy/ builds, if
-#          kubectl is installed.
+#          which holds only placeholders; the edge examples (k8s/edge:
+#          Ingress, Gateway API) parse and hash on the buyer's token with the
+#          limits of nginx/flashgate.conf; kubectl kustomize deploy/ builds,
+#          if kubectl is installed.
 #
 # A part whose tool is missing (nginx, python3 yaml) is reported as SKIP.
 set -euo pipefail
@@ -414,6 +416,43 @@ for base in (root, os.path.dirname(root)):
             p = fl.split("=", 1)[-1]
             if not os.path.exists(os.path.join(base, p)):
                 fail("configMapGenerator file %s does not exist" % p)
+# The edge examples (deploy/k8s/edge, not in the kustomization) carry the
+# limits and routing of nginx/flashgate.conf.
+edge = os.path.join(root, "edge")
+objs = {}
+for f in sorted(os.listdir(edge)):
+    if not f.endswith(".yaml"):
+        continue
+    try:
+        docs = [d for d in yaml.safe_load_all(open(os.path.join(edge, f))) if d is not None]
+    except yaml.YAMLError as e:
+        fail("edge/%s: %s" % (f, e))
+        continue
+    for d in docs:
+        if not isinstance(d, dict) or not d.get("kind") or not d.get("apiVersion") or not d.get("metadata", {}).get("name"):
+            fail("edge/%s: a document without apiVersion, kind or metadata.name" % f)
+            continue
+        objs[(d["kind"], d["metadata"]["name"])] = d
+    print("PASS edge/%s parses (%d documents)" % (f, len(docs)))
+def want(cond, msg):
+    if cond:
+        print("PASS edge: " + msg)
+    else:
+        fail("edge: " + msg)
+ing = objs.get(("Ingress", "flashgate-buyer"), {}).get("metadata", {}).get("annotations", {})
+want(ing.get("nginx.ingress.kubernetes.io/upstream-hash-by") == "$http_authorization",
+     "Ingress flashgate-buyer hashes on the Authorization header")
+want(ing.get("nginx.ingress.kubernetes.io/limit-rps") == "2000",
+     "Ingress flashgate-buyer caps an address at 2000 r/s, as flashgate.conf")
+btp = objs.get(("BackendTrafficPolicy", "flashgate-purchase"), {}).get("spec", {})
+ch = btp.get("loadBalancer", {}).get("consistentHash", {})
+want(ch.get("type") == "Header" and ch.get("header", {}).get("name") == "Authorization",
+     "BackendTrafficPolicy flashgate-purchase hashes on the Authorization header")
+rules = btp.get("rateLimit", {}).get("global", {}).get("rules", [])
+per_buyer = [r for r in rules if any(h.get("name") == "Authorization" and h.get("type") == "Distinct"
+             for c in r.get("clientSelectors", []) for h in c.get("headers", []))]
+want(len(per_buyer) == 1 and per_buyer[0]["limit"] == {"requests": 2, "unit": "Second"},
+     "BackendTrafficPolicy flashgate-purchase limits each buyer (token) to 2/s")
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
