@@ -99,6 +99,11 @@ type Config struct {
 	// RedisTimeout bounds each background read, flush and readiness ping.
 	// Default: 2s.
 	RedisTimeout time.Duration
+	// ShareEvery makes SaleRate and SaleBurst the whole deployment's: every
+	// ShareEvery this gateway announces itself in Redis and takes 1/n of
+	// them, n being the live gateways (see share.go). Default: 0, no
+	// sharing: this gateway alone lets SaleRate through.
+	ShareEvery time.Duration
 
 	// UserRate is each user's purchase attempts per second reaching
 	// admission. Default: 2; negative: no per-user limit.
@@ -112,11 +117,6 @@ type Config struct {
 	// SaleBurst is each sale's burst. Default: SaleRate rounded up, at
 	// least 1.
 	SaleBurst int
-	// ShareEvery makes SaleRate and SaleBurst the whole deployment's: every
-	// ShareEvery this gateway announces itself in Redis and takes 1/n of
-	// them, n being the live gateways (see share.go). Default: 0, no
-	// sharing: this gateway alone lets SaleRate through.
-	ShareEvery time.Duration
 	// MaxUsers bounds the per-user limiter LRU. Default: 1,000,000.
 	MaxUsers int
 	// MaxSales bounds the sales cached at once. Default: 10,000.

@@ -63,10 +63,13 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		reserver = cl
 	}
 	s.gw, err = gateway.New(gateway.Config{
+		// --sale-rate is the deployment's: the live gateways share it.
+		ShareEvery: time.Second,
+
 		Primary: c.primary, Replica: c.replica, Reserver: reserver, Catalog: c.db, Orders: s.cp,
 		JWTSecret: []byte(cfg.JWTSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
 		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
-		SaleRate: noLimitIfZero(cfg.SaleRate), ShareEvery: time.Second, // --sale-rate is the deployment's
+		SaleRate: noLimitIfZero(cfg.SaleRate),
 	})
 	if err != nil {
 		return nil, err
