@@ -22,6 +22,10 @@ test: ## go vet, then go test -race over everything against throwaway Redis and 
 	$(GO) vet $(PKGS)
 	scripts/with-testenv.sh $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+.PHONY: test-edge
+test-edge: ## The edge under load: cluster.sh with nginx, 20,000 buyers from one address, --sale-rate over 2 gateways (about a minute; needs nginx).
+	FLASHGATE_EDGE_TEST=1 $(GO) test -count=1 -timeout 5m -run '^TestEdge$$' -v ./systemtest
+
 .PHONY: test-short
 test-short: ## Fast tests only (no race detector, no real servers required).
 	$(GO) test -short $(PKGS)

@@ -63,6 +63,9 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		reserver = cl
 	}
 	s.gw, err = gateway.New(gateway.Config{
+		// --sale-rate is the deployment's: the live gateways share it.
+		ShareEvery: time.Second,
+
 		Primary: c.primary, Replica: c.replica, Reserver: reserver, Catalog: c.db, Orders: s.cp,
 		JWTSecret: []byte(cfg.JWTSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
 		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
