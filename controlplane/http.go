@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/static"
 )
 
@@ -50,7 +51,8 @@ func (s *Service) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		w.Header().Set(buildinfo.Header, buildinfo.Get().Version)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": buildinfo.Get().Version})
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	return mux
