@@ -5,7 +5,8 @@ PKGS    := ./...
 # VERSION is what `flashgate version` and flashgate_build_info report;
 # without git (or tags) it falls back to the module's build information.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
-VERSION_VAR := github.com/flashgate/flashgate/internal/buildinfo.version
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/flashgate/flashgate/internal/buildinfo
 
 .DEFAULT_GOAL := help
 
@@ -15,7 +16,7 @@ help: ## List the targets.
 
 .PHONY: build
 build: ## Build bin/flashgate, stamped with git describe's version when there is one.
-	$(GO) build -ldflags "-X $(VERSION_VAR)=$(VERSION)" -o $(BIN) ./cmd/flashgate
+	$(GO) build -ldflags "-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)" -o $(BIN) ./cmd/flashgate
 
 .PHONY: demo
 demo: build ## Run the zero set-up demo: embedded store, 100 units, 100,000 buyers.

@@ -16,7 +16,9 @@ import (
 //	-ldflags "-X github.com/flashgate/flashgate/internal/buildinfo.version=$(git describe)"
 //
 // When it is empty, Get falls back to the module version Go recorded.
-var version string
+// commit is set the same way (git rev-parse HEAD), for builds where Go
+// records no VCS information (-buildvcs=false).
+var version, commit string
 
 // Header is the response header every tier's /healthz carries the version
 // in.
@@ -41,7 +43,12 @@ var (
 
 // Get returns this binary's build information, read once.
 func Get() Info {
-	once.Do(func() { info = read(version, debug.ReadBuildInfo) })
+	once.Do(func() {
+		info = read(version, debug.ReadBuildInfo)
+		if commit != "" && info.Commit == "unknown" {
+			info.Commit = commit
+		}
+	})
 	return info
 }
 
