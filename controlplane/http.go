@@ -24,7 +24,8 @@ const maxBody = 64 << 10
 // Handler serves the admin API of API.md, the dashboard at /admin/, /metrics,
 // /healthz and /readyz. Only the admin API needs the bearer token.
 func (s *Service) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := s.newRouteMux() // audits every admin action (audit.go)
+	mux.Handle("GET /admin/audit", s.auth(s.handleAudit))
 	mux.Handle("POST /admin/sales", s.auth(s.handleCreate))
 	mux.Handle("GET /admin/sales", s.auth(s.handleList))
 	mux.Handle("GET /admin/sales/{id}", s.auth(s.handleStatus))
