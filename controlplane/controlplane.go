@@ -100,6 +100,7 @@ type Service struct {
 	gatherer prometheus.Gatherer
 	metrics  *metrics
 	audit    *auditLog
+	ops      *opsMetrics
 
 	paymentWindow time.Duration
 	resyncEvery   time.Duration
@@ -178,6 +179,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
+	if s.ops, err = newOpsMetrics(s, reg); err != nil {
+		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
+	}
 	return s, nil
 }
 
