@@ -47,6 +47,7 @@ func (s *Service) Handler() http.Handler {
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'")
 		files.ServeHTTP(w, r)
 	})
+	mux.HandleFunc("GET /admin/openapi.json", s.handleOpenAPI)
 	mux.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusMovedPermanently)
 	})
