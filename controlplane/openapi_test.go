@@ -37,7 +37,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	var spec struct {
-		OpenAPI string                           `json:"openapi"`
+		OpenAPI string                          `json:"openapi"`
 		Paths   map[string]map[string]openAPIOp `json:"paths"`
 	}
 	if err := json.Unmarshal(raw, &spec); err != nil {
