@@ -21,7 +21,7 @@ import (
 // maxBody is the largest admin request body accepted.
 const maxBody = 64 << 10
 
-// Handler serves the admin API of API.md, the dashboard at /admin/, /metrics,
+// Handler serves the admin API of docs/api.md, the dashboard at /admin/, /metrics,
 // /healthz and /readyz. Only the admin API needs the bearer token.
 func (s *Service) Handler() http.Handler {
 	mux := s.newRouteMux() // audits every admin action (audit.go)

@@ -241,7 +241,7 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	e.rejected.Add(1)
 }
 
-// purchase judges POST /api/sales/{id}/orders in API.md's order: auth,
+// purchase judges POST /api/sales/{id}/orders in docs/api.md's order: auth,
 // cached state, rate limits, body, admission, reserve.
 func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	body := ctx.PostBody()
