@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flashgate/flashgate"
 )
 
 // auditSize is how many admin actions GET /admin/audit keeps.
@@ -98,11 +100,12 @@ func (a *auditLog) recent() []AuditEntry {
 type routeMux struct {
 	*http.ServeMux
 	audit    *auditLog
+	clock    flashgate.Clock
 	patterns []string
 }
 
 func (s *Service) newRouteMux() *routeMux {
-	return &routeMux{ServeMux: http.NewServeMux(), audit: s.audit}
+	return &routeMux{ServeMux: http.NewServeMux(), audit: s.audit, clock: s.clock}
 }
 
 // Handle registers h for pattern, audited when pattern changes something.
@@ -145,7 +148,7 @@ func (m *routeMux) audited(action, pattern string, h http.Handler) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &auditRecorder{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(rec, r)
-		e := AuditEntry{Time: time.Now().UTC(), Action: action, Remote: r.RemoteAddr, Status: rec.status, Result: "ok"}
+		e := AuditEntry{Time: m.clock.Now().UTC(), Action: action, Remote: r.RemoteAddr, Status: rec.status, Result: "ok"}
 		var body struct {
 			ID    string `json:"id"`
 			Error string `json:"error"`

@@ -102,8 +102,8 @@ func TestAuditAdminActions(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &list); code != 200 || err != nil || len(list) != len(wants) {
 		t.Fatalf("GET /admin/audit: got %d %s (%v), want %d entries", code, raw, err, len(wants))
 	}
-	if list[0].Action != "refund_order" || list[0].Order != oid || list[len(list)-1].Action != "create_sale" {
-		t.Errorf("GET /admin/audit: got %+v, want the refund first and the create last", list)
+	if list[0].Action != "refund_order" || list[0].Order != oid || list[len(list)-1].Action != "create_sale" || !list[0].Time.Equal(t0) {
+		t.Errorf("GET /admin/audit: got %+v, want the refund first and the create last, at the test clock's %v", list, t0)
 	}
 	if code, _, _ := c.do("GET", "/admin/audit", "", ""); code != 401 {
 		t.Errorf("GET /admin/audit without a token: got %d, want 401", code)
