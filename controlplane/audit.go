@@ -48,6 +48,8 @@ var auditActions = map[string]string{
 	"POST /admin/sales/{id}/stop":    "stop_sale",
 	"POST /admin/sales/{id}/resync":  "resync_sale",
 	"POST /admin/orders/{id}/refund": "refund_order",
+	// The order sink's dead-letter route, once merged.
+	"POST /admin/sales/{id}/dead-letters/replay": "replay_dead_letters",
 }
 
 // auditLog writes each admin action as one structured line on its own
