@@ -3,7 +3,7 @@
 # touching the system's configuration: every server it starts listens on
 # loopback and keeps its files in a temporary directory that is removed on exit.
 #
-#   deploy/check.sh [shell] [redis] [nginx] [k8s]     (default: all four)
+#   deploy/check.sh [shell] [redis] [nginx] [monitoring] [k8s]   (default: all)
 #
 #   shell  bash -n and shellcheck (if installed) on the scripts; cluster.sh
 #          refuses to start without bin/flashgate, with a clear message.
@@ -18,12 +18,21 @@
 #          limit answers 429 in the API's JSON, while 300 buyers from one
 #          address get none; a dead upstream answers 503
 #          {"error":"unavailable"}.
+#   monitoring  deploy/prometheus: promtool check rules and promtool test
+#          rules (the alerts fire on the series they should); deploy/grafana:
+#          the dashboard is valid JSON with unique panel ids, every query is
+#          valid PromQL (promtool check rules on them as recording rules),
+#          and every flashgate_* metric a query or rule names is defined in
+#          the Go code. Without promtool (Debian: apt-get install
+#          prometheus) the PromQL parts SKIP, or FAIL when $CI is set.
 #   k8s    every manifest parses (python3 yaml), has kind and name, both
 #          kustomizations list existing files and never the Secret template,
 #          which holds only placeholders; the edge examples (k8s/edge:
 #          Ingress, Gateway API) parse and hash on the buyer's token with the
 #          limits of nginx/flashgate.conf; kubectl kustomize deploy/ builds,
-#          if kubectl is installed.
+#          if kubectl is installed; every flashgate
+#          tier's pod carries the prometheus.io/scrape, port and path
+#          annotations, the port being one its container declares.
 #
 # A part whose tool is missing (nginx, python3 yaml) is reported as SKIP.
 set -euo pipefail
@@ -372,6 +381,117 @@ EOF
 	fi
 }
 
+check_monitoring() {
+	local prom=$here/prometheus graf=$here/grafana
+	if command -v promtool >/dev/null 2>&1; then
+		local f
+		for f in "$prom"/*.rules.yaml; do
+			if promtool check rules "$f" >"$tmp/promtool.log" 2>&1; then
+				pass "promtool check rules ${f#"$here"/}: $(grep -o '[0-9]* rules found' "$tmp/promtool.log")"
+			else
+				fail "promtool check rules ${f#"$here"/}:"
+				cat "$tmp/promtool.log"
+			fi
+		done
+		for f in "$prom"/*.test.yaml; do
+			if (cd "$prom" && promtool test rules "$(basename "$f")") >"$tmp/promtool.log" 2>&1; then
+				pass "promtool test rules ${f#"$here"/}"
+			else
+				fail "promtool test rules ${f#"$here"/}:"
+				cat "$tmp/promtool.log"
+			fi
+		done
+	elif [ -n "${CI:-}" ]; then
+		fail "monitoring: promtool not installed (Debian: apt-get install prometheus); CI must install it"
+	else
+		skip "promtool check/test rules (promtool not installed; Debian: apt-get install prometheus)"
+	fi
+	if ! command -v python3 >/dev/null 2>&1; then
+		skip "grafana dashboard and metric names (python3 not installed)"
+		return
+	fi
+	if python3 - "$here/.." "$graf" "$prom" "$tmp/dashboard-queries.yaml" <<'EOF'; then
+import glob, json, os, re, sys
+root, graf, prom, out = sys.argv[1:5]
+bad = 0
+def fail(msg):
+    global bad
+    bad += 1
+    print("FAIL " + msg)
+# The metric names the code defines: every "flashgate_..." string literal in
+# a Go file that is not a test.
+defined = set()
+for dirpath, dirs, files in os.walk(root):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("bin", "deploy")]
+    for f in files:
+        if f.endswith(".go") and not f.endswith("_test.go"):
+            defined |= set(re.findall(r'"(flashgate_[a-z0-9_]+)"', open(os.path.join(dirpath, f)).read()))
+if not defined:
+    fail("no flashgate_* metric names found in the Go code under " + root)
+def known(name):
+    if name in defined:
+        return True
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] in defined:
+            return True
+    return False
+def check_names(where, expr):
+    for name in re.findall(r"\bflashgate_[a-z0-9_]+", expr):
+        if not known(name):
+            fail("%s: metric %s is not defined in the code" % (where, name))
+exprs = []
+for f in sorted(glob.glob(os.path.join(graf, "*.json"))):
+    name = os.path.basename(f)
+    try:
+        d = json.load(open(f))
+    except ValueError as e:
+        fail("%s: not JSON: %s" % (name, e))
+        continue
+    if not d.get("title") or not d.get("uid"):
+        fail("%s: no title or uid" % name)
+    ids = [p.get("id") for p in d.get("panels", [])]
+    if len(ids) != len(set(ids)) or None in ids:
+        fail("%s: panel ids missing or repeated" % name)
+    n = 0
+    for p in d.get("panels", []):
+        if p.get("type") == "row":
+            continue
+        if not p.get("targets"):
+            fail("%s: panel %r queries nothing" % (name, p.get("title")))
+        for t in p.get("targets", []):
+            e = t.get("expr", "")
+            if not e:
+                fail("%s: panel %r has a target without expr" % (name, p.get("title")))
+                continue
+            check_names("%s panel %r" % (name, p.get("title")), e)
+            # Grafana's variables, as PromQL promtool can parse.
+            exprs.append(re.sub(r"\$\{?[A-Za-z_]+\}?", ".*", e))
+            n += 1
+    print("PASS %s: %d panels, %d queries, every metric defined in the code" % (name, len(ids), n))
+# The alert rules name only defined metrics too.
+for f in sorted(glob.glob(os.path.join(prom, "*.rules.yaml"))):
+    check_names(os.path.basename(f), "\n".join(l for l in open(f) if not l.lstrip().startswith("#")))
+# The dashboard's queries as recording rules, for promtool to parse.
+with open(out, "w") as w:
+    w.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, e in enumerate(exprs):
+        w.write("      - record: dashboard:query_%d\n        expr: %s\n" % (i, json.dumps(e)))
+sys.exit(1 if bad else 0)
+EOF
+		pass "grafana dashboard and alert rules name only metrics the code defines"
+	else
+		fail "grafana dashboard or alert rules"
+	fi
+	if command -v promtool >/dev/null 2>&1 && [ -s "$tmp/dashboard-queries.yaml" ]; then
+		if promtool check rules "$tmp/dashboard-queries.yaml" >"$tmp/promtool.log" 2>&1; then
+			pass "every dashboard query is valid PromQL (promtool)"
+		else
+			fail "dashboard queries:"
+			cat "$tmp/promtool.log"
+		fi
+	fi
+}
+
 check_k8s() {
 	if ! python3 -c 'import yaml' >/dev/null 2>&1; then
 		skip "k8s (python3 with the yaml module not installed)"
@@ -403,6 +523,18 @@ for f in files:
                     fail("%s: Secret key %s holds a value, not a CHANGE_ME placeholder" % (f, k))
             if d.get("data"):
                 fail("%s: Secret template has data; only stringData placeholders belong here" % f)
+        if d.get("kind") in ("Deployment", "StatefulSet") and any(
+                "flashgate" in c.get("image", "") for c in d["spec"]["template"]["spec"].get("containers", [])):
+            tmpl = d["spec"]["template"]
+            ann = tmpl.get("metadata", {}).get("annotations") or {}
+            ports = {str(p.get("containerPort")) for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
+            name = d["metadata"]["name"]
+            if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") != "/metrics":
+                fail("%s: %s pods lack prometheus.io/scrape: \"true\" and prometheus.io/path: /metrics" % (f, name))
+            elif ann.get("prometheus.io/port") not in ports:
+                fail("%s: %s pods' prometheus.io/port %r is not a container port %s" % (f, name, ann.get("prometheus.io/port"), sorted(ports)))
+            else:
+                print("PASS %s: %s pods are scraped on :%s/metrics" % (f, name, ann["prometheus.io/port"]))
     print("PASS %s parses (%d documents)" % (f, len(docs)))
 for base in (root, os.path.dirname(root)):
     k = yaml.safe_load(open(os.path.join(base, "kustomization.yaml")))
@@ -474,15 +606,16 @@ EOF
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(shell redis nginx k8s)
+[ ${#parts[@]} -gt 0 ] || parts=(shell redis nginx monitoring k8s)
 for part in "${parts[@]}"; do
 	case $part in
 	shell) check_shell ;;
 	redis) check_redis ;;
 	nginx) check_nginx ;;
+	monitoring) check_monitoring ;;
 	k8s) check_k8s ;;
 	*)
-		echo "check.sh: unknown part $part (want shell, redis, nginx or k8s)" >&2
+		echo "check.sh: unknown part $part (want shell, redis, nginx, monitoring or k8s)" >&2
 		exit 2
 		;;
 	esac

@@ -14,7 +14,7 @@ import (
 )
 
 // Config is every setting of every command. Its zero value is not used
-// directly: parseConfig fills the defaults of API.md in through the flags.
+// directly: parseConfig fills the defaults of docs/api.md in through the flags.
 type Config struct {
 	Listen        string        // public gateway listener; ":8080"
 	AdminListen   string        // control plane listener; "127.0.0.1:8081"

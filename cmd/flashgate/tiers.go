@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -41,7 +43,7 @@ func newStack(cfg *Config, stderr io.Writer) *stack {
 		lvl = slog.LevelError
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	return &stack{
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})),
 		reg: reg,
@@ -165,7 +167,8 @@ func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
+		w.Header().Set(buildinfo.Header, buildinfo.Get().Version)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": buildinfo.Get().Version})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
