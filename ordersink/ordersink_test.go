@@ -64,7 +64,7 @@ func newEnv(t *testing.T, dsn string) *env {
 	return e
 }
 
-func openDB(t *testing.T, dsn string) *sqldb.DB {
+func openDB(t testing.TB, dsn string) *sqldb.DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
