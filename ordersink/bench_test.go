@@ -22,12 +22,7 @@ func BenchmarkDrainOnce(b *testing.B) {
 	ctx := context.Background()
 	sales := []string{"b1", "b2", "b3"}
 	for _, s := range sales {
-		if err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(s), lua.SalesKey()}, s, 1<<40, 1<<40, 1, 700).Err(); err != nil {
-			b.Fatal(err)
-		}
-		if err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(s)}, "open").Err(); err != nil {
-			b.Fatal(err)
-		}
+		openSale(b, rdb, s, 1<<40)
 	}
 	db := openDB(b, "sqlite://"+filepath.Join(b.TempDir(), "fg.db"))
 	d := ordersink.New(rdb, db, ordersink.Config{Consumer: "bench", Logger: quiet})
