@@ -9,9 +9,10 @@
 // Redis Cluster refuses when they hash to different slots): one pipeline of
 // non-blocking XREADGROUPs per poll, one round trip per Redis node whatever
 // the number of sales, each stream read up to Batch so that no sale starves
-// another; a stream quiet for a while is polled about once a second. With Config.WaitReplicas, what was read is made to reach the
-// replicas (WAIT) before it is committed, so a failover cannot lose a
-// reservation the database already holds.
+// another; a stream quiet for a while is polled about once a second. With
+// Config.WaitReplicas, what was read is made to reach the replicas (WAIT)
+// before it is committed, so a failover cannot lose a reservation the
+// database already holds.
 package ordersink
 
 import (
@@ -108,7 +109,7 @@ type Drainer struct {
 	groups      map[string]bool // streams whose group is known to exist
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
-	polls       int            // blocking polls so far
+	polls       int            // polls for new entries so far
 	quiet       map[string]int // sale → consecutive polls that found nothing new
 }
 
@@ -121,8 +122,9 @@ const (
 	quietEvery = 20
 )
 
-// New returns a Drainer reading with rdb, which should be a client of its
-// own: blocking reads hold a connection for up to Block.
+// New returns a Drainer reading with rdb (a *redis.Client, or a
+// *redis.ClusterClient for a cluster), best a client of its own: each WAIT
+// holds a connection for up to WaitTimeout.
 func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 	if cfg.Consumer == "" {
 		cfg.Consumer = DefaultConsumer("")
@@ -315,8 +317,18 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		}
 		d.claimedAt = now
 	}
-	// The bound only guards against streams that never run dry.
-	for round := 0; round < 100000; round++ {
+	// A blocking pass polls once; DrainOnce reads what the streams held when
+	// it started (the longest, in Batch-sized reads, plus one read to see
+	// them empty), not what keeps arriving.
+	rounds := 1
+	if !blocking {
+		longest, err := d.longestStream(ctx)
+		if err != nil {
+			return total, err
+		}
+		rounds = int(longest/int64(d.cfg.Batch)) + 2
+	}
+	for round := 0; round < rounds; round++ {
 		read, n, err := d.readNew(ctx, !blocking)
 		total += n
 		if err != nil {
@@ -328,11 +340,27 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			}
 			break
 		}
-		if blocking {
-			break
-		}
 	}
 	return total, nil
+}
+
+// longestStream returns the length of the longest sale stream.
+func (d *Drainer) longestStream(ctx context.Context) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(d.sales))
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range d.sales {
+			cmds[i] = p.XLen(ctx, lua.OrdersKey(s))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ordersink: XLEN: %w", err)
+	}
+	var longest int64
+	for _, c := range cmds {
+		longest = max(longest, c.Val())
+	}
+	return longest, nil
 }
 
 // refresh re-reads the set of sales when RefreshSales has passed, or always
