@@ -21,6 +21,12 @@ func OrdersKey(sale string) string { return "fg:{" + sale + "}:orders" }
 // a release idempotent.
 func ReleasedKey(sale string) string { return "fg:{" + sale + "}:released" }
 
+// DeadKey is the stream of order entries the order sink could not store
+// (malformed, or refused by the database): each holds the original entry's
+// fields plus DeadSource, DeadReason and DeadTime, until an operator replays
+// it onto OrdersKey.
+func DeadKey(sale string) string { return "fg:{" + sale + "}:dead" }
+
 // SalesKey is the set of all sale ids known to Redis (not hash-tagged: it is
 // read only by the control plane and the order sink, never by scripts).
 func SalesKey() string { return "fg:sales" }
@@ -61,4 +67,11 @@ const (
 	EntryQuantity = "qty"
 	EntryPrice    = "price"
 	EntryTime     = "ts" // unix milliseconds
+)
+
+// Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
+const (
+	DeadSource = "dead_src"    // the entry's id in the order stream
+	DeadReason = "dead_reason" // why the sink could not store it
+	DeadTime   = "dead_ts"     // when it was dead-lettered, unix milliseconds
 )
