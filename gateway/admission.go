@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -66,9 +67,6 @@ type sale struct {
 	idle    int         // refreshes since someone asked (refresher only)
 	limiter *rate.Limiter
 }
-
-// userLimiter is one user's token bucket.
-type userLimiter struct{ l *rate.Limiter }
 
 // lookup returns the cached sale for id, loading it synchronously the first
 // time (one load per id, however many requests wait for it). It returns
@@ -531,17 +529,8 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 
 // allowUser spends one of user's tokens.
 func (s *Server) allowUser(user string, now time.Time) bool {
-	if s.cfg.UserRate < 0 {
+	if s.users == nil {
 		return true
 	}
-	u, ok := s.users.Get(user)
-	if !ok {
-		nu := &userLimiter{l: rate.NewLimiter(rate.Limit(s.cfg.UserRate), s.cfg.UserBurst)}
-		if prev, found, _ := s.users.PeekOrAdd(user, nu); found {
-			u = prev
-		} else {
-			u = nu
-		}
-	}
-	return u.l.AllowN(now, 1)
+	return s.users.allow(maphash.String(s.seed, user), now.UnixNano())
 }

@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -112,16 +111,15 @@ type Config struct {
 	// SaleBurst is each sale's burst. Default: SaleRate rounded up, at
 	// least 1.
 	SaleBurst int
-	// MaxUsers bounds the per-user limiter LRU. Default: 1,000,000.
+	// MaxUsers bounds the per-user rate limiters held at once (16 bytes of
+	// state each, about 30 MB for the default); past it, users whose bucket
+	// is full again are forgotten first. Default: 1,000,000.
 	MaxUsers int
 	// MaxSales bounds the sales cached at once. Default: 10,000.
 	MaxSales int
 	// MaxPages bounds the rendered item pages held in the LRU. Default:
 	// 10,000.
 	MaxPages int
-	// TokenCache bounds the verified-token LRU that spares repeat tokens a
-	// signature check. Default: 65,536.
-	TokenCache int
 
 	// MaxBodySize is the largest request body accepted. Default: 4 KiB.
 	MaxBodySize int
@@ -204,7 +202,6 @@ func (c *Config) fill() error {
 	defInt(&c.MaxUsers, 1_000_000)
 	defInt(&c.MaxSales, 10_000)
 	defInt(&c.MaxPages, 10_000)
-	defInt(&c.TokenCache, 65_536)
 	defInt(&c.MaxBodySize, 4<<10)
 	defInt(&c.MaxRequestHeaderSize, 8<<10)
 	return nil
@@ -231,11 +228,10 @@ type Server struct {
 	sales   map[string]*sale
 	retired []*sale
 
-	users  *shardedLRU[string, *userLimiter]
-	tokens *shardedLRU[uint64, *tokenEntry] // keyed by maphash of the token
-	pages  *lru.Cache[string, *page]
-	seed   maphash.Seed
-	parser *jwt.Parser
+	users *userLimits // nil without a per-user limit
+	pages *lru.Cache[string, *page]
+	seed  maphash.Seed
+	jwt   *verifier
 
 	assets   map[string]*page
 	notFound []byte
@@ -270,20 +266,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var err error
-	if s.users, err = newShardedLRU[string, *userLimiter](cfg.MaxUsers, func(k string) uint64 { return maphash.String(s.seed, k) }); err != nil {
-		return nil, fmt.Errorf("gateway: user limiters: %w", err)
+	if cfg.UserRate > 0 {
+		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
-	if s.tokens, err = newShardedLRU[uint64, *tokenEntry](cfg.TokenCache, func(k uint64) uint64 { return k }); err != nil {
-		return nil, fmt.Errorf("gateway: token cache: %w", err)
-	}
+	s.jwt = newVerifier(cfg.JWTSecret)
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
 	}
-	s.parser = jwt.NewParser(
-		jwt.WithValidMethods([]string{"HS256"}),
-		jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(s.clock.Now),
-	)
 	if err := s.loadAssets(); err != nil {
 		return nil, err
 	}
