@@ -58,11 +58,19 @@ type Config struct {
 	// written there, and sale state is read from it when the replica fails.
 	// Required.
 	Primary redis.UniversalClient
-	// Replica serves every sale-state read. Default: Primary. While it is
-	// down the gateway tries it again once a second, and each try costs a
-	// failed dial: give its client few dial retries (go-redis's default of
-	// 5 turns a refused connection into a stall of over a second per try).
+	// Replica serves every sale-state read while it is in sync with its
+	// primary (INFO: master_link_status:up, no sync in progress, not
+	// loading), checked before reads go back to it and every ReplicaCheck
+	// while they use it. Default: Primary. While it is down or stale the
+	// gateway reads from the primary and tries it again every
+	// ReplicaCheck, and each try costs a failed dial: give its client few
+	// dial retries (go-redis's default of 5 turns a refused connection
+	// into a stall of over a second per try).
 	Replica redis.UniversalClient
+	// ReplicaCheck is how often the replica's replication health is
+	// checked while reads use it, and how soon a failed or stale replica
+	// is tried again. Default: 1s.
+	ReplicaCheck time.Duration
 	// Reserver takes units for admitted purchases. Required.
 	Reserver Reserver
 	// Catalog gives the names, prices and start times pages show. Required.
@@ -183,6 +191,7 @@ func (c *Config) fill() error {
 	def(&c.WriteTimeout, 5*time.Second)
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.ReadyCache, time.Second)
+	def(&c.ReplicaCheck, time.Second)
 	if c.ShutdownDelay == 0 {
 		c.ShutdownDelay = time.Second
 	}
@@ -243,8 +252,12 @@ type Server struct {
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried
 	// again; until then reads go straight to the primary.
 	replicaRetry atomic.Int64
-	draining     atomic.Bool
-	ready        readiness
+	// replicaChecked is when (unix nanoseconds) the replica last passed a
+	// health check; replicaCheck lets one reader at a time run one.
+	replicaChecked atomic.Int64
+	replicaCheck   sync.Mutex
+	draining       atomic.Bool
+	ready          readiness
 
 	startOnce sync.Once
 	closeOnce sync.Once
