@@ -155,3 +155,82 @@ func TestIdleConnectionClosedSilently(t *testing.T) {
 		}
 	})
 }
+
+// TestConnSplit: past FastConns, connections go to the lean server and are
+// served all the same; a closed fast connection frees its place.
+func TestConnSplit(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.FastConns = 2 })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.s.Serve(ln) }()
+	get := func(c net.Conn, br *bufio.Reader) {
+		t.Helper()
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatalf("got %q %v, want 200", line, err)
+		}
+		for line != "\r\n" {
+			if line, err = br.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := br.Discard(3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var conns []net.Conn
+	open := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		get(c, br)
+		get(c, br) // keep-alive
+		conns = append(conns, c)
+		return c
+	}
+	counts := func() (int32, int32) {
+		return e.s.srv.GetOpenConnectionsCount(), e.s.lean.GetOpenConnectionsCount()
+	}
+	for i := 0; i < 4; i++ {
+		open()
+	}
+	if f, l := counts(); f != 2 || l != 2 {
+		t.Fatalf("got %d fast and %d lean connections, want 2 and 2", f, l)
+	}
+	conns[0].Close()
+	for i := 0; i < 100; i++ {
+		if f, _ := counts(); f == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	open()
+	if f, l := counts(); f != 2 || l != 2 {
+		t.Fatalf("after one fast connection closed: got %d fast and %d lean, want 2 and 2", f, l)
+	}
+	for _, c := range conns[1:] {
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Serve did not return after Shutdown")
+	}
+}

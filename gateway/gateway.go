@@ -12,6 +12,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -137,9 +138,17 @@ type Config struct {
 	WriteTimeout time.Duration
 	// IdleTimeout is the keep-alive idle timeout. Default: 60s.
 	IdleTimeout time.Duration
-	// Concurrency is fasthttp's limit of connections served at once.
-	// Default: fasthttp's (256 × 1024).
+	// Concurrency is fasthttp's limit of connections served at once
+	// (each of the two servers, see FastConns). Default: fasthttp's
+	// (256 × 1024).
 	Concurrency int
+	// FastConns is how many open connections keep their read and write
+	// buffers between requests (about 16 KB each); connections past it
+	// hold none while idle (about 4 KB each, for one more read system call
+	// per request), so a crowd of idle keep-alive connections costs
+	// little memory. Default: 1024; negative: every connection keeps its
+	// buffers.
+	FastConns int
 	// MaxRequestHeaderSize bounds the request head (fasthttp's
 	// ReadBufferSize). Default: 8 KiB.
 	MaxRequestHeaderSize int
@@ -213,6 +222,9 @@ func (c *Config) fill() error {
 	defInt(&c.MaxPages, 10_000)
 	defInt(&c.MaxBodySize, 4<<10)
 	defInt(&c.MaxRequestHeaderSize, 8<<10)
+	if c.FastConns == 0 {
+		c.FastConns = 1024
+	}
 	return nil
 }
 
@@ -220,10 +232,15 @@ func (c *Config) fill() error {
 // refresher and flusher (Serve and ListenAndServe call Start themselves),
 // and Shutdown or Close stops them.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	clock   flashgate.Clock
-	srv     *fasthttp.Server
+	cfg   Config
+	log   *slog.Logger
+	clock flashgate.Clock
+	srv   *fasthttp.Server
+	// lean serves the connections past FastConns (nil when FastConns is
+	// negative); lns are the listeners Serve splits between the two.
+	lean    *fasthttp.Server
+	lnMu    sync.Mutex
+	lns     []net.Listener
 	handler fasthttp.RequestHandler
 	m       *metrics
 
@@ -300,8 +317,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.serve
-	s.srv = &fasthttp.Server{
+	s.srv = s.newHTTPServer(false)
+	if cfg.FastConns > 0 {
+		s.lean = s.newHTTPServer(true)
+	}
+	return s, nil
+}
+
+// newHTTPServer builds one of the two fasthttp servers (see connSplit);
+// lean ones hold no buffers for idle connections.
+func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
+	cfg := s.cfg
+	return &fasthttp.Server{
 		Handler:                       s.handler,
+		ReduceMemoryUsage:             lean,
 		ErrorHandler:                  s.serveError,
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 false,
@@ -316,7 +345,6 @@ func New(cfg Config) (*Server, error) {
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{s.log},
 	}
-	return s, nil
 }
 
 // Handler returns the request handler, for tests and for embedding the
@@ -380,7 +408,18 @@ func (s *Server) Close() error {
 // Serve starts the background goroutines and serves ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.Start()
-	return s.srv.Serve(ln)
+	if s.lean == nil {
+		return s.srv.Serve(ln)
+	}
+	s.lnMu.Lock()
+	s.lns = append(s.lns, ln)
+	s.lnMu.Unlock()
+	split := newConnSplit(ln, s.cfg.FastConns)
+	errc := make(chan error, 2)
+	go func() { errc <- s.srv.Serve(split.fast) }()
+	go func() { errc <- s.lean.Serve(split.lean) }()
+	err := split.run()
+	return errors.Join(err, <-errc, <-errc)
 }
 
 // ListenAndServe listens on addr (TCP) and serves it until Shutdown.
@@ -406,7 +445,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
-	err := s.srv.ShutdownWithContext(ctx)
+	s.lnMu.Lock()
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
+	s.lns = nil
+	s.lnMu.Unlock()
+	var err error
+	if s.lean != nil {
+		done := make(chan error, 1)
+		go func() { done <- s.lean.ShutdownWithContext(ctx) }()
+		err = s.srv.ShutdownWithContext(ctx)
+		err = errors.Join(err, <-done)
+	} else {
+		err = s.srv.ShutdownWithContext(ctx)
+	}
 	_ = s.Close()
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)
