@@ -41,7 +41,8 @@ func TestPurchaseJudgedInContractOrder(t *testing.T) {
 		{"not started, no token", "/api/sales/soon/orders", "", "", 401, "unauthorized"},
 		{"not started, two segments", "/api/sales/soon/orders", "", "Bearer abc.def", 401, "unauthorized"},
 		{"not started, short signature", "/api/sales/soon/orders", "", "Bearer " + good[:len(good)-1], 401, "unauthorized"},
-		{"not started, not base64url", "/api/sales/soon/orders", "", "Bearer " + strings.Replace(good, "e", "+", 1), 401, "unauthorized"},
+		{"not started, four segments", "/api/sales/soon/orders", "", "Bearer a." + good, 401, "unauthorized"},
+		{"not started, empty segment", "/api/sales/soon/orders", "", "Bearer ." + good[strings.IndexByte(good, '.'):], 401, "unauthorized"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
