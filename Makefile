@@ -51,8 +51,9 @@ bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purc
 	scripts/bench-http.sh
 
 .PHONY: fuzz
-fuzz: ## Fuzz the gateway router for 30s.
+fuzz: ## Fuzz the gateway router and token verifier, 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
+	$(GO) test -run '^$$' -fuzz FuzzVerifier -fuzztime 30s ./gateway
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.

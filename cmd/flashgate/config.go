@@ -30,6 +30,8 @@ type Config struct {
 	SaleRate      float64       // per-sale attempts per second, whole deployment; 50000
 	PaymentWindow time.Duration // unpaid orders expire after this; 15m
 	StateRefresh  time.Duration // gateway cache window for sale state; 20ms
+	UserLimiters  int           // gateway: per-user rate limiters held at once; 1000000
+	FastConns     int           // gateway: connections that keep their buffers when idle; 1024
 	ResyncEvery   time.Duration // control plane re-sync period; 1s
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
 	LogLevel      string        // debug, info, warn, error; "info"
@@ -119,6 +121,8 @@ var flagSpecs = []flagSpec{
 	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
 	{"payment-window", "unpaid orders expire after this", "serve gateway controlplane demo", durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
+	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, 1_000_000)},
+	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 1024)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", "serve ordersink", strFlag(func(c *Config) *string { return &c.SinkName }, "")},
@@ -302,6 +306,9 @@ func (c *Config) validate(cmd string) error {
 	}
 	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)
+	}
+	if takes(gwLike, cmd) && (c.UserLimiters < 1 || c.FastConns < 1) {
+		return fmt.Errorf("--user-limiters and --fast-conns must be at least 1")
 	}
 	// A zero or negative period would silently become the tier's default.
 	for _, d := range []struct {
