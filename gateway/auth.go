@@ -27,7 +27,7 @@ var bearer = []byte("bearer ")
 // bearerToken returns the request's bearer token if it has the shape of a
 // JWT: three non-empty segments, the last one as long as an HS256
 // signature in unpadded base64url.
-// It checks nothing cryptographic: API.md has the shape judged before the
+// It checks nothing cryptographic: docs/api.md has the shape judged before the
 // sale's cached state, the signature after it.
 func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
