@@ -87,7 +87,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 		time.Sleep(300 * time.Millisecond)
 		gate := func() error {
 			b.logf("  crowd %d: flashgate", r)
-			cr, err := b.crowd(ctx, st.gw, sale, u, c, 0, st)
+			cr, err := b.crowdOn(ctx, st.serve.pid(), st.gw, sale, u, c, 0, st)
 			if err != nil {
 				return fmt.Errorf("crowd against flashgate: %w", err)
 			}
@@ -103,7 +103,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 		}
 		rowl := func() error {
 			b.logf("  crowd %d: rowlock", r)
-			cr, err := b.crowd(ctx, rowAddr, sale, u, c, 0, nil)
+			cr, err := b.crowdOn(ctx, row.pid(), rowAddr, sale, u, c, 0, nil)
 			if err != nil {
 				return fmt.Errorf("crowd against rowlock: %w", err)
 			}

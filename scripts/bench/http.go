@@ -158,6 +158,9 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	purchaseLua := b.root + "/scripts/purchase.lua"
 	b.r.alias(b.root+"/", "")
 	for _, sc := range b.scenarios(tok) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		p := &pairResult{Key: sc.Key, Label: sc.Label, Threads: b.cfg.Threads, Conns: sc.Conns}
 		res.pairs = append(res.pairs, p)
 		b.logf("  %s: %s, -c%d", sc.Key, sc.Label, sc.Conns)

@@ -185,6 +185,7 @@ func (r *runner) stopAll() {
 // its standard output.
 func (r *runner) output(ctx context.Context, limit time.Duration, env []string, args ...string) (string, *os.ProcessState, error) {
 	r.record(env, args)
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := r.command(ctx, env, args)
@@ -196,8 +197,11 @@ func (r *runner) output(ctx context.Context, limit time.Duration, env []string, 
 		if len(msg) > 800 {
 			msg = msg[len(msg)-800:]
 		}
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%s: no answer within %s", filepath.Base(args[0]), limit)
+		switch {
+		case parent.Err() != nil:
+			return out.String(), cmd.ProcessState, parent.Err()
+		case ctx.Err() != nil:
+			err = fmt.Errorf("not done within %s", limit)
 		}
 		return out.String(), cmd.ProcessState, fmt.Errorf("%s: %w: %s", filepath.Base(args[0]), err, msg)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -63,34 +64,75 @@ func ratioCell(s stat) string {
 	return fmt.Sprintf("**%.2f** (%.2f–%.2f)", s.Med, s.Min, s.Max)
 }
 
-// headline is the README's table: the figures a reader looks for first.
+// httpHeadline is the ratios to the bare server, a row per scenario and a
+// column per connection count.
+func (r *report) httpHeadline() []string {
+	if r.http == nil {
+		return nil
+	}
+	var labels []string
+	cells := map[string]map[int]string{}
+	var conns []int
+	for _, p := range r.http.pairs {
+		if len(p.Gate) == 0 {
+			continue
+		}
+		if cells[p.Label] == nil {
+			cells[p.Label] = map[int]string{}
+			labels = append(labels, p.Label)
+		}
+		if !slices.Contains(conns, p.Conns) {
+			conns = append(conns, p.Conns)
+		}
+		c := fmt.Sprintf("**%.2f×** (%s/s", statOf(p.ratios()).Med, num(statOf(rates(p.Gate)).Med))
+		if p.Key[0] == 'c' {
+			c += ", p99 " + ms(time.Duration(durStat(p.Gate, func(w wrkRun) time.Duration { return w.P99 }).Med))
+		}
+		cells[p.Label][p.Conns] = c + ")"
+	}
+	if len(labels) == 0 {
+		return nil
+	}
+	head := "| ratio to a bare server sending the same bytes (flashgate's rate) |"
+	sep := "|---|"
+	for _, c := range conns {
+		head += fmt.Sprintf(" `wrk -c%d` |", c)
+		sep += "---|"
+	}
+	rows := []string{head, sep}
+	for _, l := range labels {
+		row := "| " + l + " |"
+		for _, c := range conns {
+			row += " " + cells[l][c] + " |"
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// headline is the README's other figures: the crowd, the open model,
+// memory and the cost after a large sale.
 func (r *report) headline() []string {
 	var rows []string
-	if h := r.http; h != nil {
-		for _, p := range h.pairs {
-			if len(p.Gate) == 0 {
-				continue
-			}
-			p99 := ""
-			if strings.HasPrefix(p.Key, "c") {
-				p99 = ", p99 " + ms(time.Duration(durStat(p.Gate, func(w wrkRun) time.Duration { return w.P99 }).Med))
-			}
-			rows = append(rows, fmt.Sprintf("| %s, `wrk -c%d` | %s/s%s | **%.2f×** the bare server sending the same bytes |",
-				p.Label, p.Conns, num(statOf(rates(p.Gate)).Med), p99, statOf(p.ratios()).Med))
-		}
-	}
 	if c := r.crowd; c != nil && len(c.gate) > 0 && len(c.row) > 0 {
 		g, w := crowdStats(c.gate), crowdStats(c.row)
 		rows = append(rows, fmt.Sprintf("| flash crowd: %s buyers, %d units | %s/s, all answered in %s | **%.1f×** a row-lock PostgreSQL server (%s/s, %s) |",
 			num(float64(r.users)), r.units, num(g.rate.Med), ms(time.Duration(g.took.Med)),
 			ratiosOf(c.gate, c.row).Med, num(w.rate.Med), ms(time.Duration(w.took.Med))))
 	}
-	for _, o := range r.opens() {
+	opens := r.opens()
+	for _, o := range opens {
 		if o.Server != "flashgate" {
 			continue
 		}
-		rows = append(rows, fmt.Sprintf("| open model: %s at %s/s (half the peak) | p50 %s, p99 %s, p999 %s | |",
-			o.What, num(o.Rate), ms(o.Run.P50), ms(o.Run.P99), ms(o.Run.P999)))
+		other := ""
+		for _, x := range opens {
+			if x.Server != "flashgate" && x.What == o.What {
+				other = fmt.Sprintf("%s at half its peak (%s/s): p50 %s, p99 %s, p999 %s", x.Server, num(x.Rate), ms(x.Run.P50), ms(x.Run.P99), ms(x.Run.P999))
+			}
+		}
+		rows = append(rows, fmt.Sprintf("| open model: %s, at %s/s (half the peak) | p50 %s, p99 %s, p999 %s | %s |",
+			o.What, num(o.Rate), ms(o.Run.P50), ms(o.Run.P99), ms(o.Run.P999), other))
 	}
 	if c := r.crowd; c != nil {
 		rows = append(rows, fmt.Sprintf("| `serve` RSS | idle %.0f MB, %s keep-alive connections %.0f MB, after a crowd %.0f MB | |",
@@ -165,8 +207,12 @@ func (b *bench) markdown() []byte {
 		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.Go, m.Redis, orDash(m.Postgres), m.Wrk, m.Commit, m.LoadStart, m.LoadEnd)
 	p("\nEverything runs on this one machine over loopback: the load generator shares the CPUs with the servers, so the ratios, not the absolute rates, carry over to other machines.\n")
 
+	p("\n## Headline\n")
+	if rows := r.httpHeadline(); len(rows) > 0 {
+		p("\n%s\n", strings.Join(rows, "\n"))
+	}
 	if rows := r.headline(); len(rows) > 0 {
-		p("\n## Headline\n\n| what | flashgate | compared with |\n|---|---|---|\n%s\n", strings.Join(rows, "\n"))
+		p("\n| what | flashgate | compared with |\n|---|---|---|\n%s\n", strings.Join(rows, "\n"))
 	}
 
 	if h := r.http; h != nil {
@@ -252,6 +298,14 @@ func (b *bench) markdown() []byte {
 			}
 			p("| latency p50 / p99, round by round | %s | %s | |\n", lat(c.gate), lat(c.row))
 			p("| answers, first round | %s | %s | |\n", c.gate[0].answers(), c.row[0].answers())
+			cpu := func(rs []crowdRun) float64 {
+				var v []float64
+				for _, r := range rs {
+					v = append(v, r.ServerCPU)
+				}
+				return statOf(v).Med
+			}
+			p("| CPU cores the server process used meanwhile (rowlock's without PostgreSQL's) | %.2f | %.2f | |\n", cpu(c.gate), cpu(c.row))
 			if c.gate[0].Check != "" {
 				p("| flashgate's cross-check (admin figures against the 201s), last round | %s | | |\n", c.gate[len(c.gate)-1].Check)
 			}
@@ -361,6 +415,9 @@ func (b *bench) writeReport() error {
 		readmeBegin, b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.machine.Memory)
 	if !b.cfg.full() {
 		sec.WriteString("**A shortened run**: these figures show the format, not the system.\n")
+	}
+	if rows := b.rep.httpHeadline(); len(rows) > 0 {
+		fmt.Fprintf(&sec, "\n%s\n", strings.Join(rows, "\n"))
 	}
 	if rows := b.rep.headline(); len(rows) > 0 {
 		fmt.Fprintf(&sec, "\n| what | flashgate | compared with |\n|---|---|---|\n%s\n", strings.Join(rows, "\n"))
