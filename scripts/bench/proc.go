@@ -55,8 +55,10 @@ func (r *runner) record(env []string, args []string) {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
+		// Double quotes, so that the placeholders the report puts in
+		// ($TOKEN_…) still read as variables.
 		if a == "" || strings.ContainsAny(a, " \"'{}$*") {
-			a = "'" + a + "'"
+			a = "\"" + strings.NewReplacer(`"`, `\"`, "`", "\\`").Replace(a) + "\""
 		}
 		b.WriteString(a)
 	}

@@ -249,6 +249,7 @@ func (b *bench) markdown() []byte {
 			for _, c := range h.wrkCheck {
 				p("| %d | %s | %.2f | %.2f |\n", c.Threads, num(c.Run.Rate), c.Run.WrkCPU, c.Run.SrvCPU)
 			}
+			p("\n%s\n", wrkVerdict(h.wrkCheck))
 		}
 		p("\nResponse sizes (bytes, headers and body): ")
 		var sz []string
@@ -424,4 +425,19 @@ func (b *bench) writeReport() error {
 	}
 	out := append(append(append([]byte(nil), raw[:i]...), sec.Bytes()...), raw[j:]...)
 	return os.WriteFile(b.cfg.Readme, out, 0o644)
+}
+
+// wrkVerdict says whether wrk limited the bare server: a wrk thread near a
+// whole core, or a second thread adding much, says it did.
+func wrkVerdict(cs []wrkCheck) string {
+	if len(cs) < 2 || cs[0].Run.Rate == 0 {
+		return ""
+	}
+	one, two := cs[0], cs[len(cs)-1]
+	perThread := one.Run.WrkCPU / float64(one.Threads)
+	gain := two.Run.Rate/one.Run.Rate - 1
+	if perThread >= 0.9 || gain > 0.15 {
+		return fmt.Sprintf("**wrk may be the bottleneck here**: one thread used %.2f of a core, and %d threads gave %+.0f%%.", perThread, two.Threads, gain*100)
+	}
+	return fmt.Sprintf("wrk is not the bottleneck: one thread used %.2f of a core (it would use all of one if it were), and %d threads gave %+.0f%%.", perThread, two.Threads, gain*100)
 }

@@ -473,7 +473,8 @@ func (b *bench) machine(ctx context.Context) machineInfo {
 	}
 	out, _ = exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output()
 	m.Commit = strings.TrimSpace(string(out))
-	if st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); len(bytes.TrimSpace(st)) > 0 {
+	if st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no",
+		"--", ".", ":!README.md", ":!docs/BENCHMARKS.md").Output(); len(bytes.TrimSpace(st)) > 0 {
 		m.Commit += " with local changes"
 	}
 	return m
