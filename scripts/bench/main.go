@@ -235,6 +235,17 @@ func run(ctx context.Context, cfg settings) int {
 		os.RemoveAll(dir)
 	}()
 	b.logf("settings: %s", cfg.summary())
+	// Every server inherits the limit: serve needs a descriptor per
+	// keep-alive connection of the RSS figure. (Go raises its own soft limit
+	// but gives children the original one unless the program sets it.)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	if lim.Cur < uint64(cfg.Conns)+2000 {
+		b.logf("open files limited to %d: CONNS=%d will fail (raise ulimit -n)", lim.Cur, cfg.Conns)
+	}
 	b.rep.machine = b.machine(ctx)
 	if err := b.build(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
