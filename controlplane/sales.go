@@ -281,6 +281,7 @@ func (s *Service) redisFigures(ctx context.Context, id string) (redisFigures, er
 // lua/resync.lua) and raises the admission cap while units remain. It
 // rebuilds the sale's hash when Redis lost it.
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
+	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}

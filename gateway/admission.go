@@ -137,7 +137,7 @@ func (s *Server) keepReal(e *sale) *sale {
 func (s *Server) newSale(id string) *sale {
 	e := &sale{id: id, ready: make(chan struct{})}
 	if s.cfg.SaleRate > 0 {
-		e.limiter = rate.NewLimiter(rate.Limit(s.cfg.SaleRate), s.cfg.SaleBurst)
+		e.limiter = rate.NewLimiter(s.saleShare())
 	}
 	return e
 }

@@ -99,6 +99,11 @@ type Config struct {
 	// RedisTimeout bounds each background read, flush and readiness ping.
 	// Default: 2s.
 	RedisTimeout time.Duration
+	// ShareEvery makes SaleRate and SaleBurst the whole deployment's: every
+	// ShareEvery this gateway announces itself in Redis and takes 1/n of
+	// them, n being the live gateways (see share.go). Default: 0, no
+	// sharing: this gateway alone lets SaleRate through.
+	ShareEvery time.Duration
 
 	// UserRate is each user's purchase attempts per second reaching
 	// admission. Default: 2; negative: no per-user limit.
@@ -243,6 +248,8 @@ type Server struct {
 	pageCacheControl []byte
 	userRetryAfter   []byte
 
+	share shareState // this gateway's part of SaleRate (share.go)
+
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried
 	// again; until then reads go straight to the primary.
@@ -327,6 +334,7 @@ func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
 // (or Shutdown) stops them.
 func (s *Server) Start() {
 	s.startOnce.Do(func() {
+		s.startShare()
 		s.wg.Add(3)
 		go s.loop(s.cfg.StateRefresh, s.refreshState)
 		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog)

@@ -26,7 +26,7 @@ func TestNewRequiresSettings(t *testing.T) {
 	}
 }
 
-// TestRoutes walks every public route and the status codes of API.md.
+// TestRoutes walks every public route and the status codes of docs/api.md.
 func TestRoutes(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.UserRate = -1 })
 	h := e.s.Handler()

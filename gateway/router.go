@@ -124,6 +124,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			methodNotAllowed(ctx, vGet)
 		} else {
 			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+			ctx.Response.Header.SetCanonical(hVersion, vVersion)
 			ctx.SetBodyString("ok\n")
 		}
 		return routeHealthz
@@ -153,6 +154,14 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			return routeStatic
 		}
 		s.writePage(ctx, a)
+		return routeStatic
+
+	case bytes.Equal(path, pOpenAPI):
+		if !get {
+			methodNotAllowed(ctx, vGet)
+		} else {
+			s.writePage(ctx, openAPIPage())
+		}
 		return routeStatic
 
 	case bytes.HasPrefix(path, pAPI):
@@ -232,7 +241,7 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	e.rejected.Add(1)
 }
 
-// purchase judges POST /api/sales/{id}/orders in API.md's order: auth,
+// purchase judges POST /api/sales/{id}/orders in docs/api.md's order: auth,
 // cached state, rate limits, body, admission, reserve.
 func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	body := ctx.PostBody()
