@@ -42,13 +42,12 @@ lint: ## gofmt check, go vet, and go mod tidy -diff (go.mod and go.sum tidy).
 	$(GO) mod tidy -diff
 
 .PHONY: bench
-bench: ## Go benchmarks (real Redis), then wrk on loopback: serve vs a bare fasthttp server.
-	scripts/with-testenv.sh $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
-	scripts/bench-http.sh
+bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm) into docs/BENCHMARKS.md.
+	scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: bench-http
-bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purchase, as ratios to bare fasthttp.
-	scripts/bench-http.sh
+bench-http: ## Only bench's wrk part (sold out, item page, purchase vs a bare server), printed, no files written.
+	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: fuzz
 fuzz: ## Fuzz the gateway router and token verifier, 30s each.

@@ -1,23 +1,36 @@
--- wrk script for the purchase path: each request buys as another user, with
--- tokens read from the file named by the first script argument; the second
--- is the number of wrk threads, the third the index of the first token.
+-- purchase.lua: wrk script sending POSTs, each with the next bearer token of
+-- a file (one token a line), so that every request is another buyer.
+-- Arguments (after --): the token file, the number of wrk threads.
+-- Each thread keeps every n-th token and formats all its requests in init,
+-- before the clock starts, so that request() only returns a prepared string
+-- and wrk stays far from being the bottleneck. Tokens are reused from the
+-- start when a thread runs out (the run then shows already_purchased answers).
+wrk.method = "POST"
+
 local counter = 0
 function setup(thread)
   thread:set("id", counter)
   counter = counter + 1
 end
 
-local tokens, n, nthreads, offset = {}, 0, 2, 0
+local reqs, n, count = {}, 0, 0
 function init(args)
+  local nthreads = tonumber(args[2] or "1")
+  local i = 0
   for line in io.lines(args[1]) do
-    tokens[#tokens + 1] = line
+    if i % nthreads == id then
+      count = count + 1
+      reqs[count] = wrk.format(nil, nil, { ["Authorization"] = "Bearer " .. line }, nil)
+    end
+    i = i + 1
   end
-  nthreads = tonumber(args[2] or "2")
-  offset = tonumber(args[3] or "0")
+  if count == 0 then
+    error("purchase.lua: no tokens for thread " .. id .. " in " .. args[1])
+  end
 end
 
 function request()
-  local t = tokens[(offset + n * nthreads + id) % #tokens + 1]
   n = n + 1
-  return wrk.format("POST", wrk.path, {["Authorization"] = "Bearer " .. t}, nil)
+  if n > count then n = 1 end
+  return reqs[n]
 end

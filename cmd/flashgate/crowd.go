@@ -105,8 +105,12 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 				if i >= s.Users {
 					return
 				}
+				// With a rate, latency counts from when the request was due,
+				// so that waiting for a free connection counts too (an open
+				// model, without coordinated omission).
+				var due time.Time
 				if s.Rate > 0 {
-					due := start.Add(time.Duration(float64(i) / s.Rate * float64(time.Second)))
+					due = start.Add(time.Duration(float64(i) / s.Rate * float64(time.Second)))
 					if d := time.Until(due); d > 0 {
 						time.Sleep(d)
 					}
@@ -121,6 +125,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 					req.SetBody(body)
 				}
 				t0 := time.Now()
+				if !due.IsZero() && due.Before(t0) {
+					t0 = due
+				}
 				err := client.DoTimeout(req, resp, s.Timeout)
 				lat[i] = time.Since(t0)
 				done.Add(1)

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// scenario is one wrk scenario of the HTTP phase. Every scenario is here,
+// so that what is measured can be read (and changed) in one place.
+type scenario struct {
+	Key, Label string
+	Conns      int
+	Method     string
+	Path       string
+	Headers    []string // besides the token of Tokens scenarios
+	Tokens     bool     // a new buyer token on every request (purchase.lua)
+	Sale       string   // a purchase scenario's sale, whose units sold are counted
+}
+
+// maxUnits is the largest sale the control plane accepts: each purchase
+// scenario has its own.
+const maxUnits = 1_000_000
+
+func (b *bench) scenarios(tok string) []scenario {
+	auth := []string{"Authorization: Bearer " + tok}
+	gz := []string{"Accept-Encoding: gzip"}
+	const so, page = "/api/sales/soldout/orders", "/sales/page"
+	return []scenario{
+		{Key: "a64", Label: "(a) sold-out purchase, one buyer's token", Conns: 64, Method: "POST", Path: so, Headers: auth},
+		{Key: "a256", Label: "(a) sold-out purchase, one buyer's token", Conns: 256, Method: "POST", Path: so, Headers: auth},
+		{Key: "a64new", Label: "(a) sold-out purchase, a new buyer every request", Conns: 64, Method: "POST", Path: so, Tokens: true},
+		{Key: "a256new", Label: "(a) sold-out purchase, a new buyer every request", Conns: 256, Method: "POST", Path: so, Tokens: true},
+		{Key: "b64", Label: "(b) item page, gzip", Conns: 64, Method: "GET", Path: page, Headers: gz},
+		{Key: "b256", Label: "(b) item page, gzip", Conns: 256, Method: "GET", Path: page, Headers: gz},
+		{Key: "c64", Label: "(c) purchase, large stock, a new buyer every request", Conns: 64, Method: "POST", Path: "/api/sales/c64/orders", Tokens: true, Sale: "c64"},
+		{Key: "c256", Label: "(c) purchase, large stock, a new buyer every request", Conns: 256, Method: "POST", Path: "/api/sales/c256/orders", Tokens: true, Sale: "c256"},
+	}
+}
+
+// httpResult is the HTTP phase's part of the report.
+type httpResult struct {
+	pairs     []*pairResult
+	sizes     [][3]string // path, flashgate bytes, bare bytes
+	wrkCheck  []wrkCheck
+	open      *openRun
+	purchaseN int64 // units the (c) rounds sold
+}
+
+// wrkCheck is the bare server driven by one wrk thread or two, on the (c)
+// request bytes: if two threads do not beat one, wrk is not what limits.
+type wrkCheck struct {
+	Threads int
+	Run     wrkRun
+}
+
+// openRun is an open-model run: arrivals at a fixed rate.
+type openRun struct {
+	What   string
+	Rate   float64
+	Of     float64 // the peak it is half of
+	Run    crowdRun
+	Server string
+}
+
+func (b *bench) httpPhase(ctx context.Context) error {
+	res := &httpResult{}
+	b.rep.http = res
+	db, err := b.dbURL(ctx, "bench_http")
+	if err != nil {
+		return err
+	}
+	st, err := b.startStack(ctx, "http", db)
+	if err != nil {
+		return err
+	}
+	for _, s := range []struct {
+		id    string
+		total int64
+		open  bool
+	}{{"soldout", 1, true}, {"page", 100, false}, {"c64", maxUnits, true}, {"c256", maxUnits, true}, {"open", maxUnits, true}} {
+		if err := b.createSale(st, s.id, s.total, s.open); err != nil {
+			return err
+		}
+	}
+	first, err := b.token(ctx, "first")
+	if err != nil {
+		return err
+	}
+	tok, err := b.token(ctx, "crowd")
+	if err != nil {
+		return err
+	}
+	capTok, err := b.token(ctx, "capture")
+	if err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond) // the gateway's state refresh
+	if _, code, err := exchange(st.gw, rawRequest("POST", st.gw, "/api/sales/soldout/orders", []string{"Authorization: Bearer " + first})); err != nil || code != 201 {
+		return fmt.Errorf("buying the sold-out sale's unit: status %d, %v", code, err)
+	}
+	if _, err := b.waitFigures(ctx, st, "soldout", 10*time.Second, func(f saleFigures) bool { return f.Booked == 1 }); err != nil {
+		return err
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	// The bare server answers each path with flashgate's own answer.
+	type capt struct {
+		path, name, method string
+		hdr                []string
+		want               int
+	}
+	var bareArgs []string
+	sizes := map[string]int{}
+	for _, c := range []capt{
+		{"/api/sales/soldout/orders", "soldout", "POST", []string{"Authorization: Bearer " + tok}, 409},
+		{"/sales/page", "page", "GET", []string{"Accept-Encoding: gzip"}, 200},
+		{"/api/sales/c64/orders", "purchase", "POST", []string{"Authorization: Bearer " + capTok}, 201},
+	} {
+		file, n, err := b.capture(c.name, st.gw, c.method, c.path, c.hdr, c.want)
+		if err != nil {
+			return err
+		}
+		sizes[c.path] = n
+		bareArgs = append(bareArgs, c.path+"="+file)
+	}
+	bareArgs = append(bareArgs, "/api/sales/c256/orders="+b.path("purchase.http"))
+	bareAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	b.r.alias(bareAddr, "$BARE")
+	bare, err := b.r.start("bare", nil, append([]string{b.barebin, bareAddr}, bareArgs...)...)
+	if err != nil {
+		return err
+	}
+	if err := waitTCP(ctx, bareAddr, bare, 10*time.Second); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		path, method string
+		hdr          []string
+	}{
+		{"/api/sales/soldout/orders", "POST", []string{"Authorization: Bearer " + tok}},
+		{"/sales/page", "GET", []string{"Accept-Encoding: gzip"}},
+		{"/api/sales/c64/orders", "POST", []string{"Authorization: Bearer " + capTok}},
+	} {
+		raw, _, err := exchange(bareAddr, rawRequest(c.method, bareAddr, c.path, c.hdr))
+		if err != nil {
+			return fmt.Errorf("bare server: %w", err)
+		}
+		res.sizes = append(res.sizes, [3]string{c.method + " " + c.path, strconv.Itoa(sizes[c.path]), strconv.Itoa(len(raw))})
+	}
+
+	postLua := b.root + "/scripts/post.lua"
+	purchaseLua := b.root + "/scripts/purchase.lua"
+	b.r.alias(b.root+"/", "")
+	for _, sc := range b.scenarios(tok) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p := &pairResult{Key: sc.Key, Label: sc.Label, Threads: b.cfg.Threads, Conns: sc.Conns}
+		res.pairs = append(res.pairs, p)
+		b.logf("  %s: %s, -c%d", sc.Key, sc.Label, sc.Conns)
+		for r := 1; r <= b.cfg.Rounds && ctx.Err() == nil; r++ {
+			spec := wrkSpec{Threads: b.cfg.Threads, Conns: sc.Conns, Headers: sc.Headers}
+			var tokFile string
+			if sc.Tokens {
+				if tokFile, err = b.tokens(ctx, fmt.Sprintf("%sr%d-", sc.Key, r), b.cfg.Tokens); err != nil {
+					p.Err = err
+					break
+				}
+				spec.Script, spec.ScriptArgs = purchaseLua, []string{tokFile, strconv.Itoa(b.cfg.Threads)}
+			} else if sc.Method == "POST" {
+				spec.Script = postLua
+			}
+			spec.URL = "http://" + bareAddr + sc.Path
+			bw, err := b.runWrk(ctx, bare.pid(), spec)
+			if err != nil {
+				p.Err = err
+				break
+			}
+			var before saleFigures
+			if sc.Sale != "" {
+				before, _ = b.figures(st, sc.Sale)
+			}
+			spec.URL = "http://" + st.gw + sc.Path
+			gw, err := b.runWrk(ctx, st.serve.pid(), spec)
+			if err != nil {
+				p.Err = err
+				break
+			}
+			p.Bare, p.Gate = append(p.Bare, bw), append(p.Gate, gw)
+			if sc.Sale != "" {
+				after, _ := b.waitFigures(ctx, st, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
+				sold := after.Booked - before.Booked
+				res.purchaseN += sold
+				if gw.Non2xx > 0 {
+					p.Notes = append(p.Notes, fmt.Sprintf("round %d: %d requests, %d units sold, %d answers not 201", r, gw.Requests, sold, gw.Non2xx))
+				}
+			}
+			if gw.SockErrs != "" {
+				p.Notes = append(p.Notes, fmt.Sprintf("round %d: flashgate socket errors: %s", r, gw.SockErrs))
+			}
+			if tokFile != "" {
+				os.Remove(tokFile)
+			}
+		}
+		if p.Err != nil {
+			b.logf("  %s failed: %v", sc.Key, p.Err)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// Is wrk the bottleneck? The bare server on the (c) bytes, one wrk
+	// thread against two.
+	tokFile, err := b.tokens(ctx, "check-", b.cfg.Tokens)
+	if err != nil {
+		return err
+	}
+	for _, t := range []int{1, 2} {
+		w, err := b.runWrk(ctx, bare.pid(), wrkSpec{Threads: t, Conns: 64, URL: "http://" + bareAddr + "/api/sales/c64/orders",
+			Script: purchaseLua, ScriptArgs: []string{tokFile, strconv.Itoa(t)}})
+		if err != nil {
+			return err
+		}
+		res.wrkCheck = append(res.wrkCheck, wrkCheck{t, w})
+	}
+	os.Remove(tokFile)
+
+	// The open model: new buyers of the large stock arriving at half the
+	// peak of the same tool, closed loop at 64 connections (wrk's peak in
+	// (c) would not do: the crowd's client costs more CPU than wrk's).
+	var wrkPeak float64
+	for _, p := range res.pairs {
+		if p.Key == "c64" {
+			wrkPeak = statOf(rates(p.Gate)).Med
+		}
+	}
+	if wrkPeak > 0 {
+		closed, err := b.crowd(ctx, st.gw, "open", max(1000, int(wrkPeak)*b.cfg.OpenSeconds/2), 64, 0, nil)
+		if err != nil {
+			return err
+		}
+		rate := closed.Rate / 2
+		c, err := b.crowd(ctx, st.gw, "open", max(1, int(rate)*b.cfg.OpenSeconds), 512, rate, nil)
+		res.open = &openRun{What: "purchase, large stock, a new buyer every request", Rate: rate, Of: closed.Rate, Run: c, Server: "flashgate"}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
