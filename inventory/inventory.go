@@ -51,10 +51,12 @@ type Config struct {
 	// monotonic ULID taken from Clock.
 	NewOrderID func() string
 	// WaitReplicas, when > 0, makes Reserve send `WAIT WaitReplicas
-	// WaitTimeout` on the same connection right after the script, so that an
-	// answered reservation has reached that many replicas (or WaitTimeout
-	// passed: the reservation stands either way, and a warning is logged).
-	// Default: 0, no WAIT.
+	// WaitTimeout` on the same connection right after the script (in a
+	// cluster, on the connection to the sale's primary), so that a
+	// reservation answered with an order id has reached that many replicas.
+	// When WAIT falls short, Reserve answers ErrUnavailable instead: the
+	// reservation stands in Redis, and the buyer's retry finds it as
+	// ErrAlreadyPurchased with its order id. Default: 0, no WAIT.
 	WaitReplicas int
 	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
 	// timeout. Default: 1s (only used when WaitReplicas > 0).
@@ -63,10 +65,12 @@ type Config struct {
 	// flashgate_redis_call_seconds{op}. Default: nil, no metrics.
 	Metrics prometheus.Registerer
 	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
-	// reserves. By default, when primary is a *redis.Client and WaitReplicas
+	// reserves. By default, when primary is a *redis.Client or a
+	// *redis.ClusterClient (which groups each batch by slot) and WaitReplicas
 	// is 0, reserves running at the same time share one pipelined round trip
 	// (each still one atomic script); the pipeliner belongs to the client and
-	// closes with it.
+	// closes with it. With WaitReplicas the pipeliner is never used: it would
+	// send WAIT on another connection than the write's.
 	NoAutoPipeline bool
 }
 
@@ -103,7 +107,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		s.newID = ulidMinter(s.clock)
 	}
 	s.scripter = primary
-	if c, ok := primary.(*redis.Client); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
+	if c, ok := primary.(autoPipeliner); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
 		if ap, err := c.AutoPipeline(); err == nil {
 			s.scripter = ap
 		} else {
@@ -122,6 +126,12 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		s.m = newMetrics(cfg.Metrics)
 	}
 	return s
+}
+
+// autoPipeliner is a client with go-redis's automatic pipelining:
+// *redis.Client and *redis.ClusterClient.
+type autoPipeliner interface {
+	AutoPipeline() (*redis.AutoPipeliner, error)
 }
 
 // ulidMinter returns a concurrency-safe minter of monotonic ULIDs: ids minted
@@ -170,6 +180,9 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
+		if errors.Is(err, errWaitShort) {
+			return "", err
+		}
 		return "", s.redisError("reserving", err)
 	}
 	code, existing, ok := reserveResult(res)
@@ -245,17 +258,24 @@ func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (a
 			continue
 		}
 		if err == nil {
-			if code, _, _ := reserveResult(res); code == lua.ReserveOK {
+			code, existing, _ := reserveResult(res)
+			if code == lua.ReserveOK || (code == lua.ReservePurchased && existing == args[0]) {
 				n, werr := wait.Int64()
 				if werr != nil || n < int64(s.waitReplicas) {
 					s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
 						"sale", args[4], "order", args[0], "acked", n, "want", s.waitReplicas, "err", werr)
+					return nil, errWaitShort
 				}
 			}
 		}
 		return res, err
 	}
 }
+
+// errWaitShort answers a reserve that WAIT could not confirm on enough
+// replicas: the order stands in Redis but might not survive a failover, so
+// the buyer hears 503 and their retry finds it (ErrAlreadyPurchased).
+var errWaitShort = fmt.Errorf("reserving: not on enough replicas: %w", flashgate.ErrUnavailable)
 
 // reserveResult unpacks the {code, order id} answer of lua.Reserve.
 func reserveResult(res any) (code int64, orderID string, ok bool) {

@@ -336,7 +336,9 @@ func TestConcurrentSameUser(t *testing.T) {
 }
 
 func TestReserveAfterScriptFlush(t *testing.T) {
-	_, rdb := newRedis(t)
+	srv, rdb := newRedis(t)
+	// A replica, so that WAIT 1 is answered.
+	redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(srv.Port)).WaitReplica(t)
 	ctx := context.Background()
 	prepSale(t, rdb, "flush", 10, 1, "open")
 	cases := []struct {
@@ -386,11 +388,20 @@ func TestWaitReplicas(t *testing.T) {
 			t.Fatalf("replica buyer %s right after Reserve: got %q, %v; want %q", user, got, err, id)
 		}
 	}
-	// Asking for more replicas than exist only costs the timeout: the
-	// reservation stands.
+	// Asking for more replicas than exist answers ErrUnavailable (503, never
+	// 201); the reservation stands, and the buyer's retry finds the order.
 	svc2 := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond})
-	if _, err := svc2.Reserve(ctx, "wait", "late", 1); err != nil {
-		t.Errorf("Reserve waiting for a missing replica: %v", err)
+	if id, err := svc2.Reserve(ctx, "wait", "late", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
+		t.Fatalf("Reserve waiting for a missing replica: got %q, %v; want \"\", ErrUnavailable", id, err)
+	}
+	stored, err := rdb.HGet(ctx, lua.BuyersKey("wait"), "late").Result()
+	if err != nil || !flashgate.ValidOrderID(stored) {
+		t.Fatalf("buyer entry after the short WAIT: got %q, %v; want an order id", stored, err)
+	}
+	_, err = svc2.Reserve(ctx, "wait", "late", 1)
+	var pe *flashgate.PurchasedError
+	if !errors.As(err, &pe) || pe.OrderID != stored {
+		t.Errorf("retry after the short WAIT: got %v; want PurchasedError{%s}", err, stored)
 	}
 }
 
