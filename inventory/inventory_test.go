@@ -53,7 +53,7 @@ func newRedis(tb testing.TB) (*redistest.Server, *redis.Client) {
 
 // prepSale creates sale id in Redis with total units and per-user limit and,
 // unless state is "", sets it ("open" or "close").
-func prepSale(tb testing.TB, rdb *redis.Client, id string, total, perUser int64, state string) {
+func prepSale(tb testing.TB, rdb redis.UniversalClient, id string, total, perUser int64, state string) {
 	tb.Helper()
 	ctx := context.Background()
 	if perUser == 0 {
@@ -71,7 +71,7 @@ func prepSale(tb testing.TB, rdb *redis.Client, id string, total, perUser int64,
 	}
 }
 
-func booked(tb testing.TB, rdb *redis.Client, id string) int64 {
+func booked(tb testing.TB, rdb redis.UniversalClient, id string) int64 {
 	tb.Helper()
 	n, err := rdb.HGet(context.Background(), lua.SaleKey(id), lua.FieldBooked).Int64()
 	if err != nil {
@@ -119,7 +119,7 @@ func TestContractClient(t *testing.T) {
 }
 
 // testContract is the one suite every reserver passes.
-func testContract(t *testing.T, rdb *redis.Client, r reserver) {
+func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 	ctx := context.Background()
 	prepSale(t, rdb, "upcoming", 5, 1, "")
 	prepSale(t, rdb, "closed", 5, 1, "close")
