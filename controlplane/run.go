@@ -40,6 +40,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	if !leading {
 		return
 	}
+	s.watchFailover(tctx) // see failover.go
 	s.schedule(tctx)
 	if _, err := s.ExpireDue(tctx); err != nil {
 		s.log.Warn("expiry", "err", err)

@@ -56,3 +56,9 @@ const (
 	EntryPrice    = "price"
 	EntryTime     = "ts" // unix milliseconds
 )
+
+// PrimaryKey holds the replication id (master_replid) of the primary the
+// control plane last rebuilt or checked the sale on. A replica promoted by a
+// failover carries the old primary's value but has a replication id of its
+// own, so the mismatch tells the control plane to rebuild the sale.
+func PrimaryKey(sale string) string { return "fg:{" + sale + "}:primary" }
