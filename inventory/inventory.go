@@ -319,6 +319,63 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	}
 }
 
+// MaxReleaseBatch is the most orders one ReleaseBatch script call carries;
+// longer lists take several calls, so no call holds Redis for long.
+const MaxReleaseBatch = 500
+
+// ReleaseBatch gives the units of many orders back, each once, with one
+// script call per sale and per MaxReleaseBatch orders (lua.ReleaseBatch). It
+// returns how many orders this call released; orders released before, and
+// orders of a sale Redis no longer holds (a later re-sync from the database
+// fixes Redis), are skipped without error. An order without id, user or a
+// quantity >= 1 is skipped too and reported, with ErrBadRequest, in the
+// error, after the others were released; a Redis failure stops the call.
+func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error) {
+	var bad error
+	bySale := make(map[string][]any)
+	var sales []string
+	for _, o := range orders {
+		if !flashgate.ValidSaleID(o.SaleID) || o.ID == "" || o.UserID == "" || o.Quantity < 1 {
+			if bad == nil {
+				bad = fmt.Errorf("releasing order %q: %w", o.ID, &flashgate.FieldError{Field: "order", Reason: "needs a sale id, order_id, user_id and quantity >= 1"})
+			}
+			continue
+		}
+		if _, ok := bySale[o.SaleID]; !ok {
+			sales = append(sales, o.SaleID)
+		}
+		bySale[o.SaleID] = append(bySale[o.SaleID], o.ID, o.UserID, o.Quantity)
+	}
+	for _, sale := range sales {
+		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}
+		args := bySale[sale]
+		for start := 0; start < len(args); start += 3 * MaxReleaseBatch {
+			chunk := args[start:min(start+3*MaxReleaseBatch, len(args))]
+			call := make([]any, 0, 1+len(chunk))
+			call = append(call, "")
+			call = append(call, chunk...)
+			t := time.Now()
+			res, err := lua.ReleaseBatch.Run(ctx, s.rdb, keys, call...).Int64Slice()
+			s.m.call(opRelease, t)
+			if err != nil {
+				return released, s.redisError("releasing", err)
+			}
+			if len(res) != 3 {
+				return released, fmt.Errorf("releasing: unexpected script answer %v", res)
+			}
+			switch res[0] {
+			case lua.ReleaseBatchDone:
+				released += int(res[1])
+			case lua.ReleaseBatchNoSale:
+				s.log.DebugContext(ctx, "release of orders whose sale is not in redis", "sale", sale, "orders", len(chunk)/3)
+			default:
+				return released, fmt.Errorf("releasing: unknown script code %d", res[0])
+			}
+		}
+	}
+	return released, bad
+}
+
 // Ping reports whether the Redis primary answers.
 func (s *Service) Ping(ctx context.Context) error {
 	start := time.Now()

@@ -59,8 +59,8 @@ func prepSale(tb testing.TB, rdb redis.UniversalClient, id string, total, perUse
 	if perUser == 0 {
 		perUser = 1
 	}
-	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(id), lua.SalesKey()},
-		id, total, flashgate.AdmitCap(total, 0), perUser, 500).Int64()
+	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(id)},
+		total, flashgate.AdmitCap(total, 0), perUser, 500).Int64()
 	if err != nil || n != 1 {
 		tb.Fatalf("Prepare %s: got %d, %v; want 1", id, n, err)
 	}
