@@ -31,6 +31,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("POST /admin/sales/{id}/stop", s.auth(s.handleState(s.Stop)))
 	mux.Handle("POST /admin/sales/{id}/resync", s.auth(s.handleResync))
 	mux.Handle("POST /admin/orders/{id}/refund", s.auth(s.handleRefund))
+	mux.Handle("GET /admin/sales/{id}/dead-letters", s.auth(s.handleDeadLetters))
+	mux.Handle("POST /admin/sales/{id}/dead-letters/replay", s.auth(s.handleReplayDeadLetters))
 
 	var dash fs.FS = static.Admin
 	if sub, err := fs.Sub(static.Admin, "admin"); err == nil {

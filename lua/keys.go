@@ -23,6 +23,12 @@ func OrdersKey(sale string) string { return "fg:{" + sale + "}:orders" }
 // a release idempotent.
 func ReleasedKey(sale string) string { return "fg:{" + sale + "}:released" }
 
+// DeadKey is the stream of order entries the order sink could not store
+// (malformed, or refused by the database): each holds the original entry's
+// fields plus DeadSource, DeadReason and DeadTime, until an operator replays
+// it onto OrdersKey.
+func DeadKey(sale string) string { return "fg:{" + sale + "}:dead" }
+
 // SalesKey is the set of all sale ids known to Redis, whose streams the
 // order sinks drain. It is not hash-tagged and never a key of a script: the
 // control plane adds a sale with SADD before it prepares or re-syncs the
@@ -69,3 +75,10 @@ const (
 // failover carries the old primary's value but has a replication id of its
 // own, so the mismatch tells the control plane to rebuild the sale.
 func PrimaryKey(sale string) string { return "fg:{" + sale + "}:primary" }
+
+// Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
+const (
+	DeadSource = "dead_src"    // the entry's id in the order stream
+	DeadReason = "dead_reason" // why the sink could not store it
+	DeadTime   = "dead_ts"     // when it was dead-lettered, unix milliseconds
+)

@@ -529,6 +529,9 @@ func TestMalformedEntries(t *testing.T) {
 		t.Fatalf("DrainOnce: got %d, %v, want 6", n, err)
 	}
 	e.check(t, ids)
+	if n := e.rdb.XLen(ctx, lua.DeadKey(sale)).Val(); n != int64(len(bad)) {
+		t.Errorf("dead letters: got %d, want %d", n, len(bad))
+	}
 }
 
 // TestRedisRestart empties Redis under a running drainer: once the sale is

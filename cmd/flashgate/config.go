@@ -34,6 +34,12 @@ type Config struct {
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
 	MetricsListen string        // gateway/inventory: /metrics and health listener; "" = none
 
+	// order sink
+	SinkName         string        // consumer name; "" = <hostname>-<admin-listen port>
+	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit; 0
+	SinkWaitTimeout  time.Duration // bound of each such WAIT; 500ms
+	SinkClaimIdle    time.Duration // idle time before another sink's entries are claimed; 30s
+
 	// demo and crowd
 	Units       int64         // demo: units on sale; 100
 	Users       int           // demo/crowd: distinct buyers; 100000
@@ -112,6 +118,10 @@ var flagSpecs = []flagSpec{
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", "serve ordersink", strFlag(func(c *Config) *string { return &c.SinkName }, "")},
+	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it; 0 = none", "serve ordersink", intFlag(func(c *Config) *int { return &c.SinkWaitReplicas }, 0)},
+	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", "serve ordersink", durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
+	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", "serve ordersink", durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, 30*time.Second)},
 	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", "gateway inventory", strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
 	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", "serve controlplane demo", boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
 	{"log-level", "debug, info, warn or error", servers + " demo", strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
@@ -280,8 +290,11 @@ func (c *Config) validate(cmd string) error {
 	if cmd == "demo" && c.Units < 1 {
 		return fmt.Errorf("--units must be at least 1")
 	}
-	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 {
-		return fmt.Errorf("rates, bursts and --wait-replicas must not be negative")
+	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 || c.SinkWaitReplicas < 0 {
+		return fmt.Errorf("rates, bursts, --wait-replicas and --sink-wait-replicas must not be negative")
+	}
+	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)
 	}
 	// A zero or negative period would silently become the tier's default.
 	for _, d := range []struct {
@@ -293,6 +306,8 @@ func (c *Config) validate(cmd string) error {
 		{"state-refresh", c.StateRefresh, gwLike},
 		{"resync-every", c.ResyncEvery, cpLike},
 		{"timeout", c.Timeout, "crowd"},
+		{"sink-wait-timeout", c.SinkWaitTimeout, "serve ordersink"},
+		{"sink-claim-idle", c.SinkClaimIdle, "serve ordersink"},
 	} {
 		if takes(d.cmds, cmd) && d.v <= 0 {
 			return fmt.Errorf("--%s must be positive", d.name)

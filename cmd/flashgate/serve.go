@@ -72,11 +72,28 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		return nil, err
 	}
 	if c.sinkReader != nil {
-		s.sink = ordersink.New(c.sinkReader, c.db, ordersink.Config{
-			Logger: st.log.With("tier", "ordersink"), Metrics: st.reg,
-		})
+		s.sink = ordersink.New(c.sinkReader, c.db, sinkConfig(st, cfg))
 	}
 	return s, nil
+}
+
+// sinkConfig is the order sink's configuration from the flags. Its default
+// name is the host name and the admin listener's port: stable across
+// restarts, so that a restarted sink re-reads its own pending entries at
+// once, and different for two sinks on one host.
+func sinkConfig(st *stack, cfg *Config) ordersink.Config {
+	name := cfg.SinkName
+	if name == "" {
+		_, port, _ := net.SplitHostPort(cfg.AdminListen)
+		if port == "0" {
+			port = ""
+		}
+		name = ordersink.DefaultConsumer(port)
+	}
+	return ordersink.Config{
+		Consumer: name, Logger: st.log.With("tier", "ordersink"), Metrics: st.reg,
+		WaitReplicas: cfg.SinkWaitReplicas, WaitTimeout: cfg.SinkWaitTimeout, ClaimIdle: cfg.SinkClaimIdle,
+	}
 }
 
 // noLimitIfZero maps the flags' "0 = no limit" to the gateway's negative
@@ -256,12 +273,12 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sink := ordersink.New(reader, db, ordersink.Config{Logger: st.log.With("tier", "ordersink"), Metrics: st.reg})
+	sink := ordersink.New(reader, db, sinkConfig(st, cfg))
 	adm, err := listen("--admin-listen", cfg.AdminListen)
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate ordersink running", "metrics", adm.Addr().String())
+	st.log.Info("flashgate ordersink running", "metrics", adm.Addr().String(), "consumer", sinkConfig(st, cfg).Consumer)
 	g := newGroup(ctx)
 	g.go_("ordersink", sink.Run)
 	g.go_("metrics", func(ctx context.Context) error {
