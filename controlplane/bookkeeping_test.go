@@ -38,7 +38,6 @@ func (c *argCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-
 // bigReleasedSale creates an open sale whose n orders were all released
 // (expired) long ago: n rows in the database, and in Redis what their
 // releases left (reserved n, booked 0, every order in the released set).
