@@ -162,7 +162,7 @@ func startOneNodeCluster(t *testing.T) *redis.ClusterClient {
 }
 
 // openSale writes an open sale with the plain commands a cluster accepts.
-func openSale(t *testing.T, rdb redis.UniversalClient, id string, total int) {
+func openSale(t testing.TB, rdb redis.UniversalClient, id string, total int) {
 	t.Helper()
 	ctx := context.Background()
 	err := rdb.HSet(ctx, lua.SaleKey(id), lua.FieldTotal, total, lua.FieldBooked, 0, lua.FieldReserved, 0,
