@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,7 +186,10 @@ func TestClusterFailoverDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	var replica *redis.Client
+	var mu sync.Mutex
 	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		info, _ := c.Info(ctx, "replication").Result()
 		if strings.Contains(info, "master_port:"+strconv.Itoa(cl.Node(old.Options().Addr).Port)+"\r\n") {
 			replica = c
@@ -208,7 +212,21 @@ func TestClusterFailoverDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tick() // notices the new primary, the stream is drained: rebuilds
+	// The next tick notices the new primary; the stream is drained, so it
+	// rebuilds the sale and marks it with the new primary's id.
+	newID := ""
+	if info, err := replica.Info(ctx, "replication").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "master_replid:"); ok {
+				newID = v
+			}
+		}
+	}
+	eventually(t, "the sale to be rebuilt on the new primary", func() bool {
+		tick()
+		marker, _ := cc.Get(ctx, lua.PrimaryKey("cf")).Result()
+		return newID != "" && marker == newID
+	})
 	start, _ := cc.HGet(ctx, lua.SaleKey("cf"), lua.FieldStart).Result()
 	if start != "0" {
 		t.Errorf("start right after the rebuild: got %q, want \"0\" (paused one pass)", start)
