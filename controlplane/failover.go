@@ -47,9 +47,26 @@ func (s *Service) watchFailover(ctx context.Context) {
 		s.log.Warn("failover watch: listing sales", "err", err)
 		return
 	}
+	if len(sales) == 0 {
+		return
+	}
+	// Every marker in one pipeline (split per node on a cluster); a node
+	// that fails costs only its own sales this tick.
+	cmds := make([]*redis.StringCmd, len(sales))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sale := range sales {
+			cmds[i] = p.Get(ctx, lua.PrimaryKey(sale.ID))
+		}
+		return nil
+	})
 	ids := map[string]string{} // primary address → replication id, this pass
-	for _, sale := range sales {
-		if err := s.checkPrimary(ctx, sale, ids); err != nil {
+	for i, sale := range sales {
+		marker, err := cmds[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", err)
+			continue
+		}
+		if err := s.checkPrimary(ctx, sale, marker, ids); err != nil {
 			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
 		}
 	}
@@ -57,14 +74,10 @@ func (s *Service) watchFailover(ctx context.Context) {
 
 // checkPrimary compares sale's marker with the replication id of the
 // primary that holds the sale now, and recovers the sale when they differ.
-func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, ids map[string]string) error {
+func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
 	replID, err := s.replicationID(ctx, sale.ID, ids)
 	if err != nil {
 		return err
-	}
-	marker, err := s.rdb.Get(ctx, lua.PrimaryKey(sale.ID)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reading the primary marker: %w", err)
 	}
 	switch {
 	case marker == replID:
