@@ -34,16 +34,27 @@ type Store interface {
 	Order(ctx context.Context, id string) (flashgate.Order, error)
 	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
 	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Order, error)
+	// Figures and AllFigures read counters kept with the rows: O(1) per
+	// sale, whatever its size.
 	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
-	LiveOrders(ctx context.Context, saleID string) ([]flashgate.Order, error)
-	ReleasedOrders(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	AllFigures(ctx context.Context) (flashgate.SaleFigures, error)
+	// OrdersPage walks one status of a sale by order id, a page at a time
+	// (only a rebuild of a sale Redis lost reads every row).
+	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
+	// ReleaseQueue and ReleasesDelivered are the releases a re-sync has not
+	// yet delivered to Redis, and their acknowledgement.
+	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
+	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string) (delivered int64, err error)
 	Ping(ctx context.Context) error
 }
 
-// Releaser gives the units of an order that left a live status back to its
+// Releaser gives the units of orders that left a live status back to their
 // sale in Redis, idempotently; *inventory.Service satisfies it.
 type Releaser interface {
 	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
+	// ReleaseBatch releases many orders in few script calls and returns how
+	// many it released now.
+	ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error)
 }
 
 // Config configures a Service. Redis, Store, Releaser and AdminToken are
@@ -109,6 +120,10 @@ type Service struct {
 	persistWait   time.Duration
 	nodeID        string
 	leaseToken    string
+
+	// resyncMu serialises re-syncs in this process, so that two of them
+	// (the loop and an admin call) never deliver the same releases at once.
+	resyncMu sync.Mutex
 
 	// mu guards settled and leading.
 	mu      sync.Mutex

@@ -49,6 +49,32 @@ func (r *luaReleaser) Release(ctx context.Context, o flashgate.Order) (bool, err
 	return code == lua.ReleaseDone, nil
 }
 
+func (r *luaReleaser) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (int, error) {
+	if r.fail.Load() {
+		return 0, errors.New("injected release failure")
+	}
+	n := 0
+	for start := 0; start < len(orders); start += 500 {
+		chunk := orders[start:min(start+500, len(orders))]
+		sale := chunk[0].SaleID
+		args := []any{""}
+		for _, o := range chunk {
+			if o.SaleID != sale {
+				return n, errors.New("luaReleaser: one sale per chunk")
+			}
+			args = append(args, o.ID, o.UserID, o.Quantity)
+		}
+		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}
+		v, err := lua.ReleaseBatch.Run(ctx, r.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return n, err
+		}
+		n += int(v[1])
+		r.n.Add(v[1])
+	}
+	return n, nil
+}
+
 // env is one control plane over a real redis-server and a real database.
 type env struct {
 	t     *testing.T

@@ -168,25 +168,54 @@ func (s *Service) release(ctx context.Context, o flashgate.Order) {
 	}
 }
 
+// expireBudget bounds the time one ExpireDue call spends: a storm of
+// expiries is worked off over several ticks, and the other loops run in
+// between.
+const expireBudget = time.Second
+
 // ExpireDue expires the orders unpaid for longer than the payment window
-// and gives their units back; it returns how many it expired. The leader
-// calls it every tick.
+// and gives their units back, a batch of rows and one batch release at a
+// time, until none is due or its time budget is spent; it returns how many
+// it expired. The leader calls it every tick. One pass logs one line,
+// whatever the number of orders; releases that failed are given back by the
+// next re-sync (the database queued them with the status change).
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	now := s.clock.Now()
-	n := 0
-	for i := 0; i < 100; i++ { // bounded: at most 100 batches per call
-		moved, err := s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch)
+	start := time.Now()
+	var (
+		n, released, failed int // failed counts batches whose release erred
+		firstErr            error
+		err                 error
+	)
+	for {
+		var moved []flashgate.Order
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch)
 		if err != nil {
-			return n, fmt.Errorf("expiring orders: %w", err)
+			err = fmt.Errorf("expiring orders: %w", err)
+			break
 		}
-		for _, o := range moved {
-			s.release(ctx, o)
+		if len(moved) > 0 {
+			r, rerr := s.releaser.ReleaseBatch(ctx, moved)
+			released += r
+			if rerr != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = rerr
+				}
+			}
 		}
 		n += len(moved)
 		s.metrics.expired.Add(float64(len(moved)))
-		if len(moved) < expireBatch {
+		if len(moved) < expireBatch || time.Since(start) > expireBudget || ctx.Err() != nil {
 			break
 		}
 	}
-	return n, nil
+	switch {
+	case failed > 0:
+		s.log.Warn("expired unpaid orders; some releases failed and the next re-sync gives those units back",
+			"expired", n, "released", released, "failed_batches", failed, "took", time.Since(start).Round(time.Millisecond), "err", firstErr)
+	case n > 0:
+		s.log.Info("expired unpaid orders", "expired", n, "released", released, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return n, err
 }

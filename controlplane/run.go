@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/flashgate/flashgate"
@@ -28,26 +29,44 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // tick is one round of the loops; lastResync is when the last re-sync round
-// ran (wall time, not the sale clock).
+// ran (wall time, not the sale clock). Each loop runs under its own deadline
+// (LeaderTTL), so that one slow loop (a storm of expiries) never leaves the
+// next without time; expiry and deliveries also bound their own work.
 func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
-	tctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	defer cancel()
-	leading, err := s.lead(tctx)
-	if err != nil {
-		s.log.Warn("leader lease", "err", err)
+	if !s.leadFor(ctx) {
 		return
 	}
-	if !leading {
-		return
-	}
-	s.schedule(tctx)
-	if _, err := s.ExpireDue(tctx); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
+	s.watchFailover(lctx) // see failover.go
+	cancel()
+	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+	s.schedule(lctx)
+	cancel()
+	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+	if _, err := s.ExpireDue(lctx); err != nil {
 		s.log.Warn("expiry", "err", err)
 	}
+	cancel()
 	if time.Since(*lastResync) >= s.resyncEvery {
 		*lastResync = time.Now()
-		s.resyncAll(tctx)
+		// Renew the lease first: the loops above may have taken a while.
+		if s.leadFor(ctx) {
+			s.resyncAll(ctx)
+		}
 	}
+}
+
+// leadFor renews or takes the leader lease and reports whether this
+// process leads.
+func (s *Service) leadFor(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
+	defer cancel()
+	leading, err := s.lead(lctx)
+	if err != nil {
+		s.log.Warn("leader lease", "err", err)
+		return false
+	}
+	return leading
 }
 
 // schedule opens upcoming sales whose start time came and closes sales whose
@@ -78,24 +97,48 @@ func (s *Service) schedule(ctx context.Context) {
 	}
 }
 
-// resyncAll re-syncs every sale still in play and settles closed ones.
+// resyncAll re-syncs every sale still in play and settles closed ones,
+// each sale under its own deadline (LeaderTTL).
 func (s *Service) resyncAll(ctx context.Context) {
-	sales, err := s.store.Sales(ctx)
+	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
+	sales, err := s.store.Sales(lctx)
+	cancel()
 	if err != nil {
 		s.log.Warn("re-sync: listing sales", "err", err)
 		return
 	}
 	for _, sale := range sales {
+		if ctx.Err() != nil {
+			return
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
 		if sale.State == flashgate.StateClosed {
-			s.settle(ctx, sale)
+			s.settle(sctx, sale)
+			cancel()
 			continue
 		}
 		s.mu.Lock()
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
-		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-			s.log.Warn("re-sync", "sale", sale.ID, "err", err)
-		}
+		s.logResync(sale.ID, s.resyncOnly(sctx, sale.ID))
+		cancel()
+	}
+}
+
+func (s *Service) resyncOnly(ctx context.Context, id string) error {
+	_, _, err := s.Resync(ctx, id)
+	return err
+}
+
+// logResync logs a failed re-sync; a pass cut short by a backlog of
+// releases is progress, not a failure.
+func (s *Service) logResync(id string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errReleaseBacklog):
+		s.log.Info("re-sync: delivering a backlog of releases", "sale", id)
+	default:
+		s.log.Warn("re-sync", "sale", id, "err", err)
 	}
 }
 
@@ -131,7 +174,5 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		s.settled[sale.ID] = true
 		s.mu.Unlock()
 	}
-	if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-		s.log.Warn("re-sync", "sale", sale.ID, "err", err)
-	}
+	s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -132,9 +133,15 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 	return sale, nil
 }
 
+// prepare adds the sale to fg:sales, then creates its hash: in that order,
+// so that the order sinks know every sale that can have orders (a script
+// touches one sale's keys only, for Redis Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
-	return lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID), lua.SalesKey()},
-		sale.ID, sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents).Err()
+	if err := s.rdb.SAdd(ctx, lua.SalesKey(), sale.ID).Err(); err != nil {
+		return err
+	}
+	return lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)},
+		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents).Err()
 }
 
 // Start opens a sale now.
@@ -251,77 +258,117 @@ type redisFigures struct {
 
 // redisFigures reads a sale's hash and stream length in one round trip.
 func (s *Service) redisFigures(ctx context.Context, id string) (redisFigures, error) {
-	pipe := s.rdb.Pipeline()
-	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
-	x := pipe.XLen(ctx, lua.OrdersKey(id))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return redisFigures{}, fmt.Errorf("reading redis figures: %w: %w", flashgate.ErrUnavailable, err)
+	rfs, err := s.redisFiguresOf(ctx, []string{id})
+	if err != nil {
+		return redisFigures{}, err
 	}
-	v := h.Val()
-	num := func(i int) int64 {
-		if i >= len(v) || v[i] == nil {
-			return 0
-		}
-		str, _ := v[i].(string)
-		n, _ := strconv.ParseInt(str, 10, 64)
-		return n
-	}
-	return redisFigures{
-		exists:   len(v) > 5 && v[5] != nil,
-		booked:   num(0),
-		reserved: num(1),
-		count:    num(2),
-		access:   num(3),
-		rejected: num(4),
-		backlog:  x.Val(),
-	}, nil
+	return rfs[0], nil
 }
+
+// redisFiguresOf reads the hashes and stream lengths of many sales in one
+// pipelined round trip (per node, on a cluster).
+func (s *Service) redisFiguresOf(ctx context.Context, ids []string) ([]redisFigures, error) {
+	pipe := s.rdb.Pipeline()
+	hs := make([]*redis.SliceCmd, len(ids))
+	xs := make([]*redis.IntCmd, len(ids))
+	for i, id := range ids {
+		hs[i] = pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
+		xs[i] = pipe.XLen(ctx, lua.OrdersKey(id))
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading redis figures: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	out := make([]redisFigures, len(ids))
+	for i := range ids {
+		v := hs[i].Val()
+		num := func(i int) int64 {
+			if i >= len(v) || v[i] == nil {
+				return 0
+			}
+			str, _ := v[i].(string)
+			n, _ := strconv.ParseInt(str, 10, 64)
+			return n
+		}
+		out[i] = redisFigures{
+			exists:   len(v) > 5 && v[5] != nil,
+			booked:   num(0),
+			reserved: num(1),
+			count:    num(2),
+			access:   num(3),
+			rejected: num(4),
+			backlog:  xs[i].Val(),
+		}
+	}
+	return out, nil
+}
+
+// releaseChunk is how many orders one ReleaseBatch or Restore call of a
+// re-sync carries, and the page it reads from the database.
+const releaseChunk = 1000
+
+// deliverBudget bounds the time one re-sync pass spends delivering a sale's
+// release queue (after a storm of expiries); the rest waits for the next
+// pass, which goes on from there.
+const deliverBudget = time.Second
+
+// errReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
+var errReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")
 
 // Resync sets a sale's stock in Redis from one database snapshot (see
 // lua/resync.lua) and raises the admission cap while units remain. It
 // rebuilds the sale's hash when Redis lost it.
+//
+// A pass costs O(changes since the last pass): the figures are counters
+// kept with the rows, and only the releases the database queued since the
+// last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
+// Only a rebuild reads every row, a page at a time (Restore).
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
 	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
+	s.resyncMu.Lock()
+	defer s.resyncMu.Unlock()
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return before, after, fmt.Errorf("reading sale: %w", err)
 	}
+	// The sale joins fg:sales before its keys can be rebuilt: a sale with
+	// orders is never missing from the set the order sinks drain.
+	if err := s.rdb.SAdd(ctx, lua.SalesKey(), id).Err(); err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	// The snapshot comes first: every order released in it is then in the
+	// release queue read below, or was delivered by an earlier pass.
 	fig, err := s.store.Figures(ctx, id)
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
-	// Released rows are read after the snapshot: a row released in between
-	// is counted live (booked errs high), and joining the released set keeps
-	// its late Release from subtracting it a second time.
-	released, err := s.store.ReleasedOrders(ctx, id)
+	delivered, err := s.deliverReleases(ctx, id)
 	if err != nil {
-		return before, after, fmt.Errorf("reading released orders: %w", err)
+		return before, after, err
 	}
-	keys := []string{lua.SaleKey(id), lua.BuyersKey(id), lua.ReleasedKey(id), lua.SalesKey()}
-	resync := func(live []flashgate.Order, withLive string) ([]int64, error) {
-		args := make([]any, 0, 10+2*len(released)+2*len(live))
-		args = append(args, id, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), len(released), withLive)
-		for _, o := range released {
-			args = append(args, o.UserID, o.ID)
-		}
-		for _, o := range live {
-			args = append(args, o.UserID, o.ID)
-		}
-		return lua.Resync.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	keys := []string{lua.SaleKey(id)}
+	resync := func(restored string) ([]int64, error) {
+		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
+			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored).Int64Slice()
 	}
-	v, err := resync(nil, "0")
-	if err == nil && len(v) == 1 && v[0] == -1 {
-		// Redis lost the sale, or is older than the database: rebuild it,
-		// buyers included, from the live rows.
-		live, lerr := s.store.LiveOrders(ctx, id)
-		if lerr != nil {
-			return before, after, fmt.Errorf("reading live orders: %w", lerr)
+	v, err := resync("0")
+	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
+		// Redis lost the sale, or is older than the database: restore its
+		// released set and buyers from every row, then rebuild its stock.
+		// A big sale takes longer than a pass may: the restore keeps going
+		// past the pass's deadline (not past a cancellation).
+		rctx, cancel := restoreContext(ctx)
+		defer cancel()
+		ctx = rctx
+		if err := s.restore(ctx, id); err != nil {
+			return before, after, err
 		}
-		v, err = resync(live, "1")
+		v, err = resync("1")
 	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
@@ -338,4 +385,99 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	}
 	s.metrics.resyncs.Inc()
 	return before, after, nil
+}
+
+// deliverReleases gives Redis the releases the database queued for a sale
+// and no pass delivered yet (ReleaseBatch: idempotent per order, so a
+// release its Releaser already made changes nothing), and acknowledges them
+// in the database. It returns the database's count of delivered releases.
+// It stops without error when Redis refuses a batch (no sale, or behind the
+// database): the Resync call that follows then asks for a restore.
+func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
+	keys := []string{lua.SaleKey(id), lua.BuyersKey(id), lua.ReleasedKey(id)}
+	deadline := time.Now().Add(deliverBudget)
+	for {
+		queue, base, err := s.store.ReleaseQueue(ctx, id, releaseChunk)
+		if err != nil {
+			return 0, fmt.Errorf("reading release queue: %w", err)
+		}
+		if len(queue) == 0 {
+			return base, nil
+		}
+		args := make([]any, 0, 1+3*len(queue))
+		ids := make([]string, len(queue))
+		args = append(args, base)
+		for i, o := range queue {
+			args = append(args, o.ID, o.UserID, o.Quantity)
+			ids[i] = o.ID
+		}
+		res, err := lua.ReleaseBatch.Run(ctx, s.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return 0, fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
+		}
+		if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
+			return base, nil
+		}
+		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids); err != nil {
+			return 0, fmt.Errorf("acknowledging releases: %w", err)
+		}
+		if len(queue) < releaseChunk {
+			return delivered, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("re-syncing sale %s: %w", id, errReleaseBacklog)
+		}
+	}
+}
+
+// restoreTimeout bounds a restore of a sale from every row of it.
+const restoreTimeout = 2 * time.Minute
+
+// restoreContext is ctx without its deadline, bounded by restoreTimeout
+// instead, and still ended when ctx is cancelled.
+func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return rctx, func() { stop(); cancel() }
+}
+
+// restore puts every released and live row of a sale back into its
+// released set and buyers hash, a page at a time, released rows first.
+func (s *Service) restore(ctx context.Context, id string) error {
+	keys := []string{lua.BuyersKey(id), lua.ReleasedKey(id)}
+	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
+		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
+		released := !st.Live()
+		after := ""
+		for {
+			page, err := s.store.OrdersPage(ctx, id, st, after, releaseChunk)
+			if err != nil {
+				return fmt.Errorf("reading orders to restore: %w", err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			args := make([]any, 0, 1+2*len(page))
+			if released {
+				args = append(args, len(page))
+			} else {
+				args = append(args, 0)
+			}
+			for _, o := range page {
+				args = append(args, o.UserID, o.ID)
+			}
+			if err := lua.Restore.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+				return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if len(page) < releaseChunk {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	return nil
 }

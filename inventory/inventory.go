@@ -52,10 +52,12 @@ type Config struct {
 	// monotonic ULID taken from Clock.
 	NewOrderID func() string
 	// WaitReplicas, when > 0, makes Reserve send `WAIT WaitReplicas
-	// WaitTimeout` on the same connection right after the script, so that an
-	// answered reservation has reached that many replicas (or WaitTimeout
-	// passed: the reservation stands either way, and a warning is logged).
-	// Default: 0, no WAIT.
+	// WaitTimeout` on the same connection right after the script (in a
+	// cluster, on the connection to the sale's primary), so that a
+	// reservation answered with an order id has reached that many replicas.
+	// When WAIT falls short, Reserve answers ErrUnavailable instead: the
+	// reservation stands in Redis, and the buyer's retry finds it as
+	// ErrAlreadyPurchased with its order id. Default: 0, no WAIT.
 	WaitReplicas int
 	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
 	// timeout. Default: 1s (only used when WaitReplicas > 0).
@@ -64,10 +66,12 @@ type Config struct {
 	// flashgate_redis_call_seconds{op}. Default: nil, no metrics.
 	Metrics prometheus.Registerer
 	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
-	// reserves. By default, when primary is a *redis.Client and WaitReplicas
+	// reserves. By default, when primary is a *redis.Client or a
+	// *redis.ClusterClient (which groups each batch by slot) and WaitReplicas
 	// is 0, reserves running at the same time share one pipelined round trip
 	// (each still one atomic script); the pipeliner belongs to the client and
-	// closes with it.
+	// closes with it. With WaitReplicas the pipeliner is never used: it would
+	// send WAIT on another connection than the write's.
 	NoAutoPipeline bool
 }
 
@@ -104,7 +108,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		s.newID = ulidMinter(s.clock)
 	}
 	s.scripter = primary
-	if c, ok := primary.(*redis.Client); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
+	if c, ok := primary.(autoPipeliner); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
 		if ap, err := c.AutoPipeline(); err == nil {
 			s.scripter = ap
 		} else {
@@ -123,6 +127,12 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		s.m = newMetrics(cfg.Metrics)
 	}
 	return s
+}
+
+// autoPipeliner is a client with go-redis's automatic pipelining:
+// *redis.Client and *redis.ClusterClient.
+type autoPipeliner interface {
+	AutoPipeline() (*redis.AutoPipeliner, error)
 }
 
 // ulidMinter returns a concurrency-safe minter of monotonic ULIDs: ids minted
@@ -191,6 +201,9 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
+		if errors.Is(err, errWaitShort) {
+			return "", err
+		}
 		return "", s.redisError("reserving", err)
 	}
 	code, existing, ok := reserveResult(res)
@@ -266,17 +279,24 @@ func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (a
 			continue
 		}
 		if err == nil {
-			if code, _, _ := reserveResult(res); code == lua.ReserveOK {
+			code, existing, _ := reserveResult(res)
+			if code == lua.ReserveOK || (code == lua.ReservePurchased && existing == args[0]) {
 				n, werr := wait.Int64()
 				if werr != nil || n < int64(s.waitReplicas) {
 					s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
 						"sale", args[4], "order", args[0], "acked", n, "want", s.waitReplicas, "err", werr)
+					return nil, errWaitShort
 				}
 			}
 		}
 		return res, err
 	}
 }
+
+// errWaitShort answers a reserve that WAIT could not confirm on enough
+// replicas: the order stands in Redis but might not survive a failover, so
+// the buyer hears 503 and their retry finds it (ErrAlreadyPurchased).
+var errWaitShort = fmt.Errorf("reserving: not on enough replicas: %w", flashgate.ErrUnavailable)
 
 // reserveResult unpacks the {code, order id} answer of lua.Reserve.
 func reserveResult(res any) (code int64, orderID string, ok bool) {
@@ -318,6 +338,63 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	default:
 		return false, fmt.Errorf("releasing: unknown script code %d", code)
 	}
+}
+
+// MaxReleaseBatch is the most orders one ReleaseBatch script call carries;
+// longer lists take several calls, so no call holds Redis for long.
+const MaxReleaseBatch = 500
+
+// ReleaseBatch gives the units of many orders back, each once, with one
+// script call per sale and per MaxReleaseBatch orders (lua.ReleaseBatch). It
+// returns how many orders this call released; orders released before, and
+// orders of a sale Redis no longer holds (a later re-sync from the database
+// fixes Redis), are skipped without error. An order without id, user or a
+// quantity >= 1 is skipped too and reported, with ErrBadRequest, in the
+// error, after the others were released; a Redis failure stops the call.
+func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error) {
+	var bad error
+	bySale := make(map[string][]any)
+	var sales []string
+	for _, o := range orders {
+		if !flashgate.ValidSaleID(o.SaleID) || o.ID == "" || o.UserID == "" || o.Quantity < 1 {
+			if bad == nil {
+				bad = fmt.Errorf("releasing order %q: %w", o.ID, &flashgate.FieldError{Field: "order", Reason: "needs a sale id, order_id, user_id and quantity >= 1"})
+			}
+			continue
+		}
+		if _, ok := bySale[o.SaleID]; !ok {
+			sales = append(sales, o.SaleID)
+		}
+		bySale[o.SaleID] = append(bySale[o.SaleID], o.ID, o.UserID, o.Quantity)
+	}
+	for _, sale := range sales {
+		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}
+		args := bySale[sale]
+		for start := 0; start < len(args); start += 3 * MaxReleaseBatch {
+			chunk := args[start:min(start+3*MaxReleaseBatch, len(args))]
+			call := make([]any, 0, 1+len(chunk))
+			call = append(call, "")
+			call = append(call, chunk...)
+			t := time.Now()
+			res, err := lua.ReleaseBatch.Run(ctx, s.rdb, keys, call...).Int64Slice()
+			s.m.call(opRelease, t)
+			if err != nil {
+				return released, s.redisError("releasing", err)
+			}
+			if len(res) != 3 {
+				return released, fmt.Errorf("releasing: unexpected script answer %v", res)
+			}
+			switch res[0] {
+			case lua.ReleaseBatchDone:
+				released += int(res[1])
+			case lua.ReleaseBatchNoSale:
+				s.log.DebugContext(ctx, "release of orders whose sale is not in redis", "sale", sale, "orders", len(chunk)/3)
+			default:
+				return released, fmt.Errorf("releasing: unknown script code %d", res[0])
+			}
+		}
+	}
+	return released, bad
 }
 
 // Ping reports whether the Redis primary answers.

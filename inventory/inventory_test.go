@@ -53,14 +53,14 @@ func newRedis(tb testing.TB) (*redistest.Server, *redis.Client) {
 
 // prepSale creates sale id in Redis with total units and per-user limit and,
 // unless state is "", sets it ("open" or "close").
-func prepSale(tb testing.TB, rdb *redis.Client, id string, total, perUser int64, state string) {
+func prepSale(tb testing.TB, rdb redis.UniversalClient, id string, total, perUser int64, state string) {
 	tb.Helper()
 	ctx := context.Background()
 	if perUser == 0 {
 		perUser = 1
 	}
-	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(id), lua.SalesKey()},
-		id, total, flashgate.AdmitCap(total, 0), perUser, 500).Int64()
+	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(id)},
+		total, flashgate.AdmitCap(total, 0), perUser, 500).Int64()
 	if err != nil || n != 1 {
 		tb.Fatalf("Prepare %s: got %d, %v; want 1", id, n, err)
 	}
@@ -71,7 +71,7 @@ func prepSale(tb testing.TB, rdb *redis.Client, id string, total, perUser int64,
 	}
 }
 
-func booked(tb testing.TB, rdb *redis.Client, id string) int64 {
+func booked(tb testing.TB, rdb redis.UniversalClient, id string) int64 {
 	tb.Helper()
 	n, err := rdb.HGet(context.Background(), lua.SaleKey(id), lua.FieldBooked).Int64()
 	if err != nil {
@@ -119,7 +119,7 @@ func TestContractClient(t *testing.T) {
 }
 
 // testContract is the one suite every reserver passes.
-func testContract(t *testing.T, rdb *redis.Client, r reserver) {
+func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 	ctx := context.Background()
 	prepSale(t, rdb, "upcoming", 5, 1, "")
 	prepSale(t, rdb, "closed", 5, 1, "close")
@@ -336,7 +336,9 @@ func TestConcurrentSameUser(t *testing.T) {
 }
 
 func TestReserveAfterScriptFlush(t *testing.T) {
-	_, rdb := newRedis(t)
+	srv, rdb := newRedis(t)
+	// A replica, so that WAIT 1 is answered.
+	redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(srv.Port)).WaitReplica(t)
 	ctx := context.Background()
 	prepSale(t, rdb, "flush", 10, 1, "open")
 	cases := []struct {
@@ -386,11 +388,20 @@ func TestWaitReplicas(t *testing.T) {
 			t.Fatalf("replica buyer %s right after Reserve: got %q, %v; want %q", user, got, err, id)
 		}
 	}
-	// Asking for more replicas than exist only costs the timeout: the
-	// reservation stands.
+	// Asking for more replicas than exist answers ErrUnavailable (503, never
+	// 201); the reservation stands, and the buyer's retry finds the order.
 	svc2 := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond})
-	if _, err := svc2.Reserve(ctx, "wait", "late", 1); err != nil {
-		t.Errorf("Reserve waiting for a missing replica: %v", err)
+	if id, err := svc2.Reserve(ctx, "wait", "late", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
+		t.Fatalf("Reserve waiting for a missing replica: got %q, %v; want \"\", ErrUnavailable", id, err)
+	}
+	stored, err := rdb.HGet(ctx, lua.BuyersKey("wait"), "late").Result()
+	if err != nil || !flashgate.ValidOrderID(stored) {
+		t.Fatalf("buyer entry after the short WAIT: got %q, %v; want an order id", stored, err)
+	}
+	_, err = svc2.Reserve(ctx, "wait", "late", 1)
+	var pe *flashgate.PurchasedError
+	if !errors.As(err, &pe) || pe.OrderID != stored {
+		t.Errorf("retry after the short WAIT: got %v; want PurchasedError{%s}", err, stored)
 	}
 }
 

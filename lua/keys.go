@@ -5,7 +5,9 @@
 package lua
 
 // Every key of one sale carries the sale id as a hash tag ({<sale>}), so one
-// sale lives in one Redis Cluster slot and its scripts may touch all its keys.
+// sale lives in one Redis Cluster slot. Every script touches the keys of one
+// sale only; nothing that spans sales (fg:sales, fg:leader) is ever a key of
+// a script.
 
 // SaleKey is the sale's hash: total, booked, reserved, start, closed, count,
 // access, per_user, price.
@@ -27,8 +29,10 @@ func ReleasedKey(sale string) string { return "fg:{" + sale + "}:released" }
 // it onto OrdersKey.
 func DeadKey(sale string) string { return "fg:{" + sale + "}:dead" }
 
-// SalesKey is the set of all sale ids known to Redis (not hash-tagged: it is
-// read only by the control plane and the order sink, never by scripts).
+// SalesKey is the set of all sale ids known to Redis, whose streams the
+// order sinks drain. It is not hash-tagged and never a key of a script: the
+// control plane adds a sale with SADD before it prepares or re-syncs the
+// sale's keys, so a sale with orders is never missing from it.
 func SalesKey() string { return "fg:sales" }
 
 // GatewaysKey is the sorted set of live gateways: member = a gateway's id,
@@ -57,6 +61,9 @@ const (
 	FieldPerUser  = "per_user" // most units one user may hold
 	FieldPrice    = "price"    // price in cents, copied into each order
 	FieldResume   = "resume"   // "1": a rebuilt open sale reopens at the next re-sync
+	// FieldDelivered counts the releases re-syncs delivered from the
+	// database's release queue; below the database's count, Redis lost some.
+	FieldDelivered = "delivered"
 )
 
 // Fields of an order stream entry.
@@ -68,6 +75,12 @@ const (
 	EntryPrice    = "price"
 	EntryTime     = "ts" // unix milliseconds
 )
+
+// PrimaryKey holds the replication id (master_replid) of the primary the
+// control plane last rebuilt or checked the sale on. A replica promoted by a
+// failover carries the old primary's value but has a replication id of its
+// own, so the mismatch tells the control plane to rebuild the sale.
+func PrimaryKey(sale string) string { return "fg:{" + sale + "}:primary" }
 
 // Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
 const (

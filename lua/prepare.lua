@@ -1,19 +1,20 @@
 -- Prepare creates a sale's hash in Redis, closed and empty, unless it exists.
+-- It touches the sale's own key only (Redis Cluster: one slot); the caller
+-- adds the sale to fg:sales (lua.SalesKey) first, with SADD.
 --
 -- KEYS[1] sale hash  fg:{<sale>}:sale
--- KEYS[2] sales set  fg:sales
--- ARGV[1] sale id
--- ARGV[2] total units
--- ARGV[3] admission cap (count)
--- ARGV[4] per_user
--- ARGV[5] price in cents
+-- ARGV[1] total units
+-- ARGV[2] admission cap (count)
+-- ARGV[3] per_user
+-- ARGV[4] price in cents
 --
--- Returns 1 created, 0 it existed already (nothing changed).
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- Returns 1 created, 0 it existed already (nothing changed). A hash without
+-- total (what a Redis loss leaves once some other field was written) does not
+-- count as existing.
+if redis.call('HEXISTS', KEYS[1], 'total') == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'total', ARGV[2], 'booked', 0, 'reserved', 0,
-  'start', 0, 'closed', 0, 'count', ARGV[3], 'access', 0,
-  'per_user', ARGV[4], 'price', ARGV[5])
-redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'total', ARGV[1], 'booked', 0, 'reserved', 0,
+  'start', 0, 'closed', 0, 'count', ARGV[2], 'access', 0,
+  'per_user', ARGV[3], 'price', ARGV[4])
 return 1

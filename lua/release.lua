@@ -12,14 +12,15 @@
 --   1  released: booked -= qty (never below 0), the buyer entry removed if it
 --      still names this order, the order id remembered
 --   0  this order was released before; nothing changed
---  -1  no such sale in Redis (a re-sync from the database rebuilds it)
+--  -1  no such sale in Redis (no total; a re-sync from the database
+--      rebuilds it)
 -- A quantity that is not a whole number >= 1 is an error reply, before any
 -- write (a failing call must not mark the order released).
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR release: bad quantity')
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return -1
 end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then

@@ -21,6 +21,12 @@ var (
 	extendSrc string
 	//go:embed unlock.lua
 	unlockSrc string
+	//go:embed releasebatch.lua
+	releaseBatchSrc string
+	//go:embed restore.lua
+	restoreSrc string
+	//go:embed tally.lua
+	tallySrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -33,6 +39,10 @@ var (
 	Resync   = redis.NewScript(resyncSrc)
 	Extend   = redis.NewScript(extendSrc)
 	Unlock   = redis.NewScript(unlockSrc)
+
+	ReleaseBatch = redis.NewScript(releaseBatchSrc)
+	Restore      = redis.NewScript(restoreSrc)
+	Tally        = redis.NewScript(tallySrc)
 )
 
 // Return codes of Reserve.
@@ -52,3 +62,16 @@ const (
 	ReleaseAlready = 0
 	ReleaseNoSale  = -1
 )
+
+// Codes of ReleaseBatch (the first value of its answer).
+const (
+	ReleaseBatchDone   = 0
+	ReleaseBatchNoSale = -1
+	// ReleaseBatchBehind: the sale hash's delivered count is below the
+	// database's, so Redis lost releases it had; a re-sync restores them.
+	ReleaseBatchBehind = -2
+)
+
+// ResyncRestore is Resync's one-value answer {-1}: Redis needs the sale's
+// released set and buyers restored from the database first.
+const ResyncRestore = -1

@@ -3,8 +3,8 @@
 -- KEYS[1] sale hash  fg:{<sale>}:sale
 -- ARGV[1] "open" or "close"
 --
--- Returns 1 done, -1 no such sale (nothing created).
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Returns 1 done, -1 no such sale (no total; nothing created).
+if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return -1
 end
 -- A hand-made open or close overrides a re-sync's pending resume.

@@ -80,8 +80,10 @@ func openDB(t testing.TB, dsn string) *sqldb.DB {
 func (e *env) prepare(t *testing.T, total int) {
 	t.Helper()
 	ctx := context.Background()
-	keys := []string{lua.SaleKey(sale), lua.SalesKey()}
-	if err := lua.Prepare.Run(ctx, e.rdb, keys, sale, total, total, 1, 700).Err(); err != nil {
+	if err := e.rdb.SAdd(ctx, lua.SalesKey(), sale).Err(); err != nil {
+		t.Fatalf("SADD: %v", err)
+	}
+	if err := lua.Prepare.Run(ctx, e.rdb, []string{lua.SaleKey(sale)}, total, total, 1, 700).Err(); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
 	if err := lua.SetState.Run(ctx, e.rdb, []string{lua.SaleKey(sale)}, "open").Err(); err != nil {

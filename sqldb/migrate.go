@@ -79,7 +79,136 @@ var migrations = []migration{
 			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at, order_id)`,
 		},
 	},
+	{
+		// Version 2 keeps the bookkeeping of each sale flat as the sale
+		// grows (see docs/internals.md, "Bookkeeping that stays flat"):
+		// order_counts holds rows and units per (sale, status) and
+		// release_queue every order that left a live status and whose
+		// release a re-sync has not yet delivered to Redis; release_sync
+		// counts the deliveries. Triggers keep all three in the transaction
+		// of every row change, whoever makes it; the counts are filled from
+		// the rows that exist, under a lock that holds writers off meanwhile.
+		version:  2,
+		postgres: bookkeepingPostgres,
+		sqlite:   bookkeepingSQLite,
+	},
 }
+
+// The statuses whose rows hold units, and those whose units went back.
+const (
+	liveStatuses     = `('pending_payment', 'paid')`
+	releasedStatuses = `('cancelled', 'expired', 'refunded')`
+)
+
+var bookkeepingTables = []string{
+	`CREATE TABLE IF NOT EXISTS order_counts (
+		sale_id TEXT NOT NULL,
+		status  TEXT NOT NULL,
+		orders  BIGINT NOT NULL DEFAULT 0,
+		units   BIGINT NOT NULL DEFAULT 0,
+		PRIMARY KEY (sale_id, status)
+	)`,
+	`CREATE TABLE IF NOT EXISTS release_queue (
+		sale_id  TEXT NOT NULL,
+		order_id TEXT NOT NULL,
+		user_id  TEXT NOT NULL,
+		quantity BIGINT NOT NULL,
+		PRIMARY KEY (sale_id, order_id)
+	)`,
+	`CREATE TABLE IF NOT EXISTS release_sync (
+		sale_id   TEXT PRIMARY KEY,
+		delivered BIGINT NOT NULL DEFAULT 0
+	)`,
+	// Re-sync's rebuild pages through one status of a sale at a time.
+	`CREATE INDEX IF NOT EXISTS orders_sale_status_id ON orders (sale_id, status, order_id)`,
+	`DROP INDEX IF EXISTS orders_sale_status`,
+}
+
+// bookkeepingPostgres uses statement-level triggers with transition tables:
+// one counter update per (sale, status) per statement, however many rows
+// the statement wrote (a sink batch, an expiry batch).
+var bookkeepingPostgres = append(append([]string{}, bookkeepingTables...),
+	`LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE`,
+	`CREATE OR REPLACE FUNCTION flashgate_count_orders() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			INSERT INTO order_counts AS c (sale_id, status, orders, units)
+				SELECT sale_id, status, COUNT(*), SUM(quantity) FROM new_rows
+				GROUP BY sale_id, status ORDER BY sale_id, status
+				ON CONFLICT (sale_id, status) DO UPDATE
+				SET orders = c.orders + EXCLUDED.orders, units = c.units + EXCLUDED.units;
+			INSERT INTO release_queue (sale_id, order_id, user_id, quantity)
+				SELECT sale_id, order_id, user_id, quantity FROM new_rows
+				WHERE status IN `+releasedStatuses+`
+				ON CONFLICT DO NOTHING;
+		ELSIF TG_OP = 'UPDATE' THEN
+			INSERT INTO order_counts AS c (sale_id, status, orders, units)
+				SELECT sale_id, status, SUM(n), SUM(u) FROM (
+					SELECT o.sale_id, o.status, -1 AS n, -o.quantity AS u
+						FROM old_rows o JOIN new_rows w USING (order_id)
+						WHERE (o.sale_id, o.status, o.quantity) IS DISTINCT FROM (w.sale_id, w.status, w.quantity)
+					UNION ALL
+					SELECT w.sale_id, w.status, 1, w.quantity
+						FROM old_rows o JOIN new_rows w USING (order_id)
+						WHERE (o.sale_id, o.status, o.quantity) IS DISTINCT FROM (w.sale_id, w.status, w.quantity)
+				) d GROUP BY sale_id, status HAVING SUM(n) <> 0 OR SUM(u) <> 0 ORDER BY sale_id, status
+				ON CONFLICT (sale_id, status) DO UPDATE
+				SET orders = c.orders + EXCLUDED.orders, units = c.units + EXCLUDED.units;
+			INSERT INTO release_queue (sale_id, order_id, user_id, quantity)
+				SELECT w.sale_id, w.order_id, w.user_id, w.quantity
+				FROM old_rows o JOIN new_rows w USING (order_id)
+				WHERE w.status IN `+releasedStatuses+` AND o.status NOT IN `+releasedStatuses+`
+				ON CONFLICT DO NOTHING;
+		ELSE
+			INSERT INTO order_counts AS c (sale_id, status, orders, units)
+				SELECT sale_id, status, -COUNT(*), -SUM(quantity) FROM old_rows
+				GROUP BY sale_id, status ORDER BY sale_id, status
+				ON CONFLICT (sale_id, status) DO UPDATE
+				SET orders = c.orders + EXCLUDED.orders, units = c.units + EXCLUDED.units;
+		END IF;
+		RETURN NULL;
+	END $$`,
+	`DROP TRIGGER IF EXISTS orders_count_insert ON orders`,
+	`CREATE TRIGGER orders_count_insert AFTER INSERT ON orders
+		REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION flashgate_count_orders()`,
+	`DROP TRIGGER IF EXISTS orders_count_update ON orders`,
+	`CREATE TRIGGER orders_count_update AFTER UPDATE ON orders
+		REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION flashgate_count_orders()`,
+	`DROP TRIGGER IF EXISTS orders_count_delete ON orders`,
+	`CREATE TRIGGER orders_count_delete AFTER DELETE ON orders
+		REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION flashgate_count_orders()`,
+	`DELETE FROM order_counts`,
+	`INSERT INTO order_counts (sale_id, status, orders, units)
+		SELECT sale_id, status, COUNT(*), SUM(quantity) FROM orders GROUP BY sale_id, status`,
+)
+
+// bookkeepingSQLite uses row triggers (SQLite has no others); SQLite runs
+// them in process, a few microseconds a row.
+var bookkeepingSQLite = append(append([]string{}, bookkeepingTables...),
+	`CREATE TRIGGER IF NOT EXISTS orders_count_insert AFTER INSERT ON orders BEGIN
+		INSERT INTO order_counts (sale_id, status, orders, units) VALUES (NEW.sale_id, NEW.status, 1, NEW.quantity)
+			ON CONFLICT (sale_id, status) DO UPDATE SET orders = orders + 1, units = units + excluded.units;
+		INSERT OR IGNORE INTO release_queue (sale_id, order_id, user_id, quantity)
+			SELECT NEW.sale_id, NEW.order_id, NEW.user_id, NEW.quantity WHERE NEW.status IN `+releasedStatuses+`;
+	END`,
+	`CREATE TRIGGER IF NOT EXISTS orders_count_update AFTER UPDATE OF sale_id, status, quantity ON orders
+		WHEN OLD.sale_id IS NOT NEW.sale_id OR OLD.status IS NOT NEW.status OR OLD.quantity IS NOT NEW.quantity BEGIN
+		UPDATE order_counts SET orders = orders - 1, units = units - OLD.quantity
+			WHERE sale_id = OLD.sale_id AND status = OLD.status;
+		INSERT INTO order_counts (sale_id, status, orders, units) VALUES (NEW.sale_id, NEW.status, 1, NEW.quantity)
+			ON CONFLICT (sale_id, status) DO UPDATE SET orders = orders + 1, units = units + excluded.units;
+		INSERT OR IGNORE INTO release_queue (sale_id, order_id, user_id, quantity)
+			SELECT NEW.sale_id, NEW.order_id, NEW.user_id, NEW.quantity
+			WHERE NEW.status IN `+releasedStatuses+` AND OLD.status NOT IN `+releasedStatuses+`;
+	END`,
+	`CREATE TRIGGER IF NOT EXISTS orders_count_delete AFTER DELETE ON orders BEGIN
+		UPDATE order_counts SET orders = orders - 1, units = units - OLD.quantity
+			WHERE sale_id = OLD.sale_id AND status = OLD.status;
+	END`,
+	`DELETE FROM order_counts`,
+	`INSERT INTO order_counts (sale_id, status, orders, units)
+		SELECT sale_id, status, COUNT(*), SUM(quantity) FROM orders WHERE true GROUP BY sale_id, status`,
+)
 
 // migrationLock is the PostgreSQL advisory lock key that serialises
 // migrations of processes starting at once ("flashgt" in ASCII).

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,15 @@ func storedStatus(s flashgate.OrderStatus) bool {
 	return false
 }
 
+// insertedStatus is the status a row is stored with: reserved (or none)
+// becomes pending_payment.
+func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
+	if st == "" || st == flashgate.StatusReserved {
+		return flashgate.StatusPendingPayment
+	}
+	return st
+}
+
 // InsertOrders stores orders in one transaction, skipping any that conflict
 // with a stored row (the same order id, or a second live order of a user in
 // a sale), and returns how many rows were really inserted; inserting the
@@ -83,6 +93,18 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			return 0, &flashgate.FieldError{Field: "status", Reason: "unknown status " + string(o.Status)}
 		}
 	}
+	if len(orders) > insertChunk {
+		// Each statement's trigger locks the counter rows of its (sale,
+		// status) pairs until commit, in order; chunks in that same order
+		// keep two concurrent batches from locking them crosswise.
+		orders = slices.Clone(orders)
+		slices.SortStableFunc(orders, func(a, b flashgate.Order) int {
+			if c := strings.Compare(a.SaleID, b.SaleID); c != 0 {
+				return c
+			}
+			return strings.Compare(string(insertedStatus(a.Status)), string(insertedStatus(b.Status)))
+		})
+	}
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inserting orders: %w", err)
@@ -98,10 +120,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
-			st := o.Status
-			if st == "" || st == flashgate.StatusReserved {
-				st = flashgate.StatusPendingPayment
-			}
+			st := insertedStatus(o.Status)
 			created := o.CreatedAt
 			if created.IsZero() {
 				created = now
@@ -213,51 +232,87 @@ func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit 
 	return out, nil
 }
 
+// sortOrders sorts by creation, then id: RETURNING gives no order.
 func sortOrders(os []flashgate.Order) {
-	// Insertion sort: RETURNING gives no order, and batches are small.
-	for i := 1; i < len(os); i++ {
-		for j := i; j > 0 && orderLess(os[j], os[j-1]); j-- {
-			os[j], os[j-1] = os[j-1], os[j]
+	slices.SortFunc(os, func(a, b flashgate.Order) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
 		}
-	}
-}
-
-func orderLess(a, b flashgate.Order) bool {
-	if !a.CreatedAt.Equal(b.CreatedAt) {
-		return a.CreatedAt.Before(b.CreatedAt)
-	}
-	return a.ID < b.ID
+		return strings.Compare(a.ID, b.ID)
+	})
 }
 
 // Figures counts a sale's orders by status, with the units of live rows and
-// of all rows, from one query and hence one consistent snapshot.
+// of all rows, from one query and hence one consistent snapshot. It reads the
+// counters that triggers keep in the transaction of every row change
+// (order_counts), so it costs the same for ten orders as for a million.
 func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
-	var f flashgate.SaleFigures
-	err := d.r.QueryRowContext(ctx, d.q(`SELECT
-		COUNT(*),
-		CAST(COALESCE(SUM(CASE WHEN status = 'pending_payment' THEN 1 ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(CASE WHEN status = 'paid' THEN 1 ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(CASE WHEN status = 'expired' THEN 1 ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(CASE WHEN status = 'refunded' THEN 1 ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(CASE WHEN status IN ('pending_payment', 'paid') THEN quantity ELSE 0 END), 0) AS BIGINT),
-		CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM orders WHERE sale_id = ?`), saleID).Scan(
-		&f.Persisted, &f.PendingPayment, &f.Paid, &f.Cancelled, &f.Expired, &f.Refunded,
-		&f.LiveUnits, &f.PersistedUnits)
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?`), saleID)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
+	}
+	f, err := scanFigures(rows)
 	if err != nil {
 		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
 	}
 	return f, nil
 }
 
-// LiveOrders returns the sale's pending_payment and paid orders, oldest first.
+// AllFigures sums the figures of every sale, for metrics; like Figures it
+// reads counters, one row per sale and status.
+func (d *DB) AllFigures(ctx context.Context) (flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT status, CAST(SUM(orders) AS BIGINT), CAST(SUM(units) AS BIGINT) FROM order_counts GROUP BY status`)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of all sales: %w", err)
+	}
+	f, err := scanFigures(rows)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of all sales: %w", err)
+	}
+	return f, nil
+}
+
+// scanFigures folds (status, orders, units) rows into SaleFigures.
+func scanFigures(rows *sql.Rows) (flashgate.SaleFigures, error) {
+	defer rows.Close()
+	var f flashgate.SaleFigures
+	for rows.Next() {
+		var (
+			st            string
+			orders, units int64
+		)
+		if err := rows.Scan(&st, &orders, &units); err != nil {
+			return flashgate.SaleFigures{}, err
+		}
+		f.Persisted += orders
+		f.PersistedUnits += units
+		switch flashgate.OrderStatus(st) {
+		case flashgate.StatusPendingPayment:
+			f.PendingPayment += orders
+			f.LiveUnits += units
+		case flashgate.StatusPaid:
+			f.Paid += orders
+			f.LiveUnits += units
+		case flashgate.StatusCancelled:
+			f.Cancelled += orders
+		case flashgate.StatusExpired:
+			f.Expired += orders
+		case flashgate.StatusRefunded:
+			f.Refunded += orders
+		}
+	}
+	return f, rows.Err()
+}
+
+// LiveOrders returns the sale's pending_payment and paid orders, oldest
+// first. It loads them all: for checks and reports, not for periodic loops
+// (those page with OrdersPage).
 func (d *DB) LiveOrders(ctx context.Context, saleID string) ([]flashgate.Order, error) {
 	return d.ordersIn(ctx, saleID, flashgate.StatusPendingPayment, flashgate.StatusPaid)
 }
 
 // ReleasedOrders returns the sale's cancelled, expired and refunded orders,
-// oldest first.
+// oldest first; like LiveOrders it loads them all.
 func (d *DB) ReleasedOrders(ctx context.Context, saleID string) ([]flashgate.Order, error) {
 	return d.ordersIn(ctx, saleID, flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded)
 }
@@ -277,4 +332,104 @@ func (d *DB) ordersIn(ctx context.Context, saleID string, sts ...flashgate.Order
 		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
 	}
 	return out, nil
+}
+
+// OrdersPage returns up to limit orders of a sale in status st whose id
+// sorts after afterID, by id: a page of a walk through one status that
+// holds only a page in memory. A limit below 1 means 1000.
+func (d *DB) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error) {
+	if limit < 1 {
+		limit = 1000
+	}
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderCols+` FROM orders
+		WHERE sale_id = ? AND status = ? AND order_id > ? ORDER BY order_id LIMIT ?`), saleID, string(st), afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
+	}
+	out, err := scanOrders(rows)
+	if err != nil {
+		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}
+
+// ReleaseQueue returns up to limit orders of a sale that left a live status
+// and whose release no re-sync has delivered yet (by id), and how many
+// releases of the sale were delivered before them, both from one snapshot.
+// A trigger queues each release in the transaction of its row change, so a
+// crash cannot lose one. A limit below 1 means 1000.
+func (d *DB) ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error) {
+	if limit < 1 {
+		limit = 1000
+	}
+	opts := &sql.TxOptions{ReadOnly: true}
+	if d.dialect == DialectPostgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	tx, err := d.r.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	err = tx.QueryRowContext(ctx, d.q(`SELECT COALESCE((SELECT delivered FROM release_sync WHERE sale_id = ?), 0)`), saleID).Scan(&delivered)
+	if err != nil {
+		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+	}
+	rows, err := tx.QueryContext(ctx, d.q(`SELECT order_id, user_id, quantity FROM release_queue
+		WHERE sale_id = ? ORDER BY order_id LIMIT ?`), saleID, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		o := flashgate.Order{SaleID: saleID}
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity); err != nil {
+			return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+		}
+		queued = append(queued, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+	}
+	return queued, delivered, nil
+}
+
+// ReleasesDelivered removes the given orders of a sale from its release
+// queue, once Redis holds their releases, and adds how many it removed to
+// the sale's delivered count, in one transaction. It returns the new count.
+// Orders already removed (by a concurrent re-sync) are not counted twice.
+func (d *DB) ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string) (delivered int64, err error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var removed int64
+	for start := 0; start < len(orderIDs); start += insertChunk {
+		chunk := orderIDs[start:min(start+insertChunk, len(orderIDs))]
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, saleID)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		res, err := tx.ExecContext(ctx, d.q(`DELETE FROM release_queue WHERE sale_id = ? AND order_id IN (`+placeholders(len(chunk))+`)`), args...)
+		if err != nil {
+			return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+		}
+		removed += n
+	}
+	err = tx.QueryRowContext(ctx, d.q(`INSERT INTO release_sync (sale_id, delivered) VALUES (?, ?)
+		ON CONFLICT (sale_id) DO UPDATE SET delivered = release_sync.delivered + excluded.delivered
+		RETURNING delivered`), saleID, removed).Scan(&delivered)
+	if err != nil {
+		return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+	}
+	return delivered, nil
 }

@@ -109,7 +109,7 @@ const (
 var flagSpecs = []flagSpec{
 	{"listen", "public listener (gateway; inventory's HTTP face)", "serve gateway inventory demo", strFlag(func(c *Config) *string { return &c.Listen }, ":8080")},
 	{"admin-listen", "control plane listener: admin API, dashboard, /metrics", cpLike + " ordersink", strFlag(func(c *Config) *string { return &c.AdminListen }, "127.0.0.1:8081")},
-	{"redis", "Redis primary, redis://host:port/db (required)", servers, strFlag(func(c *Config) *string { return &c.Redis }, "")},
+	{"redis", "Redis: redis://host:port/db, redis+cluster://host:port,… or redis+sentinel://host:port,…/master (required)", servers, strFlag(func(c *Config) *string { return &c.Redis }, "")},
 	{"redis-replicas", "comma-separated Redis replica URLs for gateway reads (default: the primary)", "serve gateway", strFlag(func(c *Config) *string { return &c.RedisReplicas }, "")},
 	{"db", "database: postgres://… or sqlite://PATH", "serve gateway ordersink controlplane", strFlag(func(c *Config) *string { return &c.DB }, "sqlite://flashgate.db")},
 	{"jwt-secret", "HS256 secret for buyer tokens (required)", "serve gateway crowd token demo", strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
@@ -349,9 +349,8 @@ func splitList(s string) []string {
 }
 
 func checkRedisURL(flagName, s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		return fmt.Errorf("%s %q: want redis://host:port/db", flagName, s)
+	if _, err := parseRedisURL(s); err != nil {
+		return fmt.Errorf("%s %q: %v", flagName, s, err)
 	}
 	return nil
 }

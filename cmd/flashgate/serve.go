@@ -39,7 +39,7 @@ type system struct {
 
 // conns are the servers one process talks to.
 type conns struct {
-	primary, replica, sinkReader *redis.Client
+	primary, replica, sinkReader redis.UniversalClient
 	db                           *sqldb.DB
 }
 
@@ -110,7 +110,7 @@ func noLimitIfZero(r float64) float64 {
 
 // newControlplane wires a control plane to the primary, the database and
 // the releaser of units.
-func newControlplane(st *stack, cfg *Config, primary *redis.Client, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
+func newControlplane(st *stack, cfg *Config, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
 	return controlplane.New(controlplane.Config{
 		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken,
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
@@ -154,7 +154,7 @@ func openConns(ctx context.Context, st *stack, cfg *Config, sink bool) (conns, e
 	if c.primary, err = st.primary(ctx, cfg.Redis); err != nil {
 		return c, err
 	}
-	if c.replica, err = st.replica(ctx, splitList(cfg.RedisReplicas), c.primary); err != nil {
+	if c.replica, err = st.replica(ctx, splitList(cfg.RedisReplicas), cfg.Redis, c.primary); err != nil {
 		return c, err
 	}
 	if sink {

@@ -49,7 +49,10 @@ func TestOrdersinkRestart(t *testing.T) {
 	}
 	_ = db.Close()
 	const sale = "rs"
-	if err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(sale), lua.SalesKey()}, sale, 10, 10, 1, 700).Err(); err != nil {
+	if err := rdb.SAdd(ctx, lua.SalesKey(), sale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(sale)}, 10, 10, 1, 700).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(sale)}, "open").Err(); err != nil {

@@ -59,64 +59,105 @@ func (s *stack) close() {
 	s.closers = nil
 }
 
-// redisClient opens a client for url and checks that the server answers.
-// The request path wants short deadlines on the client itself (not on
-// request contexts); blocking readers pass their own read timeout.
-func (s *stack) redisClient(ctx context.Context, what, rawURL string, tune func(*redis.Options)) (*redis.Client, error) {
-	opt, err := redis.ParseURL(rawURL)
+// redisTune is what each use of Redis sets on its client, whatever the
+// kind of deployment.
+type redisTune struct {
+	poolSize, minIdle int
+	readTimeout       time.Duration
+	readOnly          bool // route reads to replicas (cluster, Sentinel)
+}
+
+// redisClient opens a client for rawURL (any form parseRedisURL takes) and
+// checks that the server answers. The request path wants short deadlines on
+// the client itself (not on request contexts); blocking readers pass their
+// own read timeout. With readOnly, a cluster client sends read-only commands
+// to replicas (falling back to primaries while a replica fails or loads) and
+// a Sentinel client reads from the master's replicas.
+func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTune) (redis.UniversalClient, error) {
+	tgt, err := parseRedisURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%s %q: %v", what, rawURL, err)
 	}
-	opt.DialTimeout = 2 * time.Second
-	opt.ReadTimeout = time.Second
-	opt.WriteTimeout = time.Second
-	opt.PoolTimeout = 2 * time.Second
-	opt.MaxRetries = 1 // a retried reserve is safe: the script answers with the same order
-	opt.DialerRetries = 1
-	if tune != nil {
-		tune(opt)
+	if t.readTimeout == 0 {
+		t.readTimeout = time.Second
 	}
-	c := redis.NewClient(opt)
+	var c redis.UniversalClient
+	switch tgt.kind {
+	case redisCluster:
+		o := tgt.cluster
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = 2*time.Second, t.readTimeout, time.Second, 2*time.Second
+		o.MaxRetries = 1 // a retried reserve is safe: the script answers with the same order
+		o.DialerRetries = 1
+		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
+		o.ReadOnly = t.readOnly
+		// A dead primary answers nothing, so no MOVED tells the client about
+		// its replica's promotion: reload the slot map every second rather
+		// than go-redis's default minute.
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = time.Second
+		}
+		c = redis.NewClusterClient(o)
+	case redisSentinel:
+		o := tgt.failover
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = 2*time.Second, t.readTimeout, time.Second, 2*time.Second
+		o.MaxRetries = 1
+		o.DialerRetries = 1
+		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
+		if t.readOnly {
+			// A cluster client over the master and its replicas: read-only
+			// commands go to replicas, to the master when none answers.
+			o.ReplicaOnly = true
+			c = redis.NewFailoverClusterClient(o)
+		} else {
+			c = redis.NewFailoverClient(o)
+		}
+	default:
+		o := tgt.single
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = 2*time.Second, t.readTimeout, time.Second, 2*time.Second
+		o.MaxRetries = 1
+		o.DialerRetries = 1
+		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
+		c = redis.NewClient(o)
+	}
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("cannot reach Redis %s at %s: %v", what, opt.Addr, err)
+		return nil, fmt.Errorf("cannot reach Redis %s at %s: %v", what, tgt.addrs(), err)
 	}
 	s.onClose(func() { _ = c.Close() })
 	return c, nil
 }
 
-// primary opens the Redis primary used on the request path.
-func (s *stack) primary(ctx context.Context, url string) (*redis.Client, error) {
-	return s.redisClient(ctx, "primary", url, func(o *redis.Options) {
-		o.PoolSize = 64
-		o.MinIdleConns = 8
-	})
+// primary opens the Redis primary (or the cluster's primaries) used on the
+// request path.
+func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
 }
 
 // blockingReader opens a second client on url for the order sink's blocking
 // XREADGROUP, so that blocking reads never starve the request pool.
-func (s *stack) blockingReader(ctx context.Context, url string) (*redis.Client, error) {
-	return s.redisClient(ctx, "primary (sink)", url, func(o *redis.Options) {
-		o.PoolSize = 4
-		o.ReadTimeout = 5 * time.Second
-	})
+func (s *stack) blockingReader(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: 5 * time.Second})
 }
 
 // replica opens one of the replicas for gateway reads. Gateways pick among
 // several by their process id, so that a fleet spreads over the replicas;
-// if the chosen one cannot be reached the next is tried, and with none given
-// the primary serves reads.
-func (s *stack) replica(ctx context.Context, urls []string, primary *redis.Client) (*redis.Client, error) {
+// if the chosen one cannot be reached the next is tried. With none given, a
+// cluster or Sentinel --redis reads from its replicas through a read-only
+// client of its own, and a single primary serves reads itself.
+func (s *stack) replica(ctx context.Context, urls []string, primaryURL string, primary redis.UniversalClient) (redis.UniversalClient, error) {
 	if len(urls) == 0 {
+		if tgt, err := parseRedisURL(primaryURL); err == nil && tgt.kind != redisSingle {
+			return s.redisClient(ctx, "replicas", primaryURL, redisTune{poolSize: 8, readOnly: true})
+		}
 		return primary, nil
 	}
 	first := os.Getpid() % len(urls)
 	var errs []error
 	for i := range urls {
 		u := urls[(first+i)%len(urls)]
-		c, err := s.redisClient(ctx, "replica", u, func(o *redis.Options) { o.PoolSize = 8 })
+		c, err := s.redisClient(ctx, "replica", u, redisTune{poolSize: 8, readOnly: true})
 		if err == nil {
 			return c, nil
 		}

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// TestServeOnRedisBackends runs `serve` (every tier, wired as in
+// production) on a real Redis Cluster and on a real Sentinel set-up: sales
+// on every primary each sell exactly their stock to a crowd over HTTP,
+// every order reaches the database, and the gateways' state reads are
+// served by replicas (INFO commandstats on each node).
+func TestServeOnRedisBackends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cases := []struct {
+		name  string
+		start func(t *testing.T) (url string, primaries, replicas []string)
+	}{
+		{"cluster", func(t *testing.T) (string, []string, []string) {
+			c := redistest.StartCluster(t)
+			var p, r []string
+			for _, s := range c.Nodes {
+				info, _ := s.Client(t).Info(context.Background(), "replication").Result()
+				if strings.Contains(info, "role:master") {
+					p = append(p, s.Addr)
+				} else {
+					r = append(r, s.Addr)
+				}
+			}
+			return c.URL(), p, r
+		}},
+		{"sentinel", func(t *testing.T) (string, []string, []string) {
+			s := redistest.StartSentinel(t)
+			return s.URL(), []string{s.Primary.Addr}, []string{s.Replica.Addr}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, primaries, replicas := tc.start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var errb bytes.Buffer
+			cfg, err := parseConfig("serve", []string{"--redis", url,
+				"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+				"--jwt-secret", "backend-secret", "--admin-token", "backend-admin",
+				"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+				"--state-refresh", "20ms", "--log-level", "error"}, &errb, env(nil))
+			if err != nil {
+				t.Fatalf("parseConfig: %v (%s)", err, errb.String())
+			}
+			st := newStack(cfg, &errb)
+			defer st.close()
+			s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+			if err != nil {
+				t.Fatalf("serveAll: %v", err)
+			}
+			defer func() { g.cancel(); _ = g.wait() }()
+
+			// One sale per primary.
+			sales := map[string]string{} // primary → sale
+			for i := 0; len(sales) < len(primaries) && i < 1000; i++ {
+				id := "b" + strconv.Itoa(i)
+				addr := primaries[0]
+				if cc, ok := c.primary.(*redis.ClusterClient); ok {
+					m, err := cc.MasterForKey(ctx, lua.SaleKey(id))
+					if err != nil {
+						t.Fatalf("MasterForKey: %v", err)
+					}
+					addr = m.Options().Addr
+				}
+				if _, seen := sales[addr]; !seen {
+					sales[addr] = id
+				}
+			}
+			const units, users = 15, 120
+			for _, id := range sales {
+				if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: id, Name: id, PriceCents: 100, Total: units, AdmitRatio: 3}); err != nil {
+					t.Fatalf("CreateSale %s: %v", id, err)
+				}
+				if err := s.cp.Start(ctx, id); err != nil {
+					t.Fatalf("Start %s: %v", id, err)
+				}
+			}
+			before := calls(t, replicas, "hmget")
+			time.Sleep(100 * time.Millisecond) // the gateways see the sales open
+			for addr, id := range sales {
+				r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: id, Secret: []byte(cfg.JWTSecret),
+					UserPrefix: id + "-", Users: users, Concurrency: 16, Quantity: 1, Timeout: 5 * time.Second})
+				if err != nil {
+					t.Fatalf("crowd %s: %v", id, err)
+				}
+				if r.Created() != units {
+					t.Errorf("sale %s on %s: got %d answers 201 (%v), want %d", id, addr, r.Created(), r.ByAnswer, units)
+				}
+				f, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, id) }, 20*time.Second)
+				if err != nil {
+					t.Fatalf("drain %s: %v", id, err)
+				}
+				if f.Booked != units || f.Orders.Persisted != units {
+					t.Errorf("sale %s: booked %d, persisted %d; want %d and %d", id, f.Booked, f.Orders.Persisted, units, units)
+				}
+			}
+			after := calls(t, replicas, "hmget")
+			served := int64(0)
+			for _, a := range replicas {
+				served += after[a] - before[a]
+			}
+			if served == 0 {
+				t.Errorf("replicas served no state reads (HMGET calls before %v, after %v)", before, after)
+			}
+			t.Logf("state reads served by replicas: %v → %v", before, after)
+		})
+	}
+}
+
+// calls returns cmdstat_<cmd>'s calls on each of addrs.
+func calls(t *testing.T, addrs []string, cmd string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatalf("INFO commandstats on %s: %v", addr, err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				out[addr], _ = strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+// TestServeClusterFailover kills (kill -9) the primary of a sale's slot in
+// the middle of a crowd on a real Redis Cluster, with --wait-replicas 1 and
+// --sink-wait-replicas 1. The replica takes over; afterwards no unit is
+// sold twice (live rows ≤ total), nobody holds two orders, and every 201
+// the crowd saw is a row: with WAIT, an answered reserve was on the replica
+// that took over.
+func TestServeClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	cfg, err := parseConfig("serve", []string{"--redis", cl.URL(),
+		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+		"--jwt-secret", "failover-secret", "--admin-token", "failover-admin",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--wait-replicas", "1", "--sink-wait-replicas", "1", "--sink-claim-idle", "1s",
+		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	st := newStack(cfg, &errb)
+	defer st.close()
+	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("serveAll: %v", err)
+	}
+	defer func() { g.cancel(); _ = g.wait() }()
+
+	const sale, units, users = "fo", 200, 300
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.primary.(*redis.ClusterClient).MasterForKey(ctx, lua.SaleKey(sale))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.Node(m.Options().Addr)
+	time.Sleep(100 * time.Millisecond)
+
+	killed := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		victim.Stop() // SIGKILL
+		close(killed)
+	}()
+	// 300 buyers arriving at 60 a second: the crowd spans the failover.
+	r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
+		UserPrefix: "fo-", Users: users, Concurrency: 32, Rate: 60, Quantity: 1, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("crowd: %v", err)
+	}
+	<-killed
+	// The promoted replica has no replica of its own: the order sink, which
+	// commits only what a replica holds, waits until the old primary is
+	// back (as a replica of the new one).
+	time.Sleep(5 * time.Second)
+	victim.Restart(t)
+	cl.WaitOK(t)
+	t.Logf("crowd answers: %v", r.ByAnswer)
+
+	// Wait until the stream is drained and the control plane has rebuilt
+	// the sale on the new primary.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
+		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
+		nm, _ := c.primary.(*redis.ClusterClient).MasterForKey(ctx, lua.SaleKey(sale))
+		rebuilt := false
+		if nm != nil && marker != "" {
+			info, _ := nm.Info(ctx, "replication").Result()
+			rebuilt = strings.Contains(info, "master_replid:"+marker+"\r\n")
+		}
+		if ferr == nil && f.StreamBacklog == 0 && rebuilt {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sale not drained and rebuilt after the failover: %+v, %v, rebuilt %v\n%s", f, ferr, rebuilt, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	live, err := s.db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // order → user
+	byUser := map[string]int{}
+	var sold int64
+	for _, o := range live {
+		rows[o.ID] = o.UserID
+		byUser[o.UserID]++
+		sold += o.Quantity
+	}
+	if sold > units {
+		t.Errorf("live units: got %d, want at most %d (oversold)", sold, units)
+	}
+	for u, n := range byUser {
+		if n > 1 {
+			t.Errorf("user %s holds %d live orders, want at most 1", u, n)
+		}
+	}
+	lost := 0
+	for id := range r.Orders {
+		if _, ok := rows[id]; !ok {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d answers 201 have no row, want 0 with --wait-replicas 1", lost, len(r.Orders))
+	}
+	t.Logf("201: %d, live rows: %d units, lost: %d", len(r.Orders), sold, lost)
+}
+
+// TestServeSentinelFailover kills (kill -9) the primary of a Sentinel
+// set-up in the middle of a crowd. Sentinel promotes the replica, every tier
+// follows it, and the control plane rebuilds the sale on the new primary
+// before it sells again: no unit is sold twice, and a second crowd sells
+// what is left exactly.
+func TestServeSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	sen := redistest.StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	cfg, err := parseConfig("serve", []string{"--redis", sen.URL(),
+		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+		"--jwt-secret", "sentinel-secret", "--admin-token", "sentinel-admin",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	st := newStack(cfg, &errb)
+	defer st.close()
+	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("serveAll: %v", err)
+	}
+	defer func() { g.cancel(); _ = g.wait() }()
+
+	const sale, units = "sf", 150
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	go func() {
+		time.Sleep(time.Second)
+		sen.Primary.Stop() // SIGKILL
+	}()
+	crowd := func(prefix string, users int) *crowdResult {
+		r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
+			UserPrefix: prefix, Users: users, Concurrency: 16, Rate: 60, Quantity: 1, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("crowd: %v", err)
+		}
+		t.Logf("crowd %s answers: %v", prefix, r.ByAnswer)
+		return r
+	}
+	first := crowd("a-", 200)
+
+	// Sentinel promotes the replica; the control plane marks the sale with
+	// the new primary's id once it has rebuilt it.
+	rc := sen.Replica.Client(t)
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		info, _ := rc.Info(ctx, "replication").Result()
+		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
+		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
+		if strings.Contains(info, "role:master") && marker != "" && strings.Contains(info, "master_replid:"+marker+"\r\n") &&
+			ferr == nil && f.StreamBacklog == 0 && f.State == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rebuild on the promoted replica: figures %+v, %v\n%s", f, ferr, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the rebuilt sale reopens one re-sync later
+	second := crowd("b-", 300)
+	if _, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, sale) }, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != units {
+		t.Errorf("live rows: got %d, want exactly %d (the 201s: %d before and %d after the failover)",
+			len(live), units, first.Created(), second.Created())
+	}
+}

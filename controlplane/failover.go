@@ -1,0 +1,187 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Failover detection. Replication is asynchronous: a replica promoted to
+// primary may lack the last reserves and releases of the old one, and its
+// buyers hash may lack buyers whose orders already are rows. Selling from it
+// as it is could sell units twice, to the same buyers too. So before a sale
+// is bought from again on a new primary, the leader rebuilds it as after a
+// Redis loss:
+//
+//  1. It notices the new primary: lua.PrimaryKey holds the replication id
+//     (INFO master_replid) of the primary the sale was last checked on; a
+//     promoted replica carries its old primary's value but has an id of its
+//     own. On a cluster this is the primary owning the sale's slot, so a
+//     slot moving to another primary is noticed the same way. The marker
+//     lives in Redis, so a control plane that takes the lead after the
+//     failover notices it too.
+//  2. It pauses the sale (lua.Pause: start = 0; the database still says
+//     open).
+//  3. It waits, a tick at a time, until the order sinks have committed every
+//     entry of the sale's stream (nothing undelivered, nothing pending), so
+//     the database holds every reserve the new primary knows.
+//  4. It sets the sale's reserved below any row count and re-syncs: the
+//     restore path rebuilds the buyers and releases from the rows and
+//     booked from the snapshot, while the hash stays (gateways answer
+//     not_started, never not_found). An open sale is marked to resume and
+//     reopens at the next re-sync. Only then is the marker set to the new
+//     id.
+
+// watchFailover checks every sale in Redis for a new primary and moves the
+// recovery of each affected sale on by one step. It runs on the leader,
+// every tick.
+func (s *Service) watchFailover(ctx context.Context) {
+	sales, err := s.store.Sales(ctx)
+	if err != nil {
+		s.log.Warn("failover watch: listing sales", "err", err)
+		return
+	}
+	if len(sales) == 0 {
+		return
+	}
+	// Every marker in one pipeline (split per node on a cluster); a node
+	// that fails costs only its own sales this tick.
+	cmds := make([]*redis.StringCmd, len(sales))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sale := range sales {
+			cmds[i] = p.Get(ctx, lua.PrimaryKey(sale.ID))
+		}
+		return nil
+	})
+	ids := map[string]string{} // primary address → replication id, this pass
+	for i, sale := range sales {
+		marker, err := cmds[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", err)
+			continue
+		}
+		if err := s.checkPrimary(ctx, sale, marker, ids); err != nil {
+			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
+		}
+	}
+}
+
+// checkPrimary compares sale's marker with the replication id of the
+// primary that holds the sale now, and recovers the sale when they differ.
+func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
+	replID, err := s.replicationID(ctx, sale.ID, ids)
+	if err != nil {
+		return err
+	}
+	switch {
+	case marker == replID:
+		return nil
+	case marker == "":
+		// First look at this sale on this Redis (or Redis lost it all, which
+		// the re-sync's own rebuild covers): remember the primary.
+		return s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()
+	}
+	return s.recoverSale(ctx, sale, marker, replID)
+}
+
+// recoverSale moves the recovery of sale on a new primary on by one step:
+// pause, then, once the stream has drained, rebuild and mark.
+func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
+	paused, err := lua.Pause.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)}).Int64()
+	if err != nil {
+		return fmt.Errorf("pausing after a failover: %w", err)
+	}
+	if paused == 1 {
+		s.log.Warn("new redis primary: sale paused until rebuilt from the database",
+			"sale", sale.ID, "old_replid", old, "new_replid", replID)
+	}
+	drained, err := s.streamDrained(ctx, sale.ID)
+	if err != nil || !drained {
+		return err
+	}
+	// Reserved below every row sends the re-sync down its restore path
+	// (buyers and releases from the rows, booked from the snapshot) without
+	// deleting the hash, so gateways go on answering from it (paused).
+	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldReserved, -1).Err(); err != nil {
+		return fmt.Errorf("marking the sale for its rebuild: %w", err)
+	}
+	_, after, err := s.Resync(ctx, sale.ID)
+	if err != nil {
+		return fmt.Errorf("rebuilding after a failover: %w", err)
+	}
+	if sale.State == flashgate.StateOpen {
+		// Open again at the next re-sync, as a rebuilt sale does.
+		if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldResume, 1).Err(); err != nil {
+			return fmt.Errorf("resuming after the rebuild: %w", err)
+		}
+	}
+	s.log.Warn("sale rebuilt from the database after a failover", "sale", sale.ID, "booked", after.Booked)
+	return s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()
+}
+
+// streamDrained reports whether the order sinks have committed every entry
+// of the sale's stream: the stream is empty (the sinks delete what they
+// commit), or the sink group has read up to its last id and acknowledged
+// all it read.
+func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
+	key := lua.OrdersKey(id)
+	info, err := s.rdb.XInfoStream(ctx, key).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading the stream: %w", err)
+	}
+	if info.Length == 0 {
+		// The sinks delete what they committed (or set aside).
+		return true, nil
+	}
+	groups, err := s.rdb.XInfoGroups(ctx, key).Result()
+	if err != nil {
+		return false, fmt.Errorf("reading the stream's groups: %w", err)
+	}
+	for _, g := range groups {
+		if g.Name == lua.SinkGroup {
+			return g.Pending == 0 && g.LastDeliveredID == info.LastGeneratedID, nil
+		}
+	}
+	return false, nil
+}
+
+// replicationID returns the replication id of the primary that holds sale
+// id: on a cluster the owner of its slot, else the one primary. ids caches
+// the answers of one pass by primary address.
+func (s *Service) replicationID(ctx context.Context, id string, ids map[string]string) (string, error) {
+	node := redis.Cmdable(s.rdb)
+	addr := ""
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, lua.SaleKey(id))
+		if err != nil {
+			return "", fmt.Errorf("finding the sale's primary: %w", err)
+		}
+		node, addr = c, c.Options().Addr
+	}
+	if v, ok := ids[addr]; ok {
+		return v, nil
+	}
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return "", fmt.Errorf("reading the primary's replication id: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok && v != "" {
+			if strings.Contains(info, "role:slave") {
+				return "", fmt.Errorf("%s is a replica, not a primary", addr)
+			}
+			ids[addr] = v
+			return v, nil
+		}
+	}
+	return "", errors.New("no master_replid in INFO replication")
+}

@@ -1,0 +1,12 @@
+-- Pause stops an open sale from selling without closing it: the control
+-- plane pauses a sale whose Redis primary changed (a failover) until it has
+-- rebuilt the sale from the database.
+--
+-- KEYS[1] sale hash  fg:{<sale>}:sale
+--
+-- Returns 1 paused (it was open), 0 nothing changed (missing, not open).
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HGET', KEYS[1], 'start') == '1' then
+  redis.call('HSET', KEYS[1], 'start', 0)
+  return 1
+end
+return 0

@@ -1,0 +1,35 @@
+-- Restore puts a page of database rows back into a sale's released set and
+-- buyers hash, for a re-sync that rebuilds a sale Redis lost (or holds from
+-- an older snapshot). It never touches the sale hash: stock is the final
+-- Resync call's job, once every page is in.
+--
+-- KEYS[1] buyers hash   fg:{<sale>}:buyers
+-- KEYS[2] released set  fg:{<sale>}:released
+-- ARGV[1] r: how many released pairs follow
+-- ARGV[2 .. 1+2r] pairs user id, order id of released rows (cancelled,
+--         expired, refunded): the order joins the released set, so that a
+--         late Release of it changes nothing, and the buyer entry goes if it
+--         names that order
+-- ARGV[2+2r ..] pairs user id, order id of live rows (pending_payment,
+--         paid): the buyer entry is set if the user has none and the order
+--         was not released
+--
+-- Returns the number of pairs read.
+local r = tonumber(ARGV[1]) or 0
+local i = 2
+for _ = 1, r do
+  local user, order = ARGV[i], ARGV[i + 1]
+  redis.call('SADD', KEYS[2], order)
+  if redis.call('HGET', KEYS[1], user) == order then
+    redis.call('HDEL', KEYS[1], user)
+  end
+  i = i + 2
+end
+while i + 1 <= #ARGV do
+  local user, order = ARGV[i], ARGV[i + 1]
+  if redis.call('SISMEMBER', KEYS[2], order) == 0 then
+    redis.call('HSETNX', KEYS[1], user, order)
+  end
+  i = i + 2
+end
+return (#ARGV - 1) / 2

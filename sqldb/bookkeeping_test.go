@@ -1,0 +1,242 @@
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+// recount computes a sale's figures from its rows, as Figures did before the
+// counters: the reference the counters must always equal.
+func recount(t *testing.T, db *DB, sale string) flashgate.SaleFigures {
+	t.Helper()
+	rows, err := db.r.QueryContext(context.Background(), db.q(`SELECT status, COUNT(*), CAST(SUM(quantity) AS BIGINT)
+		FROM orders WHERE sale_id = ? GROUP BY status`), sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := scanFigures(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// queued lists a sale's release queue as "id:user:qty ...".
+func queued(t *testing.T, db *DB, sale string) (string, int64) {
+	t.Helper()
+	q, delivered, err := db.ReleaseQueue(context.Background(), sale, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s []string
+	for _, o := range q {
+		s = append(s, fmt.Sprintf("%s:%s:%d", o.ID, o.UserID, o.Quantity))
+	}
+	return strings.Join(s, " "), delivered
+}
+
+// TestCountersFollowRows: after inserts (with conflicts), transitions,
+// expiry batches and a hand-made UPDATE and DELETE, the counters equal a
+// recount of the rows, and every order that left a live status is queued
+// for release exactly once.
+func TestCountersFollowRows(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(1, 2))
+		var batch []flashgate.Order
+		for i := 0; i < 300; i++ {
+			sale := []string{"a", "b"}[i%2]
+			batch = append(batch, order(fmt.Sprintf("o%03d", i), sale, fmt.Sprintf("u%d", i), int64(1+rng.IntN(3)), t0.Add(time.Duration(i)*time.Second)))
+		}
+		if n, err := db.InsertOrders(ctx, batch); err != nil || n != 300 {
+			t.Fatalf("InsertOrders: got %d, %v; want 300", n, err)
+		}
+		// The same batch again, and a second live order of a user: nothing.
+		dup := append(batch[:10:10], order("x1", "a", "u0", 1, t0))
+		if n, err := db.InsertOrders(ctx, dup); err != nil || n != 0 {
+			t.Fatalf("InsertOrders again: got %d, %v; want 0", n, err)
+		}
+		pp := []flashgate.OrderStatus{flashgate.StatusPendingPayment}
+		for i := 0; i < 100; i++ {
+			id := fmt.Sprintf("o%03d", rng.IntN(300))
+			to := []flashgate.OrderStatus{flashgate.StatusPaid, flashgate.StatusCancelled}[rng.IntN(2)]
+			_, _ = db.Transition(ctx, id, pp, to, t0)
+		}
+		for i := 0; i < 20; i++ {
+			_, _ = db.Transition(ctx, fmt.Sprintf("o%03d", i), []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded, t0)
+		}
+		if _, err := db.ExpireDue(ctx, t0.Add(200*time.Second), t0, 50); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'refunded' WHERE order_id IN ('o298', 'o299') AND status = 'paid'`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.w.ExecContext(ctx, `DELETE FROM orders WHERE order_id = 'o297'`); err != nil {
+			t.Fatal(err)
+		}
+		var nReleased int
+		for _, sale := range []string{"a", "b"} {
+			f, err := db.Figures(ctx, sale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := recount(t, db, sale); f != want {
+				t.Errorf("Figures(%s): got %+v, want %+v", sale, f, want)
+			}
+			rel, err := db.ReleasedOrders(ctx, sale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, delivered := queued(t, db, sale)
+			if got, want := strings.Count(q, ":")/2, len(rel); got != want || delivered != 0 {
+				t.Errorf("release queue of %s: %d orders, %d delivered; want %d and 0", sale, got, delivered, want)
+			}
+			for _, o := range rel {
+				if !strings.Contains(q, fmt.Sprintf("%s:%s:%d", o.ID, o.UserID, o.Quantity)) {
+					t.Errorf("released order %s not queued", o.ID)
+				}
+			}
+			nReleased += len(rel)
+		}
+		all, err := db.AllFigures(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := all.Cancelled + all.Expired + all.Refunded; got != int64(nReleased) || all.Persisted != 299 {
+			t.Errorf("AllFigures: got %+v, want %d released of 299", all, nReleased)
+		}
+	})
+}
+
+// TestReleaseQueueDelivered: delivered releases leave the queue and are
+// counted once, even when two re-syncs deliver the same ones.
+func TestReleaseQueueDelivered(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		var batch []flashgate.Order
+		for i := 0; i < 5; i++ {
+			o := order(fmt.Sprintf("r%d", i), "s", fmt.Sprintf("u%d", i), 1, t0)
+			o.Status = flashgate.StatusExpired
+			batch = append(batch, o)
+		}
+		if _, err := db.InsertOrders(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		q, delivered, err := db.ReleaseQueue(ctx, "s", 3)
+		if err != nil || len(q) != 3 || delivered != 0 || q[0].ID != "r0" || q[2].ID != "r2" {
+			t.Fatalf("ReleaseQueue(3): got %v, %d, %v; want r0..r2, 0", q, delivered, err)
+		}
+		for i := 0; i < 2; i++ { // a second re-sync delivers the same three
+			if n, err := db.ReleasesDelivered(ctx, "s", []string{"r0", "r1", "r2"}); err != nil || n != 3 {
+				t.Fatalf("ReleasesDelivered #%d: got %d, %v; want 3", i, n, err)
+			}
+		}
+		if got, delivered := queued(t, db, "s"); got != "r3:u3:1 r4:u4:1" || delivered != 3 {
+			t.Errorf("queue after delivery: got %q, %d; want r3, r4 and 3", got, delivered)
+		}
+		if q, d, err := db.ReleaseQueue(ctx, "none", 0); err != nil || len(q) != 0 || d != 0 {
+			t.Errorf("ReleaseQueue(none): got %v, %d, %v", q, d, err)
+		}
+	})
+}
+
+// TestMigrationFillsCounters: a database written by version 1 (no
+// counters, no triggers) gets counters equal to its rows when it upgrades,
+// and its old releases are not queued again.
+func TestMigrationFillsCounters(t *testing.T) {
+	each(t, func(t *testing.T, dsn string, db *DB) {
+		ctx := context.Background()
+		// Back to version 1: drop what version 2 made.
+		down := []string{`DROP TABLE order_counts`, `DROP TABLE release_queue`, `DROP TABLE release_sync`,
+			`DROP INDEX orders_sale_status_id`, `CREATE INDEX orders_sale_status ON orders (sale_id, status)`,
+			`DELETE FROM schema_migrations WHERE version = 2`}
+		if db.dialect == DialectPostgres {
+			down = append([]string{`DROP TRIGGER orders_count_insert ON orders`, `DROP TRIGGER orders_count_update ON orders`,
+				`DROP TRIGGER orders_count_delete ON orders`, `DROP FUNCTION flashgate_count_orders()`}, down...)
+		} else {
+			down = append([]string{`DROP TRIGGER orders_count_insert`, `DROP TRIGGER orders_count_update`, `DROP TRIGGER orders_count_delete`}, down...)
+		}
+		for _, s := range down {
+			if _, err := db.w.ExecContext(ctx, s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		var batch []flashgate.Order
+		for i := 0; i < 40; i++ {
+			o := order(fmt.Sprintf("m%02d", i), "s", fmt.Sprintf("u%d", i), int64(1+i%2), t0)
+			o.Status = []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid, flashgate.StatusRefunded, flashgate.StatusExpired}[i%4]
+			batch = append(batch, o)
+		}
+		if _, err := db.InsertOrders(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		up := open(t, dsn)
+		f, err := up.Figures(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := recount(t, up, "s"); f != want || f.Persisted != 40 {
+			t.Errorf("Figures after upgrade: got %+v, want %+v", f, want)
+		}
+		if q, _ := queued(t, up, "s"); q != "" {
+			t.Errorf("release queue after upgrade: got %q, want empty", q)
+		}
+		if _, err := up.Transition(ctx, "m00", []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled, t0); err != nil {
+			t.Fatal(err)
+		}
+		if q, _ := queued(t, up, "s"); q != "m00:u0:1" {
+			t.Errorf("release queue after a cancel: got %q, want m00:u0:1", q)
+		}
+		if f, want := mustFigures(t, up, "s"), recount(t, up, "s"); f != want {
+			t.Errorf("Figures after a cancel: got %+v, want %+v", f, want)
+		}
+	})
+}
+
+func mustFigures(t *testing.T, db *DB, sale string) flashgate.SaleFigures {
+	t.Helper()
+	f, err := db.Figures(context.Background(), sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestOrdersPage walks one status of a sale page by page.
+func TestOrdersPage(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		var batch []flashgate.Order
+		for i := 0; i < 7; i++ {
+			batch = append(batch, order(fmt.Sprintf("p%d", i), "s", fmt.Sprintf("u%d", i), 1, t0))
+		}
+		batch = append(batch, order("z", "t", "u", 1, t0))
+		if _, err := db.InsertOrders(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		after := ""
+		for pages := 0; ; pages++ {
+			page, err := db.OrdersPage(ctx, "s", flashgate.StatusPendingPayment, after, 3)
+			if err != nil || pages > 5 {
+				t.Fatalf("OrdersPage: %v (page %d)", err, pages)
+			}
+			for _, o := range page {
+				got = append(got, o.ID)
+			}
+			if len(page) < 3 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if s := strings.Join(got, " "); s != "p0 p1 p2 p3 p4 p5 p6" {
+			t.Errorf("pages: got %q", s)
+		}
+	})
+}
