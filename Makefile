@@ -44,6 +44,11 @@ bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purc
 fuzz: ## Fuzz the gateway router for 30s.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
 
+.PHONY: faults
+faults: ## Fault suite: the split deployment as real processes under faults (FAULTS=name runs one scenario).
+	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(CURDIR)/bin/RELIABILITY.md) \
+		$(GO) test -tags faults -count=1 -timeout 20m -v -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
+
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.
 	deploy/check.sh
