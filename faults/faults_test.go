@@ -144,12 +144,12 @@ var scenarios = []scenario{
 	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started", opts: clusterOpts{postgres: true}, inject: postgresStop},
 	{name: "postgres-freeze", fault: "PostgreSQL frozen (SIGSTOP, every process) for 3s", opts: clusterOpts{postgres: true}, inject: postgresFreeze},
 	{name: "replica-freeze", fault: "Redis replica frozen (SIGSTOP) for 3s (SQLite)", inject: replicaFreeze},
-	{name: "replica-kill9", fault: "kill -9 the Redis replica, restart 1s later (PostgreSQL)", needs: "8.4 (edge)", opts: clusterOpts{postgres: true}, inject: replicaKill},
+	{name: "replica-kill9", fault: "kill -9 the Redis replica, restart 1s later; the primary's backlog (set to 16 kB meanwhile) no longer covers it, so it full-syncs (PostgreSQL)", needs: "8.4 (edge)", opts: clusterOpts{postgres: true}, inject: replicaKill},
 	{name: "flushall-postgres", fault: "FLUSHALL on the Redis primary mid-sale (PostgreSQL)", needs: "8.1 (book)", opts: clusterOpts{postgres: true}, inject: flushAll},
 	{name: "flushall-sqlite", fault: "FLUSHALL on the Redis primary mid-sale (SQLite)", needs: "8.1 (book)", inject: flushAll},
 	{name: "slowloris", fault: "1,000 half-open connections to gateway-1 during the sale (SQLite)", inject: slowloris},
 	{name: "refunds-resync", fault: "25 orders refunded after the crowd, then re-sync (PostgreSQL)", opts: clusterOpts{postgres: true}, between: refunds},
-	{name: "idle-keepalive", fault: "20 idle keep-alive connections held past the gateways' 5s read timeout (SQLite)", needs: "8.5 (edge)", inject: idleKeepAlive},
+	{name: "idle-keepalive", fault: "per gateway, 10 keep-alive connections idle after a request and 10 opened with nothing sent, held 7s, past the 5s read timeout (SQLite)", needs: "8.5 (edge)", inject: idleKeepAlive},
 	{name: "inventory-restart", fault: "inventory-1 restarted (SIGTERM, start) mid-sale; no buyer may see a 503 (PostgreSQL)", needs: "8.3 (sink)",
 		opts: clusterOpts{postgres: true}, inject: inventoryRestart, no503: true},
 	{name: "ordersink-restart", fault: "ordersink-2 stalled, PostgreSQL frozen while ordersink-1 holds a batch, ordersink-1 kill -9 and restarted; its pending entries must be rows within 2s",
@@ -227,14 +227,14 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-func (s *suite) runScenario(t *testing.T, sc scenario) result {
+func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if sc.total == 0 {
 		sc.total = 2500
 	}
 	if sc.buyers == 0 {
 		sc.buyers = 2000
 	}
-	r := result{name: sc.name, fault: sc.fault, needs: sc.needs}
+	r = result{name: sc.name, fault: sc.fault, needs: sc.needs}
 	x := &run{t: t, s: s, sc: sc, sale: "fault-" + regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(sc.name, "")}
 	defer func() {
 		x.mu.Lock()
