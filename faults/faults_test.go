@@ -327,6 +327,9 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	x.confirmedOf(confirmed, outs)
 	drain := x.settle(ctx, 40*time.Second)
 	t.Logf("orders drained %v after the crowd", drain.Round(time.Millisecond))
+	if drain > time.Second {
+		x.notef("the last orders reached the database %v after the crowd ended", drain.Round(100*time.Millisecond))
+	}
 	r.rows = x.checkAll(ctx, confirmed, outs)
 	if sc.between != nil {
 		sc.between(ctx, x)
