@@ -300,7 +300,15 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 		x.problem("LOSS: %d of %d buyers ended without an order though units remained: %s", r.losses, sc.buyers, countList(lossReasons(outs)))
 	}
 	if sc.no503 && st.perAttempt["503 unavailable"] > 0 {
-		x.problem("503: buyers got %d answers 503 unavailable (retried or not)", st.perAttempt["503 unavailable"])
+		var when []string
+		for _, o := range outs {
+			for _, a := range o.attempts {
+				if a.status == 503 && len(when) < 10 {
+					when = append(when, fmt.Sprintf("%s at t=%.2fs on gateway-%d", o.user, a.start.Sub(x.start).Seconds(), a.gw+1))
+				}
+			}
+		}
+		x.problem("503: buyers got %d answers 503 unavailable (retried or not): %s", st.perAttempt["503 unavailable"], strings.Join(when, ", "))
 	}
 	r.outage = "0"
 	if st.failed > 0 {
