@@ -176,11 +176,14 @@ func (x *run) rowsCaughtUp(ctx context.Context) {
 // open again, its hash rebuilt, within 2s.
 func flushAll(ctx context.Context, x *run) {
 	x.at(ctx, 1500*time.Millisecond)
+	flushed := time.Now()
+	x.mu.Lock()
+	x.flushedAt = flushed
+	x.mu.Unlock()
 	if err := x.c.rdb.FlushAll(ctx).Err(); err != nil {
 		x.problem("FLUSHALL: %v", err)
 		return
 	}
-	flushed := time.Now()
 	x.event("FLUSHALL")
 	var states []string
 	var total string
