@@ -222,7 +222,8 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	t.Logf("%d scenarios in %v", len(results), time.Since(began).Round(time.Second))
-	table := report(results)
+	rev, _ := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output()
+	table := report(results, strings.TrimSpace(string(rev)), began)
 	t.Log("\n" + table)
 	if path := os.Getenv("FAULTS_REPORT"); path != "" && len(results) == len(scenarios) {
 		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
@@ -395,6 +396,16 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	return r
 }
 
+func failedCount(results []result) int {
+	n := 0
+	for _, r := range results {
+		if len(r.problems) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // lossReasons counts the final answers of buyers without an order.
 func lossReasons(outs []outcome) map[string]int {
 	m := map[string]int{}
@@ -411,9 +422,10 @@ func lossReasons(outs []outcome) map[string]int {
 }
 
 // report renders docs/RELIABILITY.md.
-func report(results []result) string {
+func report(results []result, rev string, at time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Reliability: the fault suite\n\n")
+	fmt.Fprintf(&b, "This run: commit `%s`, %s, %d scenarios, %d failed.\n\n", rev, at.UTC().Format("2006-01-02 15:04 MST"), len(results), failedCount(results))
 	b.WriteString("Written by `make faults` (the `faults` package) from one run on loopback: for each scenario a fresh split\n")
 	b.WriteString("deployment of real processes (Redis primary + replica with AOF, PostgreSQL or SQLite, control plane, 2 order sinks,\n")
 	b.WriteString("2 inventories, 2 gateways), a crowd of 2,000 distinct buyers for 2,500 units arriving over 5 s while the fault is\n")
