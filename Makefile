@@ -46,6 +46,7 @@ fuzz: ## Fuzz the gateway router for 30s.
 
 .PHONY: faults
 faults: ## Fault suite: the split deployment as real processes under faults (FAULTS=name runs one scenario).
+	@mkdir -p bin
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(CURDIR)/bin/RELIABILITY.md) \
 		$(GO) test -tags faults -count=1 -timeout 20m -v -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
 
