@@ -165,6 +165,8 @@ var scenarios = []scenario{
 	{name: "idle-keepalive", fault: "per gateway, 10 keep-alive connections idle after a request and 10 opened with nothing sent, held 7s, past the 5s read timeout (SQLite)", needs: "8.5 (edge)", inject: idleKeepAlive},
 	{name: "inventory-restart", fault: "inventory-1 restarted (SIGTERM, start) mid-sale; no buyer may see a 503 (PostgreSQL)", needs: "8.3 (sink)",
 		opts: clusterOpts{postgres: true}, inject: inventoryRestart, no503: true},
+	{name: "dead-letter", fault: "an order entry the sink cannot store added to the sale's stream mid-sale (PostgreSQL)", needs: "8.6 (sink)",
+		opts: clusterOpts{postgres: true}, inject: deadLetter},
 	{name: "ordersink-restart", fault: "ordersink-2 stalled, PostgreSQL frozen while ordersink-1 holds a batch, ordersink-1 kill -9 and restarted; its pending entries must be rows within 2s",
 		needs: "8.2 (sink)", opts: clusterOpts{postgres: true}, inject: sinkRestart},
 }

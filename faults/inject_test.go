@@ -5,6 +5,7 @@ package faults
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -464,4 +465,45 @@ func sinkRestart(ctx context.Context, x *run) {
 	default:
 		x.event("the %d held entries were rows %v after the restart (%v after it was ready)", len(orders), took.Round(10*time.Millisecond), d.Round(10*time.Millisecond))
 	}
+}
+
+// deadLetter adds to the sale's order stream, at 1.5s, an entry the order
+// sink cannot store (its quantity is not a number), as a reserve script
+// never would: the sink must neither stall on it nor drop it without a
+// trace, but keep it where an operator sees it — the sale's dead letters
+// on the admin API (GET /admin/sales/{id}/dead-letters).
+func deadLetter(ctx context.Context, x *run) {
+	x.at(ctx, 1500*time.Millisecond)
+	poison := "poison-" + x.sale
+	id, err := x.c.rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.OrdersKey(x.sale), Values: []any{
+		lua.EntryOrder, poison, lua.EntrySale, x.sale, lua.EntryUser, "poison-user",
+		lua.EntryQuantity, "not-a-number", lua.EntryPrice, "4900", lua.EntryTime, strconv.FormatInt(time.Now().UnixMilli(), 10),
+	}}).Result()
+	if err != nil {
+		x.problem("XADD the unstorable entry: %v", err)
+		return
+	}
+	x.event("XADD an order entry the sink cannot store (%s, order %s)", id, poison)
+	var last string
+	d, ok := waitFor(5*time.Second, func() bool {
+		var v map[string]any
+		if err := x.c.adminDo(ctx, http.MethodGet, "/admin/sales/"+x.sale+"/dead-letters", nil, &v); err != nil {
+			last = err.Error()
+			return false
+		}
+		b, _ := json.Marshal(v)
+		last = string(b)
+		return strings.Contains(last, poison)
+	})
+	if !ok {
+		if len(last) > 300 {
+			last = last[:300] + "…"
+		}
+		x.problem("DEAD LETTER: 5s after the order sink met an entry it cannot store, the admin API's dead letters do not hold it (last answer: %s); see the order sinks' logs for what became of it", last)
+		return
+	}
+	x.mu.Lock()
+	x.recovery, x.recWhat = d, "entry listed as a dead letter"
+	x.mu.Unlock()
+	x.event("the unstorable entry is listed in the sale's dead letters")
 }
