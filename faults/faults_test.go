@@ -318,7 +318,20 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if r.losses > 0 && allowed {
 		x.notef("%d buyers left without an order (%s), allowed: %s", r.losses, countList(lossReasons(outs)), sc.lossesOK)
 	} else if r.losses > 0 {
-		x.problem("LOSS: %d of %d buyers ended without an order though units remained: %s", r.losses, sc.buyers, countList(lossReasons(outs)))
+		var first, last time.Time
+		for _, o := range outs {
+			if o.orderID == "" && len(o.attempts) > 0 {
+				a := o.attempts[len(o.attempts)-1]
+				if first.IsZero() || a.start.Before(first) {
+					first = a.start
+				}
+				if a.end.After(last) {
+					last = a.end
+				}
+			}
+		}
+		x.problem("LOSS: %d of %d buyers ended without an order though units remained: %s (their last answers from t=%.2fs to t=%.2fs)",
+			r.losses, sc.buyers, countList(lossReasons(outs)), first.Sub(x.start).Seconds(), last.Sub(x.start).Seconds())
 	}
 	if sc.no503 && st.perAttempt["503 unavailable"] > 0 {
 		var when []string
