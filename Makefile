@@ -54,6 +54,12 @@ fuzz: ## Fuzz the gateway router and token verifier, 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzVerifier -fuzztime 30s ./gateway
 
+.PHONY: faults
+faults: ## Fault suite: the split deployment as real processes under faults (FAULTS=name runs one scenario).
+	@mkdir -p bin
+	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(CURDIR)/bin/RELIABILITY.md) \
+		$(GO) test -tags faults -count=1 -timeout 20m -v -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
+
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.
 	deploy/check.sh
