@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -28,6 +29,17 @@ type ClientConfig struct {
 	// Token is the bearer token the inventory tiers require (their
 	// HandlerConfig.Token). Default: none.
 	Token string
+	// Retries is how many times a call whose request never reached an
+	// inventory, or whose answer was lost (any transport failure: a
+	// keep-alive connection to a restarted inventory, a reset, a timeout),
+	// is sent again, each time on a freshly dialled connection to the next
+	// address, while the deadline allows. Reserve sends the order id it
+	// minted, so a retry never reserves twice. Default: 2; negative: none.
+	Retries int
+	// NewOrderID mints the order id Reserve sends; it must be safe for
+	// concurrent use and return ids that satisfy flashgate.ValidOrderID.
+	// Default: a monotonic ULID.
+	NewOrderID func() string
 }
 
 // Client calls inventory tiers served by NewHandler, spreading calls over
@@ -35,6 +47,10 @@ type ClientConfig struct {
 // Release and is safe for concurrent use.
 type Client struct {
 	lb      *fasthttp.LBClient
+	fresh   []*fasthttp.HostClient // one per address, for retries: never keeps a connection
+	next    atomic.Uint32          // rotates retries over fresh
+	retries int
+	newID   func() string
 	timeout time.Duration
 	auth    []byte // Authorization value sent with every call; nil = none
 }
@@ -51,26 +67,36 @@ func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
 	if cfg.MaxConnsPerAddr <= 0 {
 		cfg.MaxConnsPerAddr = 512
 	}
+	if cfg.Retries == 0 {
+		cfg.Retries = 2
+	}
+	if cfg.NewOrderID == nil {
+		cfg.NewOrderID = ulidMinter(flashgate.SystemClock{})
+	}
 	lb := &fasthttp.LBClient{Timeout: cfg.Timeout}
+	c := &Client{lb: lb, timeout: cfg.Timeout, retries: max(cfg.Retries, 0), newID: cfg.NewOrderID}
 	for _, a := range addrs {
 		hostport, tls, err := parseAddr(a)
 		if err != nil {
 			return nil, err
 		}
-		lb.Clients = append(lb.Clients, &fasthttp.HostClient{
-			Addr:                     hostport,
-			Name:                     "flashgate-inventory-client",
-			IsTLS:                    tls,
-			Dial:                     cfg.Dial,
-			MaxConns:                 cfg.MaxConnsPerAddr,
-			ReadTimeout:              cfg.Timeout,
-			WriteTimeout:             cfg.Timeout,
-			MaxIdleConnDuration:      30 * time.Second,
-			MaxResponseBodySize:      MaxBodySize,
-			NoDefaultUserAgentHeader: true,
-		})
+		hc := func() *fasthttp.HostClient {
+			return &fasthttp.HostClient{
+				Addr:                     hostport,
+				Name:                     "flashgate-inventory-client",
+				IsTLS:                    tls,
+				Dial:                     cfg.Dial,
+				MaxConns:                 cfg.MaxConnsPerAddr,
+				ReadTimeout:              cfg.Timeout,
+				WriteTimeout:             cfg.Timeout,
+				MaxIdleConnDuration:      30 * time.Second,
+				MaxResponseBodySize:      MaxBodySize,
+				NoDefaultUserAgentHeader: true,
+			}
+		}
+		lb.Clients = append(lb.Clients, hc())
+		c.fresh = append(c.fresh, hc())
 	}
-	c := &Client{lb: lb, timeout: cfg.Timeout}
 	if cfg.Token != "" {
 		c.auth = []byte("Bearer " + cfg.Token)
 	}
@@ -109,16 +135,23 @@ type answer struct {
 	Released bool   `json:"released"`
 }
 
-// Reserve is Service.Reserve over HTTP. A transport failure or an answer
-// that is not the handler's is ErrUnavailable.
+// Reserve is Service.ReserveOrder over HTTP with an order id minted here,
+// so that a call retried after a transport failure (see
+// ClientConfig.Retries) reserves at most once; "already purchased" under
+// that same id is the first attempt's success. A transport failure that
+// outlasts the retries, or an answer that is not the handler's, is
+// ErrUnavailable.
 func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 
-	var arr [256]byte
-	b := append(arr[:0], `{"sale_id":`...)
+	orderID := c.newID()
+	var arr [320]byte
+	b := append(arr[:0], `{"order_id":`...)
+	b = appendJSONString(b, orderID)
+	b = append(b, `,"sale_id":`...)
 	b = appendJSONString(b, saleID)
 	b = append(b, `,"user_id":`...)
 	b = appendJSONString(b, userID)
@@ -136,6 +169,10 @@ func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) 
 			return "", fmt.Errorf("reserving: answer without order id: %w", flashgate.ErrUnavailable)
 		}
 		return a.OrderID, nil
+	}
+	if a.Error == "already_purchased" && a.OrderID == orderID {
+		// A retry whose first attempt reserved and lost its answer.
+		return orderID, nil
 	}
 	return "", fmt.Errorf("reserving: %w", answerError(resp.StatusCode(), &a))
 }
@@ -183,7 +220,20 @@ func (c *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.R
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := c.lb.DoDeadline(req, resp, deadline); err != nil {
+	err := c.lb.DoDeadline(req, resp, deadline)
+	for attempt := 0; err != nil && attempt < c.retries && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
+		// The request never arrived or its answer was lost: the calls are
+		// idempotent (Reserve carries its order id, Release is once per
+		// order), so send it again on a new connection, to the next
+		// address. A pooled connection may be one a restarted inventory
+		// left behind; Connection: close keeps the retry's own out of the
+		// pool.
+		hc := c.fresh[int(c.next.Add(1)-1)%len(c.fresh)]
+		req.SetConnectionClose()
+		resp.Reset()
+		err = hc.DoDeadline(req, resp, deadline)
+	}
+	if err != nil {
 		return fmt.Errorf("%w (%w)", flashgate.ErrUnavailable, err)
 	}
 	if err := json.Unmarshal(resp.Body(), a); err != nil {

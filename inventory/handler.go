@@ -35,8 +35,10 @@ var (
 	bodyNotAllowed = []byte(`{"error":"method_not_allowed"}`)
 )
 
-// reserveRequest is the body of POST /v1/reserve.
+// reserveRequest is the body of POST /v1/reserve. OrderID, when set, is
+// the order id the caller minted (Service.ReserveOrder).
 type reserveRequest struct {
+	OrderID  string `json:"order_id"`
 	SaleID   string `json:"sale_id"`
 	UserID   string `json:"user_id"`
 	Quantity int64  `json:"quantity"`
@@ -55,7 +57,7 @@ type HandlerConfig struct {
 
 // NewHandler serves s over HTTP for split deployments:
 //
-//	POST /v1/reserve {"sale_id","user_id","quantity"} → 200 {"order_id"}
+//	POST /v1/reserve {"sale_id","user_id","quantity"[,"order_id"]} → 200 {"order_id"}
 //	POST /v1/release  a flashgate.Order                → 200 {"released":bool}
 //	GET  /healthz → 200;  GET /readyz → 200, or 503 when Redis does not answer
 //
@@ -168,9 +170,15 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, flashgate.ErrBadRequest)
 		return
 	}
-	// The Redis deadline is the client's read timeout (STYLE.md 7); the
+	// The Redis deadline is the client's read timeout (docs/design.md, house style 7); the
 	// request context only ends at server shutdown.
-	orderID, err := h.s.Reserve(ctx, req.SaleID, req.UserID, req.Quantity)
+	var orderID string
+	var err error
+	if req.OrderID != "" {
+		orderID, err = h.s.ReserveOrder(ctx, req.OrderID, req.SaleID, req.UserID, req.Quantity)
+	} else {
+		orderID, err = h.s.Reserve(ctx, req.SaleID, req.UserID, req.Quantity)
+	}
 	if err != nil {
 		h.logError("reserve", err)
 		writeError(ctx, err)

@@ -38,6 +38,7 @@ var (
 	errClosed     = fmt.Errorf("reserving: %w", flashgate.ErrClosed)
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
+	errBadOrderID = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "order_id", Reason: "not a valid order id"})
 )
 
 // Config configures a Service. The zero value is a valid configuration.
@@ -149,6 +150,24 @@ func ulidMinter(clock flashgate.Clock) func() string {
 // *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
 // (bad user id or quantity) and ErrUnavailable (Redis unreachable).
 func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+	return s.reserve(ctx, "", saleID, userID, qty)
+}
+
+// ReserveOrder is Reserve with an order id the caller minted, so that a
+// call whose answer was lost can be sent again: a second call with the same
+// order id finds the first one's reservation and answers it as its own
+// (never a second reservation). orderID must satisfy
+// flashgate.ValidOrderID, or the error wraps ErrBadRequest.
+func (s *Service) ReserveOrder(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
+	if !flashgate.ValidOrderID(orderID) {
+		s.m.outcome(outBadRequest)
+		return "", errBadOrderID
+	}
+	return s.reserve(ctx, orderID, saleID, userID, qty)
+}
+
+// reserve is Reserve and ReserveOrder; an empty orderID is minted here.
+func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
 	if !flashgate.ValidSaleID(saleID) {
 		s.m.outcome(outNotFound)
 		return "", errBadSaleID
@@ -161,7 +180,9 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 		s.m.outcome(outBadRequest)
 		return "", errBadQty
 	}
-	orderID := s.newID()
+	if orderID == "" {
+		orderID = s.newID()
+	}
 	keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
 	now := s.clock.Now().UnixMilli()
 
@@ -195,8 +216,8 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 		return "", errSoldOut
 	case lua.ReservePurchased:
 		if existing == orderID {
-			// go-redis retried a call whose first attempt had reserved:
-			// the order is ours.
+			// A retried call (by go-redis, or by a Client whose answer was
+			// lost) whose first attempt had reserved: the order is ours.
 			s.m.outcome(outOK)
 			return orderID, nil
 		}

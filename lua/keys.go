@@ -23,11 +23,23 @@ func OrdersKey(sale string) string { return "fg:{" + sale + "}:orders" }
 // a release idempotent.
 func ReleasedKey(sale string) string { return "fg:{" + sale + "}:released" }
 
+// DeadKey is the stream of order entries the order sink could not store
+// (malformed, or refused by the database): each holds the original entry's
+// fields plus DeadSource, DeadReason and DeadTime, until an operator replays
+// it onto OrdersKey.
+func DeadKey(sale string) string { return "fg:{" + sale + "}:dead" }
+
 // SalesKey is the set of all sale ids known to Redis, whose streams the
 // order sinks drain. It is not hash-tagged and never a key of a script: the
 // control plane adds a sale with SADD before it prepares or re-syncs the
 // sale's keys, so a sale with orders is never missing from it.
 func SalesKey() string { return "fg:sales" }
+
+// GatewaysKey is the sorted set of live gateways: member = a gateway's id,
+// score = its last heartbeat (unix milliseconds). Each gateway takes its
+// share of --sale-rate from the number of live members. Not hash-tagged:
+// it is only ever used by single-key commands, so any slot will do.
+func GatewaysKey() string { return "fg:gateways" }
 
 // LeaderKey is the lock that elects the one control plane that runs the
 // scheduled loops (start/stop at times, expiry, re-sync).
@@ -62,4 +74,11 @@ const (
 	EntryQuantity = "qty"
 	EntryPrice    = "price"
 	EntryTime     = "ts" // unix milliseconds
+)
+
+// Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
+const (
+	DeadSource = "dead_src"    // the entry's id in the order stream
+	DeadReason = "dead_reason" // why the sink could not store it
+	DeadTime   = "dead_ts"     // when it was dead-lettered, unix milliseconds
 )

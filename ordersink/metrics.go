@@ -12,10 +12,11 @@ import (
 // metrics are the sink's Prometheus collectors; a nil *metrics records
 // nothing.
 type metrics struct {
-	orders  prometheus.Counter
-	batches *prometheus.CounterVec
-	lag     prometheus.Histogram
-	backlog prometheus.Gauge
+	orders      prometheus.Counter
+	batches     *prometheus.CounterVec
+	lag         prometheus.Histogram
+	backlog     prometheus.Gauge
+	deadLetters *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		batches: promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_sink_batches_total",
-			Help: "Batches the sink tried to store, by result (ok, error).",
+			Help: "Batches the sink tried to store, by result (ok, error, replicas_behind).",
 		}, []string{"result"})),
 		lag: promreg.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashgate_sink_lag_seconds",
@@ -40,6 +41,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "flashgate_sink_backlog",
 			Help: "Reserved orders in all sale streams not yet in the database, as this sink last saw them (per sale: flashgate_stream_backlog from the control plane).",
 		})),
+		deadLetters: promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_sink_dead_letters_total",
+			Help: "Order entries the sink moved to a sale's dead-letter stream (malformed, or refused by the database), by sale.",
+		}, []string{"sale"})),
 	}
 }
 
@@ -56,6 +61,12 @@ func (m *metrics) stored(inserted int, orders []flashgate.Order, now time.Time) 
 	m.orders.Add(float64(inserted))
 	for _, o := range orders {
 		m.lag.Observe(max(0, now.Sub(o.CreatedAt).Seconds()))
+	}
+}
+
+func (m *metrics) dead(sale string, n int) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(sale).Add(float64(n))
 	}
 }
 

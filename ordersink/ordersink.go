@@ -2,7 +2,17 @@
 // reads with a consumer group, acknowledges (and deletes) entries only after
 // their rows are committed, re-reads its own pending entries on restart and
 // claims those a dead consumer left behind, so delivery is at-least-once and,
-// because inserts are idempotent, the effect is exactly-once.
+// because inserts are idempotent, the effect is exactly-once. Entries the
+// database refuses move to the sale's dead-letter stream (lua.DeadKey).
+//
+// Each sale's stream is read on its own (never several in one command, which
+// Redis Cluster refuses when they hash to different slots): one pipeline of
+// non-blocking XREADGROUPs per poll, one round trip per Redis node whatever
+// the number of sales, each stream read up to Batch so that no sale starves
+// another; a stream quiet for a while is polled about once a second. With
+// Config.WaitReplicas, what was read is made to reach the replicas (WAIT)
+// before it is committed, so a failover cannot lose a reservation the
+// database already holds.
 package ordersink
 
 import (
@@ -10,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,14 +44,18 @@ type Store interface {
 
 // Config tunes a Drainer. The zero value works.
 type Config struct {
-	// Consumer is this drainer's name in the consumer group; default
-	// "<hostname>-<pid>". A drainer that restarts under the same name picks
-	// up its own pending entries at once; under another name they are
-	// claimed after ClaimIdle.
+	// Consumer is this drainer's name in the consumer group; default the
+	// host name, which survives a restart. A drainer that restarts under the
+	// same name re-reads its own pending entries at once; under another name
+	// they are claimed by a live drainer after ClaimIdle. Two drainers that
+	// share a name are safe (inserts are idempotent) but may store the same
+	// entries twice over; give each its own.
 	Consumer string
-	// Batch is the most entries read, and orders inserted, at once; default 256.
+	// Batch is the most entries read from one stream, and orders inserted,
+	// at once; default 256.
 	Batch int
-	// Block is how long Run waits for new entries in one read; default 100ms.
+	// Block is how long Run pauses after a poll that found no new entries:
+	// the longest an idle drainer takes to see a new one; default 50ms.
 	Block time.Duration
 	// ClaimIdle is how long an entry must have sat unacknowledged in another
 	// consumer before it is claimed (XAUTOCLAIM); default 30s.
@@ -54,11 +70,28 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock tells the time for lag figures; default flashgate.SystemClock.
 	Clock flashgate.Clock
+	// WaitReplicas, when > 0, makes the drainer send `WAIT WaitReplicas
+	// WaitTimeout` after reading a batch and before committing it, on one
+	// connection to the stream's primary right after re-claiming the batch's
+	// entries (XCLAIM JUSTID, a write replicated after the entries
+	// themselves). When fewer replicas acknowledge, the batch is not
+	// committed: it stays pending and is tried again after a backoff.
+	// Default: 0, no WAIT.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default 500ms (only used when
+	// WaitReplicas > 0).
+	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
-	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds and
-	// flashgate_sink_backlog; default none.
+	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,
+	// flashgate_sink_backlog and flashgate_sink_dead_letters_total{sale};
+	// default none.
 	Metrics prometheus.Registerer
 }
+
+// ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than
+// Config.WaitReplicas replicas acknowledged a batch within WaitTimeout: the
+// batch was not committed and stays pending.
+var ErrReplicasBehind = errors.New("ordersink: replicas did not acknowledge the batch")
 
 // Drainer moves reserved orders from the sale streams into a Store. Its
 // methods may be called from several goroutines; passes are serialised.
@@ -76,23 +109,34 @@ type Drainer struct {
 	groups      map[string]bool // streams whose group is known to exist
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
+	polls       int            // polls for new entries so far
+	quiet       map[string]int // sale → consecutive polls that found nothing new
 }
 
-// New returns a Drainer reading with rdb, which should be a client of its
-// own: blocking reads hold a connection for up to Block.
+// A stream whose last quietAfter polls found nothing is polled only every
+// quietEvery-th poll (about once a second at the default Block), so that
+// the sales of the past, which stay in the set of sales, cost Redis little;
+// a busy stream is polled every time.
+const (
+	quietAfter = 20
+	quietEvery = 20
+)
+
+// New returns a Drainer reading with rdb (a *redis.Client, or a
+// *redis.ClusterClient for a cluster), best a client of its own: each WAIT
+// holds a connection for up to WaitTimeout.
 func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 	if cfg.Consumer == "" {
-		h, _ := os.Hostname()
-		if h == "" {
-			h = "ordersink"
-		}
-		cfg.Consumer = h + "-" + strconv.Itoa(os.Getpid())
+		cfg.Consumer = DefaultConsumer("")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
 	}
 	if cfg.Block <= 0 {
-		cfg.Block = 100 * time.Millisecond
+		cfg.Block = 50 * time.Millisecond
+	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = 500 * time.Millisecond
 	}
 	if cfg.ClaimIdle <= 0 {
 		cfg.ClaimIdle = 30 * time.Second
@@ -120,7 +164,23 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		m:           newMetrics(cfg.Metrics),
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
+		quiet:       map[string]int{},
 	}
+}
+
+// DefaultConsumer returns a consumer name that survives a restart: the host
+// name (in Kubernetes, the pod name), followed by "-" and suffix when suffix
+// is not empty (for example the port of the drainer's own listener, so that
+// two drainers on one host differ).
+func DefaultConsumer(suffix string) string {
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "ordersink"
+	}
+	if suffix != "" {
+		h += "-" + suffix
+	}
+	return h
 }
 
 // Run drains the streams until ctx is done, then returns nil. While the
@@ -202,9 +262,10 @@ func (d *Drainer) backlog(ctx context.Context, sales []string) (int64, error) {
 	return n, nil
 }
 
-// pass drains every sale stream once. Blocking passes (Run) read new entries
-// from all streams in one read that waits up to Block, and re-read pending
-// lists and claim only when needed; non-blocking passes (DrainOnce) do all.
+// pass drains every sale stream once. Blocking passes (Run) poll each stream
+// for new entries once, pausing for Block when none came, and re-read
+// pending lists and claim only when needed; non-blocking passes (DrainOnce)
+// do all and read until the streams are empty.
 func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -256,27 +317,50 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		}
 		d.claimedAt = now
 	}
-	if blocking {
-		n, err := d.readNew(ctx, d.sales, d.cfg.Block)
-		return total + n, err
-	}
-	for _, s := range d.sales {
-		left, err := d.rdb.XLen(ctx, lua.OrdersKey(s)).Result()
+	// A blocking pass polls once; DrainOnce reads what the streams held when
+	// it started (the longest, in Batch-sized reads, plus one read to see
+	// them empty), not what keeps arriving.
+	rounds := 1
+	if !blocking {
+		longest, err := d.longestStream(ctx)
 		if err != nil {
-			return total, fmt.Errorf("ordersink: XLEN: %w", err)
+			return total, err
 		}
-		for i := int64(0); i <= left/int64(d.cfg.Batch)+1; i++ {
-			n, err := d.readNew(ctx, []string{s}, -1)
-			total += n
-			if err != nil {
-				return total, err
+		rounds = int(longest/int64(d.cfg.Batch)) + 2
+	}
+	for round := 0; round < rounds; round++ {
+		read, n, err := d.readNew(ctx, !blocking)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if read == 0 {
+			if blocking {
+				sleep(ctx, d.cfg.Block)
 			}
-			if n == 0 {
-				break
-			}
+			break
 		}
 	}
 	return total, nil
+}
+
+// longestStream returns the length of the longest sale stream.
+func (d *Drainer) longestStream(ctx context.Context) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(d.sales))
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range d.sales {
+			cmds[i] = p.XLen(ctx, lua.OrdersKey(s))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ordersink: XLEN: %w", err)
+	}
+	var longest int64
+	for _, c := range cmds {
+		longest = max(longest, c.Val())
+	}
+	return longest, nil
 }
 
 // refresh re-reads the set of sales when RefreshSales has passed, or always
@@ -296,6 +380,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 	for _, s := range sales {
 		if !contains(d.sales, s) {
 			d.needPending[s] = true
+		}
+	}
+	for s := range d.quiet {
+		if !contains(sales, s) {
+			delete(d.quiet, s)
 		}
 	}
 	d.sales, d.salesAt = sales, now
@@ -335,6 +424,12 @@ func isNoGroup(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "NOGROUP")
 }
 
+// batch is entries read from one sale's stream.
+type batch struct {
+	sale string
+	msgs []redis.XMessage
+}
+
 // drainPending re-reads the entries delivered to this consumer and never
 // acknowledged, and stores them.
 func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
@@ -353,7 +448,7 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 		if len(res) == 0 || len(res[0].Messages) == 0 {
 			return total, nil
 		}
-		n, err := d.process(ctx, sale, res[0].Messages)
+		n, err := d.commit(ctx, []batch{{sale, res[0].Messages}})
 		total += n
 		if err != nil {
 			return total, err
@@ -377,7 +472,7 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 		}
 		if len(msgs) > 0 {
 			d.log.Info("claimed idle entries", "stream", key, "entries", len(msgs))
-			n, err := d.process(ctx, sale, msgs)
+			n, err := d.commit(ctx, []batch{{sale, msgs}})
 			total += n
 			if err != nil {
 				return total, err
@@ -391,35 +486,81 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 	return total, nil
 }
 
-// readNew reads entries never delivered to any consumer from the streams of
-// sales, waiting up to block (no wait when block < 0), and stores them.
-func (d *Drainer) readNew(ctx context.Context, sales []string, block time.Duration) (int, error) {
-	streams := make([]string, 0, 2*len(sales))
-	bykey := make(map[string]string, len(sales))
-	for _, s := range sales {
-		k := lua.OrdersKey(s)
-		streams = append(streams, k)
-		bykey[k] = s
+// readNew reads up to Batch entries never delivered to any consumer from
+// each sale's stream (all, or only those not quiet: see quietAfter), each
+// stream by its own XREADGROUP (a cluster refuses one read over keys of
+// several slots), all in one pipeline: one round trip per node. It stores
+// what it read and reports how many entries it read and how many it stored.
+func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err error) {
+	d.polls++
+	sales := d.sales
+	if !all && d.polls%quietEvery != 0 {
+		sales = make([]string, 0, len(d.sales))
+		for _, s := range d.sales {
+			if d.quiet[s] < quietAfter {
+				sales = append(sales, s)
+			}
+		}
 	}
-	for range sales {
-		streams = append(streams, ">")
+	cmds := make([]*redis.XStreamSliceCmd, len(sales))
+	_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range sales {
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
+				Streams: []string{lua.OrdersKey(s), ">"}, Count: int64(d.cfg.Batch), Block: -1,
+			})
+		}
+		return nil
+	})
+	var batches []batch
+	var first error
+	for i, c := range cmds {
+		res, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			d.quiet[sales[i]]++
+			continue
+		}
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("ordersink: reading new entries of %s: %w", lua.OrdersKey(sales[i]), err)
+			}
+			continue
+		}
+		if len(res) > 0 && len(res[0].Messages) > 0 {
+			batches = append(batches, batch{sales[i], res[0].Messages})
+			read += len(res[0].Messages)
+			d.quiet[sales[i]] = 0
+		} else {
+			d.quiet[sales[i]]++
+		}
 	}
-	res, err := d.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
-		Streams: streams, Count: int64(d.cfg.Batch), Block: block,
-	}).Result()
-	if errors.Is(err, redis.Nil) {
+	// What was read is in this consumer's pending list whatever else failed:
+	// store it now rather than after a backoff.
+	stored, err = d.commit(ctx, batches)
+	if err == nil {
+		err = first
+	}
+	if err != nil && ctx.Err() != nil && read == 0 {
+		return 0, 0, nil
+	}
+	return read, stored, err
+}
+
+// commit makes sure the batches reached the replicas, when configured, and
+// then stores them.
+func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
+	if len(batches) == 0 {
 		return 0, nil
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, nil
+	if err := d.awaitReplicas(ctx, batches); err != nil {
+		if errors.Is(err, ErrReplicasBehind) {
+			d.m.batch("replicas_behind")
 		}
-		return 0, fmt.Errorf("ordersink: reading new entries: %w", err)
+		return 0, err
 	}
 	total := 0
-	for _, st := range res {
-		n, err := d.process(ctx, bykey[st.Stream], st.Messages)
+	for _, b := range batches {
+		n, err := d.process(ctx, b.sale, b.msgs)
 		total += n
 		if err != nil {
 			return total, err
@@ -428,25 +569,118 @@ func (d *Drainer) readNew(ctx context.Context, sales []string, block time.Durati
 	return total, nil
 }
 
+// awaitReplicas returns nil once WaitReplicas replicas hold everything the
+// batches hold, or at once without WaitReplicas. On each primary concerned
+// it re-claims the batches' entries for this consumer (XCLAIM JUSTID: a
+// write, replicated after the entries themselves, which sets the
+// connection's replication offset even when the entries were read by an
+// earlier connection or process) and then sends WAIT on that same
+// connection. Replication is ordered: once a replica acknowledged the
+// XCLAIM it holds the entries.
+func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
+	if d.cfg.WaitReplicas <= 0 {
+		return nil
+	}
+	type nodeBatches struct {
+		node *redis.Client
+		bs   []batch
+	}
+	var nodes []*nodeBatches
+	for _, b := range batches {
+		node, err := d.primaryFor(ctx, lua.OrdersKey(b.sale))
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(nodes, func(n *nodeBatches) bool { return n.node == node })
+		if i < 0 {
+			nodes = append(nodes, &nodeBatches{node: node})
+			i = len(nodes) - 1
+		}
+		nodes[i].bs = append(nodes[i].bs, b)
+	}
+	for _, n := range nodes {
+		if err := d.waitOn(ctx, n.node, n.bs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitOn re-claims the batches' entries and sends WAIT on one connection of
+// node.
+func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
+	conn := node.Conn()
+	defer conn.Close()
+	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, b := range bs {
+			ids := make([]string, len(b.msgs))
+			for i, m := range b.msgs {
+				ids[i] = m.ID
+			}
+			p.XClaimJustID(ctx, &redis.XClaimArgs{
+				Stream: lua.OrdersKey(b.sale), Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
+				MinIdle: 0, Messages: ids,
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
+	}
+	// A WAIT of its own, not in the pipeline: go-redis gives it a read
+	// deadline of WaitTimeout plus a margin, whatever the client's.
+	acked, err := conn.Wait(ctx, d.cfg.WaitReplicas, d.cfg.WaitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("ordersink: WAIT: %w", err)
+	}
+	if acked < int64(d.cfg.WaitReplicas) {
+		return fmt.Errorf("%w: %d of %d replicas within %v; not committing %d streams' batches yet",
+			ErrReplicasBehind, acked, d.cfg.WaitReplicas, d.cfg.WaitTimeout, len(bs))
+	}
+	return nil
+}
+
+// primaryFor returns the client of the primary that holds key: the client
+// itself, or for a cluster the master of key's slot.
+func (d *Drainer) primaryFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := d.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("ordersink: finding the primary of %s: %w", key, err)
+		}
+		return n, nil
+	}
+	return nil, fmt.Errorf("ordersink: WAIT needs a *redis.Client or *redis.ClusterClient, not %T", d.rdb)
+}
+
+// deadEntry is an entry the drainer cannot store, and why.
+type deadEntry struct {
+	msg    redis.XMessage
+	reason string
+}
+
 // process stores the orders of msgs, read from sale's stream, and only then
-// acknowledges and deletes their entries. Malformed entries are logged,
-// acknowledged and deleted at once, so they never block the stream.
+// acknowledges and deletes their entries. Malformed entries, and those the
+// store refuses, move to the sale's dead-letter stream at once, so they
+// never block the stream.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
 	key := lua.OrdersKey(sale)
 	orders := make([]flashgate.Order, 0, len(msgs))
-	ids := make([]string, 0, len(msgs))
-	var bad []string
+	kept := make([]redis.XMessage, 0, len(msgs))
+	var dead []deadEntry
 	for _, m := range msgs {
 		o, err := parseEntry(sale, m.Values)
 		if err != nil {
-			d.log.Error("dropping malformed order entry", "stream", key, "id", m.ID, "err", err)
-			bad = append(bad, m.ID)
+			dead = append(dead, deadEntry{m, "malformed entry: " + err.Error()})
 			continue
 		}
 		orders = append(orders, o)
-		ids = append(ids, m.ID)
+		kept = append(kept, m)
 	}
-	if err := d.ackDel(ctx, key, bad); err != nil {
+	if err := d.deadLetter(ctx, sale, dead); err != nil {
 		return 0, err
 	}
 	if len(orders) == 0 {
@@ -455,8 +689,8 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	inserted, err := d.store.InsertOrders(ctx, orders)
 	if errors.Is(err, flashgate.ErrBadRequest) {
 		// The store refused the batch for one order's sake: store them one
-		// by one and drop those it refuses.
-		orders, ids, inserted, err = d.oneByOne(ctx, key, orders, ids)
+		// by one and dead-letter those it refuses.
+		orders, kept, inserted, err = d.oneByOne(ctx, sale, orders, kept)
 	}
 	if err != nil {
 		d.m.batch("error")
@@ -464,33 +698,80 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	}
 	d.m.batch("ok")
 	d.m.stored(inserted, orders, d.cfg.Clock.Now())
+	ids := make([]string, len(kept))
+	for i, m := range kept {
+		ids[i] = m.ID
+	}
 	if err := d.ackDel(ctx, key, ids); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
 }
 
-func (d *Drainer) oneByOne(ctx context.Context, key string, orders []flashgate.Order, ids []string) ([]flashgate.Order, []string, int, error) {
+func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) ([]flashgate.Order, []redis.XMessage, int, error) {
 	var keptO []flashgate.Order
-	var keptI, bad []string
+	var keptM []redis.XMessage
+	var dead []deadEntry
 	total := 0
 	for i, o := range orders {
 		n, err := d.store.InsertOrders(ctx, []flashgate.Order{o})
 		if errors.Is(err, flashgate.ErrBadRequest) {
-			d.log.Error("dropping order the store refuses", "stream", key, "id", ids[i], "err", err)
-			bad = append(bad, ids[i])
+			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + err.Error()})
 			continue
 		}
 		if err != nil {
-			return orders, ids, 0, err
+			return orders, msgs, 0, err
 		}
 		total += n
-		keptO, keptI = append(keptO, o), append(keptI, ids[i])
+		keptO, keptM = append(keptO, o), append(keptM, msgs[i])
 	}
-	if err := d.ackDel(ctx, key, bad); err != nil {
-		return orders, ids, 0, err
+	if err := d.deadLetter(ctx, sale, dead); err != nil {
+		return orders, msgs, 0, err
 	}
-	return keptO, keptI, total, nil
+	return keptO, keptM, total, nil
+}
+
+// maxReason bounds the reason stored with a dead letter.
+const maxReason = 500
+
+// deadLetter moves entries of sale's order stream to its dead-letter stream
+// (lua.DeadKey): in one MULTI, each is added there with its fields and
+// DeadSource, DeadReason and DeadTime, then acknowledged and deleted.
+func (d *Drainer) deadLetter(ctx context.Context, sale string, dead []deadEntry) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	key, dkey := lua.OrdersKey(sale), lua.DeadKey(sale)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	now := d.cfg.Clock.Now().UnixMilli()
+	ids := make([]string, len(dead))
+	_, err := d.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range dead {
+			ids[i] = e.msg.ID
+			vals := make([]any, 0, 2*len(e.msg.Values)+6)
+			for _, k := range slices.Sorted(maps.Keys(e.msg.Values)) {
+				vals = append(vals, k, e.msg.Values[k])
+			}
+			reason := e.reason
+			if len(reason) > maxReason {
+				reason = reason[:maxReason]
+			}
+			vals = append(vals, lua.DeadSource, e.msg.ID, lua.DeadReason, reason, lua.DeadTime, now)
+			p.XAdd(ctx, &redis.XAddArgs{Stream: dkey, Values: vals})
+		}
+		p.XAck(ctx, key, lua.SinkGroup, ids...)
+		p.XDel(ctx, key, ids...)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ordersink: dead-lettering %d entries of %s: %w", len(dead), key, err)
+	}
+	for _, e := range dead {
+		d.log.Error("order entry moved to the dead-letter stream", "stream", key, "dead", dkey, "id", e.msg.ID, "reason", e.reason)
+	}
+	d.m.dead(sale, len(dead))
+	return nil
 }
 
 // ackDel acknowledges and deletes entries in one round trip, so a stream's
