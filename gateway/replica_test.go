@@ -52,7 +52,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	rp.WaitReplica(t)
 	primary, replica := rs.Client(t), rp.Client(t)
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1"), lua.SalesKey()}, "s1", 100, 150, 1, 500).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1")}, 100, 150, 1, 500).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "open").Err(); err != nil {
