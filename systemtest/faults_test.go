@@ -582,7 +582,13 @@ func TestInvariantsUnderFaults(t *testing.T) {
 		s.replica.Stop()
 		note("replica stopped")
 		reached(60)
-		fallbacksWhileDown = s.replicaFallbacks(ftb)
+		// A busy crowd can answer 45 buyers between two state refreshes:
+		// give the gateway up to 3 s to need the primary.
+		for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if fallbacksWhileDown = s.replicaFallbacks(ftb); fallbacksWhileDown > 0 || time.Now().After(end) {
+				break
+			}
+		}
 		s.replica.Restart(ftb)
 		s.replica.WaitReplica(ftb)
 		note("replica restarted and synced")
