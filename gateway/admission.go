@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
@@ -468,17 +469,17 @@ func (s *Server) rebuildAPI(e *sale) {
 	switch {
 	case st == nil && (m == nil || !m.found):
 		// Redis never answered for this sale; say so rather than guess.
-		d = &apiDoc{status: 503, body: errBody("unavailable")}
+		d = &apiDoc{status: ansUnavail.status, body: ansUnavail.body}
 		if m != nil && !m.found {
-			d = &apiDoc{status: 404, body: errBody("not_found")}
+			d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 		}
 	case (st == nil || !st.found) && (m == nil || !m.found):
-		d = &apiDoc{status: 404, body: errBody("not_found")}
+		d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 	default:
 		if m == nil {
 			m = &saleMeta{}
 		}
-		d = &apiDoc{status: 200, body: saleJSON(e.id, st, m)}
+		d = &apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m)}
 	}
 	if old := e.api.Load(); old != nil && old.status == d.status && string(old.body) == string(d.body) {
 		return

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
@@ -11,46 +12,72 @@ import (
 // Precomputed header names, values and bodies: the hot path only copies
 // them.
 var (
-	ctJSON         = []byte("application/json")
-	ctHTML         = []byte("text/html; charset=utf-8")
-	hCacheControl  = []byte(fasthttp.HeaderCacheControl)
-	hETag          = []byte("Etag") // fasthttp's canonical form of ETag
-	hVary          = []byte(fasthttp.HeaderVary)
-	hRetryAfter    = []byte(fasthttp.HeaderRetryAfter)
-	hAllow         = []byte(fasthttp.HeaderAllow)
-	hEncoding      = []byte(fasthttp.HeaderContentEncoding)
-	vNoStore       = []byte("no-store")
-	vAPICache      = []byte("public, max-age=1")
-	vAcceptEnc     = []byte("Accept-Encoding")
-	vGzip          = []byte("gzip")
-	vOne           = []byte("1")
-	vGet           = []byte("GET, HEAD")
-	vPost          = []byte("POST")
-	strGzip        = []byte("gzip")
-	bodyOKText     = []byte("ok\n")
-	bodyNotReady   = []byte("not ready\n")
-	errBodies      = map[string][]byte{}
-	bodyInternal   = errBody("internal")
-	bodyNotFound   = errBody("not_found")
-	bodyUnauth     = errBody("unauthorized")
-	bodyTooLarge   = errBody("too_large")
-	bodyBadRequest = errBody("bad_request")
-	bodyRateLimit  = errBody("rate_limited")
-	bodyUnavail    = errBody("unavailable")
-	bodySoldOut    = errBody("sold_out")
-	bodyNotStarted = errBody("not_started")
-	bodyClosed     = errBody("closed")
-	bodyNoMethod   = errBody("method_not_allowed")
+	ctJSON        = []byte("application/json")
+	ctHTML        = []byte("text/html; charset=utf-8")
+	hCacheControl = []byte(fasthttp.HeaderCacheControl)
+	hETag         = []byte("Etag") // fasthttp's canonical form of ETag
+	hVary         = []byte(fasthttp.HeaderVary)
+	hRetryAfter   = []byte(fasthttp.HeaderRetryAfter)
+	hAllow        = []byte(fasthttp.HeaderAllow)
+	hEncoding     = []byte(fasthttp.HeaderContentEncoding)
+	vNoStore      = []byte("no-store")
+	vAPICache     = []byte("public, max-age=1")
+	vAcceptEnc    = []byte("Accept-Encoding")
+	vGzip         = []byte("gzip")
+	vOne          = []byte("1")
+	vGet          = []byte("GET, HEAD")
+	vPost         = []byte("POST")
+	strGzip       = []byte("gzip")
+	bodyOKText    = []byte("ok\n")
+	bodyNotReady  = []byte("not ready\n")
 )
 
-// errBody returns the constant body {"error":"<code>"}.
-func errBody(code string) []byte {
-	if b, ok := errBodies[code]; ok {
-		return b
+// errBodies holds the constant body {"error":"<code>"} of every code in
+// flashgate's error table, and of "internal". It is built once at package
+// initialization and only read after.
+var errBodies = func() map[string][]byte {
+	m := map[string][]byte{}
+	for _, err := range append(flashgate.Errors(), errInternal) {
+		_, code := flashgate.ErrorStatus(err)
+		m[code] = []byte(`{"error":"` + code + `"}`)
 	}
-	b := []byte(`{"error":"` + code + `"}`)
-	errBodies[code] = b
-	return b
+	return m
+}()
+
+// errInternal stands for any error outside the vocabulary.
+var errInternal = errors.New("gateway: internal")
+
+// answer is the status and constant body an error is answered with.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// answerFor returns err's answer from flashgate.ErrorStatus.
+func answerFor(err error) answer {
+	status, code := flashgate.ErrorStatus(err)
+	b, ok := errBodies[code]
+	if !ok {
+		status, b = fasthttp.StatusInternalServerError, errBodies["internal"]
+	}
+	return answer{status, b}
+}
+
+// The answers the gateway gives without asking another tier.
+var (
+	ansInternal   = answerFor(errInternal)
+	ansNotFound   = answerFor(flashgate.ErrNotFound)
+	ansUnauth     = answerFor(flashgate.ErrUnauthorized)
+	ansTooLarge   = answerFor(flashgate.ErrTooLarge)
+	ansBadRequest = answerFor(flashgate.ErrBadRequest)
+	ansRateLimit  = answerFor(flashgate.ErrRateLimited)
+	ansUnavail    = answerFor(flashgate.ErrUnavailable)
+	ansNoMethod   = answerFor(flashgate.ErrMethodNotAllowed)
+)
+
+// writeAnswer answers a.
+func writeAnswer(ctx *fasthttp.RequestCtx, a answer) {
+	writeJSON(ctx, a.status, a.body)
 }
 
 // writeJSON answers status with a constant JSON body.
@@ -64,15 +91,11 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 // writeError answers err with its status and code from flashgate.ErrorStatus;
 // the error's text never reaches the client.
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, code := flashgate.ErrorStatus(err)
-	if status == fasthttp.StatusInternalServerError {
+	a := answerFor(err)
+	if a.status == fasthttp.StatusInternalServerError {
 		s.log.Error("gateway: request failed", "path", string(ctx.Path()), "err", err)
 	}
-	b, ok := errBodies[code]
-	if !ok {
-		b = bodyInternal
-	}
-	writeJSON(ctx, status, b)
+	writeAnswer(ctx, a)
 }
 
 // appendJSONString appends s as a JSON string.
