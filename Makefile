@@ -51,9 +51,10 @@ bench-http: ## Only the wrk part of bench: (a) sold out, (b) item page, (c) purc
 	scripts/bench-http.sh
 
 .PHONY: fuzz
-fuzz: ## Fuzz the gateway router and token verifier, 30s each.
+fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzVerifier -fuzztime 30s ./gateway
+	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 30s ./internal/jsonstr
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -500,7 +501,7 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 	remaining = max(remaining, 0)
 	b := make([]byte, 0, 192)
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, id)
+	b = jsonstr.Append(b, id)
 	b = append(b, `,"name":`...)
 	nb, _ := json.Marshal(name)
 	b = append(b, nb...)

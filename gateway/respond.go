@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"errors"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
 // Precomputed header names, values and bodies: the hot path only copies
@@ -98,49 +98,17 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	writeAnswer(ctx, a)
 }
 
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else if r == '\u2028' || r == '\u2029' {
-			b = append(b, `\u202`...)
-			b = append(b, hex[r&0xf])
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
-}
-
 // orderJSON is the body of an order answer.
 func orderJSON(o flashgate.Order) []byte {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"order_id":`...)
-	b = appendJSONString(b, o.ID)
+	b = jsonstr.Append(b, o.ID)
 	b = append(b, `,"sale_id":`...)
-	b = appendJSONString(b, o.SaleID)
+	b = jsonstr.Append(b, o.SaleID)
 	b = append(b, `,"user_id":`...)
-	b = appendJSONString(b, o.UserID)
+	b = jsonstr.Append(b, o.UserID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, string(o.Status))
+	b = jsonstr.Append(b, string(o.Status))
 	return append(b, '}')
 }
 
@@ -148,6 +116,6 @@ func orderJSON(o flashgate.Order) []byte {
 func purchasedJSON(orderID string) []byte {
 	b := make([]byte, 0, 80)
 	b = append(b, `{"error":"already_purchased","order_id":`...)
-	b = appendJSONString(b, orderID)
+	b = jsonstr.Append(b, orderID)
 	return append(b, '}')
 }
