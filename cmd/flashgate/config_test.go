@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,20 @@ func TestFlagOwnership(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "flag provided but not defined: -"+f.name) {
 				t.Errorf("%s --%s: got %v, want flag provided but not defined", c.name, f.name, err)
 			}
+		}
+	}
+}
+
+// TestFlagsDocumented: every flag the binary defines has its row in
+// docs/api.md, so the flag table cannot fall behind again.
+func TestFlagsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatalf("reading docs/api.md: %v", err)
+	}
+	for _, f := range flagSpecs {
+		if !bytes.Contains(doc, []byte("| `--"+f.name+"`")) && !bytes.Contains(doc, []byte("/ `--"+f.name+"` |")) {
+			t.Errorf("--%s: no row in docs/api.md", f.name)
 		}
 	}
 }
