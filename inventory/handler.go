@@ -29,11 +29,10 @@ const (
 )
 
 var (
-	contentJSON    = []byte("application/json")
-	bodyOK         = []byte(`{"status":"ok"}`)
-	bodyReleasedT  = []byte(`{"released":true}`)
-	bodyReleasedF  = []byte(`{"released":false}`)
-	bodyNotAllowed = []byte(`{"error":"method_not_allowed"}`)
+	contentJSON   = []byte("application/json")
+	bodyOK        = []byte(`{"status":"ok"}`)
+	bodyReleasedT = []byte(`{"released":true}`)
+	bodyReleasedF = []byte(`{"released":false}`)
 )
 
 // reserveRequest is the body of POST /v1/reserve. OrderID, when set, is
@@ -143,7 +142,7 @@ func (h *handler) method(ctx *fasthttp.RequestCtx, m string) bool {
 		return true
 	}
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, m)
-	writeJSON(ctx, fasthttp.StatusMethodNotAllowed, bodyNotAllowed)
+	writeError(ctx, flashgate.ErrMethodNotAllowed)
 	return false
 }
 
