@@ -50,9 +50,10 @@ bench-http: ## Only bench's wrk part (sold out, item page, purchase vs a bare se
 	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: fuzz
-fuzz: ## Fuzz the gateway router and token verifier, 30s each.
+fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s each.
 	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzVerifier -fuzztime 30s ./gateway
+	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 30s ./internal/jsonstr
 
 .PHONY: faults
 faults: ## Fault suite: the split deployment as real processes under faults (FAULTS=name runs one scenario).

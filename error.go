@@ -20,6 +20,9 @@ var (
 	ErrUnavailable      = errors.New("flashgate: unavailable")
 	ErrNotPayable       = errors.New("flashgate: not payable")
 	ErrExists           = errors.New("flashgate: exists")
+	// ErrMethodNotAllowed is a request whose route exists but not for its
+	// method; HTTP servers add an Allow header.
+	ErrMethodNotAllowed = errors.New("flashgate: method not allowed")
 )
 
 // PurchasedError is ErrAlreadyPurchased carrying the user's live order id.
@@ -64,6 +67,7 @@ var errorTable = []struct {
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{ErrNotPayable, http.StatusConflict, "not_payable"},
 	{ErrExists, http.StatusConflict, "exists"},
+	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
 }
 
 // ErrorStatus returns the HTTP status and JSON error code for err. Errors
@@ -86,4 +90,14 @@ func ErrorForCode(code string) error {
 		}
 	}
 	return nil
+}
+
+// Errors returns every sentinel of the vocabulary, in table order, so that
+// servers can precompute their answers from the one table.
+func Errors() []error {
+	errs := make([]error, len(errorTable))
+	for i, e := range errorTable {
+		errs[i] = e.err
+	}
+	return errs
 }

@@ -24,6 +24,7 @@ func TestErrorStatus(t *testing.T) {
 		{flashgate.ErrTooLarge, 413, "too_large"},
 		{flashgate.ErrUnauthorized, 401, "unauthorized"},
 		{flashgate.ErrNotPayable, 409, "not_payable"},
+		{flashgate.ErrMethodNotAllowed, 405, "method_not_allowed"},
 		{errors.New("dial tcp 10.0.0.1:6379: connection refused"), 500, "internal"},
 	}
 	for _, tt := range tests {
@@ -37,6 +38,12 @@ func TestErrorStatus(t *testing.T) {
 	}
 	if got := flashgate.ErrorForCode("no_such_code"); got != nil {
 		t.Errorf("ErrorForCode(unknown) = %v, want nil", got)
+	}
+	for _, err := range flashgate.Errors() {
+		_, code := flashgate.ErrorStatus(err)
+		if got := flashgate.ErrorForCode(code); got != err {
+			t.Errorf("ErrorForCode(%q) = %v, want %v", code, got, err)
+		}
 	}
 }
 

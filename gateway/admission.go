@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -485,17 +487,17 @@ func (s *Server) rebuildAPI(e *sale) {
 	switch {
 	case st == nil && (m == nil || !m.found):
 		// Redis never answered for this sale; say so rather than guess.
-		d = &apiDoc{status: 503, body: errBody("unavailable")}
+		d = &apiDoc{status: ansUnavail.status, body: ansUnavail.body}
 		if m != nil && !m.found {
-			d = &apiDoc{status: 404, body: errBody("not_found")}
+			d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 		}
 	case (st == nil || !st.found) && (m == nil || !m.found):
-		d = &apiDoc{status: 404, body: errBody("not_found")}
+		d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 	default:
 		if m == nil {
 			m = &saleMeta{}
 		}
-		d = &apiDoc{status: 200, body: saleJSON(e.id, st, m)}
+		d = &apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m)}
 	}
 	if old := e.api.Load(); old != nil && old.status == d.status && string(old.body) == string(d.body) {
 		return
@@ -516,7 +518,7 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 	remaining = max(remaining, 0)
 	b := make([]byte, 0, 192)
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, id)
+	b = jsonstr.Append(b, id)
 	b = append(b, `,"name":`...)
 	nb, _ := json.Marshal(name)
 	b = append(b, nb...)

@@ -1,56 +1,83 @@
 package gateway
 
 import (
-	"unicode/utf8"
+	"errors"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
 // Precomputed header names, values and bodies: the hot path only copies
 // them.
 var (
-	ctJSON         = []byte("application/json")
-	ctHTML         = []byte("text/html; charset=utf-8")
-	hCacheControl  = []byte(fasthttp.HeaderCacheControl)
-	hETag          = []byte("Etag") // fasthttp's canonical form of ETag
-	hVary          = []byte(fasthttp.HeaderVary)
-	hRetryAfter    = []byte(fasthttp.HeaderRetryAfter)
-	hAllow         = []byte(fasthttp.HeaderAllow)
-	hEncoding      = []byte(fasthttp.HeaderContentEncoding)
-	vNoStore       = []byte("no-store")
-	vAPICache      = []byte("public, max-age=1")
-	vAcceptEnc     = []byte("Accept-Encoding")
-	vGzip          = []byte("gzip")
-	vOne           = []byte("1")
-	vGet           = []byte("GET, HEAD")
-	vPost          = []byte("POST")
-	strGzip        = []byte("gzip")
-	bodyOKText     = []byte("ok\n")
-	bodyNotReady   = []byte("not ready\n")
-	errBodies      = map[string][]byte{}
-	bodyInternal   = errBody("internal")
-	bodyNotFound   = errBody("not_found")
-	bodyUnauth     = errBody("unauthorized")
-	bodyTooLarge   = errBody("too_large")
-	bodyBadRequest = errBody("bad_request")
-	bodyRateLimit  = errBody("rate_limited")
-	bodyUnavail    = errBody("unavailable")
-	bodySoldOut    = errBody("sold_out")
-	bodyNotStarted = errBody("not_started")
-	bodyClosed     = errBody("closed")
-	bodyNoMethod   = errBody("method_not_allowed")
+	ctJSON        = []byte("application/json")
+	ctHTML        = []byte("text/html; charset=utf-8")
+	hCacheControl = []byte(fasthttp.HeaderCacheControl)
+	hETag         = []byte("Etag") // fasthttp's canonical form of ETag
+	hVary         = []byte(fasthttp.HeaderVary)
+	hRetryAfter   = []byte(fasthttp.HeaderRetryAfter)
+	hAllow        = []byte(fasthttp.HeaderAllow)
+	hEncoding     = []byte(fasthttp.HeaderContentEncoding)
+	vNoStore      = []byte("no-store")
+	vAPICache     = []byte("public, max-age=1")
+	vAcceptEnc    = []byte("Accept-Encoding")
+	vGzip         = []byte("gzip")
+	vOne          = []byte("1")
+	vGet          = []byte("GET, HEAD")
+	vPost         = []byte("POST")
+	strGzip       = []byte("gzip")
+	bodyOKText    = []byte("ok\n")
+	bodyNotReady  = []byte("not ready\n")
 )
 
-// errBody returns the constant body {"error":"<code>"}.
-func errBody(code string) []byte {
-	if b, ok := errBodies[code]; ok {
-		return b
+// errBodies holds the constant body {"error":"<code>"} of every code in
+// flashgate's error table, and of "internal". It is built once at package
+// initialization and only read after.
+var errBodies = func() map[string][]byte {
+	m := map[string][]byte{}
+	for _, err := range append(flashgate.Errors(), errInternal) {
+		_, code := flashgate.ErrorStatus(err)
+		m[code] = []byte(`{"error":"` + code + `"}`)
 	}
-	b := []byte(`{"error":"` + code + `"}`)
-	errBodies[code] = b
-	return b
+	return m
+}()
+
+// errInternal stands for any error outside the vocabulary.
+var errInternal = errors.New("gateway: internal")
+
+// answer is the status and constant body an error is answered with.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// answerFor returns err's answer from flashgate.ErrorStatus.
+func answerFor(err error) answer {
+	status, code := flashgate.ErrorStatus(err)
+	b, ok := errBodies[code]
+	if !ok {
+		status, b = fasthttp.StatusInternalServerError, errBodies["internal"]
+	}
+	return answer{status, b}
+}
+
+// The answers the gateway gives without asking another tier.
+var (
+	ansInternal   = answerFor(errInternal)
+	ansNotFound   = answerFor(flashgate.ErrNotFound)
+	ansUnauth     = answerFor(flashgate.ErrUnauthorized)
+	ansTooLarge   = answerFor(flashgate.ErrTooLarge)
+	ansBadRequest = answerFor(flashgate.ErrBadRequest)
+	ansRateLimit  = answerFor(flashgate.ErrRateLimited)
+	ansUnavail    = answerFor(flashgate.ErrUnavailable)
+	ansNoMethod   = answerFor(flashgate.ErrMethodNotAllowed)
+)
+
+// writeAnswer answers a.
+func writeAnswer(ctx *fasthttp.RequestCtx, a answer) {
+	writeJSON(ctx, a.status, a.body)
 }
 
 // writeJSON answers status with a constant JSON body.
@@ -64,60 +91,24 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 // writeError answers err with its status and code from flashgate.ErrorStatus;
 // the error's text never reaches the client.
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, code := flashgate.ErrorStatus(err)
-	if status == fasthttp.StatusInternalServerError {
+	a := answerFor(err)
+	if a.status == fasthttp.StatusInternalServerError {
 		s.log.Error("gateway: request failed", "path", string(ctx.Path()), "err", err)
 	}
-	b, ok := errBodies[code]
-	if !ok {
-		b = bodyInternal
-	}
-	writeJSON(ctx, status, b)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else if r == '\u2028' || r == '\u2029' {
-			b = append(b, `\u202`...)
-			b = append(b, hex[r&0xf])
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
+	writeAnswer(ctx, a)
 }
 
 // orderJSON is the body of an order answer.
 func orderJSON(o flashgate.Order) []byte {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"order_id":`...)
-	b = appendJSONString(b, o.ID)
+	b = jsonstr.Append(b, o.ID)
 	b = append(b, `,"sale_id":`...)
-	b = appendJSONString(b, o.SaleID)
+	b = jsonstr.Append(b, o.SaleID)
 	b = append(b, `,"user_id":`...)
-	b = appendJSONString(b, o.UserID)
+	b = jsonstr.Append(b, o.UserID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, string(o.Status))
+	b = jsonstr.Append(b, string(o.Status))
 	return append(b, '}')
 }
 
@@ -125,6 +116,6 @@ func orderJSON(o flashgate.Order) []byte {
 func purchasedJSON(orderID string) []byte {
 	b := make([]byte, 0, 80)
 	b = append(b, `{"error":"already_purchased","order_id":`...)
-	b = appendJSONString(b, orderID)
+	b = jsonstr.Append(b, orderID)
 	return append(b, '}')
 }

@@ -14,16 +14,6 @@ import (
 	"github.com/flashgate/flashgate"
 )
 
-func init() {
-	for _, c := range []string{
-		"not_found", "not_started", "closed", "sold_out", "already_purchased",
-		"unauthorized", "rate_limited", "bad_request", "too_large", "unavailable",
-		"not_payable", "exists", "internal",
-	} {
-		errBody(c)
-	}
-}
-
 var (
 	pHealthz  = []byte("/healthz")
 	pReadyz   = []byte("/readyz")
@@ -47,7 +37,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 		if v := recover(); v != nil {
 			s.log.Error("gateway: panic serving a request", "path", string(ctx.Path()), "panic", fmt.Sprint(v))
 			ctx.Response.Reset()
-			writeJSON(ctx, fasthttp.StatusInternalServerError, bodyInternal)
+			writeAnswer(ctx, ansInternal)
 		}
 		s.m.request(route, ctx.Response.StatusCode(), time.Since(start).Seconds())
 	}()
@@ -78,7 +68,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		if bytes.HasSuffix(rest, sOrders) {
 			id := rest[:len(rest)-len(sOrders)]
 			if !flashgate.ValidID(id) {
-				writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+				writeAnswer(ctx, ansNotFound)
 				return routeOther
 			}
 			if !post {
@@ -89,7 +79,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			return routePurchase
 		}
 		if !flashgate.ValidID(rest) {
-			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+			writeAnswer(ctx, ansNotFound)
 			return routeOther
 		}
 		if !get {
@@ -111,7 +101,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 			rest = rest[:len(rest)-len(sCancel)]
 		}
 		if !flashgate.ValidID(rest) {
-			writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+			writeAnswer(ctx, ansNotFound)
 			return routeOther
 		}
 		if (action == orderGet && !get) || (action != orderGet && !post) {
@@ -167,7 +157,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		return routeStatic
 
 	case bytes.HasPrefix(path, pAPI):
-		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+		writeAnswer(ctx, ansNotFound)
 		return routeOther
 	}
 	s.notFoundPage(ctx)
@@ -176,7 +166,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 
 // methodNotAllowed answers 405 with Allow and, like every error, a JSON code.
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow []byte) {
-	writeJSON(ctx, fasthttp.StatusMethodNotAllowed, bodyNoMethod)
+	writeAnswer(ctx, ansNoMethod)
 	ctx.Response.Header.SetCanonical(hAllow, allow)
 }
 
@@ -198,17 +188,19 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeJSON(ctx, fasthttp.StatusRequestEntityTooLarge, bodyTooLarge)
+		writeAnswer(ctx, ansTooLarge)
 		ctx.SetConnectionClose()
 		return
 	}
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) {
-		writeJSON(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, bodyBadRequest)
+		// Headers over the buffer are the one bad request with its own
+		// status, 431; the code stays the table's bad_request.
+		writeJSON(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, ansBadRequest.body)
 		ctx.SetConnectionClose()
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusBadRequest, bodyBadRequest)
+	writeAnswer(ctx, ansBadRequest)
 	ctx.SetConnectionClose()
 }
 
@@ -219,7 +211,7 @@ func (s *Server) apiSale(ctx *fasthttp.RequestCtx, id []byte) {
 	e := s.lookup(id)
 	d := e.api.Load()
 	if d == nil {
-		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+		writeAnswer(ctx, ansUnavail)
 		return
 	}
 	ctx.Response.SetStatusCode(d.status)
@@ -232,27 +224,45 @@ func (s *Server) apiSale(ctx *fasthttp.RequestCtx, id []byte) {
 	ctx.Response.SetBodyRaw(d.body)
 }
 
+// verdictErrs maps each local verdict but verdictAdmit to its sentinel.
+var verdictErrs = [...]error{
+	verdictUnavailable: flashgate.ErrUnavailable,
+	verdictNotFound:    flashgate.ErrNotFound,
+	verdictClosed:      flashgate.ErrClosed,
+	verdictNotStarted:  flashgate.ErrNotStarted,
+	verdictSoldOut:     flashgate.ErrSoldOut,
+}
+
+// verdictAnswers holds each verdict's answer from the error table.
+var verdictAnswers = func() (a [len(verdictErrs)]answer) {
+	for v, err := range verdictErrs {
+		if err != nil {
+			a[v] = answerFor(err)
+		}
+	}
+	return a
+}()
+
 // rejectLocal answers a purchase the cached state turns away, counting it
 // for the primary's "rejected" field.
 func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
+	if v <= verdictAdmit || v >= len(verdictAnswers) {
+		v = verdictSoldOut
+	}
+	writeAnswer(ctx, verdictAnswers[v])
 	switch v {
 	case verdictUnavailable:
 		s.m.decision(decUnavailable)
-		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
 		return
 	case verdictNotFound:
 		s.m.decision(decNotFound)
-		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
 		return
 	case verdictClosed:
 		s.m.decision(decClosed)
-		writeJSON(ctx, fasthttp.StatusConflict, bodyClosed)
 	case verdictNotStarted:
 		s.m.decision(decNotStarted)
-		writeJSON(ctx, fasthttp.StatusConflict, bodyNotStarted)
 	default:
 		s.m.decision(decSoldOut)
-		writeJSON(ctx, fasthttp.StatusConflict, bodySoldOut)
 	}
 	e.rejected.Add(1)
 }
@@ -265,12 +275,12 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	body := ctx.PostBody()
 	if len(body) > s.cfg.MaxBodySize {
-		writeJSON(ctx, fasthttp.StatusRequestEntityTooLarge, bodyTooLarge)
+		writeAnswer(ctx, ansTooLarge)
 		return
 	}
 	tok, ok := bearerToken(ctx)
 	if !ok {
-		writeJSON(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		writeAnswer(ctx, ansUnauth)
 		return
 	}
 	e := s.lookup(id)
@@ -281,7 +291,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	now := s.clock.Now()
 	user, ok := s.jwt.verify(tok, now.UnixNano())
 	if !ok {
-		writeJSON(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		writeAnswer(ctx, ansUnauth)
 		return
 	}
 	// The user's bucket first: one user hammering the button spends only
@@ -289,20 +299,20 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	if !s.allowUser(user, now) {
 		s.m.decision(decRateLimited)
 		e.rejected.Add(1)
-		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
+		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
 		return
 	}
 	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
 		s.m.decision(decRateLimited)
 		e.rejected.Add(1)
-		writeJSON(ctx, fasthttp.StatusTooManyRequests, bodyRateLimit)
+		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
 		return
 	}
 	qty, ok := parseQuantity(body)
 	if !ok {
-		writeJSON(ctx, fasthttp.StatusBadRequest, bodyBadRequest)
+		writeAnswer(ctx, ansBadRequest)
 		return
 	}
 	if v := e.admit(); v != verdictAdmit {
@@ -360,11 +370,11 @@ const (
 func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
 	user, ok := s.authenticate(ctx)
 	if !ok {
-		writeJSON(ctx, fasthttp.StatusUnauthorized, bodyUnauth)
+		writeAnswer(ctx, ansUnauth)
 		return
 	}
 	if s.cfg.Orders == nil {
-		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+		writeAnswer(ctx, ansUnavail)
 		return
 	}
 	var (
@@ -386,7 +396,7 @@ func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
 	if o.UserID != user {
 		// The Orders service must not hand out other users' orders; if
 		// it does, answer as for an order that is not there.
-		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
+		writeAnswer(ctx, ansNotFound)
 		return
 	}
 	ctx.Response.SetStatusCode(fasthttp.StatusOK)

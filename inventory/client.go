@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
 // ClientConfig configures a Client. The zero value is a valid configuration.
@@ -150,11 +151,11 @@ func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) 
 	orderID := c.newID()
 	var arr [320]byte
 	b := append(arr[:0], `{"order_id":`...)
-	b = appendJSONString(b, orderID)
+	b = jsonstr.Append(b, orderID)
 	b = append(b, `,"sale_id":`...)
-	b = appendJSONString(b, saleID)
+	b = jsonstr.Append(b, saleID)
 	b = append(b, `,"user_id":`...)
-	b = appendJSONString(b, userID)
+	b = jsonstr.Append(b, userID)
 	b = append(b, `,"quantity":`...)
 	b = strconv.AppendInt(b, qty, 10)
 	b = append(b, '}')

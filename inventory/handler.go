@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
 // MaxBodySize is the largest request body the handler reads; larger bodies
@@ -28,11 +29,10 @@ const (
 )
 
 var (
-	contentJSON    = []byte("application/json")
-	bodyOK         = []byte(`{"status":"ok"}`)
-	bodyReleasedT  = []byte(`{"released":true}`)
-	bodyReleasedF  = []byte(`{"released":false}`)
-	bodyNotAllowed = []byte(`{"error":"method_not_allowed"}`)
+	contentJSON   = []byte("application/json")
+	bodyOK        = []byte(`{"status":"ok"}`)
+	bodyReleasedT = []byte(`{"released":true}`)
+	bodyReleasedF = []byte(`{"released":false}`)
 )
 
 // reserveRequest is the body of POST /v1/reserve. OrderID, when set, is
@@ -142,7 +142,7 @@ func (h *handler) method(ctx *fasthttp.RequestCtx, m string) bool {
 		return true
 	}
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, m)
-	writeJSON(ctx, fasthttp.StatusMethodNotAllowed, bodyNotAllowed)
+	writeError(ctx, flashgate.ErrMethodNotAllowed)
 	return false
 }
 
@@ -186,7 +186,7 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 	}
 	var arr [96]byte
 	buf := append(arr[:0], `{"order_id":`...)
-	buf = appendJSONString(buf, orderID)
+	buf = jsonstr.Append(buf, orderID)
 	buf = append(buf, '}')
 	writeJSON(ctx, fasthttp.StatusOK, buf)
 }
@@ -244,7 +244,7 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	var pe *flashgate.PurchasedError
 	if errors.As(err, &pe) {
 		buf = append(buf, `,"order_id":`...)
-		buf = appendJSONString(buf, pe.OrderID)
+		buf = jsonstr.Append(buf, pe.OrderID)
 	}
 	buf = append(buf, '}')
 	if status == fasthttp.StatusServiceUnavailable {
@@ -257,23 +257,4 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, b []byte) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentTypeBytes(contentJSON)
 	ctx.SetBody(b)
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, other bytes as they are.
-func appendJSONString(buf []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	buf = append(buf, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			buf = append(buf, '\\', c)
-		case c < 0x20:
-			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			buf = append(buf, c)
-		}
-	}
-	return append(buf, '"')
 }

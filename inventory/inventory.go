@@ -124,7 +124,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		s.waitMillis = 1 // WAIT 0 would block forever
 	}
 	if cfg.Metrics != nil {
-		s.m = newMetrics(cfg.Metrics)
+		s.m = newMetrics(cfg.Metrics, s.log)
 	}
 	return s
 }

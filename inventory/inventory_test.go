@@ -479,7 +479,7 @@ func TestHandler(t *testing.T) {
 		{"healthz", "GET", "/healthz", "", 200, `{"status":"ok"}`},
 		{"readyz", "GET", "/readyz", "", 200, `{"status":"ok"}`},
 		{"unknown path", "GET", "/nope", "", 404, `{"error":"not_found"}`},
-		{"wrong method", "GET", "/v1/reserve", "", 405, ""},
+		{"wrong method", "GET", "/v1/reserve", "", 405, `{"error":"method_not_allowed"}`},
 		{"bad json", "POST", "/v1/reserve", `{"sale_id":`, 400, `{"error":"bad_request"}`},
 		{"too large", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"` + strings.Repeat("u", 5000) + `"}`, 413, `{"error":"too_large"}`},
 		{"no sale", "POST", "/v1/reserve", `{"sale_id":"zz","user_id":"u","quantity":1}`, 404, `{"error":"not_found"}`},

@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,16 +44,24 @@ type metrics struct {
 	calls    [numOps]prometheus.Observer
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	reserves := promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
+	reserves := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_reserve_total",
 		Help: "Reserve calls by outcome.",
-	}, []string{"outcome"}))
-	calls := promreg.Shared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	}, []string{"outcome"})
+	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashgate_redis_call_seconds",
 		Help:    "Duration of the inventory tier's Redis calls, by operation.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-	}, []string{"op"}))
+	}, []string{"op"})
+	var errs [2]error
+	reserves, errs[0] = promreg.Register(reg, reserves)
+	calls, errs[1] = promreg.Register(reg, calls)
+	if err := errors.Join(errs[:]...); err != nil {
+		// The tier reserves on: it counts into its own collectors, which
+		// nobody scrapes.
+		log.Error("inventory: registering metrics", "err", err)
+	}
 	m := &metrics{}
 	for i, name := range outcomeNames {
 		m.outcomes[i] = reserves.WithLabelValues(name)

@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -9,9 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/inventory"
@@ -193,3 +196,35 @@ func TestReserveOrderID(t *testing.T) {
 }
 
 func ulidNow() string { return ulid.Make().String() }
+
+// TestClientBodyValidUTF8: a user id that is not valid UTF-8 (a JWT subject
+// is any bytes) still goes out as valid JSON, the bad byte as U+FFFD, as
+// encoding/json writes it; the client used to copy the byte raw.
+func TestClientBodyValidUTF8(t *testing.T) {
+	ln := fasthttputil.NewInmemoryListener()
+	bodies := make(chan []byte, 8)
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		select {
+		case bodies <- append([]byte(nil), ctx.PostBody()...):
+		default:
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"order_id":"o1"}`)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown(); _ = ln.Close() }()
+	c, err := inventory.NewClient([]string{"http://inventory.test:8080"}, inventory.ClientConfig{
+		Dial: func(string) (net.Conn, error) { return ln.Dial() },
+	})
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	_, _ = c.Reserve(context.Background(), "s1", "u\xff<", 1)
+	b := <-bodies
+	var req struct {
+		UserID string `json:"user_id"`
+	}
+	if !utf8.Valid(b) || json.Unmarshal(b, &req) != nil || req.UserID != "u\ufffd<" {
+		t.Errorf("request body: got %q, want valid UTF-8 JSON with user_id %q", b, "u\ufffd<")
+	}
+}

@@ -1,6 +1,8 @@
 package ordersink
 
 import (
+	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,33 +21,45 @@ type metrics struct {
 	deadLetters *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	if reg == nil {
 		return nil
 	}
-	return &metrics{
-		orders: promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m := &metrics{
+		orders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_sink_orders_total",
 			Help: "Order rows the sink inserted into the database.",
-		})),
-		batches: promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_sink_batches_total",
 			Help: "Batches the sink tried to store, by result (ok, error, replicas_behind).",
-		}, []string{"result"})),
-		lag: promreg.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"result"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashgate_sink_lag_seconds",
 			Help:    "Time from an order's reservation to its commit in the database.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		})),
-		backlog: promreg.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flashgate_sink_backlog",
 			Help: "Reserved orders in all sale streams not yet in the database, as this sink last saw them (per sale: flashgate_stream_backlog from the control plane).",
-		})),
-		deadLetters: promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_sink_dead_letters_total",
 			Help: "Order entries the sink moved to a sale's dead-letter stream (malformed, or refused by the database), by sale.",
-		}, []string{"sale"})),
+		}, []string{"sale"}),
 	}
+	var errs [5]error
+	m.orders, errs[0] = promreg.Register(reg, m.orders)
+	m.batches, errs[1] = promreg.Register(reg, m.batches)
+	m.lag, errs[2] = promreg.Register(reg, m.lag)
+	m.backlog, errs[3] = promreg.Register(reg, m.backlog)
+	m.deadLetters, errs[4] = promreg.Register(reg, m.deadLetters)
+	if err := errors.Join(errs[:]...); err != nil {
+		// The sink drains on: it counts into its own collectors, which
+		// nobody scrapes.
+		log.Error("ordersink: registering metrics", "err", err)
+	}
+	return m
 }
 
 func (m *metrics) batch(result string) {

@@ -161,7 +161,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		store:       store,
 		cfg:         cfg,
 		log:         cfg.Logger.With("component", "ordersink", "consumer", cfg.Consumer),
-		m:           newMetrics(cfg.Metrics),
+		m:           newMetrics(cfg.Metrics, cfg.Logger),
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},

@@ -69,10 +69,44 @@ type Config struct {
 	TTL        time.Duration // token: lifetime; 24h
 }
 
+// cmdSet is a set of commands, one bit each: the commands that take a flag
+// or that a check applies to.
+type cmdSet uint16
+
+// The commands that parse flags; a new command adds a bit here and its
+// name to cmdNames.
+const (
+	cmdServe cmdSet = 1 << iota
+	cmdGateway
+	cmdInventory
+	cmdOrdersink
+	cmdControlplane
+	cmdDemo
+	cmdCrowd
+	cmdToken
+	cmdVersion
+)
+
+// cmdNames maps each command's name to its bit.
+var cmdNames = map[string]cmdSet{
+	"serve":        cmdServe,
+	"gateway":      cmdGateway,
+	"inventory":    cmdInventory,
+	"ordersink":    cmdOrdersink,
+	"controlplane": cmdControlplane,
+	"demo":         cmdDemo,
+	"crowd":        cmdCrowd,
+	"token":        cmdToken,
+	"version":      cmdVersion,
+}
+
+// has reports whether the command named cmd is in s.
+func (s cmdSet) has(cmd string) bool { return s&cmdNames[cmd] != 0 }
+
 // flagSpec ties a flag to the commands that take it.
 type flagSpec struct {
 	name, usage string
-	cmds        string // space-separated commands; "*" = all but token
+	cmds        cmdSet
 	bind        func(fs *flag.FlagSet, c *Config, name, usage string)
 }
 
@@ -100,63 +134,55 @@ func boolFlag(p func(*Config) *bool, def bool) func(*flag.FlagSet, *Config, stri
 	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.BoolVar(p(c), n, def, u) }
 }
 
+// Command sets several flags share.
 const (
-	servers = "serve gateway inventory ordersink controlplane"
-	gwLike  = "serve gateway demo"
-	cpLike  = "serve controlplane demo"
+	servers = cmdServe | cmdGateway | cmdInventory | cmdOrdersink | cmdControlplane
+	gwLike  = cmdServe | cmdGateway | cmdDemo
+	cpLike  = cmdServe | cmdControlplane | cmdDemo
 )
 
 var flagSpecs = []flagSpec{
-	{"listen", "public listener (gateway; inventory's HTTP face)", "serve gateway inventory demo", strFlag(func(c *Config) *string { return &c.Listen }, ":8080")},
-	{"admin-listen", "control plane listener: admin API, dashboard, /metrics", cpLike + " ordersink", strFlag(func(c *Config) *string { return &c.AdminListen }, "127.0.0.1:8081")},
+	{"listen", "public listener (gateway; inventory's HTTP face)", cmdServe | cmdGateway | cmdInventory | cmdDemo, strFlag(func(c *Config) *string { return &c.Listen }, ":8080")},
+	{"admin-listen", "control plane listener: admin API, dashboard, /metrics", cpLike | cmdOrdersink, strFlag(func(c *Config) *string { return &c.AdminListen }, "127.0.0.1:8081")},
 	{"redis", "Redis: redis://host:port/db, redis+cluster://host:port,… or redis+sentinel://host:port,…/master (required)", servers, strFlag(func(c *Config) *string { return &c.Redis }, "")},
-	{"redis-replicas", "comma-separated Redis replica URLs for gateway reads (default: the primary)", "serve gateway", strFlag(func(c *Config) *string { return &c.RedisReplicas }, "")},
-	{"db", "database: postgres://… or sqlite://PATH", "serve gateway ordersink controlplane", strFlag(func(c *Config) *string { return &c.DB }, "sqlite://flashgate.db")},
-	{"jwt-secret", "HS256 secret for buyer tokens (required)", "serve gateway crowd token demo", strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
-	{"admin-token", "bearer token for the admin API (required)", cpLike + " crowd", strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
-	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", "serve gateway", strFlag(func(c *Config) *string { return &c.Inventory }, "")},
-	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", "serve gateway inventory", strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
+	{"redis-replicas", "comma-separated Redis replica URLs for gateway reads (default: the primary)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.RedisReplicas }, "")},
+	{"db", "database: postgres://… or sqlite://PATH", cmdServe | cmdGateway | cmdOrdersink | cmdControlplane, strFlag(func(c *Config) *string { return &c.DB }, "sqlite://flashgate.db")},
+	{"jwt-secret", "HS256 secret for buyer tokens (required)", cmdServe | cmdGateway | cmdCrowd | cmdToken | cmdDemo, strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
+	{"admin-token", "bearer token for the admin API (required)", cpLike | cmdCrowd, strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
+	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.Inventory }, "")},
+	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", cmdServe | cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
 	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, 2)},
 	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, 5)},
 	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
-	{"payment-window", "unpaid orders expire after this", "serve gateway controlplane demo", durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
+	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
 	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, 1_000_000)},
 	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 1024)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
-	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
-	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", "serve ordersink", strFlag(func(c *Config) *string { return &c.SinkName }, "")},
-	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it; 0 = none", "serve ordersink", intFlag(func(c *Config) *int { return &c.SinkWaitReplicas }, 0)},
-	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", "serve ordersink", durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
-	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", "serve ordersink", durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, 30*time.Second)},
-	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", "gateway inventory", strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
-	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", "serve controlplane demo", boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
-	{"log-level", "debug, info, warn or error", servers + " demo", strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
-	{"units", "units on sale", "demo", int64Flag(func(c *Config) *int64 { return &c.Units }, 100)},
-	{"users", "distinct buyers", "demo crowd", intFlag(func(c *Config) *int { return &c.Users }, 100000)},
-	{"concurrency", "requests in flight", "demo crowd", intFlag(func(c *Config) *int { return &c.Concurrency }, 256)},
-	{"rate", "arrival rate in requests per second (0 = as fast as answers come)", "crowd", floatFlag(func(c *Config) *float64 { return &c.ArrivalRate }, 0)},
-	{"sale", "sale id", "crowd", strFlag(func(c *Config) *string { return &c.Sale }, "demo")},
-	{"target", "gateway base URL", "crowd", strFlag(func(c *Config) *string { return &c.Target }, "http://127.0.0.1:8080")},
-	{"admin", "control plane base URL for the cross-check (e.g. http://127.0.0.1:8081)", "crowd", strFlag(func(c *Config) *string { return &c.Admin }, "")},
-	{"quantity", "units per purchase", "crowd", int64Flag(func(c *Config) *int64 { return &c.Quantity }, 1)},
-	{"source-addrs", "local addresses the crowd dials from, in turn: IPs and ranges, e.g. 127.0.0.2-127.0.0.20 (default: the system's choice)", "crowd", strFlag(func(c *Config) *string { return &c.SourceAddrs }, "")},
-	{"timeout", "per-request timeout", "crowd", durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
-	{"progress", "draw a progress bar", "demo crowd", boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
-	{"serve", "keep serving after the report (open the pages in a browser)", "demo", boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
-	{"user", "the buyer's user id (the token's sub)", "token", strFlag(func(c *Config) *string { return &c.User }, "")},
-	{"count", "print this many tokens, one a line, for users <user-prefix>0…<count-1>", "token", intFlag(func(c *Config) *int { return &c.Count }, 1)},
-	{"user-prefix", "with --count: user ids are this prefix and a number", "token", strFlag(func(c *Config) *string { return &c.UserPrefix }, "user-")},
-	{"ttl", "token lifetime", "token", durFlag(func(c *Config) *time.Duration { return &c.TTL }, 24*time.Hour)},
-}
-
-func takes(cmds, cmd string) bool {
-	for _, c := range strings.Fields(cmds) {
-		if c == cmd {
-			return true
-		}
-	}
-	return false
+	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
+	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it; 0 = none", cmdServe | cmdOrdersink, intFlag(func(c *Config) *int { return &c.SinkWaitReplicas }, 0)},
+	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
+	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, 30*time.Second)},
+	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
+	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", cmdServe | cmdControlplane | cmdDemo, boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
+	{"log-level", "debug, info, warn or error", servers | cmdDemo, strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
+	{"units", "units on sale", cmdDemo, int64Flag(func(c *Config) *int64 { return &c.Units }, 100)},
+	{"users", "distinct buyers", cmdDemo | cmdCrowd, intFlag(func(c *Config) *int { return &c.Users }, 100000)},
+	{"concurrency", "requests in flight", cmdDemo | cmdCrowd, intFlag(func(c *Config) *int { return &c.Concurrency }, 256)},
+	{"rate", "arrival rate in requests per second (0 = as fast as answers come)", cmdCrowd, floatFlag(func(c *Config) *float64 { return &c.ArrivalRate }, 0)},
+	{"sale", "sale id", cmdCrowd, strFlag(func(c *Config) *string { return &c.Sale }, "demo")},
+	{"target", "gateway base URL", cmdCrowd, strFlag(func(c *Config) *string { return &c.Target }, "http://127.0.0.1:8080")},
+	{"admin", "control plane base URL for the cross-check (e.g. http://127.0.0.1:8081)", cmdCrowd, strFlag(func(c *Config) *string { return &c.Admin }, "")},
+	{"quantity", "units per purchase", cmdCrowd, int64Flag(func(c *Config) *int64 { return &c.Quantity }, 1)},
+	{"source-addrs", "local addresses the crowd dials from, in turn: IPs and ranges, e.g. 127.0.0.2-127.0.0.20 (default: the system's choice)", cmdCrowd, strFlag(func(c *Config) *string { return &c.SourceAddrs }, "")},
+	{"timeout", "per-request timeout", cmdCrowd, durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
+	{"progress", "draw a progress bar", cmdDemo | cmdCrowd, boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
+	{"serve", "keep serving after the report (open the pages in a browser)", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
+	{"user", "the buyer's user id (the token's sub)", cmdToken, strFlag(func(c *Config) *string { return &c.User }, "")},
+	{"count", "print this many tokens, one a line, for users <user-prefix>0…<count-1>", cmdToken, intFlag(func(c *Config) *int { return &c.Count }, 1)},
+	{"user-prefix", "with --count: user ids are this prefix and a number", cmdToken, strFlag(func(c *Config) *string { return &c.UserPrefix }, "user-")},
+	{"ttl", "token lifetime", cmdToken, durFlag(func(c *Config) *time.Duration { return &c.TTL }, 24*time.Hour)},
 }
 
 // EnvName is the environment variable a flag reads: FLASHGATE_ and the flag
@@ -172,7 +198,7 @@ func parseConfig(cmd string, args []string, stderr io.Writer, getenv func(string
 	fs := flag.NewFlagSet("flashgate "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	for _, f := range flagSpecs {
-		if takes(f.cmds, cmd) {
+		if f.cmds.has(cmd) {
 			f.bind(fs, c, f.name, f.usage+" (env "+EnvName(f.name)+")")
 		}
 	}
@@ -220,8 +246,7 @@ func (c *Config) validate(cmd string) error {
 		}
 		return nil
 	}
-	switch cmd {
-	case "serve", "gateway", "inventory", "ordersink", "controlplane":
+	if servers.has(cmd) {
 		if err := need("redis", c.Redis); err != nil {
 			return err
 		}
@@ -234,17 +259,17 @@ func (c *Config) validate(cmd string) error {
 			}
 		}
 	}
-	if takes("serve gateway crowd token", cmd) {
+	if (cmdServe | cmdGateway | cmdCrowd | cmdToken).has(cmd) {
 		if err := need("jwt-secret", c.JWTSecret); err != nil {
 			return err
 		}
 	}
-	if takes("serve controlplane", cmd) {
+	if (cmdServe | cmdControlplane).has(cmd) {
 		if err := need("admin-token", c.AdminToken); err != nil {
 			return err
 		}
 	}
-	if takes("serve gateway ordersink controlplane", cmd) {
+	if (cmdServe | cmdGateway | cmdOrdersink | cmdControlplane).has(cmd) {
 		if err := checkDBURL(c.DB); err != nil {
 			return err
 		}
@@ -254,7 +279,7 @@ func (c *Config) validate(cmd string) error {
 			return err
 		}
 	}
-	if takes("serve gateway inventory demo", cmd) {
+	if (cmdServe | cmdGateway | cmdInventory | cmdDemo).has(cmd) {
 		if err := checkListen("--listen", c.Listen); err != nil {
 			return err
 		}
@@ -264,7 +289,7 @@ func (c *Config) validate(cmd string) error {
 			return err
 		}
 	}
-	if takes("serve controlplane demo ordersink", cmd) {
+	if (cmdServe | cmdControlplane | cmdDemo | cmdOrdersink).has(cmd) {
 		if err := checkListen("--admin-listen", c.AdminListen); err != nil {
 			return err
 		}
@@ -293,7 +318,7 @@ func (c *Config) validate(cmd string) error {
 			return err
 		}
 	}
-	if takes("demo crowd", cmd) {
+	if (cmdDemo | cmdCrowd).has(cmd) {
 		if c.Users < 1 || c.Concurrency < 1 {
 			return fmt.Errorf("--users and --concurrency must be at least 1")
 		}
@@ -307,23 +332,23 @@ func (c *Config) validate(cmd string) error {
 	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)
 	}
-	if takes(gwLike, cmd) && (c.UserLimiters < 1 || c.FastConns < 1) {
+	if gwLike.has(cmd) && (c.UserLimiters < 1 || c.FastConns < 1) {
 		return fmt.Errorf("--user-limiters and --fast-conns must be at least 1")
 	}
 	// A zero or negative period would silently become the tier's default.
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-		cmds string
+		cmds cmdSet
 	}{
-		{"payment-window", c.PaymentWindow, "serve gateway controlplane demo"},
+		{"payment-window", c.PaymentWindow, cmdServe | cmdGateway | cmdControlplane | cmdDemo},
 		{"state-refresh", c.StateRefresh, gwLike},
 		{"resync-every", c.ResyncEvery, cpLike},
-		{"timeout", c.Timeout, "crowd"},
-		{"sink-wait-timeout", c.SinkWaitTimeout, "serve ordersink"},
-		{"sink-claim-idle", c.SinkClaimIdle, "serve ordersink"},
+		{"timeout", c.Timeout, cmdCrowd},
+		{"sink-wait-timeout", c.SinkWaitTimeout, cmdServe | cmdOrdersink},
+		{"sink-claim-idle", c.SinkClaimIdle, cmdServe | cmdOrdersink},
 	} {
-		if takes(d.cmds, cmd) && d.v <= 0 {
+		if d.cmds.has(cmd) && d.v <= 0 {
 			return fmt.Errorf("--%s must be positive", d.name)
 		}
 	}

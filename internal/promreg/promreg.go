@@ -26,10 +26,3 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	}
 	return c, err
 }
-
-// Shared is Register for tiers that must not fail over a metric: on a name
-// clash it counts into c, unregistered.
-func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	c, _ = Register(reg, c)
-	return c
-}
