@@ -346,7 +346,9 @@ func TestReserveAfterScriptFlush(t *testing.T) {
 		cfg  inventory.Config
 	}{
 		{"plain", inventory.Config{}},
-		{"with WAIT", inventory.Config{WaitReplicas: 1, WaitTimeout: 10 * time.Millisecond}},
+		// The timeout is generous: this case is about the script cache, and a
+		// WAIT that falls short answers 503.
+		{"with WAIT", inventory.Config{WaitReplicas: 1, WaitTimeout: 2 * time.Second}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
