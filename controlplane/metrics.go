@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/promreg"
 )
 
 // metrics are the control plane's Prometheus collectors.
@@ -22,10 +23,16 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashgate_expired_total", Help: "Orders expired unpaid."}),
 		refunds: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashgate_refunds_total", Help: "Orders refunded."}),
 	}
-	for _, c := range []prometheus.Collector{m.resyncs, m.expired, m.refunds, &figuresCollector{s: s}} {
-		if err := reg.Register(c); err != nil {
+	var err error
+	for _, c := range []*prometheus.Counter{&m.resyncs, &m.expired, &m.refunds} {
+		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
+	}
+	// The figures collector reads this Service's stores, so it is never
+	// shared: a second control plane in one registry is an error.
+	if err := reg.Register(&figuresCollector{s: s}); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

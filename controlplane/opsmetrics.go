@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/promreg"
 )
 
 // opsMetrics are the collectors deploy/prometheus's alerts need beyond the
@@ -36,7 +37,13 @@ func newOpsMetrics(s *Service, reg prometheus.Registerer) (*opsMetrics, error) {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.resyncErrors, leader, &settlementCollector{s: s}} {
+	var err error
+	if m.resyncErrors, err = promreg.Register(reg, m.resyncErrors); err != nil {
+		return nil, err
+	}
+	// The leader gauge and the settlement collector read this Service, so
+	// they are never shared.
+	for _, c := range []prometheus.Collector{leader, &settlementCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
