@@ -4,74 +4,71 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
-// migration is one schema version, as statements per dialect.
+// migration is one schema version. Statements that differ between the
+// dialects only in their column types are written once, in both, with
+// {int}, {real} and {time} standing for the type (see ddlTypes); the rest,
+// such as triggers, are written per dialect and run after them.
 type migration struct {
 	version  int
+	both     []string
 	postgres []string
 	sqlite   []string
+}
+
+// ddlTypes are the column types each dialect gives a placeholder of a
+// migration's shared statements. On PostgreSQL timestamps are timestamptz;
+// on SQLite they are integer unix microseconds (UTC), so that ordering and
+// comparisons work in SQL.
+var ddlTypes = map[string]*strings.Replacer{
+	DialectPostgres: strings.NewReplacer("{int}", "BIGINT", "{real}", "DOUBLE PRECISION", "{time}", "TIMESTAMPTZ"),
+	DialectSQLite:   strings.NewReplacer("{int}", "INTEGER", "{real}", "REAL", "{time}", "INTEGER"),
+}
+
+// statements returns m's statements for dialect, in the order they run.
+func (m migration) statements(dialect string) []string {
+	out := make([]string, 0, len(m.both)+len(m.postgres)+len(m.sqlite))
+	for _, q := range m.both {
+		out = append(out, ddlTypes[dialect].Replace(q))
+	}
+	if dialect == DialectPostgres {
+		return append(out, m.postgres...)
+	}
+	return append(out, m.sqlite...)
 }
 
 // migrations are applied in order, each once, recorded in schema_migrations.
 // Never edit an applied migration: add a new one.
 //
 // Version 1 is docs/api.md's schema plus two columns of sales that its
-// original table did not list: admit_ratio (the admission cap is total × admit_ratio) and
-// per_user (the most units one user may hold). On PostgreSQL timestamps are
-// timestamptz; on SQLite they are integer unix microseconds (UTC), so that
-// ordering and comparisons work in SQL.
+// original table did not list: admit_ratio (the admission cap is total ×
+// admit_ratio) and per_user (the most units one user may hold).
 var migrations = []migration{
 	{
 		version: 1,
-		postgres: []string{
+		both: []string{
 			`CREATE TABLE IF NOT EXISTS sales (
 				id          TEXT PRIMARY KEY,
 				name        TEXT NOT NULL,
-				price_cents BIGINT NOT NULL,
-				total       BIGINT NOT NULL,
-				starts_at   TIMESTAMPTZ,
-				ends_at     TIMESTAMPTZ,
+				price_cents {int} NOT NULL,
+				total       {int} NOT NULL,
+				starts_at   {time},
+				ends_at     {time},
 				state       TEXT NOT NULL DEFAULT 'upcoming',
-				admit_ratio DOUBLE PRECISION NOT NULL DEFAULT 1.5,
-				per_user    BIGINT NOT NULL DEFAULT 1
+				admit_ratio {real} NOT NULL DEFAULT 1.5,
+				per_user    {int} NOT NULL DEFAULT 1
 			)`,
 			`CREATE TABLE IF NOT EXISTS orders (
 				order_id    TEXT PRIMARY KEY,
 				sale_id     TEXT NOT NULL,
 				user_id     TEXT NOT NULL,
-				quantity    BIGINT NOT NULL,
-				price_cents BIGINT NOT NULL,
+				quantity    {int} NOT NULL,
+				price_cents {int} NOT NULL,
 				status      TEXT NOT NULL,
-				created_at  TIMESTAMPTZ NOT NULL,
-				updated_at  TIMESTAMPTZ NOT NULL
-			)`,
-			`CREATE UNIQUE INDEX IF NOT EXISTS orders_live_user ON orders (sale_id, user_id)
-				WHERE status IN ('pending_payment', 'paid')`,
-			`CREATE INDEX IF NOT EXISTS orders_sale_status ON orders (sale_id, status)`,
-			`CREATE INDEX IF NOT EXISTS orders_status_created ON orders (status, created_at, order_id)`,
-		},
-		sqlite: []string{
-			`CREATE TABLE IF NOT EXISTS sales (
-				id          TEXT PRIMARY KEY,
-				name        TEXT NOT NULL,
-				price_cents INTEGER NOT NULL,
-				total       INTEGER NOT NULL,
-				starts_at   INTEGER,
-				ends_at     INTEGER,
-				state       TEXT NOT NULL DEFAULT 'upcoming',
-				admit_ratio REAL NOT NULL DEFAULT 1.5,
-				per_user    INTEGER NOT NULL DEFAULT 1
-			)`,
-			`CREATE TABLE IF NOT EXISTS orders (
-				order_id    TEXT PRIMARY KEY,
-				sale_id     TEXT NOT NULL,
-				user_id     TEXT NOT NULL,
-				quantity    INTEGER NOT NULL,
-				price_cents INTEGER NOT NULL,
-				status      TEXT NOT NULL,
-				created_at  INTEGER NOT NULL,
-				updated_at  INTEGER NOT NULL
+				created_at  {time} NOT NULL,
+				updated_at  {time} NOT NULL
 			)`,
 			`CREATE UNIQUE INDEX IF NOT EXISTS orders_live_user ON orders (sale_id, user_id)
 				WHERE status IN ('pending_payment', 'paid')`,
@@ -259,11 +256,7 @@ func (d *DB) migrate(ctx context.Context) error {
 		if applied[m.version] {
 			continue
 		}
-		stmts := m.sqlite
-		if d.dialect == DialectPostgres {
-			stmts = m.postgres
-		}
-		for _, s := range stmts {
+		for _, s := range m.statements(d.dialect) {
 			if _, err := tx.ExecContext(ctx, s); err != nil {
 				return fmt.Errorf("version %d: %w", m.version, err)
 			}
