@@ -368,28 +368,45 @@ func (s *Server) flush(ctx context.Context) {
 		}
 	}
 	if len(ds) > 0 {
+		// lua.Tally adds only to a hash that has its total: after a Redis
+		// loss, counters must not recreate a partial sale hash, which the
+		// re-sync would take for the whole sale. A count whose sale is gone
+		// is dropped (the rebuild starts access again from 0).
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-		_, err := s.cfg.Primary.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, d := range ds {
-				if d.admitted != 0 {
-					p.HIncrBy(ctx, lua.SaleKey(d.e.id), lua.FieldAccess, d.admitted)
+		cmds := make([]*redis.Cmd, len(ds))
+		tally := func(eval bool) error {
+			_, err := s.cfg.Primary.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, d := range ds {
+					if eval && !redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+						continue
+					}
+					keys := []string{lua.SaleKey(d.e.id)}
+					if eval {
+						cmds[i] = lua.Tally.Eval(ctx, p, keys, d.admitted, d.rejected)
+					} else {
+						cmds[i] = lua.Tally.EvalSha(ctx, p, keys, d.admitted, d.rejected)
+					}
 				}
-				if d.rejected != 0 {
-					p.HIncrBy(ctx, lua.SaleKey(d.e.id), lua.FieldRejected, d.rejected)
-				}
-			}
-			return nil
-		})
+				return nil
+			})
+			return err
+		}
+		err := tally(false)
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = tally(true) // a restarted or flushed Redis: send the source
+		}
 		cancel()
-		if err != nil {
-			if s.base.Err() == nil {
-				s.log.Warn("gateway: flushing admission counters", "err", err)
+		failed := 0
+		for i, d := range ds {
+			if cmds[i].Err() != nil {
+				failed++
+				continue
 			}
-		} else {
-			for _, d := range ds {
-				d.e.flushed.Add(d.admitted)
-				d.e.rejectedFlushed.Add(d.rejected)
-			}
+			d.e.flushed.Add(d.admitted)
+			d.e.rejectedFlushed.Add(d.rejected)
+		}
+		if failed > 0 && s.base.Err() == nil {
+			s.log.Warn("gateway: flushing admission counters", "sales", failed, "err", err)
 		}
 	}
 	s.mu.Lock()

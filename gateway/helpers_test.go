@@ -232,8 +232,8 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 func (e *env) sale(t testing.TB, id string, total, count int64, open bool) {
 	t.Helper()
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, e.primary, []string{lua.SaleKey(id), lua.SalesKey()},
-		id, total, count, 1, 1999).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, e.primary, []string{lua.SaleKey(id)},
+		total, count, 1, 1999).Err(); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
 	if open {

@@ -265,8 +265,11 @@ func TestSinkInvariants(t *testing.T) {
 		for i := rapid.IntRange(1, 5).Draw(t, "users"); i > 0; i-- {
 			m.users = append(m.users, "u"+strconv.Itoa(i))
 		}
-		keys := []string{lua.SaleKey(m.sale), lua.SalesKey()}
-		if err := lua.Prepare.Run(ctx, rdb, keys, m.sale, m.total, m.total, m.perUser, 100).Err(); err != nil {
+		if err := rdb.SAdd(ctx, lua.SalesKey(), m.sale).Err(); err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{lua.SaleKey(m.sale)}
+		if err := lua.Prepare.Run(ctx, rdb, keys, m.total, m.total, m.perUser, 100).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(m.sale)}, "open").Err(); err != nil {
