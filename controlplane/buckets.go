@@ -227,13 +227,45 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		}
 	}
 	before.Missing = created == 1
+	// A bucket Redis lost is rebuilt with what no other bucket and no move
+	// in flight holds (see rebuildTotals).
+	stock, err := s.readStock(ctx, l)
+	if err != nil {
+		return before, after, err
+	}
+	led, err := s.readLedger(ctx, sale.ID)
+	if err != nil {
+		return before, after, err
+	}
+	if led.inFlight && int(led.to) < len(stock) && !stock[led.to].found {
+		// The taking bucket of a move in flight is gone, and whether it was
+		// credited is gone with it: the move ends here. Its giver shrinks no
+		// further (lua.Shrink of the move for 0: what it freed stays freed),
+		// and the rebuilds share out everything no present bucket holds,
+		// those units included, with the move marked done in every rebuilt
+		// bucket (its grant then changes nothing).
+		if int(led.from) < len(stock) && stock[led.from].found {
+			if err := lua.Shrink.Run(ctx, s.rdb, []string{lua.SaleKey(l.Tag(int(led.from)))}, led.seq, 0).Err(); err != nil {
+				return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if stock, err = s.readStock(ctx, l); err != nil {
+				return before, after, err
+			}
+		}
+		led.inFlight = false
+	}
+	live := make([]int64, l.N())
+	for b := range figs {
+		live[b] = figs[b].LiveUnits
+	}
+	rebuild := rebuildTotals(sale.Total, stock, led, live)
 	restored := false
 	ratio := strconv.FormatFloat(admitRatio(sale), 'f', -1, 64)
 	for b, t := range tags {
 		keys := []string{lua.SaleKey(t)}
 		run := func(restore string) ([]int64, error) {
 			return lua.Resync.Run(ctx, s.rdb, keys, figs[b].LiveUnits, figs[b].PersistedUnits,
-				bucketShare(sale.Total, l.N(), b), perUser(sale), sale.PriceCents,
+				rebuild[b], perUser(sale), sale.PriceCents,
 				string(sale.State), ratio, 0, restore).Int64Slice()
 		}
 		v, err := run("0")
@@ -254,7 +286,10 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		}
 		if v[0] == 1 {
 			before.Missing = true
-			s.log.Warn("bucket rebuilt in redis from the database", "sale", sale.ID, "bucket", b, "booked", v[5])
+			if err := s.markRebuilt(ctx, l, b, led, led.granted(stock)); err != nil {
+				return before, after, err
+			}
+			s.log.Warn("bucket rebuilt in redis from the database", "sale", sale.ID, "bucket", b, "booked", v[5], "total", v[9])
 		}
 		before.Booked += v[1]
 		before.Reserved += v[2]
@@ -390,6 +425,31 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 			}
 			after = page[len(page)-1].ID
 		}
+	}
+	return nil
+}
+
+// markRebuilt gives a rebuilt bucket the ledger's move versions and fence:
+// moves the ledger closed are never credited or shrunk again, a move in
+// flight to it is still credited, a move in flight from it that was not
+// credited yet still shrinks it (one that was answers 0 freed), and a
+// stale leader's grant stays refused.
+func (s *Service) markRebuilt(ctx context.Context, l lua.Layout, b int, led ledgerState, granted bool) error {
+	fence, err := s.rdb.HGet(ctx, lua.LedgerKey(l.Sale), "fence").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	gseq, sseq := led.seq, led.seq
+	if led.inFlight && int(led.to) == b {
+		gseq--
+	}
+	if led.inFlight && led.phase == "shrink" && int(led.from) == b && !granted {
+		sseq--
+	}
+	err = s.rdb.HSet(ctx, lua.SaleKey(l.Tag(b)), lua.FieldGrantSeq, gseq, lua.FieldShrinkSeq, sseq,
+		lua.FieldShrinkFreed, 0, lua.FieldFence, fence).Err()
+	if err != nil {
+		return fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	return nil
 }

@@ -121,6 +121,11 @@ func (s *Service) resyncAll(ctx context.Context) {
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
 		s.logResync(sale.ID, s.resyncOnly(sctx, sale.ID))
+		if fence := s.fence.Load(); sale.Bucketed() && fence > 0 {
+			if _, err := s.Rebalance(sctx, sale.ID, fence); err != nil {
+				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", err)
+			}
+		}
 		cancel()
 	}
 }

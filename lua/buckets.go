@@ -23,6 +23,22 @@ const FieldLayout = "layout"
 // of an order of a bucketed sale.
 const EntryBucket = "bucket"
 
+// LedgerKey is the allocation ledger of a bucketed sale (lua.Ledger), in a
+// slot of its own.
+func LedgerKey(sale string) string { return "fg:{" + sale + "~ledger}:ledger" }
+
+// FenceKey counts the times a control plane took the leader lease; the
+// count it got is its fencing token for the ledgers and grants.
+func FenceKey() string { return "fg:fence" }
+
+// Fields of a bucket's hash that the moves between buckets keep.
+const (
+	FieldFence       = "fence"  // the highest fencing token a grant carried
+	FieldGrantSeq    = "gseq"   // the last move credited to the bucket
+	FieldShrinkSeq   = "sseq"   // the last move that shrank the bucket
+	FieldShrinkFreed = "sfreed" // the units that shrink freed
+)
+
 // BucketTag is the hash tag of bucket b of sale, with its salt.
 func BucketTag(sale string, b, salt int) string {
 	return sale + "~" + strconv.Itoa(b) + "." + strconv.Itoa(salt)

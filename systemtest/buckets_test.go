@@ -67,8 +67,14 @@ func (s *bucketSystem) drain(t testing.TB) {
 	t.Fatal("the sink did not drain every bucket's stream")
 }
 
+// fataler is what both *testing.T and *rapid.T offer.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
 // bucketBooked is each bucket's (total, booked) in Redis.
-func bucketBooked(t testing.TB, ctx context.Context, rdb redis.UniversalClient, l lua.Layout) (totals, booked []int64) {
+func bucketBooked(t fataler, ctx context.Context, rdb redis.UniversalClient, l lua.Layout) (totals, booked []int64) {
 	t.Helper()
 	for _, tag := range l.Tags() {
 		v, err := rdb.HMGet(ctx, lua.SaleKey(tag), lua.FieldTotal, lua.FieldBooked).Result()
