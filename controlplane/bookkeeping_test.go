@@ -221,3 +221,39 @@ func TestResyncRedisLostReleases(t *testing.T) {
 		}
 	}
 }
+
+// slowPages is a Store whose OrdersPage first waits, as a big sale's
+// restore would take longer than a pass.
+type slowPages struct {
+	Store
+	wait time.Duration
+}
+
+func (s slowPages) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error) {
+	time.Sleep(s.wait)
+	return s.Store.OrdersPage(ctx, saleID, st, afterID, limit)
+}
+
+// TestRestoreOutlivesPassDeadline: a restore after a Redis loss goes on
+// past the deadline of the pass that started it (a big sale takes longer),
+// but not past a cancellation.
+func TestRestoreOutlivesPassDeadline(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.Store = slowPages{Store: c.Store, wait: 30 * time.Millisecond} })
+	e.openSale("s", 5, 0)
+	e.reserveMany("s", "a", 3)
+	e.persist("s")
+	if err := e.rdb.FlushAll(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, after, err := e.svc.Resync(ctx, "s"); err != nil || after.Booked != 3 {
+		t.Fatalf("Resync past its deadline: booked %d, %v; want 3, nil", after.Booked, err)
+	}
+	e.rdb.FlushAll(e.ctx)
+	ctx, cancel = context.WithCancel(e.ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, _, err := e.svc.Resync(ctx, "s"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Resync cancelled during the restore: got %v, want context.Canceled", err)
+	}
+}

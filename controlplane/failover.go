@@ -31,10 +31,12 @@ import (
 //  3. It waits, a tick at a time, until the order sinks have committed every
 //     entry of the sale's stream (nothing undelivered, nothing pending), so
 //     the database holds every reserve the new primary knows.
-//  4. It deletes the sale's hash and buyers and re-syncs: the rebuild path
-//     recomputes booked and the buyers from the live rows, keeps an open
-//     sale paused one more pass and then reopens it. Only then is the marker
-//     set to the new id.
+//  4. It sets the sale's reserved below any row count and re-syncs: the
+//     restore path rebuilds the buyers and releases from the rows and
+//     booked from the snapshot, while the hash stays (gateways answer
+//     not_started, never not_found). An open sale is marked to resume and
+//     reopens at the next re-sync. Only then is the marker set to the new
+//     id.
 
 // watchFailover checks every sale in Redis for a new primary and moves the
 // recovery of each affected sale on by one step. It runs on the leader,
@@ -45,9 +47,26 @@ func (s *Service) watchFailover(ctx context.Context) {
 		s.log.Warn("failover watch: listing sales", "err", err)
 		return
 	}
+	if len(sales) == 0 {
+		return
+	}
+	// Every marker in one pipeline (split per node on a cluster); a node
+	// that fails costs only its own sales this tick.
+	cmds := make([]*redis.StringCmd, len(sales))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sale := range sales {
+			cmds[i] = p.Get(ctx, lua.PrimaryKey(sale.ID))
+		}
+		return nil
+	})
 	ids := map[string]string{} // primary address → replication id, this pass
-	for _, sale := range sales {
-		if err := s.checkPrimary(ctx, sale, ids); err != nil {
+	for i, sale := range sales {
+		marker, err := cmds[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", err)
+			continue
+		}
+		if err := s.checkPrimary(ctx, sale, marker, ids); err != nil {
 			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
 		}
 	}
@@ -55,14 +74,10 @@ func (s *Service) watchFailover(ctx context.Context) {
 
 // checkPrimary compares sale's marker with the replication id of the
 // primary that holds the sale now, and recovers the sale when they differ.
-func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, ids map[string]string) error {
+func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
 	replID, err := s.replicationID(ctx, sale.ID, ids)
 	if err != nil {
 		return err
-	}
-	marker, err := s.rdb.Get(ctx, lua.PrimaryKey(sale.ID)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reading the primary marker: %w", err)
 	}
 	switch {
 	case marker == replID:
@@ -90,12 +105,21 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 	if err != nil || !drained {
 		return err
 	}
-	if err := s.rdb.Del(ctx, lua.SaleKey(sale.ID), lua.BuyersKey(sale.ID)).Err(); err != nil {
-		return fmt.Errorf("clearing the sale before its rebuild: %w", err)
+	// Reserved below every row sends the re-sync down its restore path
+	// (buyers and releases from the rows, booked from the snapshot) without
+	// deleting the hash, so gateways go on answering from it (paused).
+	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldReserved, -1).Err(); err != nil {
+		return fmt.Errorf("marking the sale for its rebuild: %w", err)
 	}
 	_, after, err := s.Resync(ctx, sale.ID)
 	if err != nil {
 		return fmt.Errorf("rebuilding after a failover: %w", err)
+	}
+	if sale.State == flashgate.StateOpen {
+		// Open again at the next re-sync, as a rebuilt sale does.
+		if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldResume, 1).Err(); err != nil {
+			return fmt.Errorf("resuming after the rebuild: %w", err)
+		}
 	}
 	s.log.Warn("sale rebuilt from the database after a failover", "sale", sale.ID, "booked", after.Booked)
 	return s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()

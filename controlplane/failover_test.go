@@ -4,12 +4,15 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/lua"
@@ -132,5 +135,116 @@ func TestFailoverRebuildsBeforeSelling(t *testing.T) {
 	}
 	if got := field(t, rc, "f", lua.FieldBooked); got > total {
 		t.Errorf("booked: got %d, want at most %d", got, total)
+	}
+}
+
+// TestClusterFailoverDetected moves a sale's slot to another primary on a
+// real Redis Cluster (CLUSTER FAILOVER on the replica of the sale's primary)
+// and checks that the next tick notices the new owner and rebuilds the sale
+// from the database: paused one pass with its buyers restored, then open.
+func TestClusterFailoverDetected(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t, false)
+	db := openDB(t, sqliteDSN(t))
+	svc, err := New(Config{Redis: cc, Store: db, Releaser: &luaReleaser{rdb: cc}, AdminToken: testToken,
+		Clock: testclock.New(t0), Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, db: db, svc: svc}
+	lastResync := time.Now()
+	tick := func() { svc.tick(ctx, &lastResync) }
+	e.openSale("cf", 10, 1)
+	tick()
+
+	keys := []string{lua.SaleKey("cf"), lua.BuyersKey("cf"), lua.OrdersKey("cf")}
+	orders := map[string]string{}
+	for i := range 4 {
+		user := "u" + strconv.Itoa(i)
+		id := "o" + strconv.Itoa(i)
+		if v, err := lua.Reserve.Run(ctx, cc, keys, id, user, 1, t0.UnixMilli(), "cf").Slice(); err != nil || v[0].(int64) != lua.ReserveOK {
+			t.Fatalf("reserve: %v, %v", v, err)
+		}
+		orders[user] = id
+	}
+	// Drain as the order sink does: rows in, entries gone.
+	var rows []flashgate.Order
+	for user, id := range orders {
+		rows = append(rows, flashgate.Order{ID: id, SaleID: "cf", UserID: user, Quantity: 1, PriceCents: 500,
+			Status: flashgate.StatusPendingPayment, CreatedAt: t0})
+	}
+	if _, err := db.InsertOrders(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.Del(ctx, lua.OrdersKey("cf")).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	old, err := cc.MasterForKey(ctx, lua.SaleKey("cf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica *redis.Client
+	var mu sync.Mutex
+	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		info, _ := c.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_port:"+strconv.Itoa(cl.Node(old.Options().Addr).Port)+"\r\n") {
+			replica = c
+		}
+		return nil
+	})
+	if replica == nil {
+		t.Fatal("no replica of the sale's primary")
+	}
+	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER: %v", err)
+	}
+	eventually(t, "the replica to own the sale's slot", func() bool {
+		cc.ReloadState(ctx)
+		m, err := cc.MasterForKey(ctx, lua.SaleKey("cf"))
+		return err == nil && m.Options().Addr == replica.Options().Addr
+	})
+	// Make the new owner forget a buyer, as an unreplicated write would.
+	if err := cc.HDel(ctx, lua.BuyersKey("cf"), "u3").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next tick notices the new primary; the stream is drained, so it
+	// rebuilds the sale and marks it with the new primary's id.
+	newID := ""
+	if info, err := replica.Info(ctx, "replication").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "master_replid:"); ok {
+				newID = v
+			}
+		}
+	}
+	eventually(t, "the sale to be rebuilt on the new primary", func() bool {
+		tick()
+		marker, _ := cc.Get(ctx, lua.PrimaryKey("cf")).Result()
+		return newID != "" && marker == newID
+	})
+	start, _ := cc.HGet(ctx, lua.SaleKey("cf"), lua.FieldStart).Result()
+	if start != "0" {
+		t.Errorf("start right after the rebuild: got %q, want \"0\" (paused one pass)", start)
+	}
+	if got, _ := cc.HGet(ctx, lua.BuyersKey("cf"), "u3").Result(); got != orders["u3"] {
+		t.Errorf("buyer u3 after the rebuild: got %q, want %q", got, orders["u3"])
+	}
+	if got, _ := cc.HGet(ctx, lua.SaleKey("cf"), lua.FieldBooked).Int64(); got != 4 {
+		t.Errorf("booked after the rebuild: got %d, want 4", got)
+	}
+	for range 2 {
+		lastResync = lastResync.Add(-time.Hour)
+		tick()
+	}
+	if start, _ := cc.HGet(ctx, lua.SaleKey("cf"), lua.FieldStart).Result(); start != "1" {
+		t.Errorf("start after the next re-sync: got %q, want \"1\" (reopened)", start)
+	}
+	if v, err := lua.Reserve.Run(ctx, cc, keys, "o9", "u3", 1, t0.UnixMilli(), "cf").Slice(); err != nil || v[0].(int64) != lua.ReservePurchased {
+		t.Errorf("u3 buying again: got %v, %v; want already purchased", v, err)
 	}
 }

@@ -408,6 +408,11 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 		// Redis lost the sale, or is older than the database: restore its
 		// released set and buyers from every row, then rebuild its stock.
+		// A big sale takes longer than a pass may: the restore keeps going
+		// past the pass's deadline (not past a cancellation).
+		rctx, cancel := restoreContext(ctx)
+		defer cancel()
+		ctx = rctx
 		if err := s.restore(ctx, id); err != nil {
 			return before, after, err
 		}
@@ -471,6 +476,21 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 			return 0, fmt.Errorf("re-syncing sale %s: %w", id, errReleaseBacklog)
 		}
 	}
+}
+
+// restoreTimeout bounds a restore of a sale from every row of it.
+const restoreTimeout = 2 * time.Minute
+
+// restoreContext is ctx without its deadline, bounded by restoreTimeout
+// instead, and still ended when ctx is cancelled.
+func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return rctx, func() { stop(); cancel() }
 }
 
 // restore puts every released and live row of a sale back into its

@@ -379,6 +379,25 @@ for base in (root, os.path.dirname(root)):
             p = fl.split("=", 1)[-1]
             if not os.path.exists(os.path.join(base, p)):
                 fail("configMapGenerator file %s does not exist" % p)
+# The optional Redis Cluster (redis-cluster.yaml, used instead of redis.yaml):
+# six cluster-enabled nodes that keep serving healthy shards, and a Job that
+# creates the cluster with one replica per primary.
+rc = os.path.join(root, "redis-cluster.yaml")
+if os.path.exists(rc):
+    docs = [d for d in yaml.safe_load_all(open(rc)) if d]
+    sts = [d for d in docs if d.get("kind") == "StatefulSet"]
+    jobs = [d for d in docs if d.get("kind") == "Job"]
+    node = " ".join(sts[0]["spec"]["template"]["spec"]["containers"][0].get("args", [])) if sts else ""
+    create = " ".join(jobs[0]["spec"]["template"]["spec"]["containers"][0].get("args", [])) if jobs else ""
+    if not sts or sts[0]["spec"].get("replicas", 0) != 6:
+        fail("redis-cluster.yaml: want one StatefulSet of 6 nodes")
+    for want in ("--cluster-enabled yes", "--cluster-require-full-coverage no", "--cluster-config-file /data/"):
+        if want not in node:
+            fail("redis-cluster.yaml: the nodes lack %s" % want)
+    for want in ("--cluster create", "--cluster-replicas 1", "--cluster-yes"):
+        if want not in create:
+            fail("redis-cluster.yaml: the create Job lacks %s" % want)
+    print("PASS redis-cluster.yaml: 6 cluster nodes, full coverage off, a create Job")
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
@@ -392,6 +411,16 @@ EOF
 			if grep -q 'name: redis-config$' "$tmp/k8s.yaml"; then fail "a reference to redis-config was not rewritten to the generated name"; fi
 		else
 			fail "kubectl kustomize deploy:"
+			cat "$tmp/k8s.err"
+		fi
+		# The Redis Cluster variant: redis-cluster.yaml instead of redis.yaml.
+		mkdir -p "$tmp/variant"
+		cp -r "$here/k8s" "$here/redis" "$here/kustomization.yaml" "$tmp/variant/"
+		sed -i 's/^  - redis\.yaml$/  - redis-cluster.yaml/' "$tmp/variant/k8s/kustomization.yaml"
+		if kubectl kustomize "$tmp/variant" >"$tmp/k8s-cluster.yaml" 2>"$tmp/k8s.err"; then
+			pass "kubectl kustomize with redis-cluster.yaml ($(grep -c '^kind:' "$tmp/k8s-cluster.yaml") objects)"
+		else
+			fail "kubectl kustomize with redis-cluster.yaml:"
 			cat "$tmp/k8s.err"
 		fi
 	else

@@ -200,7 +200,10 @@ func TestClusterWaitOnOwnConnection(t *testing.T) {
 	before := commandCalls(t, cl, "wait")
 	svc := inventory.New(cc, inventory.Config{Logger: quiet(), WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	var replica *redis.Client
+	var mu sync.Mutex
 	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		info, _ := c.Info(ctx, "replication").Result()
 		if strings.Contains(info, "master_port:"+primary[strings.LastIndex(primary, ":")+1:]+"\r\n") {
 			replica = c

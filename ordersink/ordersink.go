@@ -9,9 +9,10 @@
 // Redis Cluster refuses when they hash to different slots): one pipeline of
 // non-blocking XREADGROUPs per poll, one round trip per Redis node whatever
 // the number of sales, each stream read up to Batch so that no sale starves
-// another. With Config.WaitReplicas, what was read is made to reach the
-// replicas (WAIT) before it is committed, so a failover cannot lose a
-// reservation the database already holds.
+// another; a stream quiet for a while is polled about once a second. With
+// Config.WaitReplicas, what was read is made to reach the replicas (WAIT)
+// before it is committed, so a failover cannot lose a reservation the
+// database already holds.
 package ordersink
 
 import (
@@ -108,10 +109,22 @@ type Drainer struct {
 	groups      map[string]bool // streams whose group is known to exist
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
+	polls       int            // polls for new entries so far
+	quiet       map[string]int // sale → consecutive polls that found nothing new
 }
 
-// New returns a Drainer reading with rdb, which should be a client of its
-// own: blocking reads hold a connection for up to Block.
+// A stream whose last quietAfter polls found nothing is polled only every
+// quietEvery-th poll (about once a second at the default Block), so that
+// the sales of the past, which stay in the set of sales, cost Redis little;
+// a busy stream is polled every time.
+const (
+	quietAfter = 20
+	quietEvery = 20
+)
+
+// New returns a Drainer reading with rdb (a *redis.Client, or a
+// *redis.ClusterClient for a cluster), best a client of its own: each WAIT
+// holds a connection for up to WaitTimeout.
 func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 	if cfg.Consumer == "" {
 		cfg.Consumer = DefaultConsumer("")
@@ -151,6 +164,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		m:           newMetrics(cfg.Metrics),
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
+		quiet:       map[string]int{},
 	}
 }
 
@@ -303,9 +317,19 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		}
 		d.claimedAt = now
 	}
-	// The bound only guards against streams that never run dry.
-	for round := 0; round < 100000; round++ {
-		read, n, err := d.readNew(ctx)
+	// A blocking pass polls once; DrainOnce reads what the streams held when
+	// it started (the longest, in Batch-sized reads, plus one read to see
+	// them empty), not what keeps arriving.
+	rounds := 1
+	if !blocking {
+		longest, err := d.longestStream(ctx)
+		if err != nil {
+			return total, err
+		}
+		rounds = int(longest/int64(d.cfg.Batch)) + 2
+	}
+	for round := 0; round < rounds; round++ {
+		read, n, err := d.readNew(ctx, !blocking)
 		total += n
 		if err != nil {
 			return total, err
@@ -316,11 +340,27 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			}
 			break
 		}
-		if blocking {
-			break
-		}
 	}
 	return total, nil
+}
+
+// longestStream returns the length of the longest sale stream.
+func (d *Drainer) longestStream(ctx context.Context) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(d.sales))
+	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range d.sales {
+			cmds[i] = p.XLen(ctx, lua.OrdersKey(s))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ordersink: XLEN: %w", err)
+	}
+	var longest int64
+	for _, c := range cmds {
+		longest = max(longest, c.Val())
+	}
+	return longest, nil
 }
 
 // refresh re-reads the set of sales when RefreshSales has passed, or always
@@ -340,6 +380,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 	for _, s := range sales {
 		if !contains(d.sales, s) {
 			d.needPending[s] = true
+		}
+	}
+	for s := range d.quiet {
+		if !contains(sales, s) {
+			delete(d.quiet, s)
 		}
 	}
 	d.sales, d.salesAt = sales, now
@@ -442,14 +487,24 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 }
 
 // readNew reads up to Batch entries never delivered to any consumer from
-// each sale's stream, each stream by its own XREADGROUP (a cluster refuses
-// one read over keys of several slots), all in one pipeline: one round trip
-// per node. It stores what it read and reports how many entries it read and
-// how many it stored.
-func (d *Drainer) readNew(ctx context.Context) (read, stored int, err error) {
-	cmds := make([]*redis.XStreamSliceCmd, len(d.sales))
+// each sale's stream (all, or only those not quiet: see quietAfter), each
+// stream by its own XREADGROUP (a cluster refuses one read over keys of
+// several slots), all in one pipeline: one round trip per node. It stores
+// what it read and reports how many entries it read and how many it stored.
+func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err error) {
+	d.polls++
+	sales := d.sales
+	if !all && d.polls%quietEvery != 0 {
+		sales = make([]string, 0, len(d.sales))
+		for _, s := range d.sales {
+			if d.quiet[s] < quietAfter {
+				sales = append(sales, s)
+			}
+		}
+	}
+	cmds := make([]*redis.XStreamSliceCmd, len(sales))
 	_, _ = d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, s := range d.sales {
+		for i, s := range sales {
 			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
 				Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
 				Streams: []string{lua.OrdersKey(s), ">"}, Count: int64(d.cfg.Batch), Block: -1,
@@ -462,17 +517,21 @@ func (d *Drainer) readNew(ctx context.Context) (read, stored int, err error) {
 	for i, c := range cmds {
 		res, err := c.Result()
 		if errors.Is(err, redis.Nil) {
+			d.quiet[sales[i]]++
 			continue
 		}
 		if err != nil {
 			if first == nil {
-				first = fmt.Errorf("ordersink: reading new entries of %s: %w", lua.OrdersKey(d.sales[i]), err)
+				first = fmt.Errorf("ordersink: reading new entries of %s: %w", lua.OrdersKey(sales[i]), err)
 			}
 			continue
 		}
 		if len(res) > 0 && len(res[0].Messages) > 0 {
-			batches = append(batches, batch{d.sales[i], res[0].Messages})
+			batches = append(batches, batch{sales[i], res[0].Messages})
 			read += len(res[0].Messages)
+			d.quiet[sales[i]] = 0
+		} else {
+			d.quiet[sales[i]]++
 		}
 	}
 	// What was read is in this consumer's pending list whatever else failed:

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,7 +65,7 @@ func newEnv(t *testing.T, dsn string) *env {
 	return e
 }
 
-func openDB(t *testing.T, dsn string) *sqldb.DB {
+func openDB(t testing.TB, dsn string) *sqldb.DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -227,6 +228,47 @@ func TestRun(t *testing.T) {
 		}
 		e.check(t, append(ids, more...))
 	})
+}
+
+// TestQuietStream lets a stream go quiet under a running drainer (polled
+// only now and then), then reserves again: the new order is stored.
+func TestQuietStream(t *testing.T) {
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ctx, cancel := context.WithCancel(context.Background())
+	d := drainer(e, nil, ordersink.Config{Block: 2 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	ids := e.reserve(t, "u", 1)
+	until(t, "the first row", func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == 1
+	})
+	before := xreadgroupCalls(t, e)
+	time.Sleep(300 * time.Millisecond) // well over 20 polls: the stream is quiet
+	calls := xreadgroupCalls(t, e) - before
+	t.Logf("XREADGROUP calls in 300ms of quiet: %d", calls)
+	if calls > 50 {
+		t.Errorf("XREADGROUP calls on one quiet stream in 300ms: got %d, want far fewer than one per 2ms poll", calls)
+	}
+	ids = append(ids, e.reserve(t, "v", 1)...)
+	until(t, "the row after the quiet spell", func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == 2
+	})
+	cancel()
+	<-done
+	e.check(t, ids)
+}
+
+func xreadgroupCalls(t *testing.T, e *env) int {
+	t.Helper()
+	info := e.rdb.Info(context.Background(), "commandstats").Val()
+	_, rest, ok := strings.Cut(info, "cmdstat_xreadgroup:calls=")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	return n
 }
 
 // readAsDead delivers up to n entries to consumer name and never acks them.

@@ -91,7 +91,10 @@ func TestWaitReplicas(t *testing.T) {
 	e.db = openDB(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
 	e.prepare(t, 100)
 	ctx := context.Background()
-	d := drainer(e, nil, ordersink.Config{WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
+	until(t, "the primary to count its replica online", func() bool {
+		return strings.Contains(e.rdb.Info(ctx, "replication").Val(), "state=online")
+	})
+	d := drainer(e, nil, ordersink.Config{WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
 
 	ids := e.reserve(t, "u", 5)
 	if n, err := d.DrainOnce(ctx); err != nil || n != 5 {
@@ -153,6 +156,9 @@ func startOneNodeCluster(t *testing.T) *redis.ClusterClient {
 		return rc.ClusterReplicate(ctx, id).Err() == nil
 	})
 	r.WaitReplica(t)
+	until(t, "the primary to count its replica online", func() bool {
+		return strings.Contains(c.Info(ctx, "replication").Val(), "state=online")
+	})
 	until(t, "cluster_state:ok", func() bool {
 		return strings.Contains(c.ClusterInfo(ctx).Val(), "cluster_state:ok")
 	})
@@ -162,7 +168,7 @@ func startOneNodeCluster(t *testing.T) *redis.ClusterClient {
 }
 
 // openSale writes an open sale with the plain commands a cluster accepts.
-func openSale(t *testing.T, rdb redis.UniversalClient, id string, total int) {
+func openSale(t testing.TB, rdb redis.UniversalClient, id string, total int) {
 	t.Helper()
 	ctx := context.Background()
 	err := rdb.HSet(ctx, lua.SaleKey(id), lua.FieldTotal, total, lua.FieldBooked, 0, lua.FieldReserved, 0,

@@ -17,7 +17,7 @@ const orderCols = `order_id, sale_id, user_id, quantity, price_cents, status, cr
 // orderColsB are orderCols and the bucket, which every read scans.
 const orderColsB = orderCols + `, bucket`
 
-// insertChunk is the most rows one INSERT statement carries (8 parameters
+// insertChunk is the most rows one INSERT statement carries (9 parameters
 // each, well under both drivers' parameter limits).
 const insertChunk = 500
 
@@ -59,6 +59,15 @@ func storedStatus(s flashgate.OrderStatus) bool {
 	return false
 }
 
+// insertedStatus is the status a row is stored with: reserved (or none)
+// becomes pending_payment.
+func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
+	if st == "" || st == flashgate.StatusReserved {
+		return flashgate.StatusPendingPayment
+	}
+	return st
+}
+
 // InsertOrders stores orders in one transaction, skipping any that conflict
 // with a stored row (the same order id, or a second live order of a user in
 // a sale), and returns how many rows were really inserted; inserting the
@@ -87,6 +96,18 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			return 0, &flashgate.FieldError{Field: "status", Reason: "unknown status " + string(o.Status)}
 		}
 	}
+	if len(orders) > insertChunk {
+		// Each statement's trigger locks the counter rows of its (sale,
+		// status) pairs until commit, in order; chunks in that same order
+		// keep two concurrent batches from locking them crosswise.
+		orders = slices.Clone(orders)
+		slices.SortStableFunc(orders, func(a, b flashgate.Order) int {
+			if c := strings.Compare(a.SaleID, b.SaleID); c != 0 {
+				return c
+			}
+			return strings.Compare(string(insertedStatus(a.Status)), string(insertedStatus(b.Status)))
+		})
+	}
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inserting orders: %w", err)
@@ -102,10 +123,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			st := o.Status
-			if st == "" || st == flashgate.StatusReserved {
-				st = flashgate.StatusPendingPayment
-			}
+			st := insertedStatus(o.Status)
 			created := o.CreatedAt
 			if created.IsZero() {
 				created = now

@@ -145,3 +145,205 @@ func calls(t *testing.T, addrs []string, cmd string) map[string]int64 {
 	}
 	return out
 }
+
+// TestServeClusterFailover kills (kill -9) the primary of a sale's slot in
+// the middle of a crowd on a real Redis Cluster, with --wait-replicas 1 and
+// --sink-wait-replicas 1. The replica takes over; afterwards no unit is
+// sold twice (live rows ≤ total), nobody holds two orders, and every 201
+// the crowd saw is a row: with WAIT, an answered reserve was on the replica
+// that took over.
+func TestServeClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	cfg, err := parseConfig("serve", []string{"--redis", cl.URL(),
+		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+		"--jwt-secret", "failover-secret", "--admin-token", "failover-admin",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--wait-replicas", "1", "--sink-wait-replicas", "1", "--sink-claim-idle", "1s",
+		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	st := newStack(cfg, &errb)
+	defer st.close()
+	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("serveAll: %v", err)
+	}
+	defer func() { g.cancel(); _ = g.wait() }()
+
+	const sale, units, users = "fo", 200, 300
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.primary.(*redis.ClusterClient).MasterForKey(ctx, lua.SaleKey(sale))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.Node(m.Options().Addr)
+	time.Sleep(100 * time.Millisecond)
+
+	killed := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		victim.Stop() // SIGKILL
+		close(killed)
+	}()
+	// 300 buyers arriving at 60 a second: the crowd spans the failover.
+	r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
+		UserPrefix: "fo-", Users: users, Concurrency: 32, Rate: 60, Quantity: 1, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("crowd: %v", err)
+	}
+	<-killed
+	// The promoted replica has no replica of its own: the order sink, which
+	// commits only what a replica holds, waits until the old primary is
+	// back (as a replica of the new one).
+	time.Sleep(5 * time.Second)
+	victim.Restart(t)
+	cl.WaitOK(t)
+	t.Logf("crowd answers: %v", r.ByAnswer)
+
+	// Wait until the stream is drained and the control plane has rebuilt
+	// the sale on the new primary.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
+		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
+		nm, _ := c.primary.(*redis.ClusterClient).MasterForKey(ctx, lua.SaleKey(sale))
+		rebuilt := false
+		if nm != nil && marker != "" {
+			info, _ := nm.Info(ctx, "replication").Result()
+			rebuilt = strings.Contains(info, "master_replid:"+marker+"\r\n")
+		}
+		if ferr == nil && f.StreamBacklog == 0 && rebuilt {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sale not drained and rebuilt after the failover: %+v, %v, rebuilt %v\n%s", f, ferr, rebuilt, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	live, err := s.db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // order → user
+	byUser := map[string]int{}
+	var sold int64
+	for _, o := range live {
+		rows[o.ID] = o.UserID
+		byUser[o.UserID]++
+		sold += o.Quantity
+	}
+	if sold > units {
+		t.Errorf("live units: got %d, want at most %d (oversold)", sold, units)
+	}
+	for u, n := range byUser {
+		if n > 1 {
+			t.Errorf("user %s holds %d live orders, want at most 1", u, n)
+		}
+	}
+	lost := 0
+	for id := range r.Orders {
+		if _, ok := rows[id]; !ok {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d answers 201 have no row, want 0 with --wait-replicas 1", lost, len(r.Orders))
+	}
+	t.Logf("201: %d, live rows: %d units, lost: %d", len(r.Orders), sold, lost)
+}
+
+// TestServeSentinelFailover kills (kill -9) the primary of a Sentinel
+// set-up in the middle of a crowd. Sentinel promotes the replica, every tier
+// follows it, and the control plane rebuilds the sale on the new primary
+// before it sells again: no unit is sold twice, and a second crowd sells
+// what is left exactly.
+func TestServeSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	sen := redistest.StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	cfg, err := parseConfig("serve", []string{"--redis", sen.URL(),
+		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+		"--jwt-secret", "sentinel-secret", "--admin-token", "sentinel-admin",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	st := newStack(cfg, &errb)
+	defer st.close()
+	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("serveAll: %v", err)
+	}
+	defer func() { g.cancel(); _ = g.wait() }()
+
+	const sale, units = "sf", 150
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	go func() {
+		time.Sleep(time.Second)
+		sen.Primary.Stop() // SIGKILL
+	}()
+	crowd := func(prefix string, users int) *crowdResult {
+		r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
+			UserPrefix: prefix, Users: users, Concurrency: 16, Rate: 60, Quantity: 1, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("crowd: %v", err)
+		}
+		t.Logf("crowd %s answers: %v", prefix, r.ByAnswer)
+		return r
+	}
+	first := crowd("a-", 200)
+
+	// Sentinel promotes the replica; the control plane marks the sale with
+	// the new primary's id once it has rebuilt it.
+	rc := sen.Replica.Client(t)
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		info, _ := rc.Info(ctx, "replication").Result()
+		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
+		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
+		if strings.Contains(info, "role:master") && marker != "" && strings.Contains(info, "master_replid:"+marker+"\r\n") &&
+			ferr == nil && f.StreamBacklog == 0 && f.State == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no rebuild on the promoted replica: figures %+v, %v\n%s", f, ferr, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the rebuilt sale reopens one re-sync later
+	second := crowd("b-", 300)
+	if _, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, sale) }, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	live, err := s.db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != units {
+		t.Errorf("live rows: got %d, want exactly %d (the 201s: %d before and %d after the failover)",
+			len(live), units, first.Created(), second.Created())
+	}
+}

@@ -88,6 +88,12 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		o.DialerRetries = 1
 		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
 		o.ReadOnly = t.readOnly
+		// A dead primary answers nothing, so no MOVED tells the client about
+		// its replica's promotion: reload the slot map every second rather
+		// than go-redis's default minute.
+		if o.ClusterStateReloadInterval == 0 {
+			o.ClusterStateReloadInterval = time.Second
+		}
 		c = redis.NewClusterClient(o)
 	case redisSentinel:
 		o := tgt.failover

@@ -3,11 +3,12 @@
 # server on a free loopback port:
 #
 #   redis primary + 1 replica     (deploy/redis/*.conf, AOF on, data in the state dir)
+#     or, with --redis-cluster, a Redis Cluster of 3 primaries + 3 replicas
 #   controlplane x1, ordersink x2, inventory x2, gateway x2   (bin/flashgate)
 #   nginx in front of the gateways (deploy/nginx/flashgate.conf), if installed
 #
 # Usage:
-#   deploy/local/cluster.sh up [--db URL] [--no-nginx]
+#   deploy/local/cluster.sh up [--db URL] [--no-nginx] [--redis-cluster]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -205,8 +206,72 @@ running() {
 	return 1
 }
 
+# start_redis_pair starts a Redis primary and its replica (deploy/redis/*.conf)
+# and sets redis, replicas and redis_line.
+start_redis_pair() {
+	mkdir -m 0700 "$state/redis-primary" "$state/redis-replica"
+	free_port
+	local rp=$port
+	launch redis-primary redis-server "redis://127.0.0.1:$rp" \
+		redis-server "$root/deploy/redis/primary.conf" --port "$rp" --bind 127.0.0.1 \
+		--dir "$state/redis-primary" --daemonize no --logfile ""
+	wait_ready redis-primary
+	free_port
+	local rr=$port
+	launch redis-replica redis-server "redis://127.0.0.1:$rr" \
+		redis-server "$root/deploy/redis/replica.conf" --port "$rr" --bind 127.0.0.1 \
+		--dir "$state/redis-replica" --daemonize no --logfile "" --replicaof 127.0.0.1 "$rp"
+	wait_ready redis-replica
+	wait_replica 127.0.0.1 "$rr"
+	redis="redis://127.0.0.1:$rp/0"
+	replicas="redis://127.0.0.1:$rr/0"
+	redis_line="primary 127.0.0.1:$rp, replica 127.0.0.1:$rr"
+}
+
+# start_redis_cluster starts six cluster-enabled Redis servers (the primary
+# configuration, each with its own bus port), joins them into a cluster of
+# three primaries with one replica each and waits until every node reports
+# cluster_state:ok; it sets redis, replicas (empty: gateways read from the
+# cluster's replicas) and redis_line.
+start_redis_cluster() {
+	local i addrs=() p bus
+	for i in 1 2 3 4 5 6; do
+		free_port
+		p=$port
+		free_port
+		bus=$port
+		mkdir -m 0700 "$state/redis-node-$i"
+		launch "redis-node-$i" redis-server "redis://127.0.0.1:$p" \
+			redis-server "$root/deploy/redis/primary.conf" --port "$p" --bind 127.0.0.1 \
+			--dir "$state/redis-node-$i" --daemonize no --logfile "" \
+			--cluster-enabled yes --cluster-config-file nodes.conf --cluster-port "$bus" \
+			--cluster-node-timeout 2000 --cluster-require-full-coverage no
+		addrs+=("127.0.0.1:$p")
+	done
+	for i in 1 2 3 4 5 6; do wait_ready "redis-node-$i"; done
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
+		>"$state/logs/redis-cluster-create.log" 2>&1 ||
+		die "redis-cli --cluster create failed; see $state/logs/redis-cluster-create.log"
+	local a ok
+	for i in $(seq 1 300); do
+		ok=1
+		for a in "${addrs[@]}"; do
+			redis-cli -h "${a%:*}" -p "${a##*:}" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+		done
+		[ "$ok" = 1 ] && break
+		sleep 0.1
+	done
+	[ "$ok" = 1 ] || die "the Redis Cluster did not reach cluster_state:ok in 30 s"
+	redis="redis+cluster://$(
+		IFS=,
+		echo "${addrs[*]}"
+	)"
+	replicas=""
+	redis_line="cluster ${addrs[*]} (3 primaries, 3 replicas)"
+}
+
 cmd_up() {
-	local db="" use_nginx=1
+	local db="" use_nginx=1 redis_cluster=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--db)
@@ -220,6 +285,10 @@ cmd_up() {
 			;;
 		--no-nginx)
 			use_nginx=0
+			shift
+			;;
+		--redis-cluster)
+			redis_cluster=1
 			shift
 			;;
 		*) usage ;;
@@ -246,7 +315,7 @@ cmd_up() {
 	# 0711: other users cannot list it, but nginx workers (nobody) can reach
 	# their cache directory inside it.
 	chmod 0711 "$state"
-	mkdir -m 0700 "$state/logs" "$state/redis-primary" "$state/redis-replica"
+	mkdir -m 0700 "$state/logs"
 	: >"$pids"
 	db=${db:-sqlite://$state/orders.db}
 
@@ -254,26 +323,18 @@ cmd_up() {
 	up_done=0
 	trap 'if [ "$up_done" = 0 ]; then echo "cluster.sh: start-up failed; stopping what was started (logs in $state/logs)" >&2; cmd_down >/dev/null 2>&1 || true; fi' EXIT
 
-	free_port
-	local rp=$port
-	launch redis-primary redis-server "redis://127.0.0.1:$rp" \
-		redis-server "$root/deploy/redis/primary.conf" --port "$rp" --bind 127.0.0.1 \
-		--dir "$state/redis-primary" --daemonize no --logfile ""
-	wait_ready redis-primary
-	free_port
-	local rr=$port
-	launch redis-replica redis-server "redis://127.0.0.1:$rr" \
-		redis-server "$root/deploy/redis/replica.conf" --port "$rr" --bind 127.0.0.1 \
-		--dir "$state/redis-replica" --daemonize no --logfile "" --replicaof 127.0.0.1 "$rp"
-	wait_ready redis-replica
-	wait_replica 127.0.0.1 "$rr"
+	local redis replicas redis_line
+	if [ "$redis_cluster" = 1 ]; then
+		start_redis_cluster
+	else
+		start_redis_pair
+	fi
 
 	# The secrets live only in the environment of the processes started below.
 	FLASHGATE_JWT_SECRET=$(random_secret)
 	FLASHGATE_ADMIN_TOKEN=$(random_secret)
 	FLASHGATE_INVENTORY_TOKEN=$(random_secret) # gateways ↔ inventory; never printed
 	export FLASHGATE_JWT_SECRET FLASHGATE_ADMIN_TOKEN FLASHGATE_INVENTORY_TOKEN
-	local redis="redis://127.0.0.1:$rp/0" replicas="redis://127.0.0.1:$rr/0"
 
 	# The control plane first and alone: it creates the schema, so the other
 	# processes do not race each other migrating one SQLite file.
@@ -306,7 +367,7 @@ cmd_up() {
 		free_port
 		gws+=("127.0.0.1:$port")
 		launch "gateway-$i" flashgate "http://127.0.0.1:$port/readyz" \
-			"$bin" gateway --listen "127.0.0.1:$port" --redis "$redis" --redis-replicas "$replicas" \
+			"$bin" gateway --listen "127.0.0.1:$port" --redis "$redis" ${replicas:+--redis-replicas "$replicas"} \
 			--db "$db" --inventory "$inventory"
 	done
 	for i in 1 2; do wait_ready "gateway-$i"; done
@@ -337,7 +398,7 @@ flashgate cluster is up; state, logs and pids in $state
   gateways:   ${gws[*]}
   inventory:  ${inv[*]}
   admin:      http://127.0.0.1:$admin  (control plane: admin API, dashboard /admin/, /metrics)
-  redis:      primary 127.0.0.1:$rp, replica 127.0.0.1:$rr
+  redis:      $redis_line
   database:   $db
 
 Secrets, printed this once and stored nowhere (export them to use the cluster):

@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -17,11 +18,11 @@ func TestClusterAndSentinel(t *testing.T) {
 		t.Parallel()
 		c := redistest.StartCluster(t)
 		cc := c.Client(t, false)
-		masters, replicas := 0, 0
-		_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters++; return nil })
-		_ = cc.ForEachSlave(ctx, func(context.Context, *redis.Client) error { replicas++; return nil })
-		if masters != 3 || replicas != 3 {
-			t.Errorf("got %d primaries and %d replicas, want 3 and 3", masters, replicas)
+		var masters, replicas atomic.Int64
+		_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil })
+		_ = cc.ForEachSlave(ctx, func(context.Context, *redis.Client) error { replicas.Add(1); return nil })
+		if masters.Load() != 3 || replicas.Load() != 3 {
+			t.Errorf("got %d primaries and %d replicas, want 3 and 3", masters.Load(), replicas.Load())
 		}
 	})
 	t.Run("sentinel", func(t *testing.T) {

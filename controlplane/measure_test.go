@@ -1,0 +1,95 @@
+package controlplane
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+// TestMeasureIdleRedis measures what an idle control plane costs Redis with
+// a sale of 100,000 released orders (FLASHGATE_TEST_IDLE_N sets another
+// number): Redis busy time per second (INFO commandstats) and the slowest
+// command (SLOWLOG) over 5 idle seconds of the leader's loops at their
+// default periods. It only reports; run it by hand:
+//
+//	FLASHGATE_MEASURE=1 go test -run TestMeasureIdleRedis -v ./controlplane
+func TestMeasureIdleRedis(t *testing.T) {
+	if os.Getenv("FLASHGATE_MEASURE") == "" {
+		t.Skip("a measurement: set FLASHGATE_MEASURE=1")
+	}
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("FLASHGATE_TEST_IDLE_N")); err == nil && v > 0 {
+		n = v
+	}
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.Logger = nil })
+	e.bigReleasedSale("big", n)
+	ctx, stop := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = e.svc.Run(ctx) }()
+	defer func() { stop(); wg.Wait() }()
+	// The first passes deliver what there is; then the system is idle.
+	time.Sleep(3 * time.Second)
+	if q, ok := any(e.db).(interface {
+		ReleaseQueue(context.Context, string, int) ([]flashgate.Order, int64, error)
+	}); ok {
+		for i := 0; ; i++ {
+			list, _, err := q.ReleaseQueue(e.ctx, "big", 1)
+			if err == nil && len(list) == 0 {
+				break
+			}
+			if i > 600 {
+				t.Fatalf("release queue not drained after 60s: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	for _, c := range [][]any{{"config", "set", "slowlog-log-slower-than", "0"}, {"config", "set", "slowlog-max-len", "100000"},
+		{"slowlog", "reset"}, {"config", "resetstat"}} {
+		if err := e.rdb.Do(e.ctx, c...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const idle = 5 * time.Second
+	time.Sleep(idle)
+	info, err := e.rdb.Info(e.ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usec, calls int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") {
+			continue
+		}
+		for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			x, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "usec":
+				usec += x
+			case "calls":
+				calls += x
+			}
+		}
+	}
+	logs, err := e.rdb.SlowLogGet(e.ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	var slowCmd string
+	for _, l := range logs {
+		if l.Duration > slowest && len(l.Args) > 0 && !strings.EqualFold(l.Args[0], "info") {
+			slowest, slowCmd = l.Duration, strings.ToLower(l.Args[0])
+		}
+	}
+	t.Logf("idle with %d released orders: Redis busy %.3f ms per second (%d calls in %v); slowest command %s %v",
+		n, float64(usec)/1000/idle.Seconds(), calls, idle, slowCmd, slowest)
+}
