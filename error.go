@@ -6,7 +6,7 @@ import (
 )
 
 // The error vocabulary. Every tier returns (wrapped) sentinels from this list;
-// ErrorStatus turns them into the HTTP status and JSON code of API.md.
+// ErrorStatus turns them into the HTTP status and JSON code of docs/api.md.
 var (
 	ErrNotFound         = errors.New("flashgate: not found")
 	ErrNotStarted       = errors.New("flashgate: not started")

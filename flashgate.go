@@ -89,7 +89,7 @@ func ValidID[T ~string | ~[]byte](id T) bool {
 // OrderStatus is where an order stands.
 type OrderStatus string
 
-// The statuses of API.md. Reserved is the only one that lives in Redis alone.
+// The statuses of docs/api.md. Reserved is the only one that lives in Redis alone.
 const (
 	StatusReserved       OrderStatus = "reserved"
 	StatusPendingPayment OrderStatus = "pending_payment"

@@ -96,6 +96,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// NodeID names this process in the leader lock; default hostname-pid.
 	NodeID string
+	// AuditLogger receives one line per admin action (audit.go); default
+	// Logger with the attribute log=audit.
+	AuditLogger *slog.Logger
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -108,6 +111,8 @@ type Service struct {
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
 	metrics  *metrics
+	audit    *auditLog
+	ops      *opsMetrics
 
 	paymentWindow time.Duration
 	resyncEvery   time.Duration
@@ -163,6 +168,7 @@ func New(cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.audit = newAuditLog(cfg.AuditLogger, s.log)
 	if s.persistWait == 0 {
 		s.persistWait = 2 * time.Second
 	}
@@ -192,6 +198,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
+	if s.ops, err = newOpsMetrics(s, reg); err != nil {
+		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
+	}
 	return s, nil
 }
 

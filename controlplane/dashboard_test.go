@@ -72,6 +72,14 @@ func TestDashboard(t *testing.T) {
 	if got := field(t, e.rdb, "spring-drop", lua.FieldStart); got != 1 {
 		t.Fatalf("start = %d after the Start button, want 1", got)
 	}
+	// The click shows in the recent admin actions.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#audit tbody tr`))); err != nil {
+		t.Fatalf("waiting for the recent admin actions: %v", err)
+	}
+	audit, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#audit tbody tr').textContent`))
+	if err != nil || !strings.Contains(audit, "start_sale") || !strings.Contains(audit, "spring-drop") {
+		t.Errorf("recent admin actions: got %q (%v), want start_sale of spring-drop", audit, err)
+	}
 
 	// Traffic: admitted and rejected requests and purchases over ~3s.
 	for i := 0; i < 30; i++ {

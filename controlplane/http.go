@@ -14,16 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/static"
 )
 
 // maxBody is the largest admin request body accepted.
 const maxBody = 64 << 10
 
-// Handler serves the admin API of API.md, the dashboard at /admin/, /metrics,
+// Handler serves the admin API of docs/api.md, the dashboard at /admin/, /metrics,
 // /healthz and /readyz. Only the admin API needs the bearer token.
 func (s *Service) Handler() http.Handler {
-	mux := http.NewServeMux()
+	mux := s.newRouteMux() // audits every admin action (audit.go)
+	mux.Handle("GET /admin/audit", s.auth(s.handleAudit))
 	mux.Handle("POST /admin/sales", s.auth(s.handleCreate))
 	mux.Handle("GET /admin/sales", s.auth(s.handleList))
 	mux.Handle("GET /admin/sales/{id}", s.auth(s.handleStatus))
@@ -47,12 +49,14 @@ func (s *Service) Handler() http.Handler {
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'")
 		files.ServeHTTP(w, r)
 	})
+	mux.HandleFunc("GET /admin/openapi.json", s.handleOpenAPI)
 	mux.HandleFunc("GET /admin", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/admin/", http.StatusMovedPermanently)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		w.Header().Set(buildinfo.Header, buildinfo.Get().Version)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": buildinfo.Get().Version})
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	return mux

@@ -43,7 +43,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	s.schedule(lctx)
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	if _, err := s.ExpireDue(lctx); err != nil {
+	if _, err := s.ExpireDue(lctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("expiry", "err", err)
 	}
 	cancel()
@@ -63,7 +63,9 @@ func (s *Service) leadFor(ctx context.Context) bool {
 	defer cancel()
 	leading, err := s.lead(lctx)
 	if err != nil {
-		s.log.Warn("leader lease", "err", err)
+		if ctx.Err() == nil { // not shutting down
+			s.log.Warn("leader lease", "err", err)
+		}
 		return false
 	}
 	return leading
@@ -74,7 +76,9 @@ func (s *Service) leadFor(ctx context.Context) bool {
 func (s *Service) schedule(ctx context.Context) {
 	sales, err := s.store.Sales(ctx)
 	if err != nil {
-		s.log.Warn("scheduler: listing sales", "err", err)
+		if !errors.Is(err, context.Canceled) { // not shutting down
+			s.log.Warn("scheduler: listing sales", "err", err)
+		}
 		return
 	}
 	now := s.clock.Now()
@@ -120,13 +124,17 @@ func (s *Service) resyncAll(ctx context.Context) {
 		s.mu.Lock()
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
-		s.logResync(sale.ID, s.resyncOnly(sctx, sale.ID))
-		if fence := s.fence.Load(); sale.Bucketed() && fence > 0 {
-			if _, err := s.Rebalance(sctx, sale.ID, fence); err != nil {
-				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", err)
+		err := s.resyncOnly(sctx, sale.ID)
+		if fence := s.fence.Load(); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
+			if _, rerr := s.Rebalance(sctx, sale.ID, fence); rerr != nil && ctx.Err() == nil {
+				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", rerr)
 			}
 		}
 		cancel()
+		if ctx.Err() != nil {
+			return // shutting down: an interrupted pass is no failure
+		}
+		s.logResync(sale.ID, err)
 	}
 }
 

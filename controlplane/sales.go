@@ -372,6 +372,7 @@ var errReleaseBacklog = errors.New("release queue not yet delivered; the next pa
 // last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
 // Only a rebuild reads every row, a page at a time (Restore).
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
+	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}

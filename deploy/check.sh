@@ -3,22 +3,36 @@
 # touching the system's configuration: every server it starts listens on
 # loopback and keeps its files in a temporary directory that is removed on exit.
 #
-#   deploy/check.sh [shell] [redis] [nginx] [k8s]     (default: all four)
+#   deploy/check.sh [shell] [redis] [nginx] [monitoring] [k8s]   (default: all)
 #
 #   shell  bash -n and shellcheck (if installed) on the scripts; cluster.sh
 #          refuses to start without bin/flashgate, with a clear message.
 #   redis  primary.conf and replica.conf load in redis-server; the replica
 #          syncs, refuses writes; AOF on, noeviction on both.
 #   nginx  nginx -t on the configuration cluster.sh renders from
-#          nginx/flashgate.conf, then nginx in front of a stub gateway: the
-#          micro-cache serves GET /api/sales/{id} and /sales/{id} and never
-#          purchases or orders; Authorization reaches the gateway; /admin and
-#          /metrics are refused; the purchase limit answers 429 in the API's
-#          JSON; a dead upstream answers 503 {"error":"unavailable"}.
+#          nginx/flashgate.conf, then nginx in front of two stub gateways:
+#          the micro-cache serves GET /api/sales/{id} and /sales/{id} and
+#          never purchases or orders; Authorization reaches the gateway;
+#          /admin and /metrics are refused; one buyer (token) always reaches
+#          the same gateway, many buyers reach both; the per-buyer purchase
+#          limit answers 429 in the API's JSON, while 300 buyers from one
+#          address get none; a dead upstream answers 503
+#          {"error":"unavailable"}.
+#   monitoring  deploy/prometheus: promtool check rules and promtool test
+#          rules (the alerts fire on the series they should); deploy/grafana:
+#          the dashboard is valid JSON with unique panel ids, every query is
+#          valid PromQL (promtool check rules on them as recording rules),
+#          and every flashgate_* metric a query or rule names is defined in
+#          the Go code. Without promtool (Debian: apt-get install
+#          prometheus) the PromQL parts SKIP, or FAIL when $CI is set.
 #   k8s    every manifest parses (python3 yaml), has kind and name, both
 #          kustomizations list existing files and never the Secret template,
-#          which holds only placeholders; kubectl kustomize deploy/ builds, if
-#          kubectl is installed.
+#          which holds only placeholders; the edge examples (k8s/edge:
+#          Ingress, Gateway API) parse and hash on the buyer's token with the
+#          limits of nginx/flashgate.conf; kubectl kustomize deploy/ builds,
+#          if kubectl is installed; every flashgate
+#          tier's pod carries the prometheus.io/scrape, port and path
+#          annotations, the port being one its container declares.
 #
 # A part whose tool is missing (nginx, python3 yaml) is reported as SKIP.
 set -euo pipefail
@@ -153,11 +167,13 @@ check_nginx() {
 		skip "nginx (needs python3 and curl for the stub gateway)"
 		return
 	fi
-	# A stub gateway: answers every request with what it received and how
-	# many times it has seen that method and path, and says "no-store" so that
-	# only nginx's own micro-cache settings can make it cacheable.
-	local gw np
+	# Two stub gateways in one process: each answers every request with what
+	# it received, which gateway (port) it is and how many times the two have
+	# seen that method and path, and says "no-store" so that only nginx's own
+	# micro-cache settings can make it cacheable.
+	local gw gw2 np
 	gw=$(free_port)
+	gw2=$(free_port)
 	np=$(free_port)
 	cat >"$tmp/stub.py" <<'EOF'
 import http.server, json, sys, threading
@@ -178,7 +194,7 @@ class H(http.server.BaseHTTPRequestHandler):
             with lock:
                 counts[key] = counts.get(key, 0) + 1
                 c = counts[key]
-            body = json.dumps({"seen": key, "n": c,
+            body = json.dumps({"seen": key, "n": c, "gw": self.server.server_address[1],
                                "auth": self.headers.get("Authorization", ""),
                                "ae": self.headers.get("Accept-Encoding", "")}).encode()
         self.send_response(200)
@@ -191,18 +207,21 @@ class H(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_HEAD = answer
     def log_message(self, *a):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+servers = [http.server.ThreadingHTTPServer(("127.0.0.1", int(p)), H) for p in sys.argv[1:]]
+for s in servers[1:]:
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+servers[0].serve_forever()
 EOF
-	python3 "$tmp/stub.py" "$gw" >"$tmp/stub.log" 2>&1 &
+	python3 "$tmp/stub.py" "$gw" "$gw2" >"$tmp/stub.log" 2>&1 &
 	local stub=$!
 	started+=("$stub")
-	if ! await curl -sf "http://127.0.0.1:$gw/healthz"; then
+	if ! await curl -sf "http://127.0.0.1:$gw/healthz" || ! await curl -sf "http://127.0.0.1:$gw2/healthz"; then
 		fail "stub gateway did not start"
 		return
 	fi
 
 	local nd=$tmp/nginx
-	if ! "$here/local/cluster.sh" nginx-config "$nd" "127.0.0.1:$np" "127.0.0.1:$gw"; then
+	if ! "$here/local/cluster.sh" nginx-config "$nd" "127.0.0.1:$np" "127.0.0.1:$gw" "127.0.0.1:$gw2"; then
 		fail "cluster.sh nginx-config"
 		return
 	fi
@@ -221,7 +240,7 @@ EOF
 		cat "$tmp/nginx.log" "$nd/logs/error.log" 2>/dev/null || true
 		return
 	fi
-	pass "nginx serves on $base in front of the stub gateway"
+	pass "nginx serves on $base in front of two stub gateways"
 
 	# upstream_count METHOD PATH: how often the stub gateway saw it.
 	upstream_count() {
@@ -294,25 +313,36 @@ EOF
 		fi
 	done
 
-	# The purchase limit (20/s, burst 40, per address): a quick run of 200
-	# POSTs gets some 429s, in the API's JSON shape. Only a machine so slow
-	# that the run took longer than the limit lets through is excused.
+	# Routing: one buyer (token) always reaches the same gateway; many buyers
+	# and requests without a token reach both.
+	local i gws tok
+	tok="Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJyb3V0ZSJ9.c2lnbmF0dXJlLW9mLXJvdXRl"
+	gws=$(for i in $(seq 1 20); do field "$(curl -s -H "Authorization: $tok" "$base/api/orders/r$i")" gw; done | sort -u | tr '\n' ' ')
+	if [ "$(wc -w <<<"$gws")" = 1 ]; then pass "20 requests of one buyer reach one gateway ($gws)"; else fail "one buyer reached gateways $gws; want one"; fi
+	gws=$(for i in $(seq 1 40); do field "$(curl -s -H "Authorization: Bearer h.p.buyer-sig-$i" "$base/api/orders/m$i")" gw; done | sort -u | tr '\n' ' ')
+	if [ "$(wc -w <<<"$gws")" = 2 ]; then pass "40 buyers reach both gateways ($gws)"; else fail "40 buyers reached gateways $gws; want both"; fi
+	gws=$(for i in $(seq 1 40); do field "$(curl -s "$base/api/orders/anon$i")" gw; done | sort -u | tr '\n' ' ')
+	if [ "$(wc -w <<<"$gws")" = 2 ]; then pass "40 requests without a token reach both gateways ($gws)"; else fail "requests without a token reached gateways $gws; want both"; fi
+
+	# The per-buyer purchase limit (2/s, burst 5): 50 quick POSTs with one
+	# token get 429s, in the API's JSON shape. Only a machine so slow that the
+	# run took longer than the limit lets through is excused.
 	local urls=() codes t0 t1
-	for _ in $(seq 1 200); do urls+=(-o /dev/null "$base/api/sales/flood/orders"); done
+	for _ in $(seq 1 50); do urls+=(-o /dev/null "$base/api/sales/flood/orders"); done
 	t0=$(date +%s%N)
-	codes=$(curl -s --no-progress-meter -X POST --parallel --parallel-max 8 -w '%{http_code}\n' "${urls[@]}" | sort | uniq -c | tr -s ' \n' ' ')
+	codes=$(curl -s --no-progress-meter -X POST -H "Authorization: $tok" --parallel --parallel-max 8 -w '%{http_code}\n' "${urls[@]}" | sort | uniq -c | tr -s ' \n' ' ')
 	t1=$(date +%s%N)
 	if grep -q ' 429' <<<"$codes"; then
-		pass "200 quick purchase POSTs from one address:$codes"
-	elif [ $(((t1 - t0) / 1000000)) -gt 7500 ]; then
-		skip "purchase limit: 200 POSTs took $(((t1 - t0) / 1000000)) ms, too slow to reach 20/s + 40"
+		pass "50 quick purchase POSTs of one buyer:$codes"
+	elif [ $(((t1 - t0) / 1000000)) -gt 20000 ]; then
+		skip "purchase limit: 50 POSTs took $(((t1 - t0) / 1000000)) ms, too slow to reach 2/s + 5"
 	else
-		fail "no 429 among 200 quick purchase POSTs:$codes"
+		fail "no 429 among 50 quick purchase POSTs of one buyer:$codes"
 	fi
-	# Ten more at once, while the bucket is still over its burst.
+	# Ten more at once, while the buyer's bucket is still over its burst.
 	local ten=()
 	for _ in $(seq 1 10); do ten+=("$base/api/sales/flood/orders"); done
-	hdr=$(curl -s -D - -w '\n' -X POST "${ten[@]}" | tr -d '\r' | grep -A 20 '^HTTP/1.1 429' | sed '/^{/q' || true)
+	hdr=$(curl -s -D - -w '\n' -X POST -H "Authorization: $tok" "${ten[@]}" | tr -d '\r' | grep -A 20 '^HTTP/1.1 429' | sed '/^{/q' || true)
 	if grep -q '^HTTP/1.1 429' <<<"$hdr"; then
 		if grep -qi '^retry-after: ' <<<"$hdr" && grep -q '^{"error":"rate_limited"}' <<<"$hdr"; then
 			pass "429 carries Retry-After and {\"error\":\"rate_limited\"}"
@@ -322,16 +352,143 @@ EOF
 	else
 		skip "429 shape (the limiter had refilled by the time of the check)"
 	fi
+	# 300 buyers from this one address, one purchase each: none refused.
+	codes=$(python3 - "$base/api/sales/many/orders" <<'EOF'
+import collections, concurrent.futures, sys, urllib.error, urllib.request
+def buy(i):
+    r = urllib.request.Request(sys.argv[1], data=b"", method="POST",
+                               headers={"Authorization": "Bearer h.p.many-%d" % i})
+    try:
+        return urllib.request.urlopen(r, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+with concurrent.futures.ThreadPoolExecutor(16) as ex:
+    c = collections.Counter(ex.map(buy, range(300)))
+print(" ".join("%d x %d" % (n, code) for code, n in sorted(c.items())))
+EOF
+)
+	if grep -q ' 429' <<<"$codes"; then fail "300 buyers from one address got 429s: $codes"; else pass "300 buyers from one address, one purchase each: $codes"; fi
 
 	# A dead gateway: nginx answers 503 in the API's JSON for what it cannot
 	# serve from the cache.
-	kill -TERM "$stub" 2>/dev/null || true
+	kill -TERM "$stub" 2>/dev/null || true  # both stub gateways
 	wait "$stub" 2>/dev/null || true
 	hdr=$(curl -s -D - "$base/api/orders/o9" | tr -d '\r')
 	if grep -q '^HTTP/1.1 503' <<<"$hdr" && grep -q '^{"error":"unavailable"}' <<<"$hdr"; then
 		pass "no gateway: 503 {\"error\":\"unavailable\"}"
 	else
 		fail "no gateway: got $hdr"
+	fi
+}
+
+check_monitoring() {
+	local prom=$here/prometheus graf=$here/grafana
+	if command -v promtool >/dev/null 2>&1; then
+		local f
+		for f in "$prom"/*.rules.yaml; do
+			if promtool check rules "$f" >"$tmp/promtool.log" 2>&1; then
+				pass "promtool check rules ${f#"$here"/}: $(grep -o '[0-9]* rules found' "$tmp/promtool.log")"
+			else
+				fail "promtool check rules ${f#"$here"/}:"
+				cat "$tmp/promtool.log"
+			fi
+		done
+		for f in "$prom"/*.test.yaml; do
+			if (cd "$prom" && promtool test rules "$(basename "$f")") >"$tmp/promtool.log" 2>&1; then
+				pass "promtool test rules ${f#"$here"/}"
+			else
+				fail "promtool test rules ${f#"$here"/}:"
+				cat "$tmp/promtool.log"
+			fi
+		done
+	elif [ -n "${CI:-}" ]; then
+		fail "monitoring: promtool not installed (Debian: apt-get install prometheus); CI must install it"
+	else
+		skip "promtool check/test rules (promtool not installed; Debian: apt-get install prometheus)"
+	fi
+	if ! command -v python3 >/dev/null 2>&1; then
+		skip "grafana dashboard and metric names (python3 not installed)"
+		return
+	fi
+	if python3 - "$here/.." "$graf" "$prom" "$tmp/dashboard-queries.yaml" <<'EOF'; then
+import glob, json, os, re, sys
+root, graf, prom, out = sys.argv[1:5]
+bad = 0
+def fail(msg):
+    global bad
+    bad += 1
+    print("FAIL " + msg)
+# The metric names the code defines: every "flashgate_..." string literal in
+# a Go file that is not a test.
+defined = set()
+for dirpath, dirs, files in os.walk(root):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("bin", "deploy")]
+    for f in files:
+        if f.endswith(".go") and not f.endswith("_test.go"):
+            defined |= set(re.findall(r'"(flashgate_[a-z0-9_]+)"', open(os.path.join(dirpath, f)).read()))
+if not defined:
+    fail("no flashgate_* metric names found in the Go code under " + root)
+def known(name):
+    if name in defined:
+        return True
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] in defined:
+            return True
+    return False
+def check_names(where, expr):
+    for name in re.findall(r"\bflashgate_[a-z0-9_]+", expr):
+        if not known(name):
+            fail("%s: metric %s is not defined in the code" % (where, name))
+exprs = []
+for f in sorted(glob.glob(os.path.join(graf, "*.json"))):
+    name = os.path.basename(f)
+    try:
+        d = json.load(open(f))
+    except ValueError as e:
+        fail("%s: not JSON: %s" % (name, e))
+        continue
+    if not d.get("title") or not d.get("uid"):
+        fail("%s: no title or uid" % name)
+    ids = [p.get("id") for p in d.get("panels", [])]
+    if len(ids) != len(set(ids)) or None in ids:
+        fail("%s: panel ids missing or repeated" % name)
+    n = 0
+    for p in d.get("panels", []):
+        if p.get("type") == "row":
+            continue
+        if not p.get("targets"):
+            fail("%s: panel %r queries nothing" % (name, p.get("title")))
+        for t in p.get("targets", []):
+            e = t.get("expr", "")
+            if not e:
+                fail("%s: panel %r has a target without expr" % (name, p.get("title")))
+                continue
+            check_names("%s panel %r" % (name, p.get("title")), e)
+            # Grafana's variables, as PromQL promtool can parse.
+            exprs.append(re.sub(r"\$\{?[A-Za-z_]+\}?", ".*", e))
+            n += 1
+    print("PASS %s: %d panels, %d queries, every metric defined in the code" % (name, len(ids), n))
+# The alert rules name only defined metrics too.
+for f in sorted(glob.glob(os.path.join(prom, "*.rules.yaml"))):
+    check_names(os.path.basename(f), "\n".join(l for l in open(f) if not l.lstrip().startswith("#")))
+# The dashboard's queries as recording rules, for promtool to parse.
+with open(out, "w") as w:
+    w.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, e in enumerate(exprs):
+        w.write("      - record: dashboard:query_%d\n        expr: %s\n" % (i, json.dumps(e)))
+sys.exit(1 if bad else 0)
+EOF
+		pass "grafana dashboard and alert rules name only metrics the code defines"
+	else
+		fail "grafana dashboard or alert rules"
+	fi
+	if command -v promtool >/dev/null 2>&1 && [ -s "$tmp/dashboard-queries.yaml" ]; then
+		if promtool check rules "$tmp/dashboard-queries.yaml" >"$tmp/promtool.log" 2>&1; then
+			pass "every dashboard query is valid PromQL (promtool)"
+		else
+			fail "dashboard queries:"
+			cat "$tmp/promtool.log"
+		fi
 	fi
 }
 
@@ -366,6 +523,18 @@ for f in files:
                     fail("%s: Secret key %s holds a value, not a CHANGE_ME placeholder" % (f, k))
             if d.get("data"):
                 fail("%s: Secret template has data; only stringData placeholders belong here" % f)
+        if d.get("kind") in ("Deployment", "StatefulSet") and any(
+                "flashgate" in c.get("image", "") for c in d["spec"]["template"]["spec"].get("containers", [])):
+            tmpl = d["spec"]["template"]
+            ann = tmpl.get("metadata", {}).get("annotations") or {}
+            ports = {str(p.get("containerPort")) for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
+            name = d["metadata"]["name"]
+            if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") != "/metrics":
+                fail("%s: %s pods lack prometheus.io/scrape: \"true\" and prometheus.io/path: /metrics" % (f, name))
+            elif ann.get("prometheus.io/port") not in ports:
+                fail("%s: %s pods' prometheus.io/port %r is not a container port %s" % (f, name, ann.get("prometheus.io/port"), sorted(ports)))
+            else:
+                print("PASS %s: %s pods are scraped on :%s/metrics" % (f, name, ann["prometheus.io/port"]))
     print("PASS %s parses (%d documents)" % (f, len(docs)))
 for base in (root, os.path.dirname(root)):
     k = yaml.safe_load(open(os.path.join(base, "kustomization.yaml")))
@@ -398,6 +567,43 @@ if os.path.exists(rc):
         if want not in create:
             fail("redis-cluster.yaml: the create Job lacks %s" % want)
     print("PASS redis-cluster.yaml: 6 cluster nodes, full coverage off, a create Job")
+# The edge examples (deploy/k8s/edge, not in the kustomization) carry the
+# limits and routing of nginx/flashgate.conf.
+edge = os.path.join(root, "edge")
+objs = {}
+for f in sorted(os.listdir(edge)):
+    if not f.endswith(".yaml"):
+        continue
+    try:
+        docs = [d for d in yaml.safe_load_all(open(os.path.join(edge, f))) if d is not None]
+    except yaml.YAMLError as e:
+        fail("edge/%s: %s" % (f, e))
+        continue
+    for d in docs:
+        if not isinstance(d, dict) or not d.get("kind") or not d.get("apiVersion") or not d.get("metadata", {}).get("name"):
+            fail("edge/%s: a document without apiVersion, kind or metadata.name" % f)
+            continue
+        objs[(d["kind"], d["metadata"]["name"])] = d
+    print("PASS edge/%s parses (%d documents)" % (f, len(docs)))
+def want(cond, msg):
+    if cond:
+        print("PASS edge: " + msg)
+    else:
+        fail("edge: " + msg)
+ing = objs.get(("Ingress", "flashgate-buyer"), {}).get("metadata", {}).get("annotations", {})
+want(ing.get("nginx.ingress.kubernetes.io/upstream-hash-by") == "$http_authorization",
+     "Ingress flashgate-buyer hashes on the Authorization header")
+want(ing.get("nginx.ingress.kubernetes.io/limit-rps") == "2000",
+     "Ingress flashgate-buyer caps an address at 2000 r/s, as flashgate.conf")
+btp = objs.get(("BackendTrafficPolicy", "flashgate-purchase"), {}).get("spec", {})
+ch = btp.get("loadBalancer", {}).get("consistentHash", {})
+want(ch.get("type") == "Header" and ch.get("header", {}).get("name") == "Authorization",
+     "BackendTrafficPolicy flashgate-purchase hashes on the Authorization header")
+rules = btp.get("rateLimit", {}).get("global", {}).get("rules", [])
+per_buyer = [r for r in rules if any(h.get("name") == "Authorization" and h.get("type") == "Distinct"
+             for c in r.get("clientSelectors", []) for h in c.get("headers", []))]
+want(len(per_buyer) == 1 and per_buyer[0]["limit"] == {"requests": 2, "unit": "Second"},
+     "BackendTrafficPolicy flashgate-purchase limits each buyer (token) to 2/s")
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
@@ -429,15 +635,16 @@ EOF
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(shell redis nginx k8s)
+[ ${#parts[@]} -gt 0 ] || parts=(shell redis nginx monitoring k8s)
 for part in "${parts[@]}"; do
 	case $part in
 	shell) check_shell ;;
 	redis) check_redis ;;
 	nginx) check_nginx ;;
+	monitoring) check_monitoring ;;
 	k8s) check_k8s ;;
 	*)
-		echo "check.sh: unknown part $part (want shell, redis, nginx or k8s)" >&2
+		echo "check.sh: unknown part $part (want shell, redis, nginx, monitoring or k8s)" >&2
 		exit 2
 		;;
 	esac

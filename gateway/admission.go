@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -66,9 +67,6 @@ type sale struct {
 	idle    int         // refreshes since someone asked (refresher only)
 	limiter *rate.Limiter
 }
-
-// userLimiter is one user's token bucket.
-type userLimiter struct{ l *rate.Limiter }
 
 // lookup returns the cached sale for id, loading it synchronously the first
 // time (one load per id, however many requests wait for it). It returns
@@ -137,7 +135,7 @@ func (s *Server) keepReal(e *sale) *sale {
 func (s *Server) newSale(id string) *sale {
 	e := &sale{id: id, ready: make(chan struct{})}
 	if s.cfg.SaleRate > 0 {
-		e.limiter = rate.NewLimiter(rate.Limit(s.cfg.SaleRate), s.cfg.SaleBurst)
+		e.limiter = rate.NewLimiter(s.saleShare())
 	}
 	return e
 }
@@ -189,32 +187,27 @@ func sameTime(a, b *time.Time) bool {
 	return a.Equal(*b)
 }
 
-// readStates reads the state of each sale with one pipeline on the replica,
-// or on the primary when the replica fails; a failed replica is tried again
-// once a second. Each attempt has its own RedisTimeout.
+// readStates reads the state of each sale with one pipeline on the replica
+// while it is healthy (see replicaUsable), else on the primary. Each
+// attempt has its own RedisTimeout.
 func (s *Server) readStates(parent context.Context, list []*sale) ([]*saleState, error) {
 	try := func(c redis.UniversalClient) ([]*saleState, error) {
 		ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
 		defer cancel()
 		return s.readFrom(ctx, c, list)
 	}
-	useReplica := s.cfg.Replica != s.cfg.Primary &&
-		(!s.replicaFailed.Load() || time.Now().UnixNano() >= s.replicaRetry.Load())
-	if useReplica || s.cfg.Replica == s.cfg.Primary {
+	if s.cfg.Replica == s.cfg.Primary {
+		return try(s.cfg.Primary)
+	}
+	if s.replicaUsable(parent) {
 		states, err := try(s.cfg.Replica)
 		if err == nil {
 			if s.replicaFailed.Swap(false) {
-				s.log.Info("gateway: replica answers again")
+				s.log.Info("gateway: replica in sync again, reading from it")
 			}
 			return states, nil
 		}
-		if s.cfg.Replica == s.cfg.Primary {
-			return nil, err
-		}
-		s.replicaRetry.Store(time.Now().Add(time.Second).UnixNano())
-		if !s.replicaFailed.Swap(true) {
-			s.log.Warn("gateway: replica read failed, reading from the primary", "err", err)
-		}
+		s.replicaDown(err)
 	}
 	s.m.replicaFallback()
 	return try(s.cfg.Primary)
@@ -551,17 +544,8 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 
 // allowUser spends one of user's tokens.
 func (s *Server) allowUser(user string, now time.Time) bool {
-	if s.cfg.UserRate < 0 {
+	if s.users == nil {
 		return true
 	}
-	u, ok := s.users.Get(user)
-	if !ok {
-		nu := &userLimiter{l: rate.NewLimiter(rate.Limit(s.cfg.UserRate), s.cfg.UserBurst)}
-		if prev, found, _ := s.users.PeekOrAdd(user, nu); found {
-			u = prev
-		} else {
-			u = nu
-		}
-	}
-	return u.l.AllowN(now, 1)
+	return s.users.allow(maphash.String(s.seed, user), now.UnixNano())
 }

@@ -12,6 +12,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -22,7 +23,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -59,11 +59,19 @@ type Config struct {
 	// written there, and sale state is read from it when the replica fails.
 	// Required.
 	Primary redis.UniversalClient
-	// Replica serves every sale-state read. Default: Primary. While it is
-	// down the gateway tries it again once a second, and each try costs a
-	// failed dial: give its client few dial retries (go-redis's default of
-	// 5 turns a refused connection into a stall of over a second per try).
+	// Replica serves every sale-state read while it is in sync with its
+	// primary (INFO: master_link_status:up, no sync in progress, not
+	// loading), checked before reads go back to it and every ReplicaCheck
+	// while they use it. Default: Primary. While it is down or stale the
+	// gateway reads from the primary and tries it again every
+	// ReplicaCheck, and each try costs a failed dial: give its client few
+	// dial retries (go-redis's default of 5 turns a refused connection
+	// into a stall of over a second per try).
 	Replica redis.UniversalClient
+	// ReplicaCheck is how often the replica's replication health is
+	// checked while reads use it, and how soon a failed or stale replica
+	// is tried again. Default: 1s.
+	ReplicaCheck time.Duration
 	// Reserver takes units for admitted purchases. Required.
 	Reserver Reserver
 	// Catalog gives the names, prices and start times pages show. Required.
@@ -99,6 +107,11 @@ type Config struct {
 	// RedisTimeout bounds each background read, flush and readiness ping.
 	// Default: 2s.
 	RedisTimeout time.Duration
+	// ShareEvery makes SaleRate and SaleBurst the whole deployment's: every
+	// ShareEvery this gateway announces itself in Redis and takes 1/n of
+	// them, n being the live gateways (see share.go). Default: 0, no
+	// sharing: this gateway alone lets SaleRate through.
+	ShareEvery time.Duration
 
 	// UserRate is each user's purchase attempts per second reaching
 	// admission. Default: 2; negative: no per-user limit.
@@ -112,16 +125,15 @@ type Config struct {
 	// SaleBurst is each sale's burst. Default: SaleRate rounded up, at
 	// least 1.
 	SaleBurst int
-	// MaxUsers bounds the per-user limiter LRU. Default: 1,000,000.
+	// MaxUsers bounds the per-user rate limiters held at once (16 bytes of
+	// state each, about 30 MB for the default); past it, users whose bucket
+	// is full again are forgotten first. Default: 1,000,000.
 	MaxUsers int
 	// MaxSales bounds the sales cached at once. Default: 10,000.
 	MaxSales int
 	// MaxPages bounds the rendered item pages held in the LRU. Default:
 	// 10,000.
 	MaxPages int
-	// TokenCache bounds the verified-token LRU that spares repeat tokens a
-	// signature check. Default: 65,536.
-	TokenCache int
 
 	// MaxBodySize is the largest request body accepted. Default: 4 KiB.
 	MaxBodySize int
@@ -131,9 +143,17 @@ type Config struct {
 	WriteTimeout time.Duration
 	// IdleTimeout is the keep-alive idle timeout. Default: 60s.
 	IdleTimeout time.Duration
-	// Concurrency is fasthttp's limit of connections served at once.
-	// Default: fasthttp's (256 × 1024).
+	// Concurrency is fasthttp's limit of connections served at once
+	// (each of the two servers, see FastConns). Default: fasthttp's
+	// (256 × 1024).
 	Concurrency int
+	// FastConns is how many open connections keep their read and write
+	// buffers between requests (about 16 KB each); connections past it
+	// hold none while idle (about 4 KB each, for one more read system call
+	// per request), so a crowd of idle keep-alive connections costs
+	// little memory. Default: 1024; negative: every connection keeps its
+	// buffers.
+	FastConns int
 	// MaxRequestHeaderSize bounds the request head (fasthttp's
 	// ReadBufferSize). Default: 8 KiB.
 	MaxRequestHeaderSize int
@@ -185,6 +205,7 @@ func (c *Config) fill() error {
 	def(&c.WriteTimeout, 5*time.Second)
 	def(&c.IdleTimeout, 60*time.Second)
 	def(&c.ReadyCache, time.Second)
+	def(&c.ReplicaCheck, time.Second)
 	if c.ShutdownDelay == 0 {
 		c.ShutdownDelay = time.Second
 	}
@@ -204,9 +225,11 @@ func (c *Config) fill() error {
 	defInt(&c.MaxUsers, 1_000_000)
 	defInt(&c.MaxSales, 10_000)
 	defInt(&c.MaxPages, 10_000)
-	defInt(&c.TokenCache, 65_536)
 	defInt(&c.MaxBodySize, 4<<10)
 	defInt(&c.MaxRequestHeaderSize, 8<<10)
+	if c.FastConns == 0 {
+		c.FastConns = 1024
+	}
 	return nil
 }
 
@@ -214,10 +237,15 @@ func (c *Config) fill() error {
 // refresher and flusher (Serve and ListenAndServe call Start themselves),
 // and Shutdown or Close stops them.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	clock   flashgate.Clock
-	srv     *fasthttp.Server
+	cfg   Config
+	log   *slog.Logger
+	clock flashgate.Clock
+	srv   *fasthttp.Server
+	// lean serves the connections past FastConns (nil when FastConns is
+	// negative); lns are the listeners Serve splits between the two.
+	lean    *fasthttp.Server
+	lnMu    sync.Mutex
+	lns     []net.Listener
 	handler fasthttp.RequestHandler
 	m       *metrics
 
@@ -231,11 +259,10 @@ type Server struct {
 	sales   map[string]*sale
 	retired []*sale
 
-	users  *shardedLRU[string, *userLimiter]
-	tokens *shardedLRU[uint64, *tokenEntry] // keyed by maphash of the token
-	pages  *lru.Cache[string, *page]
-	seed   maphash.Seed
-	parser *jwt.Parser
+	users *userLimits // nil without a per-user limit
+	pages *lru.Cache[string, *page]
+	seed  maphash.Seed
+	jwt   *verifier
 
 	assets   map[string]*page
 	notFound []byte
@@ -243,12 +270,18 @@ type Server struct {
 	pageCacheControl []byte
 	userRetryAfter   []byte
 
+	share shareState // this gateway's part of SaleRate (share.go)
+
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried
 	// again; until then reads go straight to the primary.
 	replicaRetry atomic.Int64
-	draining     atomic.Bool
-	ready        readiness
+	// replicaChecked is when (unix nanoseconds) the replica last passed a
+	// health check; replicaCheck lets one reader at a time run one.
+	replicaChecked atomic.Int64
+	replicaCheck   sync.Mutex
+	draining       atomic.Bool
+	ready          readiness
 
 	startOnce sync.Once
 	closeOnce sync.Once
@@ -270,20 +303,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var err error
-	if s.users, err = newShardedLRU[string, *userLimiter](cfg.MaxUsers, func(k string) uint64 { return maphash.String(s.seed, k) }); err != nil {
-		return nil, fmt.Errorf("gateway: user limiters: %w", err)
+	if cfg.UserRate > 0 {
+		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
-	if s.tokens, err = newShardedLRU[uint64, *tokenEntry](cfg.TokenCache, func(k uint64) uint64 { return k }); err != nil {
-		return nil, fmt.Errorf("gateway: token cache: %w", err)
-	}
+	s.jwt = newVerifier(cfg.JWTSecret)
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
 	}
-	s.parser = jwt.NewParser(
-		jwt.WithValidMethods([]string{"HS256"}),
-		jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(s.clock.Now),
-	)
 	if err := s.loadAssets(); err != nil {
 		return nil, err
 	}
@@ -298,8 +324,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.serve
-	s.srv = &fasthttp.Server{
+	s.srv = s.newHTTPServer(false)
+	if cfg.FastConns > 0 {
+		s.lean = s.newHTTPServer(true)
+	}
+	return s, nil
+}
+
+// newHTTPServer builds one of the two fasthttp servers (see connSplit);
+// lean ones hold no buffers for idle connections.
+func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
+	cfg := s.cfg
+	return &fasthttp.Server{
 		Handler:                       s.handler,
+		ReduceMemoryUsage:             lean,
 		ErrorHandler:                  s.serveError,
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 false,
@@ -314,7 +352,6 @@ func New(cfg Config) (*Server, error) {
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{s.log},
 	}
-	return s, nil
 }
 
 // Handler returns the request handler, for tests and for embedding the
@@ -327,6 +364,7 @@ func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
 // (or Shutdown) stops them.
 func (s *Server) Start() {
 	s.startOnce.Do(func() {
+		s.startShare()
 		s.wg.Add(3)
 		go s.loop(s.cfg.StateRefresh, s.refreshState)
 		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog)
@@ -378,7 +416,18 @@ func (s *Server) Close() error {
 // Serve starts the background goroutines and serves ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.Start()
-	return s.srv.Serve(ln)
+	if s.lean == nil {
+		return s.srv.Serve(ln)
+	}
+	s.lnMu.Lock()
+	s.lns = append(s.lns, ln)
+	s.lnMu.Unlock()
+	split := newConnSplit(ln, s.cfg.FastConns)
+	errc := make(chan error, 2)
+	go func() { errc <- s.srv.Serve(split.fast) }()
+	go func() { errc <- s.lean.Serve(split.lean) }()
+	err := split.run()
+	return errors.Join(err, <-errc, <-errc)
 }
 
 // ListenAndServe listens on addr (TCP) and serves it until Shutdown.
@@ -404,7 +453,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
-	err := s.srv.ShutdownWithContext(ctx)
+	s.lnMu.Lock()
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
+	s.lns = nil
+	s.lnMu.Unlock()
+	var err error
+	if s.lean != nil {
+		done := make(chan error, 1)
+		go func() { done <- s.lean.ShutdownWithContext(ctx) }()
+		err = s.srv.ShutdownWithContext(ctx)
+		err = errors.Join(err, <-done)
+	} else {
+		err = s.srv.ShutdownWithContext(ctx)
+	}
 	_ = s.Close()
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)

@@ -26,7 +26,7 @@ func TestNewRequiresSettings(t *testing.T) {
 	}
 }
 
-// TestRoutes walks every public route and the status codes of API.md.
+// TestRoutes walks every public route and the status codes of docs/api.md.
 func TestRoutes(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.UserRate = -1 })
 	h := e.s.Handler()
@@ -214,8 +214,8 @@ func TestAuth(t *testing.T) {
 	}
 }
 
-// TestTokenCacheExpiry checks that a cached token stops working at exp.
-func TestTokenCacheExpiry(t *testing.T) {
+// TestTokenExpiry checks that a token stops working at exp.
+func TestTokenExpiry(t *testing.T) {
 	clock := testclock.New(time.Now())
 	e := newEnv(t, func(c *Config) { c.Clock = clock; c.Reserver = &fakeReserver{}; c.UserRate = -1 })
 	e.sale(t, "s1", 100, 150, true)
@@ -228,7 +228,7 @@ func TestTokenCacheExpiry(t *testing.T) {
 	}
 	clock.Add(2 * time.Minute)
 	if got := do(e.s.Handler(), r).StatusCode(); got != 401 {
-		t.Fatalf("expired cached token: got %d, want 401", got)
+		t.Fatalf("expired token: got %d, want 401", got)
 	}
 }
 
@@ -406,8 +406,8 @@ func TestRateLimits(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			do(e.s.Handler(), req{method: "POST", path: "/api/sales/s1/orders", token: token(t, "u"+strconv.Itoa(i))})
 		}
-		if n := e.s.users.Len(); n != 10 {
-			t.Fatalf("got %d user limiters, want 10", n)
+		if n := e.s.users.len(); n > 10 || n < 8 {
+			t.Fatalf("got %d user limiters, want 8 to 10", n)
 		}
 	})
 	t.Run("rejections spend no token", func(t *testing.T) {

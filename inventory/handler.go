@@ -170,7 +170,7 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, flashgate.ErrBadRequest)
 		return
 	}
-	// The Redis deadline is the client's read timeout (STYLE.md 7); the
+	// The Redis deadline is the client's read timeout (docs/design.md, house style 7); the
 	// request context only ends at server shutdown.
 	var orderID string
 	var err error

@@ -35,6 +35,12 @@ func DeadKey(sale string) string { return "fg:{" + sale + "}:dead" }
 // sale's keys, so a sale with orders is never missing from it.
 func SalesKey() string { return "fg:sales" }
 
+// GatewaysKey is the sorted set of live gateways: member = a gateway's id,
+// score = its last heartbeat (unix milliseconds). Each gateway takes its
+// share of --sale-rate from the number of live members. Not hash-tagged:
+// it is only ever used by single-key commands, so any slot will do.
+func GatewaysKey() string { return "fg:gateways" }
+
 // LeaderKey is the lock that elects the one control plane that runs the
 // scheduled loops (start/stop at times, expiry, re-sync).
 func LeaderKey() string { return "fg:leader" }

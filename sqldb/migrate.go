@@ -16,8 +16,8 @@ type migration struct {
 // migrations are applied in order, each once, recorded in schema_migrations.
 // Never edit an applied migration: add a new one.
 //
-// Version 1 is API.md's schema plus two columns of sales that API.md does
-// not list: admit_ratio (the admission cap is total × admit_ratio) and
+// Version 1 is docs/api.md's schema plus two columns of sales that its
+// original table did not list: admit_ratio (the admission cap is total × admit_ratio) and
 // per_user (the most units one user may hold). On PostgreSQL timestamps are
 // timestamptz; on SQLite they are integer unix microseconds (UTC), so that
 // ordering and comparisons work in SQL.

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" driver
+	"modernc.org/sqlite"               // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/flashgate/flashgate"
 )
@@ -41,21 +43,17 @@ type DB struct {
 // (sqlite://flashgate.db) or absolute (sqlite:///var/lib/flashgate/orders.db);
 // sqlite://:memory: gives a private in-memory database.
 func Open(ctx context.Context, dsn string) (*DB, error) {
-	scheme, _, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return nil, fmt.Errorf("db: malformed URL %q (want postgres://… or sqlite://PATH)", redact(dsn))
+	dialect, err := dialectOf(dsn)
+	if err != nil {
+		return nil, err
 	}
-	var (
-		d   *DB
-		err error
-	)
-	switch strings.ToLower(scheme) {
-	case "postgres", "postgresql":
+	var d *DB
+	switch dialect {
+	case DialectPostgres:
 		d, err = openPostgres(ctx, dsn)
-	case "sqlite", "sqlite3":
-		d, err = openSQLite(ctx, strings.TrimPrefix(dsn[len(scheme):], "://"))
 	default:
-		return nil, fmt.Errorf("db: unsupported URL scheme %q (want postgres:// or sqlite://)", scheme)
+		_, rest, _ := strings.Cut(dsn, "://")
+		d, err = openSQLite(ctx, rest)
 	}
 	if err != nil {
 		return nil, err
@@ -233,14 +231,26 @@ func (s stamp) ptr() *time.Time {
 
 var _ sql.Scanner = (*stamp)(nil)
 
-// isUnique reports whether err is a unique-constraint violation.
+// isUnique reports whether err is a unique-constraint violation, by the
+// drivers' error codes: PostgreSQL's SQLSTATE 23505 (unique_violation) and
+// SQLite's extended codes SQLITE_CONSTRAINT_UNIQUE and
+// SQLITE_CONSTRAINT_PRIMARYKEY. The error text is never looked at.
 func isUnique(err error) bool {
-	if err == nil {
-		return false
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == pgUniqueViolation
 	}
-	s := err.Error()
-	return strings.Contains(s, "SQLSTATE 23505") || strings.Contains(s, "UNIQUE constraint failed")
+	var liteErr *sqlite.Error
+	if errors.As(err, &liteErr) {
+		c := liteErr.Code()
+		return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
 }
+
+// pgUniqueViolation is PostgreSQL's SQLSTATE for a unique-constraint
+// violation.
+const pgUniqueViolation = "23505"
 
 var errNoRows = sql.ErrNoRows
 

@@ -483,7 +483,7 @@ func (s *faultSystem) checkRows(t *testing.T, sale string, confirmed map[string]
 // TestInvariantsUnderFaults runs a crowd of buyers over real HTTP against
 // every tier while a replica dies and comes back, the order sink is killed
 // holding a batch (a new one claims it) and the gateway restarts on a new
-// port, then checks DESIGN.md's invariants 1–4; then refunds a few orders
+// port, then checks docs/design.md's invariants 1–4; then refunds a few orders
 // and checks exactly those units sell again.
 func TestInvariantsUnderFaults(t *testing.T) {
 	if testing.Short() {

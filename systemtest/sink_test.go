@@ -1,5 +1,5 @@
 // Package systemtest runs several tiers together against real servers and
-// checks DESIGN.md's invariants.
+// checks docs/design.md's invariants.
 package systemtest
 
 import (

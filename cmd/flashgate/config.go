@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/sqldb"
 )
 
 // Config is every setting of every command. Its zero value is not used
-// directly: parseConfig fills the defaults of API.md in through the flags.
+// directly: parseConfig fills the defaults of docs/api.md in through the flags.
 type Config struct {
 	Listen        string        // public gateway listener; ":8080"
 	AdminListen   string        // control plane listener; "127.0.0.1:8081"
@@ -25,9 +27,11 @@ type Config struct {
 	InventoryTok  string        // bearer token between gateways and inventory tiers; "" = none
 	UserRate      float64       // per-user attempts per second; 2
 	UserBurst     int           // per-user burst; 5
-	SaleRate      float64       // per-sale attempts per second per gateway; 50000
+	SaleRate      float64       // per-sale attempts per second, whole deployment; 50000
 	PaymentWindow time.Duration // unpaid orders expire after this; 15m
 	StateRefresh  time.Duration // gateway cache window for sale state; 20ms
+	UserLimiters  int           // gateway: per-user rate limiters held at once; 1000000
+	FastConns     int           // gateway: connections that keep their buffers when idle; 1024
 	ResyncEvery   time.Duration // control plane re-sync period; 1s
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
 	LogLevel      string        // debug, info, warn, error; "info"
@@ -52,6 +56,7 @@ type Config struct {
 	Progress    bool          // crowd/demo: draw a progress bar; true
 	Timeout     time.Duration // crowd: per-request timeout; 5s
 	Quantity    int64         // crowd: units per purchase; 1
+	SourceAddrs string        // crowd: local addresses to dial from, e.g. 127.0.0.2-127.0.0.20; ""
 
 	// set names the flags given on the command line or by environment,
 	// so that a command can tell a default from a choice.
@@ -113,9 +118,11 @@ var flagSpecs = []flagSpec{
 	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", "serve gateway inventory", strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
 	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, 2)},
 	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, 5)},
-	{"sale-rate", "per-sale attempts per second one gateway lets through (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
+	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
 	{"payment-window", "unpaid orders expire after this", "serve gateway controlplane demo", durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
+	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, 1_000_000)},
+	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 1024)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", "serve inventory", intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", "serve ordersink", strFlag(func(c *Config) *string { return &c.SinkName }, "")},
@@ -133,6 +140,7 @@ var flagSpecs = []flagSpec{
 	{"target", "gateway base URL", "crowd", strFlag(func(c *Config) *string { return &c.Target }, "http://127.0.0.1:8080")},
 	{"admin", "control plane base URL for the cross-check (e.g. http://127.0.0.1:8081)", "crowd", strFlag(func(c *Config) *string { return &c.Admin }, "")},
 	{"quantity", "units per purchase", "crowd", int64Flag(func(c *Config) *int64 { return &c.Quantity }, 1)},
+	{"source-addrs", "local addresses the crowd dials from, in turn: IPs and ranges, e.g. 127.0.0.2-127.0.0.20 (default: the system's choice)", "crowd", strFlag(func(c *Config) *string { return &c.SourceAddrs }, "")},
 	{"timeout", "per-request timeout", "crowd", durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
 	{"progress", "draw a progress bar", "demo crowd", boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
 	{"serve", "keep serving after the report (open the pages in a browser)", "demo", boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
@@ -281,6 +289,9 @@ func (c *Config) validate(cmd string) error {
 				return err
 			}
 		}
+		if _, err := parseSourceAddrs(c.SourceAddrs); err != nil {
+			return err
+		}
 	}
 	if takes("demo crowd", cmd) {
 		if c.Users < 1 || c.Concurrency < 1 {
@@ -295,6 +306,9 @@ func (c *Config) validate(cmd string) error {
 	}
 	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)
+	}
+	if takes(gwLike, cmd) && (c.UserLimiters < 1 || c.FastConns < 1) {
+		return fmt.Errorf("--user-limiters and --fast-conns must be at least 1")
 	}
 	// A zero or negative period would silently become the tier's default.
 	for _, d := range []struct {
@@ -342,16 +356,10 @@ func checkRedisURL(flagName, s string) error {
 }
 
 func checkDBURL(s string) error {
-	switch {
-	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
-		if _, err := url.Parse(s); err != nil {
-			return fmt.Errorf("--db %q: malformed URL", s)
-		}
-		return nil
-	case strings.HasPrefix(s, "sqlite://") && len(s) > len("sqlite://"):
-		return nil
+	if err := sqldb.CheckURL(s); err != nil {
+		return fmt.Errorf("--db: %w", err)
 	}
-	return fmt.Errorf("--db %q: want postgres://… or sqlite://PATH", s)
+	return nil
 }
 
 func checkHTTPURL(flagName, s string) error {

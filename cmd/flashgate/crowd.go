@@ -32,6 +32,7 @@ type crowdSpec struct {
 	Quantity    int64
 	Timeout     time.Duration
 	Progress    io.Writer // nil = no bar
+	SourceAddrs string    // --source-addrs: local addresses to dial from; "" = the system's choice
 }
 
 // crowdResult is what the crowd saw.
@@ -55,6 +56,10 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("crowd: bad target %q", s.Target)
 	}
+	sources, err := parseSourceAddrs(s.SourceAddrs)
+	if err != nil {
+		return nil, err
+	}
 	tokens, err := mintTokens(s.Secret, s.UserPrefix, s.Users, time.Now().Add(time.Hour))
 	if err != nil {
 		return nil, err
@@ -68,6 +73,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 		MaxIdemponentCallAttempts:     1,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
+	}
+	if len(sources) > 0 {
+		client.Dial = sourceDialer(sources, s.Timeout)
 	}
 	defer client.CloseIdleConnections()
 	path := "/api/sales/" + s.Sale + "/orders"
@@ -216,6 +224,9 @@ func startBar(w io.Writer, n int, done *atomic.Int64) (stop func()) {
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetWidth(30),
 	)
+	// The bar's clock starts now, not at its first frame: a rate shown on
+	// the first frame is then taken over the time that really passed.
+	bar.StartWithoutRender()
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -359,6 +370,7 @@ func runCrowd(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error 
 		UserPrefix: "crowd-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 		Users:      cfg.Users, Concurrency: cfg.Concurrency, Rate: cfg.ArrivalRate,
 		Quantity: cfg.Quantity, Timeout: cfg.Timeout, Progress: bar,
+		SourceAddrs: cfg.SourceAddrs,
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Command flashgate runs the flash-sale system: all tiers in one process
 // (serve), one tier alone (gateway, inventory, ordersink, controlplane), the
-// zero set-up demo, a load generator (crowd) and a token minter (token).
+// zero set-up demo, a load generator (crowd), a token minter (token) and
+// its own build information (version).
 package main
 
 import (
@@ -39,6 +40,7 @@ var commands = []struct {
 	{"controlplane", "the admin API and lifecycle loops alone", runControlplane},
 	{"crowd", "load generator: N distinct buyers against a running gateway", runCrowd},
 	{"token", "print a buyer token for --user", runToken},
+	{"version", "print the version, commit and Go version of this binary", runVersion},
 }
 
 // run parses args and runs one command; it returns instead of exiting, so

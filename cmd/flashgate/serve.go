@@ -63,10 +63,13 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 		reserver = cl
 	}
 	s.gw, err = gateway.New(gateway.Config{
+		// --sale-rate is the deployment's: the live gateways share it.
+		ShareEvery: time.Second,
+
 		Primary: c.primary, Replica: c.replica, Reserver: reserver, Catalog: c.db, Orders: s.cp,
 		JWTSecret: []byte(cfg.JWTSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
 		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
-		SaleRate: noLimitIfZero(cfg.SaleRate),
+		SaleRate: noLimitIfZero(cfg.SaleRate), MaxUsers: cfg.UserLimiters, FastConns: cfg.FastConns,
 	})
 	if err != nil {
 		return nil, err
@@ -117,7 +120,7 @@ func newControlplane(st *stack, cfg *Config, primary redis.UniversalClient, db *
 
 // runGatewayOn serves the gateway on ln until ctx ends.
 func (s *system) runGatewayOn(g *group, ln net.Listener) {
-	g.go_("gateway", func(ctx context.Context) error {
+	g.Go("gateway", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return s.gw.Serve(ln) }, s.gw.Shutdown)
 	})
 }
@@ -126,9 +129,9 @@ func (s *system) runGatewayOn(g *group, ln net.Listener) {
 // control plane's loops and the order sink, all in g.
 func (s *system) runAll(g *group, cfg *Config, pub, adm net.Listener) {
 	s.runGatewayOn(g, pub)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
-	g.go_("controlplane", s.cp.Run)
-	g.go_("ordersink", s.sink.Run)
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
+	g.Go("controlplane", s.cp.Run)
+	g.Go("ordersink", s.sink.Run)
 }
 
 // listenBoth opens the public and the admin listener.
@@ -181,7 +184,7 @@ func serveAll(ctx context.Context, st *stack, cfg *Config) (s *system, c conns, 
 	}
 	g = newGroup(ctx)
 	s.runAll(g, cfg, pub, adm)
-	return s, c, g, "http://" + pub.Addr().String(), "http://" + adm.Addr().String(), nil
+	return s, c, g, httpURL(pub.Addr()), httpURL(adm.Addr()), nil
 }
 
 func runServe(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
@@ -219,7 +222,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate gateway serving", "public", pub.Addr().String())
+	st.log.Info("flashgate gateway serving", "public", httpURL(pub.Addr()))
 	g := newGroup(ctx)
 	s.runGatewayOn(g, pub)
 	st.serveMetrics(g, mln, func(ctx context.Context) error { return c.primary.Ping(ctx).Err() })
@@ -253,9 +256,9 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate inventory serving", "listen", ln.Addr().String())
+	st.log.Info("flashgate inventory serving", "listen", httpURL(ln.Addr()))
 	g := newGroup(ctx)
-	g.go_("inventory", func(ctx context.Context) error {
+	g.Go("inventory", func(ctx context.Context) error {
 		return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.ShutdownWithContext)
 	})
 	st.serveMetrics(g, mln, inv.Ping)
@@ -278,10 +281,10 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate ordersink running", "metrics", adm.Addr().String(), "consumer", sinkConfig(st, cfg).Consumer)
+	st.log.Info("flashgate ordersink running", "metrics", httpURL(adm.Addr())+"/metrics", "consumer", sinkConfig(st, cfg).Consumer)
 	g := newGroup(ctx)
-	g.go_("ordersink", sink.Run)
-	g.go_("metrics", func(ctx context.Context) error {
+	g.Go("ordersink", sink.Run)
+	g.Go("metrics", func(ctx context.Context) error {
 		return serveHTTP(ctx, adm, st.metricsMux(func(ctx context.Context) error {
 			if err := reader.Ping(ctx).Err(); err != nil {
 				return err
@@ -312,9 +315,9 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate controlplane serving", "admin", adm.Addr().String())
+	st.log.Info("flashgate controlplane serving", "admin", httpURL(adm.Addr()))
 	g := newGroup(ctx)
-	g.go_("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
-	g.go_("controlplane", cp.Run)
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
+	g.Go("controlplane", cp.Run)
 	return g.wait()
 }

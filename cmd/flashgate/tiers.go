@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +13,15 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -41,7 +43,7 @@ func newStack(cfg *Config, stderr io.Writer) *stack {
 		lvl = slog.LevelError
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	return &stack{
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})),
 		reg: reg,
@@ -185,6 +187,20 @@ func listen(what, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// httpURL is the base URL a client on this machine dials to reach a listener
+// at a: an unspecified host (":8080", "0.0.0.0", "[::]") is not an address a
+// browser or a client can use, so it becomes the loopback address.
+func httpURL(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return "http://" + a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // metricsMux serves /metrics, /healthz and /readyz for tiers without an
 // admin API of their own.
 func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
@@ -192,7 +208,8 @@ func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
+		w.Header().Set(buildinfo.Header, buildinfo.Get().Version)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": buildinfo.Get().Version})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -233,41 +250,43 @@ func metricsListener(addr string) (net.Listener, error) {
 // serveMetrics serves metricsMux on ln in g; a nil ln serves nothing.
 func (s *stack) serveMetrics(g *group, ln net.Listener, ready func(context.Context) error) {
 	if ln != nil {
-		g.go_("metrics", func(ctx context.Context) error { return serveHTTP(ctx, ln, s.metricsMux(ready)) })
+		g.Go("metrics", func(ctx context.Context) error { return serveHTTP(ctx, ln, s.metricsMux(ready)) })
 	}
 }
 
-// group runs functions until the first fails or ctx ends, then cancels the
-// rest and waits for them.
+// group runs a process's long-lived parts (servers, loops) on an errgroup:
+// the first to fail or return ends them all through the shared context, and
+// wait returns the first failure.
 type group struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	err    error
+	eg     *errgroup.Group
 }
 
 func newGroup(ctx context.Context) *group {
 	g := &group{}
-	g.ctx, g.cancel = context.WithCancel(ctx)
+	ctx, g.cancel = context.WithCancel(ctx)
+	g.eg, g.ctx = errgroup.WithContext(ctx)
 	return g
 }
 
-func (g *group) go_(name string, f func(ctx context.Context) error) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		if err := f(g.ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrServerClosed) {
-			g.once.Do(func() { g.err = fmt.Errorf("%s: %w", name, err) })
+// Go runs f under name. A part that returns, even without an error, stops
+// the others: a process whose server or loop ended is no longer serving.
+func (g *group) Go(name string, f func(ctx context.Context) error) {
+	g.eg.Go(func() error {
+		defer g.cancel()
+		err := f(g.ctx)
+		if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, http.ErrServerClosed) {
+			return nil
 		}
-		g.cancel()
-	}()
+		return fmt.Errorf("%s: %w", name, err)
+	})
 }
 
 func (g *group) wait() error {
-	g.wg.Wait()
+	err := g.eg.Wait()
 	g.cancel()
-	return g.err
+	return err
 }
 
 // serveUntil runs serve until it fails or ctx ends, then shuts the server

@@ -183,13 +183,13 @@ events {
 }
 http {
     default_type application/octet-stream;
-    access_log $dir/logs/access.log;
     client_body_temp_path $dir/temp/body;
     proxy_temp_path $dir/temp/proxy;
     fastcgi_temp_path $dir/temp/fastcgi;
     uwsgi_temp_path $dir/temp/uwsgi;
     scgi_temp_path $dir/temp/scgi;
     include $dir/flashgate.conf;
+    access_log $dir/logs/access.log flashgate;
 }
 EOF
 }

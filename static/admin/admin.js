@@ -209,8 +209,26 @@
     return String(Math.round(v * 10) / 10);
   }
 
+  // renderAudit fills the recent-actions table from GET /admin/audit.
+  function renderAudit(entries) {
+    var tbody = document.querySelector('#audit tbody');
+    tbody.textContent = '';
+    entries.slice(0, 50).forEach(function (a) {
+      var tr = document.createElement('tr');
+      cell(tr, new Date(a.time).toLocaleTimeString());
+      cell(tr, a.action);
+      cell(tr, a.sale || '');
+      cell(tr, a.order || '');
+      cell(tr, a.remote);
+      cell(tr, a.result, a.result === 'ok' ? '' : 'error');
+      tbody.appendChild(tr);
+    });
+    $('audit-empty').hidden = entries.length > 0;
+  }
+
   function poll() {
     if (!token()) return;
+    api('GET', '/admin/audit').then(renderAudit).catch(function () {});
     api('GET', '/admin/sales').then(function (sales) {
       return Promise.all(sales.map(function (s) {
         return api('GET', '/admin/sales/' + encodeURIComponent(s.id));

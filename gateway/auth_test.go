@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/valyala/fasthttp"
+)
+
+// refVerify is the reference: golang-jwt with the gateway's rules (HS256
+// only, exp required, a sub of 1–maxSubject bytes).
+func refVerify(tok string, now time.Time) (string, bool) {
+	p := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(func() time.Time { return now }))
+	var c jwt.RegisteredClaims
+	t, err := p.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return testSecret, nil })
+	if err != nil || !t.Valid || c.ExpiresAt == nil || c.Subject == "" || len(c.Subject) > maxSubject ||
+		now.Unix() >= c.ExpiresAt.Unix() {
+		return "", false
+	}
+	return c.Subject, true
+}
+
+// fastVerify runs a token through the gateway's shape check and verifier.
+func fastVerify(v *verifier, tok string, now time.Time) (string, bool) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.Set("Authorization", "Bearer "+tok)
+	b, ok := bearerToken(&ctx)
+	if !ok {
+		return "", false
+	}
+	return v.verify(b, now.UnixNano())
+}
+
+// rawToken signs any header and payload text with key.
+func rawToken(header, payload string, key []byte) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	s := b64([]byte(header)) + "." + b64([]byte(payload))
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(s))
+	return s + "." + b64(m.Sum(nil))
+}
+
+// TestVerifierMatchesJWT: on tokens that golang-jwt and the usual issuers
+// write, the gateway's verifier agrees with golang-jwt; on odd ones it may
+// only be stricter.
+func TestVerifierMatchesJWT(t *testing.T) {
+	now := time.Unix(1_900_000_000, 500_000_000)
+	exp := strconv.FormatInt(now.Unix()+60, 10)
+	past := strconv.FormatInt(now.Unix(), 10) // exp == now (in seconds): expired
+	hs := `{"alg":"HS256","typ":"JWT"}`
+	tests := []struct {
+		name, header, payload string
+		key                   []byte
+		want                  string // the sub accepted, "" for a 401
+		stricter              bool   // golang-jwt accepts, the gateway need not
+	}{
+		{"plain", hs, `{"sub":"u1","exp":` + exp + `}`, testSecret, "u1", false},
+		{"other header order", `{"typ":"JWT","alg":"HS256"}`, `{"exp":` + exp + `,"sub":"u2"}`, testSecret, "u2", false},
+		{"no typ", `{"alg":"HS256"}`, `{"sub":"u3","exp":` + exp + `}`, testSecret, "u3", false},
+		{"white space", hs, " {\n\"sub\" : \"u4\" ,\t\"exp\": " + exp + " } ", testSecret, "u4", false},
+		{"escapes", hs, `{"sub":"a\u003cb\/\"c\u00e9\ud83d\ude00","exp":` + exp + `}`, testSecret, "a<b/\"cé😀", false},
+		{"float exp", hs, `{"sub":"u5","exp":` + exp + `.9}`, testSecret, "u5", false},
+		{"exponent exp", hs, `{"sub":"u6","exp":1.9e9}`, testSecret, "", false},
+		{"other claims", hs, `{"sub":"u7","exp":` + exp + `,"iss":"x","aud":["a","b"],"jti":"j","iat":1,"x":{"y":[1,true,null,"z"]}}`, testSecret, "u7", false},
+		{"aud string", hs, `{"sub":"u8","exp":` + exp + `,"aud":"a"}`, testSecret, "u8", false},
+		{"nulls", hs, `{"sub":"u9","exp":` + exp + `,"nbf":null,"iat":null,"iss":null,"aud":null}`, testSecret, "u9", false},
+		{"nbf passed", hs, `{"sub":"u10","exp":` + exp + `,"nbf":` + past + `}`, testSecret, "u10", false},
+		{"nbf ahead", hs, `{"sub":"u11","exp":` + exp + `,"nbf":` + exp + `}`, testSecret, "", false},
+		{"expired", hs, `{"sub":"u1","exp":` + past + `}`, testSecret, "", false},
+		{"no exp", hs, `{"sub":"u1"}`, testSecret, "", false},
+		{"null exp", hs, `{"sub":"u1","exp":null}`, testSecret, "", false},
+		{"no sub", hs, `{"exp":` + exp + `}`, testSecret, "", false},
+		{"empty sub", hs, `{"sub":"","exp":` + exp + `}`, testSecret, "", false},
+		{"long sub", hs, `{"sub":"` + strings.Repeat("x", maxSubject+1) + `","exp":` + exp + `}`, testSecret, "", false},
+		{"longest sub", hs, `{"sub":"` + strings.Repeat("x", maxSubject) + `","exp":` + exp + `}`, testSecret, strings.Repeat("x", maxSubject), false},
+		{"number sub", hs, `{"sub":12,"exp":` + exp + `}`, testSecret, "", false},
+		{"string exp", hs, `{"sub":"u1","exp":"` + exp + `"}`, testSecret, "", true},
+		{"bool iat", hs, `{"sub":"u1","exp":` + exp + `,"iat":true}`, testSecret, "", false},
+		{"number aud", hs, `{"sub":"u1","exp":` + exp + `,"aud":[1]}`, testSecret, "", false},
+		{"wrong key", hs, `{"sub":"u1","exp":` + exp + `}`, []byte("another secret"), "", false},
+		{"hs512 header", `{"alg":"HS512"}`, `{"sub":"u1","exp":` + exp + `}`, testSecret, "", false},
+		{"none", `{"alg":"none"}`, `{"sub":"u1","exp":` + exp + `}`, testSecret, "", false},
+		{"alg not a string", `{"alg":["HS256"]}`, `{"sub":"u1","exp":` + exp + `}`, testSecret, "", false},
+		{"header not json", `alg=HS256`, `{"sub":"u1","exp":` + exp + `}`, testSecret, "", false},
+		{"payload not json", hs, `sub=u1`, testSecret, "", false},
+		{"trailing garbage", hs, `{"sub":"u1","exp":` + exp + `}x`, testSecret, "", false},
+		{"array payload", hs, `["sub"]`, testSecret, "", false},
+		{"duplicate sub", hs, `{"sub":"u1","sub":"u2","exp":` + exp + `}`, testSecret, "", true},
+		{"folded sub", hs, `{"sub":"u1","SUB":"u2","exp":` + exp + `}`, testSecret, "", true},
+		{"long-s sub", hs, `{"ſub":"u2","exp":` + exp + `}`, testSecret, "", true},
+		{"escaped name", hs, `{"s\u0075b":"u12","exp":` + exp + `}`, testSecret, "u12", false},
+		{"lone surrogate", hs, `{"sub":"a\ud800","exp":` + exp + `}`, testSecret, "", true},
+		{"invalid utf-8 sub", hs, "{\"sub\":\"a\xff\",\"exp\":" + exp + "}", testSecret, "", true},
+		{"control char", hs, "{\"sub\":\"a\x01\",\"exp\":" + exp + "}", testSecret, "", false},
+		{"huge exp", hs, `{"sub":"u1","exp":1e300}`, testSecret, "", false},
+	}
+	v := newVerifier(testSecret)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := rawToken(tc.header, tc.payload, tc.key)
+			for i := 0; i < 2; i++ { // twice: the second sees a remembered header
+				got, ok := fastVerify(v, tok, now)
+				if !ok {
+					got = ""
+				}
+				if got != tc.want {
+					t.Fatalf("try %d: got %q (%v), want %q", i, got, ok, tc.want)
+				}
+			}
+			ref, refOK := refVerify(tok, now)
+			switch {
+			case tc.stricter && !refOK:
+				t.Fatalf("golang-jwt refuses it too: the case shows nothing")
+			case !tc.stricter && ref != tc.want:
+				t.Fatalf("golang-jwt: got %q (%v), want %q", ref, refOK, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzVerifier: whatever the gateway's verifier accepts, golang-jwt
+// accepts with the same sub.
+func FuzzVerifier(f *testing.F) {
+	now := time.Unix(1_900_000_000, 0)
+	f.Add(`{"alg":"HS256","typ":"JWT"}`, `{"sub":"u1","exp":1900000060}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u00e9","exp":1900000060.5,"nbf":1,"aud":["x"]}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"SUB":"x","sub":"y","exp":1900000060}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"u1","exp":1900000060}`, false)
+	v := newVerifier(testSecret)
+	f.Fuzz(func(t *testing.T, header, payload string, rightKey bool) {
+		key := testSecret
+		if !rightKey {
+			key = []byte("x")
+		}
+		tok := rawToken(header, payload, key)
+		got, ok := fastVerify(v, tok, now)
+		if !ok {
+			return
+		}
+		ref, refOK := refVerify(tok, now)
+		if !refOK || ref != got {
+			t.Fatalf("%s %s: gateway accepts sub %q, golang-jwt says %q (%v)", header, payload, got, ref, refOK)
+		}
+	})
+}
+
+// BenchmarkVerify is the signature and claims check of a new token.
+func BenchmarkVerify(b *testing.B) {
+	v := newVerifier(testSecret)
+	tok := []byte(token(b, "user-123456"))
+	now := time.Now().UnixNano()
+	if _, ok := v.verify(tok, now); !ok {
+		b.Fatal("token refused")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		v.verify(tok, now)
+	}
+}
+
+// BenchmarkVerifyJWT is the same check by golang-jwt, for comparison.
+func BenchmarkVerifyJWT(b *testing.B) {
+	tok := token(b, "user-123456")
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		refVerify(tok, now)
+	}
+}

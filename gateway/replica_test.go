@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/lua"
+)
+
+func TestReplicaHealth(t *testing.T) {
+	tests := []struct {
+		name, info string
+		ok         bool
+	}{
+		{"linked", "role:slave\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\nloading:0\r\n", true},
+		{"primary", "role:master\r\nconnected_slaves:1\r\nloading:0\r\n", true},
+		{"link down", "role:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:0\r\nloading:0\r\n", false},
+		{"syncing", "role:slave\r\nmaster_link_status:down\r\nmaster_sync_in_progress:1\r\nloading:0\r\n", false},
+		{"loading", "role:slave\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\nloading:1\r\n", false},
+		{"async loading", "role:slave\r\nmaster_link_status:up\r\nmaster_sync_in_progress:0\r\nasync_loading:1\r\n", false},
+		{"empty", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := replicaHealth(tc.info)
+			if got := err == nil; got != tc.ok {
+				t.Fatalf("got %v, want ok %v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, errReplicaStale) {
+				t.Fatalf("got %v, want errReplicaStale", err)
+			}
+		})
+	}
+}
+
+// TestStaleReplicaNotRead runs a real primary and replica: while the
+// replica is cut off from its primary (it keeps serving its old data), the
+// gateway reads sale state from the primary, and goes back to the replica
+// once it is linked again.
+func TestStaleReplicaNotRead(t *testing.T) {
+	rs := redistest.Start(t)
+	rp := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(rs.Port))
+	rp.WaitReplica(t)
+	primary, replica := rs.Client(t), rp.Client(t)
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1")}, 100, 150, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicaHas(t, replica, lua.FieldStart, "1")
+	cat := &fakeCatalog{}
+	cat.put(flashgate.Sale{ID: "s1", Name: "W", PriceCents: 500, Total: 100})
+	s, err := New(Config{
+		Primary: primary, Replica: replica, Reserver: &fakeReserver{}, Catalog: cat, JWTSecret: testSecret,
+		ReplicaCheck: time.Nanosecond, UserRate: -1, ShutdownDelay: -1, Logger: discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Handler()
+	state := func() string {
+		t.Helper()
+		s.refreshState(ctx)
+		b := string(do(h, req{method: "GET", path: "/api/sales/s1"}).Body())
+		_, after, _ := strings.Cut(b, `"state":"`)
+		st, _, _ := strings.Cut(after, `"`)
+		return st
+	}
+	hmgets := func() int64 { return cmdStats(t, replica)["hmget"] }
+	if got := state(); got != "open" {
+		t.Fatalf("linked replica: got state %q, want open", got)
+	}
+	if hmgets() == 0 {
+		t.Fatalf("got no HMGET on the linked replica")
+	}
+
+	// Cut the replica off (it points at a port nobody listens on) and
+	// close the sale on the primary: the replica still says open.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	if err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(dead)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "closed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := replica.HGet(ctx, lua.SaleKey("s1"), lua.FieldClosed).Result(); v == "1" {
+		t.Fatalf("the cut-off replica saw the close: the test shows nothing")
+	}
+	before := hmgets()
+	for i := 0; i < 3; i++ {
+		if got := state(); got != "closed" {
+			t.Fatalf("cut-off replica: got state %q, want closed (read from the primary)", got)
+		}
+	}
+	if got := hmgets(); got != before {
+		t.Fatalf("got %d HMGETs on the cut-off replica, want none", got-before)
+	}
+
+	// Linked again: reads go back to it.
+	if err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(rs.Port)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rp.WaitReplica(t)
+	waitReplicaHas(t, replica, lua.FieldClosed, "1")
+	if got := state(); got != "closed" {
+		t.Fatalf("relinked replica: got state %q, want closed", got)
+	}
+	if got := hmgets(); got == before {
+		t.Fatalf("got no HMGET on the relinked replica")
+	}
+}
+
+// waitReplicaHas waits until the replica's s1 hash holds field = want.
+func waitReplicaHas(t *testing.T, replica *redis.Client, field, want string) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result(); v == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the replica never got %s = %s", field, want)
+}
