@@ -179,6 +179,27 @@ func (s *Service) bucketFigures(ctx context.Context, sale flashgate.Sale) ([]Buc
 	return out, rfs, nil
 }
 
+// foldBuckets puts a bucketed sale's stock figures into rf, read from the
+// sale's own hash: booked, reserved and the stream backlog become sums over
+// its buckets (admission counters stay the sale's). It returns each
+// bucket's figures; an unbucketed sale is left as it is.
+func (s *Service) foldBuckets(ctx context.Context, sale flashgate.Sale, rf *redisFigures) ([]BucketStatus, error) {
+	if !sale.Bucketed() {
+		return nil, nil
+	}
+	bst, brf, err := s.bucketFigures(ctx, sale)
+	if err != nil {
+		return nil, err
+	}
+	rf.booked, rf.reserved, rf.backlog = 0, 0, 0
+	for _, b := range brf {
+		rf.booked += b.booked
+		rf.reserved += b.reserved
+		rf.backlog += b.backlog
+	}
+	return bst, nil
+}
+
 // resyncBuckets is Resync for a bucketed sale: releases go back to their
 // orders' buckets, then each bucket runs lua.Resync from one database
 // snapshot grouped by bucket (BucketStore), and the sale's own hash gets

@@ -166,6 +166,9 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
+	if err == nil {
+		_, err = s.foldBuckets(ctx, sale, &rf)
+	}
 	if err != nil {
 		s.log.Warn("settlement", "sale", sale.ID, "err", err)
 		return

@@ -244,20 +244,10 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	var buckets []BucketStatus
-	if sale.Bucketed() {
-		// Stock lives in the buckets; admission in the sale's own hash.
-		bst, brf, err := s.bucketFigures(ctx, sale)
-		if err != nil {
-			return Status{}, err
-		}
-		buckets = bst
-		rf.booked, rf.reserved, rf.backlog = 0, 0, 0
-		for _, b := range brf {
-			rf.booked += b.booked
-			rf.reserved += b.reserved
-			rf.backlog += b.backlog
-		}
+	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
+	buckets, err := s.foldBuckets(ctx, sale, &rf)
+	if err != nil {
+		return Status{}, err
 	}
 	st := Status{
 		ID:            sale.ID,

@@ -260,6 +260,17 @@ func TestBucketedSaleLayer(t *testing.T) {
 	if _, err := s.inv.Reserve(ctx, sale, victim.UserID, 1); !errors.Is(err, flashgate.ErrSoldOut) {
 		t.Errorf("after the rebuild the cancelled buyer's home bucket: got %v, want sold out", err)
 	}
+	// The settlement of the closed sale adds its buckets up.
+	if err := s.cp.Stop(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.cp.SaleStatus(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if se := st.Settlement; se == nil || !se.Settled || se.RedisBooked != total || se.DBLiveUnits != total || se.Difference != 0 {
+		t.Errorf("settlement: got %+v, want settled, %d booked and live, difference 0", se, total)
+	}
 }
 
 // TestBucketLayoutHome pins the home bucket hash (FNV-1a 64 mod N): buyers
