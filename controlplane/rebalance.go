@@ -17,8 +17,8 @@ var errStaleLeader = errors.New("a newer leader owns the ledger")
 
 // bucketStock is one bucket's stock in Redis.
 type bucketStock struct {
-	found                            bool
-	total, booked, sseq, freed, gseq int64
+	found                                  bool
+	total, booked, sseq, freed, gseq, want int64
 }
 
 func (b bucketStock) free() int64 { return max(b.total-b.booked, 0) }
@@ -29,7 +29,7 @@ func (s *Service) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, e
 	cmds := make([]*redis.SliceCmd, len(tags))
 	pipe := s.rdb.Pipeline()
 	for b, t := range tags {
-		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq)
+		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading bucket stock: %w: %w", flashgate.ErrUnavailable, err)
@@ -37,10 +37,10 @@ func (s *Service) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, e
 	out := make([]bucketStock, len(tags))
 	for b, c := range cmds {
 		v := c.Val()
-		if len(v) != 5 || v[0] == nil {
+		if len(v) != 6 || v[0] == nil {
 			continue
 		}
-		out[b] = bucketStock{found: true, total: num(v[0]), booked: num(v[1]), sseq: num(v[2]), freed: num(v[3]), gseq: num(v[4])}
+		out[b] = bucketStock{found: true, total: num(v[0]), booked: num(v[1]), sseq: num(v[2]), freed: num(v[3]), gseq: num(v[4]), want: num(v[5])}
 	}
 	return out, nil
 }
@@ -95,7 +95,9 @@ func (s *Service) readLedger(ctx context.Context, sale string) (ledgerState, err
 // credits the taking one (lua.Grant: once per move, refused to a stale
 // token), each step recorded in the ledger (lua.Ledger), so the buckets'
 // totals never add up to more than the sale's: a crash strands units until
-// the next step, never oversells. It returns the units this call credited
+// the next step, never oversells. When no two buckets differ by 2, one unit
+// goes to an empty bucket whose buyers were turned away (lua.FieldWant,
+// counted by the inventory) from a bucket that can spare it. It returns the units this call credited
 // (a finished move's included). An unbucketed sale moves nothing.
 func (s *Service) Rebalance(ctx context.Context, id string, token int64) (moved int64, err error) {
 	if !flashgate.ValidSaleID(id) {
@@ -137,18 +139,38 @@ func (s *Service) Rebalance(ctx context.Context, id string, token int64) (moved 
 			taker = b
 		}
 	}
-	diff := stock[giver].free() - stock[taker].free()
-	if diff < 2 {
-		return 0, nil
+	want := (stock[giver].free() - stock[taker].free()) / 2
+	if want < 1 {
+		// Near the end: the last units go where buyers are turned away.
+		// An empty bucket that saw buyers (want) takes one unit from a
+		// bucket that has one and no such buyers, or has two or more.
+		taker, giver, want = -1, -1, 1
+		for b, st := range stock {
+			if st.free() == 0 && st.want > 0 && (taker < 0 || st.want > stock[taker].want) {
+				taker = b
+			}
+		}
+		for b, st := range stock {
+			if b != taker && (st.free() >= 2 || st.free() == 1 && st.want == 0) && (giver < 0 || st.free() > stock[giver].free()) {
+				giver = b
+			}
+		}
+		if taker < 0 || giver < 0 {
+			return 0, nil
+		}
 	}
-	v, err := lua.Ledger.Run(ctx, s.rdb, []string{lua.LedgerKey(id)}, "begin", token, giver, taker, diff/2).Slice()
+	v, err := lua.Ledger.Run(ctx, s.rdb, []string{lua.LedgerKey(id)}, "begin", token, giver, taker, want).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("recording a move: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if code, _ := v[0].(int64); code == 0 && len(v) == 2 {
 		seq, _ := v[1].(int64)
+		// The taker's demand is answered by this move.
+		if err := s.rdb.HSet(ctx, lua.SaleKey(l.Tag(taker)), lua.FieldWant, 0).Err(); err != nil {
+			return 0, fmt.Errorf("rebalancing: %w: %w", flashgate.ErrUnavailable, err)
+		}
 		return s.finishMove(ctx, l, token, ledgerState{seq: seq, inFlight: true, phase: "shrink",
-			from: int64(giver), to: int64(taker), want: diff / 2})
+			from: int64(giver), to: int64(taker), want: want})
 	}
 	led, err = parseLedger(v)
 	if err != nil {

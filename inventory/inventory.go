@@ -212,6 +212,11 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		tag := l.Tag(b)
 		keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.OrdersKey(tag)}
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID, b)
+		if code, _, ok := reserveResult(res); err == nil && ok && code == lua.ReserveSoldOut {
+			// Tell the leader's rebalancing that this bucket has buyers
+			// while it is empty; a failure only delays a move.
+			_ = s.rdb.HIncrBy(ctx, keys[0], lua.FieldWant, 1).Err()
+		}
 	} else {
 		keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)

@@ -37,6 +37,9 @@ const (
 	FieldGrantSeq    = "gseq"   // the last move credited to the bucket
 	FieldShrinkSeq   = "sseq"   // the last move that shrank the bucket
 	FieldShrinkFreed = "sfreed" // the units that shrink freed
+	// FieldWant counts the buyers the bucket turned away sold out since
+	// the leader last moved units to it: demand the rebalancing follows.
+	FieldWant = "want"
 )
 
 // BucketTag is the hash tag of bucket b of sale, with its salt.
