@@ -36,7 +36,21 @@ type Sale struct {
 	// State is the stored lifecycle state: upcoming, open or closed.
 	// (sold_out is derived from live figures, never stored.)
 	State SaleState `json:"state"`
+	// Buckets splits the sale's stock over this many buckets, each a Redis
+	// hash tag of its own (MaxBuckets at most); 0 and 1 mean one, today's
+	// layout. Fixed when the sale is created.
+	Buckets int `json:"buckets,omitempty"`
+	// BucketSalts are the salts of the buckets' hash tags, chosen when the
+	// sale is created so that the buckets fall on different Redis
+	// primaries; empty for an unbucketed sale.
+	BucketSalts []int `json:"bucket_salts,omitempty"`
 }
+
+// MaxBuckets is the most buckets one sale may be split into.
+const MaxBuckets = 64
+
+// Bucketed reports whether the sale's stock is split over buckets.
+func (s Sale) Bucketed() bool { return s.Buckets > 1 }
 
 // AdmitCap is the admission cap for total units at ratio r (0 = default).
 func AdmitCap(total int64, r float64) int64 {
@@ -98,8 +112,11 @@ type Order struct {
 	Quantity   int64       `json:"quantity"`
 	PriceCents int64       `json:"price_cents"`
 	Status     OrderStatus `json:"status"`
-	CreatedAt  time.Time   `json:"created_at"`
-	UpdatedAt  time.Time   `json:"updated_at"`
+	// Bucket is the index of the bucket the order's units came from, in a
+	// bucketed sale (always 0 in an unbucketed one).
+	Bucket    int       `json:"bucket,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Clock tells the time; tests pass their own.

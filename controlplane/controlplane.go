@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,6 +121,9 @@ type Service struct {
 	persistWait   time.Duration
 	nodeID        string
 	leaseToken    string
+	// fence is the fencing token of this Service's lease (lua.FenceKey's
+	// count when it took the lease); 0 when it holds none.
+	fence atomic.Int64
 
 	// resyncMu serialises re-syncs in this process, so that two of them
 	// (the loop and an admin call) never deliver the same releases at once.

@@ -86,6 +86,8 @@ type saleRequest struct {
 	EndsAt     *string `json:"ends_at"`
 	AdmitRatio float64 `json:"admit_ratio"`
 	PerUser    int64   `json:"per_user"`
+	// Buckets splits the stock over 1..64 buckets; absent means 1.
+	Buckets int `json:"buckets"`
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -113,6 +115,7 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 	sale, err := s.CreateSale(r.Context(), flashgate.Sale{
 		ID: req.ID, Name: req.Name, PriceCents: req.PriceCents, Total: req.Total,
 		StartsAt: startsAt, EndsAt: endsAt, AdmitRatio: req.AdmitRatio, PerUser: req.PerUser,
+		Buckets: req.Buckets,
 	})
 	if err != nil {
 		s.fail(w, r, err)

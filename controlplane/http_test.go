@@ -118,6 +118,22 @@ func TestAdminRoutes(t *testing.T) {
 		{"per_user over total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"per_user":4}`, 400, "error,field", errField("per_user")},
 		{"bad starts_at", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"starts_at":"tomorrow"}`, 400, "error,field", errField("starts_at")},
 		{"ends before start", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"starts_at":"2030-05-01T13:00:00Z","ends_at":"2030-05-01T12:00:00Z"}`, 400, "error,field", errField("ends_at")},
+		{"buckets over 64", "POST", "/admin/sales", `{"id":"s2","name":"x","total":300,"buckets":65}`, 400, "error,field", errField("buckets")},
+		{"buckets over total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":3,"buckets":4}`, 400, "error,field", errField("buckets")},
+		{"bucketed", "POST", "/admin/sales", `{"id":"b3","name":"Hot","total":10,"buckets":3}`,
+			201, "bucket_salts,buckets,ends_at,id,name,price_cents,starts_at,state,total", func(m map[string]any) error {
+				if salts, _ := m["bucket_salts"].([]any); m["buckets"] != 3.0 || len(salts) != 3 {
+					return errors.New("wrong buckets")
+				}
+				return nil
+			}},
+		{"status bucketed", "GET", "/admin/sales/b3", "", 200,
+			"admission_cap,admitted,booked,bucket_figures,bucket_salts,buckets,id,name,orders,rejected,remaining,reserved,state,stream_backlog,total", func(m map[string]any) error {
+				if figs, _ := m["bucket_figures"].([]any); len(figs) != 3 || m["remaining"] != 10.0 {
+					return errors.New("wrong bucket figures")
+				}
+				return nil
+			}},
 		{"not json", "POST", "/admin/sales", `{"id":`, 400, "error,field", errField("body")},
 		{"too large", "POST", "/admin/sales", `{"name":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "error", errCode("too_large")},
 		{"status upcoming", "GET", "/admin/sales/s1", "", 200,
@@ -163,8 +179,11 @@ func TestAdminRoutes(t *testing.T) {
 	}
 	_, _, raw := c.do("GET", "/admin/sales", tok, "")
 	var list []flashgate.Sale
-	if err := json.Unmarshal([]byte(raw), &list); err != nil || len(list) != 1 || list[0].ID != "s1" {
-		t.Fatalf("list: got %s (%v), want one sale s1", raw, err)
+	if err := json.Unmarshal([]byte(raw), &list); err != nil || len(list) != 2 || list[0].ID != "b3" || list[1].ID != "s1" {
+		t.Fatalf("list: got %s (%v), want sales b3 and s1", raw, err)
+	}
+	if list[0].Buckets != 3 || len(list[0].BucketSalts) != 3 || list[1].Buckets != 0 {
+		t.Errorf("list: got buckets %d %v and %d, want 3 with 3 salts, and none", list[0].Buckets, list[0].BucketSalts, list[1].Buckets)
 	}
 
 	// A purchase, persisted, refunded: the unit comes back.

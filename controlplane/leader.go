@@ -27,11 +27,24 @@ func (s *Service) lead(ctx context.Context) (bool, error) {
 		s.setLeading(false)
 		return false, fmt.Errorf("taking leader lease: %w", err)
 	}
+	if took {
+		// A fresh lease gets a fresh fencing token: every token a
+		// stale leader holds is lower (see rebalance.go).
+		f, err := s.rdb.Incr(ctx, lua.FenceKey()).Result()
+		if err != nil {
+			s.log.Warn("taking a fencing token; no bucket moves until the next lease", "err", err)
+			f = 0
+		}
+		s.fence.Store(f)
+	}
 	s.setLeading(took)
 	return took, nil
 }
 
 func (s *Service) setLeading(v bool) {
+	if !v {
+		s.fence.Store(0)
+	}
 	s.mu.Lock()
 	was := s.leading
 	s.leading = v

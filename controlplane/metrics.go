@@ -72,6 +72,9 @@ func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if rfs, err := c.s.redisFiguresOf(ctx, ids); err == nil {
 		for i, rf := range rfs {
+			if _, err := c.s.foldBuckets(ctx, sales[i], &rf); err != nil {
+				continue
+			}
 			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(rf.booked), ids[i])
 			ch <- prometheus.MustNewConstMetric(admitDesc, prometheus.GaugeValue, float64(rf.access), ids[i])
 			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(rf.backlog), ids[i])

@@ -125,6 +125,11 @@ func (s *Service) resyncAll(ctx context.Context) {
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
 		err := s.resyncOnly(sctx, sale.ID)
+		if fence := s.fence.Load(); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
+			if _, rerr := s.Rebalance(sctx, sale.ID, fence); rerr != nil && ctx.Err() == nil {
+				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", rerr)
+			}
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return // shutting down: an interrupted pass is no failure
@@ -161,6 +166,9 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
+	if err == nil {
+		_, err = s.foldBuckets(ctx, sale, &rf)
+	}
 	if err != nil {
 		s.log.Warn("settlement", "sale", sale.ID, "err", err)
 		return

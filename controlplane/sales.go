@@ -45,6 +45,12 @@ type Status struct {
 	AdmissionCap int64 `json:"admission_cap"`
 	// Settlement compares Redis with the database once a sale is closed.
 	Settlement *Settlement `json:"settlement,omitempty"`
+	// Buckets is the number of buckets of a bucketed sale (absent: one);
+	// BucketSalts their hash tags' salts and BucketFigures each bucket's
+	// figures, which Booked, Reserved and StreamBacklog add up.
+	Buckets       int            `json:"buckets,omitempty"`
+	BucketSalts   []int          `json:"bucket_salts,omitempty"`
+	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
 }
 
 // Settlement is the end-of-sale comparison of Redis and the database.
@@ -87,6 +93,10 @@ func validateSale(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "admit_ratio", Reason: "0 or 1..100"}
 	case s.PerUser < 0 || s.PerUser > s.Total:
 		return &flashgate.FieldError{Field: "per_user", Reason: "outside 0..total"}
+	case s.Buckets < 0 || s.Buckets > flashgate.MaxBuckets:
+		return &flashgate.FieldError{Field: "buckets", Reason: "outside 1..64"}
+	case int64(s.Buckets) > s.Total:
+		return &flashgate.FieldError{Field: "buckets", Reason: "more buckets than units"}
 	case s.StartsAt != nil && s.EndsAt != nil && !s.EndsAt.After(*s.StartsAt):
 		return &flashgate.FieldError{Field: "ends_at", Reason: "not after starts_at"}
 	}
@@ -123,6 +133,13 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 		t := sale.EndsAt.UTC()
 		sale.EndsAt = &t
 	}
+	sale.BucketSalts = nil
+	if sale.Buckets <= 1 {
+		sale.Buckets = 0
+	} else {
+		// The placement is fixed here, for the sale's life.
+		sale.BucketSalts = s.chooseSalts(ctx, sale.ID, sale.Buckets)
+	}
 	if err := s.store.CreateSale(ctx, sale); err != nil {
 		return flashgate.Sale{}, fmt.Errorf("creating sale: %w", err)
 	}
@@ -137,6 +154,9 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 // so that the order sinks know every sale that can have orders (a script
 // touches one sale's keys only, for Redis Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
+	if sale.Bucketed() {
+		return s.prepareBuckets(ctx, sale)
+	}
 	if err := s.rdb.SAdd(ctx, lua.SalesKey(), sale.ID).Err(); err != nil {
 		return err
 	}
@@ -158,7 +178,8 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if !flashgate.ValidSaleID(id) {
 		return fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
-	if _, err := s.store.Sale(ctx, id); err != nil {
+	sale, err := s.store.Sale(ctx, id)
+	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
 	}
 	if err := s.store.SetSaleState(ctx, id, st); err != nil {
@@ -168,11 +189,18 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if st == flashgate.StateClosed {
 		arg = "close"
 	}
+	missing := false
+	if sale.Bucketed() {
+		// Every bucket first, the sale's own hash (the gateways' view) last.
+		if missing, err = s.setBucketsState(ctx, sale, arg); err != nil {
+			return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
+		}
+	}
 	n, err := lua.SetState.Run(ctx, s.rdb, []string{lua.SaleKey(id)}, arg).Int()
 	if err != nil {
 		return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	if n == -1 {
+	if n == -1 || missing {
 		// Redis lost the sale: rebuild it from the row, which now has st.
 		if _, _, err := s.Resync(ctx, id); err != nil {
 			return err
@@ -216,6 +244,11 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
+	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
+	buckets, err := s.foldBuckets(ctx, sale, &rf)
+	if err != nil {
+		return Status{}, err
+	}
 	st := Status{
 		ID:            sale.ID,
 		Name:          sale.Name,
@@ -229,6 +262,9 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		Rejected:      rf.rejected,
 		Reserved:      rf.reserved,
 		AdmissionCap:  rf.count,
+		Buckets:       sale.Buckets,
+		BucketSalts:   sale.BucketSalts,
+		BucketFigures: buckets,
 	}
 	if st.Remaining < 0 {
 		st.Remaining = 0
@@ -335,6 +371,9 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return before, after, fmt.Errorf("reading sale: %w", err)
+	}
+	if sale.Bucketed() {
+		return s.resyncBuckets(ctx, sale)
 	}
 	// The sale joins fg:sales before its keys can be rebuilt: a sale with
 	// orders is never missing from the set the order sinks drain.

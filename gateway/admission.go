@@ -21,7 +21,7 @@ import (
 // stateFields are the sale hash fields one refresh reads, in this order.
 var stateFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
-	lua.FieldCount, lua.FieldAccess, lua.FieldPrice,
+	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldLayout,
 }
 
 // saleState is one reading of a sale's Redis hash. It is immutable once
@@ -243,6 +243,9 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 			st.price = num(v[6])
 		}
 		out[i] = st
+	}
+	if err := s.sumBuckets(ctx, c, list, cmds, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -39,6 +39,7 @@ var (
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
 	errBadOrderID = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "order_id", Reason: "not a valid order id"})
+	errBadBucket  = fmt.Errorf("releasing: %w", &flashgate.FieldError{Field: "bucket", Reason: "not a bucket of the sale"})
 )
 
 // Config configures a Service. The zero value is a valid configuration.
@@ -86,6 +87,9 @@ type Service struct {
 	waitReplicas int
 	waitMillis   int64
 	m            *metrics // nil without Config.Metrics
+
+	layoutMu sync.RWMutex
+	layouts  map[string]lua.Layout // sale → its fixed bucket layout
 }
 
 // New returns a Service that writes to primary, which must be the Redis
@@ -193,11 +197,30 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	if orderID == "" {
 		orderID = s.newID()
 	}
-	keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
+	l, err := s.layout(ctx, saleID)
+	if err != nil {
+		s.m.outcome(outError)
+		return "", err
+	}
 	now := s.clock.Now().UnixMilli()
-
+	var res any
 	start := time.Now()
-	res, err := s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)
+	if l.Bucketed() {
+		// A buyer reserves in their home bucket only, so that one live
+		// order per user stays one atomic script.
+		b := l.Home(userID)
+		tag := l.Tag(b)
+		keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.OrdersKey(tag)}
+		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID, b)
+		if code, _, ok := reserveResult(res); err == nil && ok && code == lua.ReserveSoldOut {
+			// Tell the leader's rebalancing that this bucket has buyers
+			// while it is empty; a failure only delays a move.
+			_ = s.rdb.HIncrBy(ctx, keys[0], lua.FieldWant, 1).Err()
+		}
+	} else {
+		keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
+		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)
+	}
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
@@ -320,7 +343,11 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	if o.ID == "" || o.UserID == "" || o.Quantity < 1 {
 		return false, fmt.Errorf("releasing: %w", &flashgate.FieldError{Field: "order", Reason: "needs order_id, user_id and quantity >= 1"})
 	}
-	keys := []string{lua.SaleKey(o.SaleID), lua.BuyersKey(o.SaleID), lua.ReleasedKey(o.SaleID)}
+	tag, err := s.tagOf(ctx, o.SaleID, o.Bucket)
+	if err != nil {
+		return false, err
+	}
+	keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.ReleasedKey(tag)}
 	start := time.Now()
 	code, err := lua.Release.Run(ctx, s.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
 	s.m.call(opRelease, start)
@@ -362,10 +389,22 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 			}
 			continue
 		}
-		if _, ok := bySale[o.SaleID]; !ok {
-			sales = append(sales, o.SaleID)
+		// Each order goes back to its own bucket (the sale's own keys when
+		// unbucketed).
+		tag, err := s.tagOf(ctx, o.SaleID, o.Bucket)
+		if errors.Is(err, errBadBucket) {
+			if bad == nil {
+				bad = fmt.Errorf("releasing order %q: %w", o.ID, err)
+			}
+			continue
 		}
-		bySale[o.SaleID] = append(bySale[o.SaleID], o.ID, o.UserID, o.Quantity)
+		if err != nil {
+			return released, err
+		}
+		if _, ok := bySale[tag]; !ok {
+			sales = append(sales, tag)
+		}
+		bySale[tag] = append(bySale[tag], o.ID, o.UserID, o.Quantity)
 	}
 	for _, sale := range sales {
 		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}

@@ -10,6 +10,8 @@
 -- ARGV[3] quantity
 -- ARGV[4] now, unix milliseconds
 -- ARGV[5] sale id
+-- ARGV[6] optional: the bucket index, when KEYS are a bucket's of a bucketed
+--         sale; the entry then carries it as its "bucket" field
 --
 -- Returns {code, order id}:
 --   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry added
@@ -44,7 +46,13 @@ end
 redis.call('HINCRBY', KEYS[1], 'booked', n)
 redis.call('HINCRBY', KEYS[1], 'reserved', n)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[3], '*',
-  'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
-  'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4])
+if ARGV[6] then
+  redis.call('XADD', KEYS[3], '*',
+    'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
+    'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4], 'bucket', ARGV[6])
+else
+  redis.call('XADD', KEYS[3], '*',
+    'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
+    'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4])
+end
 return {0, ARGV[1]}

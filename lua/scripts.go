@@ -27,6 +27,12 @@ var (
 	restoreSrc string
 	//go:embed tally.lua
 	tallySrc string
+	//go:embed ledger.lua
+	ledgerSrc string
+	//go:embed shrink.lua
+	shrinkSrc string
+	//go:embed grant.lua
+	grantSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -43,6 +49,11 @@ var (
 	ReleaseBatch = redis.NewScript(releaseBatchSrc)
 	Restore      = redis.NewScript(restoreSrc)
 	Tally        = redis.NewScript(tallySrc)
+
+	// The moves of units between the buckets of a bucketed sale.
+	Ledger = redis.NewScript(ledgerSrc)
+	Shrink = redis.NewScript(shrinkSrc)
+	Grant  = redis.NewScript(grantSrc)
 )
 
 // Return codes of Reserve.

@@ -815,10 +815,19 @@ func parseEntry(sale string, v map[string]any) (flashgate.Order, error) {
 		UserID: str(lua.EntryUser),
 		Status: flashgate.StatusReserved,
 	}
+	// A bucket's stream (its member of fg:sales is the bucket's tag) holds
+	// orders of the bucket's sale that carry the bucket's index.
+	saleOf, bucket := lua.SaleOfTag(sale)
+	if bucket >= 0 {
+		if b := str(lua.EntryBucket); b != strconv.Itoa(bucket) {
+			return o, fmt.Errorf("field %s: %q on the stream of bucket %q", lua.EntryBucket, b, sale)
+		}
+		o.Bucket = bucket
+	}
 	switch {
 	case !flashgate.ValidOrderID(o.ID):
 		return o, fmt.Errorf("field %s: bad order id %q", lua.EntryOrder, o.ID)
-	case o.SaleID != sale:
+	case o.SaleID != saleOf:
 		return o, fmt.Errorf("field %s: %q on the stream of sale %q", lua.EntrySale, o.SaleID, sale)
 	case o.UserID == "":
 		return o, fmt.Errorf("field %s: empty", lua.EntryUser)

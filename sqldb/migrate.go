@@ -89,6 +89,23 @@ var migrations = []migration{
 		postgres: bookkeepingPostgres,
 		sqlite:   bookkeepingSQLite,
 	},
+	{
+		// Version 3 stores the bucket layout of a sale (buckets, and the
+		// salts of the buckets' hash tags, comma-separated) and the bucket
+		// each order's units came from; an unbucketed sale has buckets 1,
+		// no salts, and its orders bucket 0.
+		version: 3,
+		postgres: []string{
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS buckets INTEGER NOT NULL DEFAULT 1`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS bucket_salts TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN IF NOT EXISTS bucket INTEGER NOT NULL DEFAULT 0`,
+		},
+		sqlite: []string{
+			`ALTER TABLE sales ADD COLUMN buckets INTEGER NOT NULL DEFAULT 1`,
+			`ALTER TABLE sales ADD COLUMN bucket_salts TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.
@@ -274,11 +291,12 @@ func recordVersion(ctx context.Context, tx *sql.Tx, d *DB, v int) error {
 	return err
 }
 
-// upToDate reports whether schema_migrations records the latest migration.
+// upToDate reports whether schema_migrations records every migration (not
+// only the latest: a database missing an earlier one gets it applied).
 // Any error (no such table yet) means no.
 func (d *DB) upToDate(ctx context.Context) bool {
 	var v int
-	err := d.w.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`),
+	err := d.w.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM schema_migrations WHERE version <= ?`),
 		migrations[len(migrations)-1].version).Scan(&v)
-	return err == nil && v == 1
+	return err == nil && v == len(migrations)
 }

@@ -14,7 +14,10 @@ import (
 
 const orderCols = `order_id, sale_id, user_id, quantity, price_cents, status, created_at, updated_at`
 
-// insertChunk is the most rows one INSERT statement carries (8 parameters
+// orderColsB are orderCols and the bucket, which every read scans.
+const orderColsB = orderCols + `, bucket`
+
+// insertChunk is the most rows one INSERT statement carries (9 parameters
 // each, well under both drivers' parameter limits).
 const insertChunk = 500
 
@@ -24,7 +27,7 @@ func scanOrder(r rowScanner) (flashgate.Order, error) {
 		st      string
 		cr, upd stamp
 	)
-	if err := r.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Quantity, &o.PriceCents, &st, &cr, &upd); err != nil {
+	if err := r.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Quantity, &o.PriceCents, &st, &cr, &upd, &o.Bucket); err != nil {
 		return flashgate.Order{}, err
 	}
 	o.Status = flashgate.OrderStatus(st)
@@ -77,7 +80,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 		return 0, nil
 	}
 	now := nowUTC()
-	args := make([]any, 0, 8*min(len(orders), insertChunk))
+	args := make([]any, 0, 9*min(len(orders), insertChunk))
 	for i := range orders {
 		o := &orders[i]
 		switch {
@@ -113,13 +116,13 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	for start := 0; start < len(orders); start += insertChunk {
 		chunk := orders[start:min(start+insertChunk, len(orders))]
 		var b strings.Builder
-		b.WriteString(`INSERT INTO orders (` + orderCols + `) VALUES `)
+		b.WriteString(`INSERT INTO orders (` + orderColsB + `) VALUES `)
 		args = args[:0]
 		for i, o := range chunk {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			st := insertedStatus(o.Status)
 			created := o.CreatedAt
 			if created.IsZero() {
@@ -129,7 +132,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			if updated.IsZero() {
 				updated = created
 			}
-			args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated))
+			args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket)
 		}
 		b.WriteString(` ON CONFLICT DO NOTHING`)
 		res, err := tx.ExecContext(ctx, d.q(b.String()), args...)
@@ -150,7 +153,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 
 // Order returns the order with id, or flashgate.ErrNotFound.
 func (d *DB) Order(ctx context.Context, id string) (flashgate.Order, error) {
-	o, err := scanOrder(d.r.QueryRowContext(ctx, d.q(`SELECT `+orderCols+` FROM orders WHERE order_id = ?`), id))
+	o, err := scanOrder(d.r.QueryRowContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders WHERE order_id = ?`), id))
 	if err != nil {
 		return flashgate.Order{}, notFound(err, "order "+id)
 	}
@@ -172,7 +175,7 @@ func (d *DB) Transition(ctx context.Context, id string, from []flashgate.OrderSt
 			args = append(args, string(f))
 		}
 		query := `UPDATE orders SET status = ?, updated_at = ? WHERE order_id = ? AND status IN (` +
-			placeholders(len(from)) + `) RETURNING ` + orderCols
+			placeholders(len(from)) + `) RETURNING ` + orderColsB
 		o, err := scanOrder(d.w.QueryRowContext(ctx, d.q(query), args...))
 		switch {
 		case err == nil:
@@ -193,7 +196,7 @@ func (d *DB) Transition(ctx context.Context, id string, from []flashgate.OrderSt
 // orderFrom reads an order through db; Transition reads through the writer
 // so that it sees its own database's latest commit.
 func (d *DB) orderFrom(ctx context.Context, db *sql.DB, id string) (flashgate.Order, error) {
-	return scanOrder(db.QueryRowContext(ctx, d.q(`SELECT `+orderCols+` FROM orders WHERE order_id = ?`), id))
+	return scanOrder(db.QueryRowContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders WHERE order_id = ?`), id))
 }
 
 func placeholders(n int) string {
@@ -216,7 +219,7 @@ func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit 
 	query := `UPDATE orders SET status = ?, updated_at = ?
 		WHERE order_id IN (SELECT order_id FROM orders
 			WHERE status = ? AND created_at < ? ORDER BY created_at, order_id LIMIT ?` + lock + `)
-		AND status = ? RETURNING ` + orderCols
+		AND status = ? RETURNING ` + orderColsB
 	rows, err := d.w.QueryContext(ctx, d.q(query),
 		string(flashgate.StatusExpired), d.ts(now),
 		string(flashgate.StatusPendingPayment), d.ts(createdBefore), limit,
@@ -258,6 +261,38 @@ func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures,
 	return f, nil
 }
 
+// BucketFigures are Figures per bucket of a bucketed sale, indexed by bucket
+// (n entries), from one query and hence one snapshot. Unlike Figures it
+// aggregates the sale's rows (the counters are per sale): a bucketed
+// sale's re-sync pass costs a scan of its orders_sale_status_id index.
+func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM orders WHERE sale_id = ? GROUP BY bucket, status`), saleID)
+	if err != nil {
+		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	out := make([]flashgate.SaleFigures, n)
+	for rows.Next() {
+		var (
+			b             int
+			st            string
+			orders, units int64
+		)
+		if err := rows.Scan(&b, &st, &orders, &units); err != nil {
+			return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+		}
+		if b < 0 || b >= n {
+			return nil, fmt.Errorf("bucket figures of sale %s: an order in bucket %d of %d", saleID, b, n)
+		}
+		addFigures(&out[b], flashgate.OrderStatus(st), orders, units)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}
+
 // AllFigures sums the figures of every sale, for metrics; like Figures it
 // reads counters, one row per sale and status.
 func (d *DB) AllFigures(ctx context.Context) (flashgate.SaleFigures, error) {
@@ -284,24 +319,29 @@ func scanFigures(rows *sql.Rows) (flashgate.SaleFigures, error) {
 		if err := rows.Scan(&st, &orders, &units); err != nil {
 			return flashgate.SaleFigures{}, err
 		}
-		f.Persisted += orders
-		f.PersistedUnits += units
-		switch flashgate.OrderStatus(st) {
-		case flashgate.StatusPendingPayment:
-			f.PendingPayment += orders
-			f.LiveUnits += units
-		case flashgate.StatusPaid:
-			f.Paid += orders
-			f.LiveUnits += units
-		case flashgate.StatusCancelled:
-			f.Cancelled += orders
-		case flashgate.StatusExpired:
-			f.Expired += orders
-		case flashgate.StatusRefunded:
-			f.Refunded += orders
-		}
+		addFigures(&f, flashgate.OrderStatus(st), orders, units)
 	}
 	return f, rows.Err()
+}
+
+// addFigures adds orders rows of status st holding units to f.
+func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, units int64) {
+	f.Persisted += orders
+	f.PersistedUnits += units
+	switch st {
+	case flashgate.StatusPendingPayment:
+		f.PendingPayment += orders
+		f.LiveUnits += units
+	case flashgate.StatusPaid:
+		f.Paid += orders
+		f.LiveUnits += units
+	case flashgate.StatusCancelled:
+		f.Cancelled += orders
+	case flashgate.StatusExpired:
+		f.Expired += orders
+	case flashgate.StatusRefunded:
+		f.Refunded += orders
+	}
 }
 
 // LiveOrders returns the sale's pending_payment and paid orders, oldest
@@ -322,7 +362,7 @@ func (d *DB) ordersIn(ctx context.Context, saleID string, sts ...flashgate.Order
 	for _, s := range sts {
 		args = append(args, string(s))
 	}
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderCols+` FROM orders
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders
 		WHERE sale_id = ? AND status IN (`+placeholders(len(sts))+`) ORDER BY created_at, order_id`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
@@ -341,7 +381,7 @@ func (d *DB) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderSt
 	if limit < 1 {
 		limit = 1000
 	}
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderCols+` FROM orders
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders
 		WHERE sale_id = ? AND status = ? AND order_id > ? ORDER BY order_id LIMIT ?`), saleID, string(st), afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
@@ -375,15 +415,16 @@ func (d *DB) ReleaseQueue(ctx context.Context, saleID string, limit int) (queued
 	if err != nil {
 		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
 	}
-	rows, err := tx.QueryContext(ctx, d.q(`SELECT order_id, user_id, quantity FROM release_queue
-		WHERE sale_id = ? ORDER BY order_id LIMIT ?`), saleID, limit)
+	rows, err := tx.QueryContext(ctx, d.q(`SELECT q.order_id, q.user_id, q.quantity,
+		COALESCE((SELECT o.bucket FROM orders o WHERE o.order_id = q.order_id), 0) FROM release_queue q
+		WHERE q.sale_id = ? ORDER BY q.order_id LIMIT ?`), saleID, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		o := flashgate.Order{SaleID: saleID}
-		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity); err != nil {
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity, &o.Bucket); err != nil {
 			return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
 		}
 		queued = append(queued, o)

@@ -3,6 +3,8 @@ package sqldb
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate"
@@ -10,7 +12,7 @@ import (
 
 func nowUTC() time.Time { return time.Now().UTC() }
 
-const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user`
+const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts`
 
 type rowScanner interface {
 	Scan(dest ...any) error
@@ -21,13 +23,45 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		s          flashgate.Sale
 		st         string
 		start, end stamp
+		salts      string
 	)
-	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser); err != nil {
+	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts); err != nil {
 		return flashgate.Sale{}, err
+	}
+	if s.Buckets <= 1 {
+		s.Buckets = 0
+	} else {
+		s.BucketSalts = parseSalts(salts)
 	}
 	s.State = flashgate.SaleState(st)
 	s.StartsAt, s.EndsAt = start.ptr(), end.ptr()
 	return s, nil
+}
+
+// formatSalts and parseSalts convert a sale's bucket salts to and from the
+// bucket_salts column ("17,4,233").
+func formatSalts(salts []int) string {
+	parts := make([]string, len(salts))
+	for i, v := range salts {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseSalts(v string) []int {
+	if v == "" {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	out := make([]int, 0, len(parts))
+	for _, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // CreateSale stores a new sale. An empty State is stored as upcoming, a zero
@@ -50,9 +84,9 @@ func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 		s.PerUser = 1
 	}
 	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
 		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
-		string(s.State), s.AdmitRatio, s.PerUser)
+		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts))
 	if err != nil {
 		return fmt.Errorf("creating sale %s: %w", s.ID, err)
 	}

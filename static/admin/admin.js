@@ -287,6 +287,7 @@
       total: num('total'),
       admit_ratio: num('admit_ratio'),
       per_user: num('per_user'),
+      buckets: num('buckets'),
       starts_at: localToRFC3339(f.elements.starts_at.value),
       ends_at: localToRFC3339(f.elements.ends_at.value)
     };

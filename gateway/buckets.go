@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/lua"
+)
+
+// sumBuckets completes the states of bucketed sales (their hash has a
+// layout, lua.FieldLayout): their stock lives in their buckets, so booked
+// becomes the sum of the buckets' booked, read in one more pipeline on the
+// same client. total stays the sale's (the buckets' totals add up to at
+// most it), so sold-out and remaining are the whole sale's. Unbucketed
+// sales cost nothing here.
+func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list []*sale, cmds []*redis.SliceCmd, out []*saleState) error {
+	type pending struct {
+		i    int
+		cmds []*redis.StringCmd
+	}
+	var todo []pending
+	var pipe redis.Pipeliner
+	for i, cmd := range cmds {
+		v := cmd.Val()
+		if !out[i].found || len(v) != len(stateFields) {
+			continue
+		}
+		str, _ := v[len(stateFields)-1].(string)
+		if str == "" {
+			continue
+		}
+		l, ok := lua.ParseLayout(list[i].id, str)
+		if !ok || !l.Bucketed() {
+			continue
+		}
+		if pipe == nil {
+			pipe = c.Pipeline()
+		}
+		p := pending{i: i}
+		for _, tag := range l.Tags() {
+			p.cmds = append(p.cmds, pipe.HGet(ctx, lua.SaleKey(tag), lua.FieldBooked))
+		}
+		todo = append(todo, p)
+	}
+	if pipe == nil {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return err
+	}
+	for _, p := range todo {
+		var booked int64
+		for _, cmd := range p.cmds {
+			booked += num(cmd.Val())
+		}
+		out[p.i].booked = booked
+	}
+	return nil
+}
