@@ -3,8 +3,10 @@ package systemtest
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -52,9 +54,9 @@ func sharedCluster(t *testing.T) *redistest.Cluster {
 	return cluster
 }
 
-// shardReplica returns the address of the replica serving key's slot, as
-// CLUSTER SLOTS lists it.
-func shardReplica(t *testing.T, rdb redis.UniversalClient, key string) string {
+// shardNodes returns the addresses of the primary and the replica serving
+// key's slot, as CLUSTER SLOTS lists them.
+func shardNodes(t *testing.T, rdb redis.UniversalClient, key string) (primary, replica string) {
 	t.Helper()
 	ctx := context.Background()
 	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
@@ -70,11 +72,44 @@ func shardReplica(t *testing.T, rdb redis.UniversalClient, key string) string {
 			if len(r.Nodes) < 2 {
 				t.Fatalf("slot %d has no replica: %+v", slot, r.Nodes)
 			}
-			return r.Nodes[1].Addr
+			return r.Nodes[0].Addr, r.Nodes[1].Addr
 		}
 	}
 	t.Fatalf("no node serves slot %d", slot)
-	return ""
+	return "", ""
+}
+
+// gatewayReadName names the gateways' ReadOnly cluster connections, so
+// that CLIENT LIST on a node shows which of them read sale state there.
+const gatewayReadName = "fg-gateway-read"
+
+// readOnlyClient is the gateways' ReadOnly cluster client, its connections
+// named gatewayReadName.
+func readOnlyClient(t *testing.T, c *redistest.Cluster) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, ReadOnly: true, ClientName: gatewayReadName,
+		PoolSize: 64, ReadTimeout: 3 * time.Second})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// stateReadsOn reports whether a gateway connection's last command on the
+// node at addr was a sale-state read (HMGET): go-redis's ReadOnly cluster
+// client sends a shard's reads to its primary itself while the shard's
+// replica is failing, so the gateway's own fallback counter need not move.
+func stateReadsOn(tb testing.TB, addr string) bool {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		tb.Errorf("CLIENT LIST on %s: %v", addr, err)
+		return false
+	}
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name="+gatewayReadName+" ") && strings.Contains(line, " cmd=hmget ") {
+			return true
+		}
+	}
+	return false
 }
 
 // flushAll empties Redis: every primary of a cluster.
