@@ -75,17 +75,19 @@ func (r *luaReleaser) ReleaseBatch(ctx context.Context, orders []flashgate.Order
 	return n, nil
 }
 
-// env is one control plane over a real redis-server and a real database.
+// env is one control plane over a real redis-server (or Redis Cluster) and
+// a real database.
 type env struct {
-	t     *testing.T
-	ctx   context.Context
-	srv   *redistest.Server
-	rdb   *redis.Client
-	db    *sqldb.DB
-	clock *testclock.Clock
-	rel   *luaReleaser
-	svc   *Service
-	seq   atomic.Int64
+	t       *testing.T
+	ctx     context.Context
+	srv     *redistest.Server  // nil on a cluster
+	cluster *redistest.Cluster // nil on a single server
+	rdb     redis.UniversalClient
+	db      *sqldb.DB
+	clock   *testclock.Clock
+	rel     *luaReleaser
+	svc     *Service
+	seq     atomic.Int64
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -110,10 +112,23 @@ func openDB(t *testing.T, dsn string) *sqldb.DB {
 
 func newEnv(t *testing.T, dsn string, mod func(*Config)) *env {
 	t.Helper()
+	return newEnvOn(t, "single", dsn, mod)
+}
+
+// newEnvOn is newEnv on backend: "single" (a redis-server of its own) or
+// "cluster" (the package's shared Redis Cluster, emptied).
+func newEnvOn(t *testing.T, backend, dsn string, mod func(*Config)) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	srv := redistest.Start(t)
-	e := &env{t: t, ctx: ctx, srv: srv, rdb: srv.Client(t), db: openDB(t, dsn), clock: testclock.New(t0)}
+	e := &env{t: t, ctx: ctx, db: openDB(t, dsn), clock: testclock.New(t0)}
+	if backend == "cluster" {
+		e.cluster = sharedCluster(t)
+		e.rdb = e.cluster.Client(t, false)
+	} else {
+		e.srv = redistest.Start(t)
+		e.rdb = e.srv.Client(t)
+	}
 	e.rel = &luaReleaser{rdb: e.rdb}
 	cfg := Config{
 		Redis: e.rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,
@@ -204,7 +219,7 @@ func (e *env) persist(sale string) []flashgate.Order {
 }
 
 // field reads one integer field of a sale hash through c.
-func field(t *testing.T, c *redis.Client, sale, f string) int64 {
+func field(t *testing.T, c redis.Cmdable, sale, f string) int64 {
 	t.Helper()
 	n, err := c.HGet(context.Background(), lua.SaleKey(sale), f).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {

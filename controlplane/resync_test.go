@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
@@ -16,10 +18,22 @@ import (
 // failed) and a re-sync, exactly k more units can be reserved by new users,
 // never more, and the admission cap read from a replica went up.
 func TestRefundExpiryResync(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
-	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.srv.Port))
-	replica.WaitReplica(t)
-	rc := replica.Client(t)
+	for _, backend := range redisBackends {
+		t.Run(backend, func(t *testing.T) { testRefundExpiryResync(t, backend) })
+	}
+}
+
+func testRefundExpiryResync(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, sqliteDSN(t), nil)
+	// The gateways' reads: a replica, or a ReadOnly cluster client.
+	var rc redis.Cmdable
+	if e.cluster != nil {
+		rc = e.cluster.Client(t, true)
+	} else {
+		replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(e.srv.Port))
+		replica.WaitReplica(t)
+		rc = replica.Client(t)
+	}
 
 	const sale, total = "drop", 10
 	e.openSale(sale, total, 0)
@@ -98,7 +112,13 @@ func TestRefundExpiryResync(t *testing.T) {
 // TestResyncCountsUnpersisted: units reserved but not yet in the database
 // stay booked across a re-sync (booked = L + reserved − P).
 func TestResyncCountsUnpersisted(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
+	for _, backend := range redisBackends {
+		t.Run(backend, func(t *testing.T) { testResyncCountsUnpersisted(t, backend) })
+	}
+}
+
+func testResyncCountsUnpersisted(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, sqliteDSN(t), nil)
 	e.openSale("s", 10, 0)
 	if got := e.reserveMany("s", "a", 6); got != 6 {
 		t.Fatalf("reserved %d, want 6", got)
@@ -122,9 +142,16 @@ func TestResyncCountsUnpersisted(t *testing.T) {
 
 // TestFlushAllResync: after FLUSHALL mid-sale a re-sync rebuilds every sale
 // from the database; buyers from before still cannot buy again, and the sale
-// never oversells.
+// never oversells. On a Redis Cluster the three sales live on the three
+// primaries and the flush empties every one.
 func TestFlushAllResync(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
+	for _, backend := range redisBackends {
+		t.Run(backend, func(t *testing.T) { testFlushAllResync(t, backend) })
+	}
+}
+
+func testFlushAllResync(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, sqliteDSN(t), nil)
 	const total = 20
 	e.openSale("open", total, 2)
 	if _, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: "later", Name: "Later", Total: 5, PerUser: 2, PriceCents: 900}); err != nil {
@@ -134,6 +161,11 @@ func TestFlushAllResync(t *testing.T) {
 	if err := e.svc.Stop(e.ctx, "shut"); err != nil {
 		t.Fatal(err)
 	}
+	if backend == "cluster" {
+		if n := e.primaries("open", "later", "shut"); n != 3 {
+			t.Fatalf("the three sales are on %d primaries, want 3", n)
+		}
+	}
 	if got := e.reserveMany("open", "early", 10); got != 10 {
 		t.Fatalf("reserved %d, want 10", got)
 	}
@@ -141,9 +173,7 @@ func TestFlushAllResync(t *testing.T) {
 	if _, err := e.svc.Cancel(e.ctx, early[0].ID, early[0].UserID); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if err := e.rdb.FlushAll(e.ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.flushAll()
 	e.svc.resyncAll(e.ctx)
 
 	// The rebuilt open sale waits one pass: a sink may still commit a batch
@@ -318,7 +348,13 @@ func raceRounds(t *testing.T, dsn string, rounds, per int) {
 // second live order (which the database's unique index would then drop: a
 // 201 without a row).
 func TestResyncRedisOlderThanDatabase(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
+	for _, backend := range redisBackends {
+		t.Run(backend, func(t *testing.T) { testResyncRedisOlderThanDatabase(t, backend) })
+	}
+}
+
+func testResyncRedisOlderThanDatabase(t *testing.T, backend string) {
+	e := newEnvOn(t, backend, sqliteDSN(t), nil)
 	e.openSale("s", 10, 0)
 	if code, _ := e.reserve("s", "a-0"); code != lua.ReserveOK {
 		t.Fatalf("reserve a-0: code %d", code)

@@ -62,15 +62,17 @@ func (s *stallStore) InsertOrders(ctx context.Context, orders []flashgate.Order)
 }
 
 // faultSystem is every tier in-process: a redis-server primary and a real
-// replica, SQLite, inventory, control plane, an order sink that can be
-// killed and replaced, and a gateway on loopback that can be restarted.
+// replica (or a Redis Cluster), SQLite, inventory, control plane, an order
+// sink that can be killed and replaced, and a gateway on loopback that can
+// be restarted.
 type faultSystem struct {
 	t       *testing.T
 	ctx     context.Context
-	primary *redistest.Server
-	replica *redistest.Server
-	rdb     *redis.Client // primary
-	rep     *redis.Client // replica, for the gateways' reads
+	primary *redistest.Server     // nil on a cluster
+	replica *redistest.Server     // nil on a cluster
+	cluster *redistest.Cluster    // nil on a single primary
+	rdb     redis.UniversalClient // primary (primaries on a cluster)
+	rep     redis.UniversalClient // replica (ReadOnly on a cluster), for the gateways' reads
 	db      *sqldb.DB
 	inv     *inventory.Service
 	cp      *controlplane.Service
@@ -85,11 +87,10 @@ type faultSystem struct {
 	sinkStop []context.CancelFunc
 }
 
-func startFaultSystem(t *testing.T) *faultSystem {
+// startFaultSystem starts every tier on backend: "single" (a primary and
+// its replica) or "cluster" (the package's shared Redis Cluster, emptied).
+func startFaultSystem(t *testing.T, backend string) *faultSystem {
 	t.Helper()
-	primary := redistest.Start(t)
-	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	replica.WaitReplica(t)
 	ctx := context.Background()
 	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
 	if err != nil {
@@ -97,9 +98,17 @@ func startFaultSystem(t *testing.T) *faultSystem {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	s := &faultSystem{
-		t: t, ctx: ctx, primary: primary, replica: replica,
-		rdb: primary.Client(t), rep: replica.Client(t), db: db,
+		t: t, ctx: ctx, db: db,
 		jwtS: []byte(randomHex(t, 32)), metrics: prometheus.NewRegistry(),
+	}
+	if backend == "cluster" {
+		s.cluster = sharedCluster(t)
+		s.rdb, s.rep = s.cluster.Client(t, false), readOnlyClient(t, s.cluster)
+	} else {
+		s.primary = redistest.Start(t)
+		s.replica = redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.primary.Port))
+		s.replica.WaitReplica(t)
+		s.rdb, s.rep = s.primary.Client(t), s.replica.Client(t)
 	}
 	s.inv = inventory.New(s.rdb, inventory.Config{Logger: quiet})
 	s.cp, err = controlplane.New(controlplane.Config{
@@ -183,7 +192,13 @@ func (s *faultSystem) stopGateway(tb testing.TB) {
 // startSink runs an order sink named consumer over store; the returned
 // function kills it (cancels its Run) and waits until it returned.
 func (s *faultSystem) startSink(consumer string, store ordersink.Store) (*ordersink.Drainer, func()) {
-	d := ordersink.New(s.primary.Client(s.t), store, ordersink.Config{
+	var rdb redis.UniversalClient
+	if s.cluster != nil {
+		rdb = s.cluster.Client(s.t, false)
+	} else {
+		rdb = s.primary.Client(s.t)
+	}
+	d := ordersink.New(rdb, store, ordersink.Config{
 		Consumer: consumer, Batch: 16, Block: 50 * time.Millisecond, ClaimIdle: 200 * time.Millisecond,
 		RefreshSales: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 		Logger: quiet,
@@ -485,10 +500,20 @@ func (s *faultSystem) checkRows(t *testing.T, sale string, confirmed map[string]
 // holding a batch (a new one claims it) and the gateway restarts on a new
 // port, then checks docs/design.md's invariants 1–4; then refunds a few orders
 // and checks exactly those units sell again.
+//
+// On a Redis Cluster the tiers share a cluster client (the gateways read
+// through a ReadOnly one), and the replica that dies is the replica of the
+// sale's shard.
 func TestInvariantsUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("system test under faults")
 	}
+	for _, backend := range []string{"single", "cluster"} {
+		t.Run(backend, func(t *testing.T) { testInvariantsUnderFaults(t, backend) })
+	}
+}
+
+func testInvariantsUnderFaults(t *testing.T, backend string) {
 	const (
 		sale    = "fault-drop"
 		total   = 100
@@ -497,7 +522,13 @@ func TestInvariantsUnderFaults(t *testing.T) {
 		refunds = 5
 		late    = 50
 	)
-	s := startFaultSystem(t)
+	s := startFaultSystem(t, backend)
+	replica, shardPrimary := s.replica, ""
+	if s.cluster != nil {
+		var addr string
+		shardPrimary, addr = shardNodes(t, s.rdb, lua.SaleKey(sale))
+		replica = s.cluster.Node(addr)
+	}
 	if _, err := s.cp.CreateSale(s.ctx, flashgate.Sale{
 		ID: sale, Name: "Faulty sneakers", PriceCents: 9900, Total: total, PerUser: 1,
 	}); err != nil {
@@ -564,6 +595,7 @@ func TestInvariantsUnderFaults(t *testing.T) {
 	var faults sync.WaitGroup
 	var heldEntries atomic.Int64
 	var fallbacksWhileDown float64
+	var primaryReadsWhileDown bool // on a cluster: go-redis routed them there
 	ftb := goTB{t}
 	var logMu sync.Mutex
 	var faultLog []string
@@ -579,18 +611,27 @@ func TestInvariantsUnderFaults(t *testing.T) {
 	go func() {
 		defer faults.Done()
 		reached(15)
-		s.replica.Stop()
+		if s.cluster != nil && stateReadsOn(ftb, shardPrimary) {
+			t.Errorf("the gateway read sale state on the shard's primary while its replica was up")
+		}
+		replica.Stop()
 		note("replica stopped")
 		reached(60)
 		// A busy crowd can answer 45 buyers between two state refreshes:
 		// give the gateway up to 3 s to need the primary.
 		for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if fallbacksWhileDown = s.replicaFallbacks(ftb); fallbacksWhileDown > 0 || time.Now().After(end) {
+			if s.cluster != nil && !primaryReadsWhileDown {
+				primaryReadsWhileDown = stateReadsOn(ftb, shardPrimary)
+			}
+			if fallbacksWhileDown = s.replicaFallbacks(ftb); fallbacksWhileDown > 0 || primaryReadsWhileDown || time.Now().After(end) {
 				break
 			}
 		}
-		s.replica.Restart(ftb)
-		s.replica.WaitReplica(ftb)
+		replica.Restart(ftb)
+		replica.WaitReplica(ftb)
+		if s.cluster != nil {
+			s.cluster.WaitOK(ftb)
+		}
 		note("replica restarted and synced")
 	}()
 	// Fault 2: the order sink is killed holding a batch it read and never
@@ -641,9 +682,9 @@ func TestInvariantsUnderFaults(t *testing.T) {
 		t.Log("fault: " + l)
 	}
 	t.Logf("crowd of %d in %v, %d retried:%s", buyers, crowdTook.Round(time.Millisecond), retried, answers(byAnswer))
-	t.Logf("%v state reads fell back to the primary while the replica was down; sink-a died holding %d entries",
-		fallbacksWhileDown, heldEntries.Load())
-	if fallbacksWhileDown == 0 {
+	t.Logf("%v state reads fell back to the primary while the replica was down (cluster client reading on the shard's primary: %v); sink-a died holding %d entries",
+		fallbacksWhileDown, primaryReadsWhileDown, heldEntries.Load())
+	if fallbacksWhileDown == 0 && !primaryReadsWhileDown {
 		t.Errorf("the gateway never read from the primary while the replica was down")
 	}
 	if heldEntries.Load() == 0 {

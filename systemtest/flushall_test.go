@@ -27,18 +27,31 @@ import (
 // for the sale before the control plane's next re-sync. The counters must
 // not recreate a partial sale hash that hides the loss: the re-sync rebuilds
 // the sale, it answers open again within 2s, every free unit sells, and
-// nobody holds two orders.
+// nobody holds two orders. On a Redis Cluster the flush is a FLUSHALL on
+// every primary, and the gateway reads through a ReadOnly client.
 func TestFlushAllMidSale(t *testing.T) {
-	primary := redistest.Start(t)
+	for _, backend := range []string{"single", "cluster"} {
+		t.Run(backend, func(t *testing.T) { testFlushAllMidSale(t, backend) })
+	}
+}
+
+func testFlushAllMidSale(t *testing.T, backend string) {
 	ctx := context.Background()
 	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	s := &faultSystem{t: t, ctx: ctx, primary: primary, rdb: primary.Client(t), db: db,
+	s := &faultSystem{t: t, ctx: ctx, db: db,
 		jwtS: []byte(randomHex(t, 32)), metrics: prometheus.NewRegistry()}
-	s.rep = s.rdb
+	if backend == "cluster" {
+		s.cluster = sharedCluster(t)
+		s.rdb, s.rep = s.cluster.Client(t, false), s.cluster.Client(t, true)
+	} else {
+		s.primary = redistest.Start(t)
+		s.rdb = s.primary.Client(t)
+		s.rep = s.rdb
+	}
 	s.inv = inventory.New(s.rdb, inventory.Config{Logger: quiet})
 	s.cp, err = controlplane.New(controlplane.Config{
 		Redis: s.rdb, Store: db, Releaser: s.inv, AdminToken: randomHex(t, 32), Logger: quiet,
@@ -48,7 +61,7 @@ func TestFlushAllMidSale(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw, err := gateway.New(gateway.Config{
-		Primary: s.rdb, Replica: s.rdb, Reserver: s.inv, Catalog: db, Orders: s.cp,
+		Primary: s.rdb, Replica: s.rep, Reserver: s.inv, Catalog: db, Orders: s.cp,
 		JWTSecret: s.jwtS, Logger: quiet, Metrics: s.metrics, ShutdownDelay: -1, RedisTimeout: 500 * time.Millisecond,
 		StateRefresh: 300 * time.Millisecond, FlushInterval: 10 * time.Millisecond,
 	})
@@ -99,7 +112,7 @@ func TestFlushAllMidSale(t *testing.T) {
 		t.Fatal("the sink did not drain the stream")
 	}
 
-	if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+	if err := flushAll(ctx, s.rdb); err != nil {
 		t.Fatal(err)
 	}
 	flushed := time.Now()

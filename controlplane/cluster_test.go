@@ -1,0 +1,91 @@
+package controlplane
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// The package's cluster variants share one Redis Cluster, started by the
+// first test that asks for it and stopped by TestMain.
+var (
+	clusterOnce   sync.Once
+	sharedCl      *redistest.Cluster
+	redisBackends = []string{"single", "cluster"}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedCl != nil {
+		sharedCl.Stop()
+	}
+	os.Exit(code)
+}
+
+// sharedCluster returns the package's cluster, emptied and healthy.
+func sharedCluster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		bin := redistest.Binary()
+		if bin == "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "fg-cluster-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := redistest.StartClusterServers(bin, dir)
+		if err != nil {
+			t.Fatalf("starting the cluster: %v", err)
+		}
+		sharedCl = c
+	})
+	if sharedCl == nil {
+		redistest.StartCluster(t) // skips, or fails when required
+	}
+	sharedCl.WaitOK(t)
+	sharedCl.Flush(t)
+	return sharedCl
+}
+
+// flushAll empties Redis: FLUSHALL on the server, or on every primary of a
+// cluster.
+func (e *env) flushAll() {
+	e.t.Helper()
+	var err error
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(e.ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.FlushAll(ctx).Err()
+		})
+	} else {
+		err = e.rdb.FlushAll(e.ctx).Err()
+	}
+	if err != nil {
+		e.t.Fatalf("FLUSHALL: %v", err)
+	}
+}
+
+// primaries returns how many distinct primaries hold the sales' keys; on a
+// single server, 1.
+func (e *env) primaries(sales ...string) int {
+	e.t.Helper()
+	cc, ok := e.rdb.(*redis.ClusterClient)
+	if !ok {
+		return 1
+	}
+	seen := map[string]bool{}
+	for _, s := range sales {
+		n, err := cc.MasterForKey(e.ctx, lua.SaleKey(s))
+		if err != nil {
+			e.t.Fatalf("the primary of %s: %v", s, err)
+		}
+		seen[n.Options().Addr] = true
+	}
+	return len(seen)
+}
