@@ -183,7 +183,7 @@ func TestResyncRedisLostReleases(t *testing.T) {
 	orders := e.persist("s")
 	e.resyncSettled("s")
 	snap := map[string]string{}
-	for _, k := range []string{lua.SaleKey("s"), lua.BuyersKey("s"), lua.ReleasedKey("s")} {
+	for _, k := range lua.ReleaseKeys("s") {
 		if d, err := e.rdb.Dump(e.ctx, k).Result(); err == nil {
 			snap[k] = d
 		} else if !errors.Is(err, redis.Nil) {

@@ -131,12 +131,12 @@ func (s *Service) prepareBuckets(ctx context.Context, sale flashgate.Sale) error
 		return err
 	}
 	for b, t := range tags {
-		if err := lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(t)},
+		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
 			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
 			return err
 		}
 	}
-	return lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)},
+	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
 		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents, l.String()).Err()
 }
 
@@ -144,7 +144,7 @@ func (s *Service) prepareBuckets(ctx context.Context, sale flashgate.Sale) error
 // reports whether some bucket (or the sale's own hash) is missing.
 func (s *Service) setBucketsState(ctx context.Context, sale flashgate.Sale, arg string) (missing bool, err error) {
 	for _, t := range saleLayout(sale).Tags() {
-		n, err := lua.SetState.Run(ctx, s.rdb, []string{lua.SaleKey(t)}, arg).Int()
+		n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(t), arg).Int()
 		if err != nil {
 			return false, err
 		}
@@ -233,7 +233,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		return before, after, err
 	}
 	// The sale's own hash: prepared again (with its layout) if Redis lost it.
-	created, err := lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)},
+	created, err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
 		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents, l.String()).Int()
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
@@ -243,7 +243,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		if sale.State == flashgate.StateClosed {
 			arg = "close"
 		}
-		if err := lua.SetState.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)}, arg).Err(); err != nil {
+		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), arg).Err(); err != nil {
 			return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
@@ -266,7 +266,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		// those units included, with the move marked done in every rebuilt
 		// bucket (its grant then changes nothing).
 		if int(led.from) < len(stock) && stock[led.from].found {
-			if err := lua.Shrink.Run(ctx, s.rdb, []string{lua.SaleKey(l.Tag(int(led.from)))}, led.seq, 0).Err(); err != nil {
+			if err := lua.Shrink.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, 0).Err(); err != nil {
 				return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 			}
 			if stock, err = s.readStock(ctx, l); err != nil {
@@ -283,7 +283,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 	restored := false
 	ratio := strconv.FormatFloat(admitRatio(sale), 'f', -1, 64)
 	for b, t := range tags {
-		keys := []string{lua.SaleKey(t)}
+		keys := lua.SaleKeys(t)
 		run := func(restore string) ([]int64, error) {
 			return lua.Resync.Run(ctx, s.rdb, keys, figs[b].LiveUnits, figs[b].PersistedUnits,
 				rebuild[b], perUser(sale), sale.PriceCents,
@@ -380,7 +380,7 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 				continue
 			}
 			t := l.Tag(b)
-			res, err := lua.ReleaseBatch.Run(ctx, s.rdb, []string{lua.SaleKey(t), lua.BuyersKey(t), lua.ReleasedKey(t)}, args...).Int64Slice()
+			res, err := lua.ReleaseBatch.Run(ctx, s.rdb, lua.ReleaseKeys(t), args...).Int64Slice()
 			if err != nil {
 				return fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
 			}
@@ -437,7 +437,7 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 					args[0] = (len(args) - 1) / 2
 				}
 				t := l.Tag(b)
-				if err := lua.Restore.Run(ctx, s.rdb, []string{lua.BuyersKey(t), lua.ReleasedKey(t)}, args...).Err(); err != nil {
+				if err := lua.Restore.Run(ctx, s.rdb, lua.RestoreKeys(t), args...).Err(); err != nil {
 					return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
 				}
 			}

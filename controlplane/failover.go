@@ -93,7 +93,7 @@ func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker 
 // recoverSale moves the recovery of sale on a new primary on by one step:
 // pause, then, once the stream has drained, rebuild and mark.
 func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
-	paused, err := lua.Pause.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)}).Int64()
+	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID)).Int64()
 	if err != nil {
 		return fmt.Errorf("pausing after a failover: %w", err)
 	}

@@ -158,7 +158,7 @@ func TestClusterFailoverDetected(t *testing.T) {
 	e.openSale("cf", 10, 1)
 	tick()
 
-	keys := []string{lua.SaleKey("cf"), lua.BuyersKey("cf"), lua.OrdersKey("cf")}
+	keys := lua.ReserveKeys("cf")
 	orders := map[string]string{}
 	for i := range 4 {
 		user := "u" + strconv.Itoa(i)

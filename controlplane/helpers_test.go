@@ -38,7 +38,7 @@ func (r *luaReleaser) Release(ctx context.Context, o flashgate.Order) (bool, err
 	if r.fail.Load() {
 		return false, errors.New("injected release failure")
 	}
-	keys := []string{lua.SaleKey(o.SaleID), lua.BuyersKey(o.SaleID), lua.ReleasedKey(o.SaleID)}
+	keys := lua.ReleaseKeys(o.SaleID)
 	code, err := lua.Release.Run(ctx, r.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
 	if err != nil {
 		return false, err
@@ -64,7 +64,7 @@ func (r *luaReleaser) ReleaseBatch(ctx context.Context, orders []flashgate.Order
 			}
 			args = append(args, o.ID, o.UserID, o.Quantity)
 		}
-		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}
+		keys := lua.ReleaseKeys(sale)
 		v, err := lua.ReleaseBatch.Run(ctx, r.rdb, keys, args...).Int64Slice()
 		if err != nil {
 			return n, err
@@ -161,7 +161,7 @@ func (e *env) openSale(id string, total int64, ratio float64) {
 func (e *env) reserve(sale, user string) (int64, string) {
 	e.t.Helper()
 	id := fmt.Sprintf("o%06d", e.seq.Add(1))
-	keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.OrdersKey(sale)}
+	keys := lua.ReserveKeys(sale)
 	v, err := lua.Reserve.Run(e.ctx, e.rdb, keys, id, user, 1, e.clock.Now().UnixMilli(), sale).Slice()
 	if err != nil {
 		e.t.Fatalf("reserve: %v", err)

@@ -13,7 +13,7 @@ import (
 // takes a free one.
 func (s *Service) lead(ctx context.Context) (bool, error) {
 	ttl := s.leaderTTL
-	ok, err := lua.Extend.Run(ctx, s.rdb, []string{lua.LeaderKey()}, s.leaseToken, ttl.Milliseconds()).Int()
+	ok, err := lua.Extend.Run(ctx, s.rdb, lua.LeaderKeys(), s.leaseToken, ttl.Milliseconds()).Int()
 	if err != nil {
 		s.setLeading(false)
 		return false, fmt.Errorf("renewing leader lease: %w", err)
@@ -70,6 +70,6 @@ func (s *Service) Leading() bool {
 func (s *Service) resign() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = lua.Unlock.Run(ctx, s.rdb, []string{lua.LeaderKey()}, s.leaseToken).Err()
+	_ = lua.Unlock.Run(ctx, s.rdb, lua.LeaderKeys(), s.leaseToken).Err()
 	s.setLeading(false)
 }

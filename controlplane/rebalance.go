@@ -79,7 +79,7 @@ func parseLedger(v []any) (ledgerState, error) {
 
 // readLedger reads a sale's ledger.
 func (s *Service) readLedger(ctx context.Context, sale string) (ledgerState, error) {
-	v, err := lua.Ledger.Run(ctx, s.rdb, []string{lua.LedgerKey(sale)}, "get", 0).Slice()
+	v, err := lua.Ledger.Run(ctx, s.rdb, lua.LedgerKeys(sale), "get", 0).Slice()
 	if err != nil {
 		return ledgerState{}, fmt.Errorf("reading ledger: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -159,7 +159,7 @@ func (s *Service) Rebalance(ctx context.Context, id string, token int64) (moved 
 			return 0, nil
 		}
 	}
-	v, err := lua.Ledger.Run(ctx, s.rdb, []string{lua.LedgerKey(id)}, "begin", token, giver, taker, want).Slice()
+	v, err := lua.Ledger.Run(ctx, s.rdb, lua.LedgerKeys(id), "begin", token, giver, taker, want).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("recording a move: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -184,11 +184,11 @@ func (s *Service) finishMove(ctx context.Context, l lua.Layout, token int64, led
 	if led.from < 0 || led.from >= int64(l.N()) || led.to < 0 || led.to >= int64(l.N()) {
 		return 0, fmt.Errorf("ledger of sale %s: move %d between buckets %d and %d of %d", l.Sale, led.seq, led.from, led.to, l.N())
 	}
-	ledger := []string{lua.LedgerKey(l.Sale)}
+	ledger := lua.LedgerKeys(l.Sale)
 	freed := led.freed
 	if led.phase == "shrink" {
 		var err error
-		freed, err = lua.Shrink.Run(ctx, s.rdb, []string{lua.SaleKey(l.Tag(int(led.from)))}, led.seq, led.want).Int64()
+		freed, err = lua.Shrink.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, led.want).Int64()
 		if err != nil {
 			return 0, fmt.Errorf("shrinking bucket %d: %w: %w", led.from, flashgate.ErrUnavailable, err)
 		}
@@ -203,7 +203,7 @@ func (s *Service) finishMove(ctx context.Context, l lua.Layout, token int64, led
 			return 0, fmt.Errorf("recording a shrink: ledger answered %v", v)
 		}
 	}
-	code, err := lua.Grant.Run(ctx, s.rdb, []string{lua.SaleKey(l.Tag(int(led.to)))}, token, led.seq, freed).Int64()
+	code, err := lua.Grant.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(int(led.to))), token, led.seq, freed).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("crediting bucket %d: %w: %w", led.to, flashgate.ErrUnavailable, err)
 	}

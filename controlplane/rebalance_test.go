@@ -31,7 +31,7 @@ func TestLeaderRebalancesBuckets(t *testing.T) {
 	// Bucket 0 sells out (4 units); 1 and 2 keep 4 each.
 	tag := l.Tag(0)
 	for i := 0; i < 4; i++ {
-		keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.OrdersKey(tag)}
+		keys := lua.ReserveKeys(tag)
 		u := "u" + strconv.Itoa(i)
 		if err := lua.Reserve.Run(e.ctx, e.rdb, keys, "o"+u, u, 1, 0, sale, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -91,7 +91,7 @@ func TestRebalanceEndGame(t *testing.T) {
 	}
 	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
 	tag := l.Tag(0)
-	if err := lua.Reserve.Run(e.ctx, e.rdb, []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.OrdersKey(tag)},
+	if err := lua.Reserve.Run(e.ctx, e.rdb, lua.ReserveKeys(tag),
 		"o1", "u1", 1, 0, sale, 0).Err(); err != nil {
 		t.Fatal(err)
 	}

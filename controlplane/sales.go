@@ -160,7 +160,7 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	if err := s.rdb.SAdd(ctx, lua.SalesKey(), sale.ID).Err(); err != nil {
 		return err
 	}
-	return lua.Prepare.Run(ctx, s.rdb, []string{lua.SaleKey(sale.ID)},
+	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
 		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents).Err()
 }
 
@@ -196,7 +196,7 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 			return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
-	n, err := lua.SetState.Run(ctx, s.rdb, []string{lua.SaleKey(id)}, arg).Int()
+	n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(id), arg).Int()
 	if err != nil {
 		return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -390,7 +390,7 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	if err != nil {
 		return before, after, err
 	}
-	keys := []string{lua.SaleKey(id)}
+	keys := lua.SaleKeys(id)
 	resync := func(restored string) ([]int64, error) {
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
 			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored).Int64Slice()
@@ -433,7 +433,7 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 // It stops without error when Redis refuses a batch (no sale, or behind the
 // database): the Resync call that follows then asks for a restore.
 func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
-	keys := []string{lua.SaleKey(id), lua.BuyersKey(id), lua.ReleasedKey(id)}
+	keys := lua.ReleaseKeys(id)
 	deadline := time.Now().Add(deliverBudget)
 	for {
 		queue, base, err := s.store.ReleaseQueue(ctx, id, releaseChunk)
@@ -487,7 +487,7 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first.
 func (s *Service) restore(ctx context.Context, id string) error {
-	keys := []string{lua.BuyersKey(id), lua.ReleasedKey(id)}
+	keys := lua.RestoreKeys(id)
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
 		released := !st.Live()

@@ -96,7 +96,7 @@ func TestExpiryStorm(t *testing.T) {
 	go func() { // buying goes on
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
-			keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.OrdersKey(sale)}
+			keys := lua.ReserveKeys(sale)
 			v, err := lua.Reserve.Run(ctx, e.rdb, keys, "n"+strconv.Itoa(i), "new"+strconv.Itoa(i), 1, 0, sale).Slice()
 			if err == nil && v[0] == int64(lua.ReserveOK) {
 				bought.Add(1)

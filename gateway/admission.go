@@ -378,7 +378,7 @@ func (s *Server) flush(ctx context.Context) {
 					if eval && !redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 						continue
 					}
-					keys := []string{lua.SaleKey(d.e.id)}
+					keys := lua.SaleKeys(d.e.id)
 					if eval {
 						cmds[i] = lua.Tally.Eval(ctx, p, keys, d.admitted, d.rejected)
 					} else {

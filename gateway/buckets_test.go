@@ -20,7 +20,7 @@ func TestBucketedSaleState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tag := range l.Tags() {
-		if err := lua.Prepare.Run(ctx, e.primary, []string{lua.SaleKey(tag)}, 2, 0, 1, 1999).Err(); err != nil {
+		if err := lua.Prepare.Run(ctx, e.primary, lua.SaleKeys(tag), 2, 0, 1, 1999).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -533,10 +533,10 @@ func TestReadsHitReplica(t *testing.T) {
 	rp.WaitReplica(t)
 	primary, replica := rs.Client(t), rp.Client(t)
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1")}, 100, 150, 1, 500).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 100, 150, 1, 500).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "open").Err(); err != nil {
+	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the replica has the open sale.
@@ -598,7 +598,7 @@ func TestReplicaFallback(t *testing.T) {
 	primary, replica := rs.Client(t), dead.Client(t)
 	dead.Stop()
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1")}, 10, 15, 1, 500).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 10, 15, 1, 500).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cat := &fakeCatalog{}

@@ -37,7 +37,7 @@ func (r *luaReserver) Reserve(ctx context.Context, saleID, userID string, qty in
 	r.calls.Add(1)
 	id := "o" + strconv.FormatInt(r.n.Add(1), 10)
 	res, err := lua.Reserve.Run(ctx, r.c,
-		[]string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)},
+		lua.ReserveKeys(saleID),
 		id, userID, qty, time.Now().UnixMilli(), saleID).Slice()
 	if err != nil {
 		return "", fmt.Errorf("reserving: %w: %v", flashgate.ErrUnavailable, err)
@@ -232,7 +232,7 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 func (e *env) sale(t testing.TB, id string, total, count int64, open bool) {
 	t.Helper()
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, e.primary, []string{lua.SaleKey(id)},
+	if err := lua.Prepare.Run(ctx, e.primary, lua.SaleKeys(id),
 		total, count, 1, 1999).Err(); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
@@ -245,7 +245,7 @@ func (e *env) sale(t testing.TB, id string, total, count int64, open bool) {
 
 func (e *env) setState(t testing.TB, id, state string) {
 	t.Helper()
-	if err := lua.SetState.Run(context.Background(), e.primary, []string{lua.SaleKey(id)}, state).Err(); err != nil {
+	if err := lua.SetState.Run(context.Background(), e.primary, lua.SaleKeys(id), state).Err(); err != nil {
 		t.Fatalf("set state: %v", err)
 	}
 }

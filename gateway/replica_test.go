@@ -52,10 +52,10 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	rp.WaitReplica(t)
 	primary, replica := rs.Client(t), rp.Client(t)
 	ctx := context.Background()
-	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("s1")}, 100, 150, 1, 500).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 100, 150, 1, 500).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "open").Err(); err != nil {
+	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitReplicaHas(t, replica, lua.FieldStart, "1")
@@ -97,7 +97,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	if err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(dead)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("s1")}, "closed").Err(); err != nil {
+	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "closed").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := replica.HGet(ctx, lua.SaleKey("s1"), lua.FieldClosed).Result(); v == "1" {

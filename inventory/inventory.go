@@ -210,7 +210,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		// order per user stays one atomic script.
 		b := l.Home(userID)
 		tag := l.Tag(b)
-		keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.OrdersKey(tag)}
+		keys := lua.ReserveKeys(tag)
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID, b)
 		if code, _, ok := reserveResult(res); err == nil && ok && code == lua.ReserveSoldOut {
 			// Tell the leader's rebalancing that this bucket has buyers
@@ -218,7 +218,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 			_ = s.rdb.HIncrBy(ctx, keys[0], lua.FieldWant, 1).Err()
 		}
 	} else {
-		keys := []string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)}
+		keys := lua.ReserveKeys(saleID)
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)
 	}
 	s.m.call(opReserve, start)
@@ -347,7 +347,7 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	keys := []string{lua.SaleKey(tag), lua.BuyersKey(tag), lua.ReleasedKey(tag)}
+	keys := lua.ReleaseKeys(tag)
 	start := time.Now()
 	code, err := lua.Release.Run(ctx, s.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
 	s.m.call(opRelease, start)
@@ -407,7 +407,7 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 		bySale[tag] = append(bySale[tag], o.ID, o.UserID, o.Quantity)
 	}
 	for _, sale := range sales {
-		keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.ReleasedKey(sale)}
+		keys := lua.ReleaseKeys(sale)
 		args := bySale[sale]
 		for start := 0; start < len(args); start += 3 * MaxReleaseBatch {
 			chunk := args[start:min(start+3*MaxReleaseBatch, len(args))]

@@ -59,13 +59,13 @@ func prepSale(tb testing.TB, rdb redis.UniversalClient, id string, total, perUse
 	if perUser == 0 {
 		perUser = 1
 	}
-	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(id)},
+	n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(id),
 		total, flashgate.AdmitCap(total, 0), perUser, 500).Int64()
 	if err != nil || n != 1 {
 		tb.Fatalf("Prepare %s: got %d, %v; want 1", id, n, err)
 	}
 	if state != "" {
-		if n, err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(id)}, state).Int64(); err != nil || n != 1 {
+		if n, err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), state).Int64(); err != nil || n != 1 {
 			tb.Fatalf("SetState %s %s: got %d, %v; want 1", id, state, n, err)
 		}
 	}

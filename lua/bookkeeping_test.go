@@ -59,7 +59,7 @@ func releaseBatch(ctx context.Context, rdb *redis.Client, base string, triples .
 		args = append(args, s)
 	}
 	return lua.ReleaseBatch.Run(ctx, rdb,
-		[]string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.ReleasedKey(saleID)}, args...).Int64Slice()
+		lua.ReleaseKeys(saleID), args...).Int64Slice()
 }
 
 // TestReleaseBatch: many releases in one call, each once; a re-sync's batch
@@ -124,7 +124,7 @@ func TestReleaseBatch(t *testing.T) {
 // create a hash.
 func TestTally(t *testing.T) {
 	forEach(t, backends(t), "tally", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
-		keys := []string{lua.SaleKey(saleID)}
+		keys := lua.SaleKeys(saleID)
 		if n, err := lua.Tally.Run(ctx, rdb, keys, 3, 4).Int64(); err != nil || n != 0 {
 			t.Fatalf("Tally without a sale: got %d, %v; want 0", n, err)
 		}
@@ -148,7 +148,7 @@ func TestTally(t *testing.T) {
 func TestRestore(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		rdb.HSet(ctx, lua.BuyersKey(saleID), "u1", "o1", "u2", "o2-old")
-		keys := []string{lua.BuyersKey(saleID), lua.ReleasedKey(saleID)}
+		keys := lua.RestoreKeys(saleID)
 		n, err := lua.Restore.Run(ctx, rdb, keys, 2, "u1", "o1", "u2", "o2", "u3", "o3", "u4", "o1", "u2", "o2-new").Int64()
 		if err != nil || n != 5 {
 			t.Fatalf("Restore: got %d, %v; want 5", n, err)

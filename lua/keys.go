@@ -88,3 +88,31 @@ const (
 	DeadReason = "dead_reason" // why the sink could not store it
 	DeadTime   = "dead_ts"     // when it was dead-lettered, unix milliseconds
 )
+
+// Key lists, one per script shape, in the order of the scripts' KEYS
+// headers: callers never build a KEYS list by hand. tag is a sale id or a
+// bucket's tag (see Layout).
+
+// SaleKeys is KEYS of the scripts that touch the sale hash alone: Prepare,
+// SetState, Resync, Pause, Tally, Shrink, Grant.
+func SaleKeys(tag string) []string { return []string{SaleKey(tag)} }
+
+// ReserveKeys is Reserve's KEYS: sale hash, buyers hash, orders stream.
+func ReserveKeys(tag string) []string {
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag)}
+}
+
+// ReleaseKeys is the KEYS of Release and ReleaseBatch: sale hash, buyers
+// hash, released set.
+func ReleaseKeys(tag string) []string {
+	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag)}
+}
+
+// RestoreKeys is Restore's KEYS: buyers hash, released set.
+func RestoreKeys(tag string) []string { return []string{BuyersKey(tag), ReleasedKey(tag)} }
+
+// LeaderKeys is the KEYS of Extend and Unlock: the leader lock.
+func LeaderKeys() []string { return []string{LeaderKey()} }
+
+// LedgerKeys is Ledger's KEYS: a bucketed sale's allocation ledger.
+func LedgerKeys(sale string) []string { return []string{LedgerKey(sale)} }

@@ -31,7 +31,7 @@ func TestPause(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := lua.Pause.Run(ctx, rdb, []string{lua.SaleKey(saleID)}).Int64()
+			got, err := lua.Pause.Run(ctx, rdb, lua.SaleKeys(saleID)).Int64()
 			if err != nil || got != tc.want {
 				t.Fatalf("Pause: got %d, %v; want %d", got, err, tc.want)
 			}

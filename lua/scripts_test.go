@@ -67,13 +67,13 @@ func prepare(t *testing.T, ctx context.Context, rdb *redis.Client, s sale) {
 	if s.perUser == 0 {
 		s.perUser = 1
 	}
-	n, err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(saleID)},
+	n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(saleID),
 		s.total, s.total*3/2, s.perUser, s.price).Int64()
 	if err != nil || n != 1 {
 		t.Fatalf("Prepare: got %d, %v; want 1, nil", n, err)
 	}
 	if s.state != "" {
-		if n, err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(saleID)}, s.state).Int64(); err != nil || n != 1 {
+		if n, err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(saleID), s.state).Int64(); err != nil || n != 1 {
 			t.Fatalf("SetState %s: got %d, %v; want 1, nil", s.state, n, err)
 		}
 	}
@@ -81,13 +81,13 @@ func prepare(t *testing.T, ctx context.Context, rdb *redis.Client, s sale) {
 
 func reserve(ctx context.Context, rdb *redis.Client, order, user, qty string) ([]any, error) {
 	return lua.Reserve.Run(ctx, rdb,
-		[]string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.OrdersKey(saleID)},
+		lua.ReserveKeys(saleID),
 		order, user, qty, 1700000000123, saleID).Slice()
 }
 
 func release(ctx context.Context, rdb *redis.Client, order, user, qty string) (int64, error) {
 	return lua.Release.Run(ctx, rdb,
-		[]string{lua.SaleKey(saleID), lua.BuyersKey(saleID), lua.ReleasedKey(saleID)},
+		lua.ReleaseKeys(saleID),
 		order, user, qty).Int64()
 }
 
@@ -283,7 +283,7 @@ func TestReleaseLetsTheUserBuyAgain(t *testing.T) {
 
 func TestPrepare(t *testing.T) {
 	forEach(t, backends(t), "prepare", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
-		keys := []string{lua.SaleKey(saleID)}
+		keys := lua.SaleKeys(saleID)
 		// What a Redis loss leaves after a stray counter: not a sale.
 		rdb.HSet(ctx, lua.SaleKey(saleID), lua.FieldAccess, 3)
 		if n, err := lua.Prepare.Run(ctx, rdb, keys, 100, 150, 2, 1999).Int64(); err != nil || n != 1 {
@@ -340,7 +340,7 @@ func TestSetState(t *testing.T) {
 			var n int64
 			var err error
 			for _, st := range tc.states {
-				n, err = lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(saleID)}, st).Int64()
+				n, err = lua.SetState.Run(ctx, rdb, lua.SaleKeys(saleID), st).Int64()
 			}
 			if err != nil || n != tc.want {
 				t.Fatalf("SetState: got %d, %v; want %d", n, err, tc.want)

@@ -31,7 +31,7 @@ func BenchmarkDrainOnce(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		for _, s := range sales {
-			keys := []string{lua.SaleKey(s), lua.BuyersKey(s), lua.OrdersKey(s)}
+			keys := lua.ReserveKeys(s)
 			p := rdb.Pipeline()
 			for j := 0; j < 1000; j++ {
 				user++

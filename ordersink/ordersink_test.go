@@ -83,10 +83,10 @@ func (e *env) prepare(t *testing.T, total int) {
 	if err := e.rdb.SAdd(ctx, lua.SalesKey(), sale).Err(); err != nil {
 		t.Fatalf("SADD: %v", err)
 	}
-	if err := lua.Prepare.Run(ctx, e.rdb, []string{lua.SaleKey(sale)}, total, total, 1, 700).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, e.rdb, lua.SaleKeys(sale), total, total, 1, 700).Err(); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
-	if err := lua.SetState.Run(ctx, e.rdb, []string{lua.SaleKey(sale)}, "open").Err(); err != nil {
+	if err := lua.SetState.Run(ctx, e.rdb, lua.SaleKeys(sale), "open").Err(); err != nil {
 		t.Fatalf("open: %v", err)
 	}
 }
@@ -95,7 +95,7 @@ func (e *env) prepare(t *testing.T, total int) {
 func (e *env) reserve(t *testing.T, prefix string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
-	keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.OrdersKey(sale)}
+	keys := lua.ReserveKeys(sale)
 	ids := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		id := ulid.Make().String()

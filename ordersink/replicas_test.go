@@ -198,7 +198,7 @@ func TestClusterSeveralSales(t *testing.T) {
 		slots[cc.ClusterKeySlot(ctx, lua.OrdersKey(s)).Val()] = true
 		for i := 0; i < n; i++ {
 			id := ulid.Make().String()
-			keys := []string{lua.SaleKey(s), lua.BuyersKey(s), lua.OrdersKey(s)}
+			keys := lua.ReserveKeys(s)
 			res, err := lua.Reserve.Run(ctx, cc, keys, id, "u"+strconv.Itoa(i), 1, time.Now().UnixMilli(), s).Slice()
 			if err != nil || res[0].(int64) != lua.ReserveOK {
 				t.Fatalf("reserve in %s: %v, %v", s, res, err)

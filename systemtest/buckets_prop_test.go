@@ -147,7 +147,7 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 	}
 	want := rapid.Int64Range(0, m.total).Draw(t, "want")
 	old := m.token
-	v, err := lua.Ledger.Run(m.ctx, m.rdb, []string{lua.LedgerKey(m.sale)}, "begin", old, from, to, want).Slice()
+	v, err := lua.Ledger.Run(m.ctx, m.rdb, lua.LedgerKeys(m.sale), "begin", old, from, to, want).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +156,12 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 		return // a move is in flight already: the next rebalance finishes it
 	}
 	seq, _ := v[1].(int64)
-	freed, err := lua.Shrink.Run(m.ctx, m.rdb, []string{lua.SaleKey(m.layout.Tag(from))}, seq, want).Int64()
+	freed, err := lua.Shrink.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(from)), seq, want).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rapid.Bool().Draw(t, "shrink recorded") {
-		if err := lua.Ledger.Run(m.ctx, m.rdb, []string{lua.LedgerKey(m.sale)}, "shrunk", old, seq, freed).Err(); err != nil {
+		if err := lua.Ledger.Run(m.ctx, m.rdb, lua.LedgerKeys(m.sale), "shrunk", old, seq, freed).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +171,7 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 		m.check(t)
 	}
 	if rapid.Bool().Draw(t, "late stale grant") {
-		if err := lua.Grant.Run(m.ctx, m.rdb, []string{lua.SaleKey(m.layout.Tag(to))}, old, seq, freed).Err(); err != nil {
+		if err := lua.Grant.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(to)), old, seq, freed).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

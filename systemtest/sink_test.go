@@ -58,7 +58,7 @@ func (m *sinkModel) reserve(t *rapid.T) {
 	user := rapid.SampledFrom(m.users).Draw(t, "user")
 	qty := rapid.Int64Range(1, m.perUser).Draw(t, "qty")
 	id := ulid.Make().String()
-	keys := []string{lua.SaleKey(m.sale), lua.BuyersKey(m.sale), lua.OrdersKey(m.sale)}
+	keys := lua.ReserveKeys(m.sale)
 	res, err := lua.Reserve.Run(m.ctx, m.rdb, keys, id, user, qty, time.Now().UnixMilli(), m.sale).Slice()
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
@@ -88,7 +88,7 @@ func (m *sinkModel) release(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("cancel %s: %v", o.ID, err)
 	}
-	keys := []string{lua.SaleKey(m.sale), lua.BuyersKey(m.sale), lua.ReleasedKey(m.sale)}
+	keys := lua.ReleaseKeys(m.sale)
 	code, err := lua.Release.Run(m.ctx, m.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
 	if err != nil || code != lua.ReleaseDone {
 		t.Fatalf("release %s: got %d, %v, want %d", o.ID, code, err, lua.ReleaseDone)
@@ -268,11 +268,11 @@ func TestSinkInvariants(t *testing.T) {
 		if err := rdb.SAdd(ctx, lua.SalesKey(), m.sale).Err(); err != nil {
 			t.Fatal(err)
 		}
-		keys := []string{lua.SaleKey(m.sale)}
+		keys := lua.SaleKeys(m.sale)
 		if err := lua.Prepare.Run(ctx, rdb, keys, m.total, m.total, m.perUser, 100).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(m.sale)}, "open").Err(); err != nil {
+		if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(m.sale), "open").Err(); err != nil {
 			t.Fatal(err)
 		}
 		m.newDrainer("sink0")

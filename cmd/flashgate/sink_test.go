@@ -52,10 +52,10 @@ func TestOrdersinkRestart(t *testing.T) {
 	if err := rdb.SAdd(ctx, lua.SalesKey(), sale).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.Prepare.Run(ctx, rdb, []string{lua.SaleKey(sale)}, 10, 10, 1, 700).Err(); err != nil {
+	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), 10, 10, 1, 700).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.SetState.Run(ctx, rdb, []string{lua.SaleKey(sale)}, "open").Err(); err != nil {
+	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -105,7 +105,7 @@ func TestOrdersinkRestart(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{lua.SaleKey(sale), lua.BuyersKey(sale), lua.OrdersKey(sale)}
+	keys := lua.ReserveKeys(sale)
 	const order = "01JBX0RESTARTEDSINK0000000"
 	if err := lua.Reserve.Run(ctx, rdb, keys, order, "u1", 1, time.Now().UnixMilli(), sale).Err(); err != nil {
 		t.Fatal(err)
