@@ -95,7 +95,11 @@ func TestServeOnRedisBackends(t *testing.T) {
 				}
 			}
 			before := calls(t, replicas, "hmget")
-			time.Sleep(100 * time.Millisecond) // the gateways see the sales open
+			for _, id := range sales { // the gateway sees the sales open
+				if err := waitOpen(ctx, public, id, 20*time.Second); err != nil {
+					t.Fatalf("sale %s: %v", id, err)
+				}
+			}
 			for addr, id := range sales {
 				r, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: id, Secret: []byte(cfg.JWTSecret),
 					UserPrefix: id + "-", Users: users, Concurrency: 16, Quantity: 1, Timeout: 5 * time.Second})
