@@ -489,7 +489,11 @@ func (s *Server) rebuildAPI(e *sale) {
 		if m != nil && !m.found {
 			d = &apiDoc{status: 404, body: errBody("not_found")}
 		}
-	case (st == nil || !st.found) && (m == nil || !m.found):
+	case !st.found && m == nil:
+		// Not in Redis, and the catalog never answered (it is down): an
+		// upcoming sale may be there, so this is no "not found".
+		d = &apiDoc{status: 503, body: errBody("unavailable")}
+	case !st.found && !m.found:
 		d = &apiDoc{status: 404, body: errBody("not_found")}
 	default:
 		if m == nil {

@@ -241,6 +241,13 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 		writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
 		return
 	case verdictNotFound:
+		if e.meta.Load() == nil {
+			// The catalog never answered for this id (it is down): it
+			// may name a sale, so answer as for an unreadable one.
+			s.m.decision(decUnavailable)
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, bodyUnavail)
+			return
+		}
 		s.m.decision(decNotFound)
 		writeJSON(ctx, fasthttp.StatusNotFound, bodyNotFound)
 		return
