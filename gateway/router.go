@@ -327,6 +327,9 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 			ctx.Response.SetBody(purchasedJSON(pe.OrderID))
 			return
 		}
+		if errors.Is(err, flashgate.ErrUnavailable) {
+			s.logUnavailable(err)
+		}
 		s.writeError(ctx, err)
 		return
 	}
