@@ -140,14 +140,16 @@ func (s *Server) newSale(id string) *sale {
 	return e
 }
 
-// load reads a new sale's Redis state and catalog entry.
+// load reads a new sale's catalog entry and Redis state, in that order:
+// readStates asks the primary about a sale the catalog knows and the
+// replica does not hold yet.
 func (s *Server) load(e *sale) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	s.loadMeta(ctx, e)
+	cancel()
 	if states, err := s.readStates(s.base, []*sale{e}); err == nil {
 		e.state.Store(states[0])
 	}
-	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
-	defer cancel()
-	s.loadMeta(ctx, e)
 	s.rebuildAPI(e)
 }
 
@@ -205,12 +207,41 @@ func (s *Server) readStates(parent context.Context, list []*sale) ([]*saleState,
 			if s.replicaFailed.Swap(false) {
 				s.log.Info("gateway: replica in sync again, reading from it")
 			}
+			s.confirmMissing(parent, list, states)
 			return states, nil
 		}
 		s.replicaDown(err)
 	}
 	s.m.replicaFallback()
 	return try(s.cfg.Primary)
+}
+
+// confirmMissing re-reads on the primary the sales that the replica does
+// not hold but the catalog knows, replacing their states: a replica lags
+// its primary, and "not found" for a sale just created would turn its
+// first buyers away for good (a 404 is final). Ids no one created cost no primary
+// read. On error the replica's reading stands.
+func (s *Server) confirmMissing(parent context.Context, list []*sale, states []*saleState) {
+	var idx []int
+	var miss []*sale
+	for i, st := range states {
+		if m := list[i].meta.Load(); !st.found && m != nil && m.found {
+			idx = append(idx, i)
+			miss = append(miss, list[i])
+		}
+	}
+	if len(miss) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
+	defer cancel()
+	fresh, err := s.readFrom(ctx, s.cfg.Primary, miss)
+	if err != nil {
+		return
+	}
+	for k, i := range idx {
+		states[i] = fresh[k]
+	}
 }
 
 func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
