@@ -19,7 +19,7 @@ import (
 // stateFields are the sale hash fields one refresh reads, in this order.
 var stateFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
-	lua.FieldCount, lua.FieldAccess, lua.FieldPrice,
+	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldResume,
 }
 
 // saleState is one reading of a sale's Redis hash. It is immutable once
@@ -27,6 +27,7 @@ var stateFields = []string{
 type saleState struct {
 	found                               bool // the hash exists
 	start, closed                       bool
+	resume                              bool // paused by a failover until re-synced
 	total, booked, count, access, price int64
 	// base is sale.flushed when the reading started: admissions counted
 	// locally after it are not in access yet.
@@ -270,6 +271,7 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 			st.count = num(v[4])
 			st.access = num(v[5])
 			st.price = num(v[6])
+			st.resume = num(v[7]) == 1
 		}
 		out[i] = st
 	}
@@ -465,6 +467,11 @@ func judge(st *saleState, admitted int64) int {
 		return verdictNotFound
 	case st.closed:
 		return verdictClosed
+	case !st.start && st.resume:
+		// An open sale paused while it is rebuilt after a failover: a
+		// moment's unavailability, not "not started" (which buyers take
+		// as final).
+		return verdictUnavailable
 	case !st.start:
 		return verdictNotStarted
 	case st.booked >= st.total:
@@ -502,7 +509,7 @@ func publicState(st *saleState, m *saleMeta) flashgate.SaleState {
 		return flashgate.StateClosed
 	case st.booked >= st.total:
 		return flashgate.StateSoldOut
-	case st.start:
+	case st.start || st.resume:
 		return flashgate.StateOpen
 	}
 	return flashgate.StateUpcoming
