@@ -21,7 +21,8 @@ import (
 // stateFields are the sale hash fields one refresh reads, in this order.
 var stateFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
-	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldLayout,
+	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldResume,
+	lua.FieldLayout, // last: see sumBuckets
 }
 
 // saleState is one reading of a sale's Redis hash. It is immutable once
@@ -29,6 +30,7 @@ var stateFields = []string{
 type saleState struct {
 	found                               bool // the hash exists
 	start, closed                       bool
+	resume                              bool // paused by a failover until re-synced
 	total, booked, count, access, price int64
 	// base is sale.flushed when the reading started: admissions counted
 	// locally after it are not in access yet.
@@ -142,14 +144,16 @@ func (s *Server) newSale(id string) *sale {
 	return e
 }
 
-// load reads a new sale's Redis state and catalog entry.
+// load reads a new sale's catalog entry and Redis state, in that order:
+// readStates asks the primary about a sale the catalog knows and the
+// replica does not hold yet.
 func (s *Server) load(e *sale) {
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	s.loadMeta(ctx, e)
+	cancel()
 	if states, err := s.readStates(s.base, []*sale{e}); err == nil {
 		e.state.Store(states[0])
 	}
-	ctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
-	defer cancel()
-	s.loadMeta(ctx, e)
 	s.rebuildAPI(e)
 }
 
@@ -207,12 +211,41 @@ func (s *Server) readStates(parent context.Context, list []*sale) ([]*saleState,
 			if s.replicaFailed.Swap(false) {
 				s.log.Info("gateway: replica in sync again, reading from it")
 			}
+			s.confirmMissing(parent, list, states)
 			return states, nil
 		}
 		s.replicaDown(err)
 	}
 	s.m.replicaFallback()
 	return try(s.cfg.Primary)
+}
+
+// confirmMissing re-reads on the primary the sales that the replica does
+// not hold but the catalog knows, replacing their states: a replica lags
+// its primary, and "not found" for a sale just created would turn its
+// first buyers away for good (a 404 is final). Ids no one created cost no primary
+// read. On error the replica's reading stands.
+func (s *Server) confirmMissing(parent context.Context, list []*sale, states []*saleState) {
+	var idx []int
+	var miss []*sale
+	for i, st := range states {
+		if m := list[i].meta.Load(); !st.found && m != nil && m.found {
+			idx = append(idx, i)
+			miss = append(miss, list[i])
+		}
+	}
+	if len(miss) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
+	defer cancel()
+	fresh, err := s.readFrom(ctx, s.cfg.Primary, miss)
+	if err != nil {
+		return
+	}
+	for k, i := range idx {
+		states[i] = fresh[k]
+	}
 }
 
 func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
@@ -241,6 +274,7 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 			st.count = num(v[4])
 			st.access = num(v[5])
 			st.price = num(v[6])
+			st.resume = num(v[7]) >= 1
 		}
 		out[i] = st
 	}
@@ -439,6 +473,11 @@ func judge(st *saleState, admitted int64) int {
 		return verdictNotFound
 	case st.closed:
 		return verdictClosed
+	case !st.start && st.resume:
+		// An open sale paused while it is rebuilt after a failover: a
+		// moment's unavailability, not "not started" (which buyers take
+		// as final).
+		return verdictUnavailable
 	case !st.start:
 		return verdictNotStarted
 	case st.booked >= st.total:
@@ -476,7 +515,7 @@ func publicState(st *saleState, m *saleMeta) flashgate.SaleState {
 		return flashgate.StateClosed
 	case st.booked >= st.total:
 		return flashgate.StateSoldOut
-	case st.start:
+	case st.start || st.resume:
 		return flashgate.StateOpen
 	}
 	return flashgate.StateUpcoming
@@ -494,7 +533,11 @@ func (s *Server) rebuildAPI(e *sale) {
 		if m != nil && !m.found {
 			d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 		}
-	case (st == nil || !st.found) && (m == nil || !m.found):
+	case (st == nil || !st.found) && m == nil:
+		// Not in Redis, and the catalog never answered (it is down): an
+		// upcoming sale may be there, so this is no "not found".
+		d = &apiDoc{status: ansUnavail.status, body: ansUnavail.body}
+	case (st == nil || !st.found) && !m.found:
 		d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
 	default:
 		if m == nil {

@@ -264,6 +264,9 @@ type Server struct {
 	seed  maphash.Seed
 	jwt   *verifier
 
+	// unavail counts purchases answered 503 for the Reserver's failure.
+	unavail unavailableLog
+
 	assets   map[string]*page
 	notFound []byte
 

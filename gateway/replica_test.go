@@ -138,3 +138,49 @@ func waitReplicaHas(t *testing.T, replica *redis.Client, field, want string) {
 	}
 	t.Fatalf("the replica never got %s = %s", field, want)
 }
+
+// TestReplicaLagNotFound: a sale the catalog knows and the replica does not
+// hold yet (a replica lagging its primary; here a second server that never
+// got the write) is read on the primary: its buyers get orders, not the
+// 404 not_found they used to get until the replica caught up. An id the
+// catalog does not know costs no primary read.
+func TestReplicaLagNotFound(t *testing.T) {
+	primary, replica := redistest.Start(t).Client(t), redistest.Start(t).Client(t)
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, []string{lua.SaleKey("new")}, 10, 10, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, primary, []string{lua.SaleKey("new")}, "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cat := &fakeCatalog{}
+	cat.put(flashgate.Sale{ID: "new", Name: "W", PriceCents: 500, Total: 10, State: flashgate.StateOpen})
+	s, err := New(Config{
+		Primary: primary, Replica: replica, Reserver: &fakeReserver{}, Catalog: cat, JWTSecret: testSecret,
+		UserRate: -1, ShutdownDelay: -1, Logger: discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Handler()
+	if r := do(h, req{method: "POST", path: "/api/sales/new/orders", token: token(t, "u1")}); r.StatusCode() != 201 {
+		t.Fatalf("first purchase, replica behind: got %d %s, want 201", r.StatusCode(), r.Body())
+	}
+	s.refreshState(ctx)
+	if r := do(h, req{method: "POST", path: "/api/sales/new/orders", token: token(t, "u2")}); r.StatusCode() != 201 {
+		t.Fatalf("purchase after a refresh, replica behind: got %d %s, want 201", r.StatusCode(), r.Body())
+	}
+	before := cmdStats(t, primary)["hmget"]
+	if r := do(h, req{method: "POST", path: "/api/sales/nosuch/orders", token: token(t, "u3")}); r.StatusCode() != 404 {
+		t.Fatalf("unknown id: got %d %s, want 404", r.StatusCode(), r.Body())
+	}
+	if got := cmdStats(t, primary)["hmget"] - before; got != 0 {
+		t.Errorf("HMGETs on the primary loading an id the catalog does not know: got %d, want 0", got)
+	}
+	before = cmdStats(t, primary)["hmget"]
+	s.refreshState(ctx)
+	if got := cmdStats(t, primary)["hmget"] - before; got != 1 {
+		t.Errorf("HMGETs on the primary in a refresh: got %d, want 1 (the known sale's only)", got)
+	}
+}

@@ -249,6 +249,11 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	if v <= verdictAdmit || v >= len(verdictAnswers) {
 		v = verdictSoldOut
 	}
+	if v == verdictNotFound && e.meta.Load() == nil {
+		// The catalog never answered for this id (it is down): it may name
+		// a sale, so answer as for an unreadable one.
+		v = verdictUnavailable
+	}
 	writeAnswer(ctx, verdictAnswers[v])
 	switch v {
 	case verdictUnavailable:
@@ -329,6 +334,9 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
 			ctx.Response.SetBody(purchasedJSON(pe.OrderID))
 			return
+		}
+		if errors.Is(err, flashgate.ErrUnavailable) {
+			s.logUnavailable(err)
 		}
 		s.writeError(ctx, err)
 		return

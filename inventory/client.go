@@ -33,8 +33,8 @@ type ClientConfig struct {
 	// Retries is how many times a call whose request never reached an
 	// inventory, or whose answer was lost (any transport failure: a
 	// keep-alive connection to a restarted inventory, a reset, a timeout),
-	// is sent again, each time on a freshly dialled connection to the next
-	// address, while the deadline allows. Reserve sends the order id it
+	// is sent again, each time on a freshly dialled connection to the
+	// address after the one that failed, while the deadline allows. Reserve sends the order id it
 	// minted, so a retry never reserves twice. Default: 2; negative: none.
 	Retries int
 	// NewOrderID mints the order id Reserve sends; it must be safe for
@@ -47,9 +47,8 @@ type ClientConfig struct {
 // their addresses (least loaded first). It has the Service's Reserve and
 // Release and is safe for concurrent use.
 type Client struct {
-	lb      *fasthttp.LBClient
-	fresh   []*fasthttp.HostClient // one per address, for retries: never keeps a connection
-	next    atomic.Uint32          // rotates retries over fresh
+	addrs   []*address
+	next    atomic.Uint32 // rotates the first choice among equally loaded addresses
 	retries int
 	newID   func() string
 	timeout time.Duration
@@ -74,8 +73,7 @@ func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
 	if cfg.NewOrderID == nil {
 		cfg.NewOrderID = ulidMinter(flashgate.SystemClock{})
 	}
-	lb := &fasthttp.LBClient{Timeout: cfg.Timeout}
-	c := &Client{lb: lb, timeout: cfg.Timeout, retries: max(cfg.Retries, 0), newID: cfg.NewOrderID}
+	c := &Client{timeout: cfg.Timeout, retries: max(cfg.Retries, 0), newID: cfg.NewOrderID}
 	for _, a := range addrs {
 		hostport, tls, err := parseAddr(a)
 		if err != nil {
@@ -95,13 +93,55 @@ func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
 				NoDefaultUserAgentHeader: true,
 			}
 		}
-		lb.Clients = append(lb.Clients, hc())
-		c.fresh = append(c.fresh, hc())
+		c.addrs = append(c.addrs, &address{pooled: hc(), fresh: hc()})
 	}
 	if cfg.Token != "" {
 		c.auth = []byte("Bearer " + cfg.Token)
 	}
 	return c, nil
+}
+
+// address is one inventory address: a pooled client for first attempts,
+// and one that never keeps a connection, for retries.
+type address struct {
+	pooled, fresh *fasthttp.HostClient
+	// penalty counts this address's transport failures of the last
+	// penaltyFor: each weighs as one call in flight, so that calls go
+	// elsewhere while it is down (as fasthttp.LBClient does).
+	penalty atomic.Int32
+}
+
+// penaltyFor is how long a transport failure weighs on its address; at
+// most maxPenalty failures weigh at once.
+const (
+	penaltyFor = 3 * time.Second
+	maxPenalty = 300
+)
+
+// load is the address's calls in flight plus its penalty.
+func (a *address) load() int { return a.pooled.PendingRequests() + int(a.penalty.Load()) }
+
+// failed adds a penalty for penaltyFor.
+func (a *address) failed() {
+	if a.penalty.Add(1) > maxPenalty {
+		a.penalty.Add(-1)
+		return
+	}
+	time.AfterFunc(penaltyFor, func() { a.penalty.Add(-1) })
+}
+
+// pick returns the index of the least loaded address, ties going round.
+func (c *Client) pick() int {
+	n := len(c.addrs)
+	start := int(c.next.Add(1) % uint32(n))
+	best, bestLoad := start, c.addrs[start].load()
+	for k := 1; k < n && bestLoad > 0; k++ {
+		j := (start + k) % n
+		if l := c.addrs[j].load(); l < bestLoad {
+			best, bestLoad = j, l
+		}
+	}
+	return best
 }
 
 // parseAddr checks that a is http(s)://host:port with nothing else.
@@ -221,18 +261,24 @@ func (c *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.R
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	err := c.lb.DoDeadline(req, resp, deadline)
+	i := c.pick()
+	err := c.addrs[i].pooled.DoDeadline(req, resp, deadline)
 	for attempt := 0; err != nil && attempt < c.retries && time.Now().Before(deadline) && ctx.Err() == nil; attempt++ {
 		// The request never arrived or its answer was lost: the calls are
 		// idempotent (Reserve carries its order id, Release is once per
-		// order), so send it again on a new connection, to the next
-		// address. A pooled connection may be one a restarted inventory
-		// left behind; Connection: close keeps the retry's own out of the
-		// pool.
-		hc := c.fresh[int(c.next.Add(1)-1)%len(c.fresh)]
+		// order), so send it again on a new connection, to the address
+		// after the one that failed (an inventory shutting down or
+		// restarted fails again). A pooled connection may be one a
+		// restarted inventory left behind; Connection: close keeps the
+		// retry's own out of the pool.
+		c.addrs[i].failed()
+		i = (i + 1) % len(c.addrs)
 		req.SetConnectionClose()
 		resp.Reset()
-		err = hc.DoDeadline(req, resp, deadline)
+		err = c.addrs[i].fresh.DoDeadline(req, resp, deadline)
+	}
+	if err != nil {
+		c.addrs[i].failed()
 	}
 	if err != nil {
 		return fmt.Errorf("%w (%w)", flashgate.ErrUnavailable, err)

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -170,14 +171,17 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, flashgate.ErrBadRequest)
 		return
 	}
-	// The Redis deadline is the client's read timeout (docs/design.md, house style 7); the
-	// request context only ends at server shutdown.
+	// The Redis deadline is the client's read timeout (docs/design.md, house style 7). The
+	// request context ends when the server starts shutting down: a call
+	// in flight then must still finish and answer, not fail with the
+	// shutdown's cancellation (a graceful shutdown waits for it).
+	rctx := context.WithoutCancel(ctx)
 	var orderID string
 	var err error
 	if req.OrderID != "" {
-		orderID, err = h.s.ReserveOrder(ctx, req.OrderID, req.SaleID, req.UserID, req.Quantity)
+		orderID, err = h.s.ReserveOrder(rctx, req.OrderID, req.SaleID, req.UserID, req.Quantity)
 	} else {
-		orderID, err = h.s.Reserve(ctx, req.SaleID, req.UserID, req.Quantity)
+		orderID, err = h.s.Reserve(rctx, req.SaleID, req.UserID, req.Quantity)
 	}
 	if err != nil {
 		h.logError("reserve", err)
@@ -201,7 +205,7 @@ func (h *handler) release(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, flashgate.ErrBadRequest)
 		return
 	}
-	released, err := h.s.Release(ctx, o)
+	released, err := h.s.Release(context.WithoutCancel(ctx), o) // see reserve
 	if err != nil {
 		h.logError("release", err)
 		writeError(ctx, err)

@@ -228,3 +228,31 @@ func TestClientBodyValidUTF8(t *testing.T) {
 		t.Errorf("request body: got %q, want valid UTF-8 JSON with user_id %q", b, "u\ufffd<")
 	}
 }
+
+// TestClientRetriesOtherAddress: with one of two inventories down (its
+// port refuses), every call succeeds with a single retry, because the
+// retry goes to the address after the one that failed. The retry used to
+// take its address from a counter shared by all calls, so it could go to
+// the same dead inventory again (503 unavailable for the buyer).
+func TestClientRetriesOtherAddress(t *testing.T) {
+	_, rdb := newRedis(t)
+	prepSale(t, rdb, "o", 100, 1, "open")
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
+	dead := serveTCP(t, svc, "127.0.0.1:0")
+	live := serveTCP(t, svc, "127.0.0.1:0")
+	dead.kill()
+	c, err := inventory.NewClient([]string{"http://" + dead.Addr().String(), "http://" + live.Addr().String()},
+		inventory.ClientConfig{Retries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := c.Reserve(ctx, "o", "u"+strconv.Itoa(i), 1); err != nil {
+			t.Errorf("reserve %d with one inventory down: %v", i, err)
+		}
+	}
+	if n := rdb.XLen(ctx, lua.OrdersKey("o")).Val(); n != 10 {
+		t.Errorf("stream length: got %d, want 10", n)
+	}
+}
