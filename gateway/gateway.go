@@ -151,7 +151,7 @@ type Config struct {
 	// buffers between requests (about 16 KB each); connections past it
 	// hold none while idle (about 4 KB each, for one more read system call
 	// per request), so a crowd of idle keep-alive connections costs
-	// little memory. Default: 1024; negative: every connection keeps its
+	// little memory. Default: 256; negative: every connection keeps its
 	// buffers.
 	FastConns int
 	// MaxRequestHeaderSize bounds the request head (fasthttp's
@@ -228,7 +228,7 @@ func (c *Config) fill() error {
 	defInt(&c.MaxBodySize, 4<<10)
 	defInt(&c.MaxRequestHeaderSize, 8<<10)
 	if c.FastConns == 0 {
-		c.FastConns = 1024
+		c.FastConns = 256
 	}
 	return nil
 }

@@ -539,3 +539,30 @@ func TestConcurrentFirstOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestExpireDuePlanSQLite: on SQLite, ExpireDue's UPDATE finds the rows the
+// subquery picked by primary key, not by walking every pending_payment row
+// of orders_status_created (a pass that grew with the table).
+func TestExpireDuePlanSQLite(t *testing.T) {
+	db := open(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	rows, err := db.w.Query(`EXPLAIN QUERY PLAN `+db.expireDueSQL(), "expired", 1, "pending_payment", 2, 100, "pending_payment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) == 0 || !strings.Contains(plan[0], "(order_id=?)") {
+		t.Errorf("outer step of the plan: got %q, want a search by order_id", plan)
+	}
+}

@@ -31,7 +31,7 @@ type Config struct {
 	PaymentWindow time.Duration // unpaid orders expire after this; 15m
 	StateRefresh  time.Duration // gateway cache window for sale state; 20ms
 	UserLimiters  int           // gateway: per-user rate limiters held at once; 1000000
-	FastConns     int           // gateway: connections that keep their buffers when idle; 1024
+	FastConns     int           // gateway: connections that keep their buffers when idle; 256
 	ResyncEvery   time.Duration // control plane re-sync period; 1s
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
 	LogLevel      string        // debug, info, warn, error; "info"
@@ -157,7 +157,7 @@ var flagSpecs = []flagSpec{
 	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
 	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, 1_000_000)},
-	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 1024)},
+	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 256)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
