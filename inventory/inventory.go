@@ -36,6 +36,7 @@ var (
 	errNoSale     = fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
 	errNotStarted = fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
 	errClosed     = fmt.Errorf("reserving: %w", flashgate.ErrClosed)
+	errPaused     = fmt.Errorf("reserving: sale paused for a rebuild: %w", flashgate.ErrUnavailable)
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
 	errBadOrderID = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "order_id", Reason: "not a valid order id"})
@@ -276,6 +277,9 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	case lua.ReserveBadQuantity:
 		s.m.outcome(outBadRequest)
 		return "", errQtyPerUser
+	case lua.ReservePaused:
+		s.m.outcome(outPaused)
+		return "", errPaused
 	default:
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unknown script code %d", code)

@@ -20,10 +20,11 @@ const (
 	outPurchased
 	outBadRequest
 	outError
+	outPaused
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error"}
+var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused"}
 
 // The ops of flashgate_redis_call_seconds.
 const (

@@ -21,13 +21,18 @@
 --   {4, ""}       sold out (booked + qty > total)
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price')
+--   {7, ""}       paused while a re-sync rebuilds it (resume set): an open
+--                 sale that sells again shortly, so the buyer should retry
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
 if not f[1] then
   return {1, ''}
 end
 if f[3] ~= '1' then
   if f[4] == '1' then
     return {3, ''}
+  end
+  if f[7] then
+    return {7, ''}
   end
   return {2, ''}
 end

@@ -65,6 +65,7 @@ const (
 	ReserveSoldOut     = 4
 	ReservePurchased   = 5
 	ReserveBadQuantity = 6
+	ReservePaused      = 7
 )
 
 // Return codes of Release.

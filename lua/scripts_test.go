@@ -55,6 +55,7 @@ type sale struct {
 	perUser int
 	price   int
 	state   string // "" (as prepared: not started), "open" or "close"
+	resume  string // "" none, else the resume field (a paused sale)
 }
 
 const saleID = "s1"
@@ -75,6 +76,11 @@ func prepare(t *testing.T, ctx context.Context, rdb *redis.Client, s sale) {
 	if s.state != "" {
 		if n, err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(saleID), s.state).Int64(); err != nil || n != 1 {
 			t.Fatalf("SetState %s: got %d, %v; want 1, nil", s.state, n, err)
+		}
+	}
+	if s.resume != "" {
+		if err := rdb.HSet(ctx, lua.SaleKey(saleID), lua.FieldResume, s.resume).Err(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -123,6 +129,7 @@ func TestReserve(t *testing.T) {
 		{"no sale", sale{absent: true}, nil, call{"o1", "u1", "1"}, lua.ReserveNoSale, "", ""},
 		{"not started", sale{total: 3}, nil, call{"o1", "u1", "1"}, lua.ReserveNotStarted, "", "0"},
 		{"closed", sale{total: 3, state: "close"}, nil, call{"o1", "u1", "1"}, lua.ReserveClosed, "", "0"},
+		{"paused for a rebuild", sale{total: 3, resume: "2"}, nil, call{"o1", "u1", "1"}, lua.ReservePaused, "", "0"},
 		{"sold out", open, []call{{"o1", "u1", "2"}, {"o2", "u2", "1"}}, call{"o3", "u3", "1"}, lua.ReserveSoldOut, "", "3"},
 		{"not enough left", open, []call{{"o1", "u1", "2"}}, call{"o2", "u2", "2"}, lua.ReserveSoldOut, "", "2"},
 		{"already purchased", open, []call{{"o1", "u1", "1"}}, call{"o2", "u1", "1"}, lua.ReservePurchased, "o1", "1"},
