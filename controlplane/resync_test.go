@@ -181,8 +181,9 @@ func testFlushAllResync(t *testing.T, backend string) {
 	if got := field(t, e.rdb, "open", lua.FieldStart); got != 0 {
 		t.Fatalf("open sale right after the rebuild: start = %d, want 0 (paused one pass)", got)
 	}
-	if code, _ := e.reserve("open", "eager"); code != lua.ReserveNotStarted {
-		t.Fatalf("reserve right after the rebuild: code %d, want %d", code, lua.ReserveNotStarted)
+	// Paused, not "not started": the buyer is told to retry (503).
+	if code, _ := e.reserve("open", "eager"); code != lua.ReservePaused {
+		t.Fatalf("reserve right after the rebuild: code %d, want %d (paused)", code, lua.ReservePaused)
 	}
 	now := time.Now()
 	if _, err := e.db.InsertOrders(e.ctx, []flashgate.Order{
