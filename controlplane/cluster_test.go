@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,46 +11,17 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// The package's cluster variants share one Redis Cluster, started by the
-// first test that asks for it and stopped by TestMain.
-var (
-	clusterOnce   sync.Once
-	sharedCl      *redistest.Cluster
-	redisBackends = []string{"single", "cluster"}
-)
+// testCluster is the Redis Cluster the package's cluster variants share,
+// started by the first test that asks for it and stopped by TestMain.
+var testCluster redistest.SharedCluster
+
+// redisBackends are the Redis set-ups the table tests run on.
+var redisBackends = []string{"single", "cluster"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if sharedCl != nil {
-		sharedCl.Stop()
-	}
+	testCluster.Stop()
 	os.Exit(code)
-}
-
-// sharedCluster returns the package's cluster, emptied and healthy.
-func sharedCluster(t *testing.T) *redistest.Cluster {
-	t.Helper()
-	clusterOnce.Do(func() {
-		bin := redistest.Binary()
-		if bin == "" {
-			return
-		}
-		dir, err := os.MkdirTemp("", "fg-cluster-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := redistest.StartClusterServers(bin, dir)
-		if err != nil {
-			t.Fatalf("starting the cluster: %v", err)
-		}
-		sharedCl = c
-	})
-	if sharedCl == nil {
-		redistest.StartCluster(t) // skips, or fails when required
-	}
-	sharedCl.WaitOK(t)
-	sharedCl.Flush(t)
-	return sharedCl
 }
 
 // flushAll empties Redis: FLUSHALL on the server, or on every primary of a

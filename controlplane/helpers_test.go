@@ -123,7 +123,7 @@ func newEnvOn(t *testing.T, backend, dsn string, mod func(*Config)) *env {
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, db: openDB(t, dsn), clock: testclock.New(t0)}
 	if backend == "cluster" {
-		e.cluster = sharedCluster(t)
+		e.cluster = testCluster.Get(t)
 		e.rdb = e.cluster.Client(t, false)
 	} else {
 		e.srv = redistest.Start(t)

@@ -20,52 +20,22 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// The package's tests share one Redis Cluster, started by the first test
-// that asks for it and stopped by TestMain.
-var (
-	clusterOnce sync.Once
-	cluster     *redistest.Cluster
-)
+// testCluster is the Redis Cluster the package's cluster variants share,
+// started by the first test that asks for it and stopped by TestMain.
+var testCluster redistest.SharedCluster
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if cluster != nil {
-		cluster.Stop()
-	}
+	testCluster.Stop()
 	os.Exit(code)
 }
 
-// sharedCluster returns the package's cluster, emptied.
-func sharedCluster(t *testing.T) *redistest.Cluster {
-	t.Helper()
-	clusterOnce.Do(func() {
-		bin := redistest.Binary()
-		if bin == "" {
-			return
-		}
-		dir, err := os.MkdirTemp("", "fg-cluster-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := redistest.StartClusterServers(bin, dir)
-		if err != nil {
-			t.Fatalf("starting the cluster: %v", err)
-		}
-		cluster = c
-	})
-	if cluster == nil {
-		redistest.StartCluster(t) // skips, or fails when required
-	}
-	cluster.Flush(t)
-	return cluster
-}
-
 func TestContractCluster(t *testing.T) {
-	cc := sharedCluster(t).Client(t, false)
+	cc := testCluster.Get(t).Client(t, false)
 	t.Run("service", func(t *testing.T) {
 		testContract(t, cc, inventory.New(cc, inventory.Config{Logger: quiet()}))
 	})
-	sharedCluster(t)
+	testCluster.Get(t)
 	t.Run("client", func(t *testing.T) {
 		c, _ := serve(t, inventory.New(cc, inventory.Config{Logger: quiet()}))
 		testContract(t, cc, c)
@@ -139,7 +109,7 @@ func salesOnEachPrimary(t *testing.T, cc *redis.ClusterClient) map[string]string
 // primaries at once (through the cluster client's automatic pipelining):
 // each sells exactly its stock, and each reserve ran on its sale's primary.
 func TestClusterSalesOnEveryPrimary(t *testing.T) {
-	cl := sharedCluster(t)
+	cl := testCluster.Get(t)
 	cc := cl.Client(t, false)
 	ctx := context.Background()
 	placed := salesOnEachPrimary(t, cc)
@@ -188,7 +158,7 @@ func TestClusterSalesOnEveryPrimary(t *testing.T) {
 // on the sale's replica when it answers and that WAIT went to the sale's
 // primary alone, not to every shard.
 func TestClusterWaitOnOwnConnection(t *testing.T) {
-	cl := sharedCluster(t)
+	cl := testCluster.Get(t)
 	cc := cl.Client(t, false)
 	ctx := context.Background()
 	placed := salesOnEachPrimary(t, cc)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,45 +12,14 @@ import (
 	"github.com/flashgate/flashgate/internal/redistest"
 )
 
-// The package's cluster variants share one Redis Cluster, started by the
-// first test that asks for it and stopped by TestMain.
-var (
-	clusterOnce sync.Once
-	cluster     *redistest.Cluster
-)
+// testCluster is the Redis Cluster the package's cluster variants share,
+// started by the first test that asks for it and stopped by TestMain.
+var testCluster redistest.SharedCluster
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if cluster != nil {
-		cluster.Stop()
-	}
+	testCluster.Stop()
 	os.Exit(code)
-}
-
-// sharedCluster returns the package's cluster, emptied and healthy.
-func sharedCluster(t *testing.T) *redistest.Cluster {
-	t.Helper()
-	clusterOnce.Do(func() {
-		bin := redistest.Binary()
-		if bin == "" {
-			return
-		}
-		dir, err := os.MkdirTemp("", "fg-cluster-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := redistest.StartClusterServers(bin, dir)
-		if err != nil {
-			t.Fatalf("starting the cluster: %v", err)
-		}
-		cluster = c
-	})
-	if cluster == nil {
-		redistest.StartCluster(t) // skips, or fails when required
-	}
-	cluster.WaitOK(t)
-	cluster.Flush(t)
-	return cluster
 }
 
 // shardNodes returns the addresses of the primary and the replica serving

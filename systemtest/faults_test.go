@@ -102,7 +102,7 @@ func startFaultSystem(t *testing.T, backend string) *faultSystem {
 		jwtS: []byte(randomHex(t, 32)), metrics: prometheus.NewRegistry(),
 	}
 	if backend == "cluster" {
-		s.cluster = sharedCluster(t)
+		s.cluster = testCluster.Get(t)
 		s.rdb, s.rep = s.cluster.Client(t, false), readOnlyClient(t, s.cluster)
 	} else {
 		s.primary = redistest.Start(t)

@@ -45,7 +45,7 @@ func testFlushAllMidSale(t *testing.T, backend string) {
 	s := &faultSystem{t: t, ctx: ctx, db: db,
 		jwtS: []byte(randomHex(t, 32)), metrics: prometheus.NewRegistry()}
 	if backend == "cluster" {
-		s.cluster = sharedCluster(t)
+		s.cluster = testCluster.Get(t)
 		s.rdb, s.rep = s.cluster.Client(t, false), s.cluster.Client(t, true)
 	} else {
 		s.primary = redistest.Start(t)

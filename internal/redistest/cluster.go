@@ -299,3 +299,41 @@ func (s *Sentinel) Stop() {
 		s.Primary.Stop()
 	}
 }
+
+// SharedCluster is one Cluster that the tests of a package share: the first
+// Get starts it, and the package's TestMain calls Stop after m.Run. The zero
+// value is ready to use.
+type SharedCluster struct {
+	once sync.Once
+	c    *Cluster
+	dir  string
+	err  error // why the cluster could not start; every Get fails with it
+}
+
+// Get returns the shared cluster, healthy and emptied. Without redis-server
+// or redis-cli it skips tb, or fails it when Required.
+func (s *SharedCluster) Get(tb testing.TB) *Cluster {
+	tb.Helper()
+	bin := need(tb)
+	s.once.Do(func() {
+		if s.dir, s.err = os.MkdirTemp("", "fg-cluster-"); s.err == nil {
+			s.c, s.err = StartClusterServers(bin, s.dir)
+		}
+	})
+	if s.err != nil {
+		tb.Fatalf("redistest: starting the shared cluster: %v", s.err)
+	}
+	s.c.WaitOK(tb)
+	s.c.Flush(tb)
+	return s.c
+}
+
+// Stop stops the cluster, if one was started, and removes its files.
+func (s *SharedCluster) Stop() {
+	if s.c != nil {
+		s.c.Stop()
+	}
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
