@@ -4,24 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate/controlplane"
-	"github.com/flashgate/flashgate/gateway"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/inventory"
-	"github.com/flashgate/flashgate/ordersink"
-	"github.com/flashgate/flashgate/sqldb"
 )
 
 // syncBuffer is a bytes.Buffer safe for the audit logger's concurrent use.
@@ -47,64 +39,15 @@ func (s *syncBuffer) String() string {
 // through the admin API. The audit log (JSON lines) holds exactly one line
 // naming the order: the refund, with the admin's address and result ok.
 func TestAdminRefundAudited(t *testing.T) {
-	rs := redistest.Start(t)
-	rdb, sinkReader := rs.Client(t), rs.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-
 	var audit syncBuffer
-	adminToken := randomHex(t, 32)
-	inv := inventory.New(rdb, inventory.Config{Logger: quiet})
-	cp, err := controlplane.New(controlplane.Config{
-		Redis: rdb, Store: db, Releaser: inv, AdminToken: adminToken, Logger: quiet,
-		AuditLogger: slog.New(slog.NewJSONHandler(&audit, nil)),
+	ps := startPageSystem(t, func(c *controlplane.Config) {
+		c.AuditLogger = slog.New(slog.NewJSONHandler(&audit, nil))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := &pageSystem{jwtS: []byte(randomHex(t, 32))}
-	gw, err := gateway.New(gateway.Config{
-		Primary: rdb, Replica: rdb, Reserver: inv, Catalog: db, Orders: cp,
-		JWTSecret: ps.jwtS, Logger: quiet, ShutdownDelay: -1, StateRefresh: 5 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := ordersink.New(sinkReader, db, ordersink.Config{Logger: quiet})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	public := "http://" + ln.Addr().String()
-	admin := httptest.NewServer(cp.Handler())
+	ctx, cancel := context.WithTimeout(ps.ctx, 60*time.Second)
+	defer cancel()
+	public, adminToken := ps.url, ps.adminToken
+	admin := httptest.NewServer(ps.cp.Handler())
 	t.Cleanup(admin.Close)
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := gw.Serve(ln); err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := sink.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("ordersink: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = gw.Shutdown(sctx)
-		stop()
-		wg.Wait()
-	})
 
 	call := func(method, url, token, body string) (int, map[string]any) {
 		t.Helper()

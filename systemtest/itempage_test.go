@@ -38,6 +38,8 @@ type pageSystem struct {
 	cp   *controlplane.Service
 	url  string // http://127.0.0.1:port
 	jwtS []byte
+	// adminToken is the control plane's admin token.
+	adminToken string
 }
 
 func randomHex(t *testing.T, n int) string {
@@ -49,7 +51,9 @@ func randomHex(t *testing.T, n int) string {
 	return hex.EncodeToString(b)
 }
 
-func startPageSystem(t *testing.T) *pageSystem {
+// startPageSystem starts it; mod, when not nil, adjusts the control plane's
+// Config before it is built.
+func startPageSystem(t *testing.T, mod func(*controlplane.Config)) *pageSystem {
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
@@ -61,11 +65,13 @@ func startPageSystem(t *testing.T) *pageSystem {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 
-	s := &pageSystem{ctx: ctx, rdb: rdb, db: db, jwtS: []byte(randomHex(t, 32))}
+	s := &pageSystem{ctx: ctx, rdb: rdb, db: db, jwtS: []byte(randomHex(t, 32)), adminToken: randomHex(t, 32)}
 	inv := inventory.New(rdb, inventory.Config{Logger: quiet})
-	s.cp, err = controlplane.New(controlplane.Config{
-		Redis: rdb, Store: db, Releaser: inv, AdminToken: randomHex(t, 32), Logger: quiet,
-	})
+	cfg := controlplane.Config{Redis: rdb, Store: db, Releaser: inv, AdminToken: s.adminToken, Logger: quiet}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s.cp, err = controlplane.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +161,7 @@ func TestItemPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	s := startPageSystem(t)
+	s := startPageSystem(t, nil)
 	const id = "spring-drop"
 	startsAt := time.Now().Add(time.Hour)
 	if _, err := s.cp.CreateSale(s.ctx, flashgate.Sale{
