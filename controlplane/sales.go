@@ -150,18 +150,37 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 	return sale, nil
 }
 
-// prepare adds the sale to fg:sales, then creates its hash: in that order,
-// so that the order sinks know every sale that can have orders (a script
-// touches one sale's keys only, for Redis Cluster).
+// prepare adds the sale (and, bucketed, its buckets) to fg:sales, then
+// creates each bucket's hash with its share of the stock, then the sale's own
+// hash (with the layout when bucketed): in that order, so that the order
+// sinks know every sale that can have orders and a reader that sees the
+// layout finds every bucket (a script touches one sale's keys only, for Redis
+// Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
+	l := saleLayout(sale)
+	var tags []string
 	if sale.Bucketed() {
-		return s.prepareBuckets(ctx, sale)
+		tags = l.Tags()
 	}
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), sale.ID).Err(); err != nil {
+	members := make([]any, 0, 1+len(tags))
+	members = append(members, sale.ID)
+	for _, t := range tags {
+		members = append(members, t)
+	}
+	if err := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); err != nil {
 		return err
 	}
-	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
-		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents).Err()
+	for b, t := range tags {
+		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
+			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
+			return err
+		}
+	}
+	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents}
+	if sale.Bucketed() {
+		args = append(args, l.String())
+	}
+	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }
 
 // Start opens a sale now.
