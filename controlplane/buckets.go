@@ -193,11 +193,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 	}
 	l := saleLayout(sale)
 	tags := l.Tags()
-	members := []any{sale.ID}
-	for _, t := range tags {
-		members = append(members, t)
-	}
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); err != nil {
+	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())
@@ -214,11 +210,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if created == 1 && sale.State != flashgate.StateUpcoming {
-		arg := "open"
-		if sale.State == flashgate.StateClosed {
-			arg = "close"
-		}
-		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), arg).Err(); err != nil {
+		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State)).Err(); err != nil {
 			return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
