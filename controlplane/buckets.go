@@ -115,31 +115,6 @@ func bucketShare(total int64, n, b int) int64 {
 	return share
 }
 
-// prepareBuckets adds a bucketed sale and its buckets to fg:sales, creates
-// each bucket's hash with its share of the stock, then the sale's own hash
-// with the layout (lua.Prepare, one script), so that a reader that sees the
-// layout finds every bucket.
-func (s *Service) prepareBuckets(ctx context.Context, sale flashgate.Sale) error {
-	l := saleLayout(sale)
-	tags := l.Tags()
-	members := make([]any, 0, 1+len(tags))
-	members = append(members, sale.ID)
-	for _, t := range tags {
-		members = append(members, t)
-	}
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); err != nil {
-		return err
-	}
-	for b, t := range tags {
-		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
-			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
-			return err
-		}
-	}
-	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
-		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents, l.String()).Err()
-}
-
 // setBucketsState opens or closes every bucket of a bucketed sale; it
 // reports whether some bucket (or the sale's own hash) is missing.
 func (s *Service) setBucketsState(ctx context.Context, sale flashgate.Sale, arg string) (missing bool, err error) {
@@ -218,11 +193,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 	}
 	l := saleLayout(sale)
 	tags := l.Tags()
-	members := []any{sale.ID}
-	for _, t := range tags {
-		members = append(members, t)
-	}
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); err != nil {
+	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())
@@ -239,11 +210,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if created == 1 && sale.State != flashgate.StateUpcoming {
-		arg := "open"
-		if sale.State == flashgate.StateClosed {
-			arg = "close"
-		}
-		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), arg).Err(); err != nil {
+		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State)).Err(); err != nil {
 			return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}

@@ -150,18 +150,52 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 	return sale, nil
 }
 
-// prepare adds the sale to fg:sales, then creates its hash: in that order,
-// so that the order sinks know every sale that can have orders (a script
-// touches one sale's keys only, for Redis Cluster).
+// prepare adds the sale (and, bucketed, its buckets) to fg:sales, then
+// creates each bucket's hash with its share of the stock, then the sale's own
+// hash (with the layout when bucketed): in that order, so that the order
+// sinks know every sale that can have orders and a reader that sees the
+// layout finds every bucket (a script touches one sale's keys only, for Redis
+// Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
+	l := saleLayout(sale)
+	var tags []string
 	if sale.Bucketed() {
-		return s.prepareBuckets(ctx, sale)
+		tags = l.Tags()
 	}
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), sale.ID).Err(); err != nil {
+	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
 		return err
 	}
-	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID),
-		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents).Err()
+	for b, t := range tags {
+		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
+			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
+			return err
+		}
+	}
+	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents}
+	if sale.Bucketed() {
+		args = append(args, l.String())
+	}
+	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
+}
+
+// joinSales adds a sale and its bucket tags (none when unbucketed) to
+// fg:sales, the set the order sinks drain, in one SADD.
+func (s *Service) joinSales(ctx context.Context, id string, tags []string) error {
+	members := make([]any, 0, 1+len(tags))
+	members = append(members, id)
+	for _, t := range tags {
+		members = append(members, t)
+	}
+	return s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
+}
+
+// stateArg is lua.SetState's argument for a sale state: "close" for a
+// closed sale, "open" otherwise.
+func stateArg(st flashgate.SaleState) string {
+	if st == flashgate.StateClosed {
+		return "close"
+	}
+	return "open"
 }
 
 // Start opens a sale now.
@@ -185,10 +219,7 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if err := s.store.SetSaleState(ctx, id, st); err != nil {
 		return fmt.Errorf("setting sale state: %w", err)
 	}
-	arg := "open"
-	if st == flashgate.StateClosed {
-		arg = "close"
-	}
+	arg := stateArg(st)
 	missing := false
 	if sale.Bucketed() {
 		// Every bucket first, the sale's own hash (the gateways' view) last.
@@ -320,21 +351,19 @@ func (s *Service) redisFiguresOf(ctx context.Context, ids []string) ([]redisFigu
 	out := make([]redisFigures, len(ids))
 	for i := range ids {
 		v := hs[i].Val()
-		num := func(i int) int64 {
-			if i >= len(v) || v[i] == nil {
+		field := func(i int) int64 {
+			if i >= len(v) {
 				return 0
 			}
-			str, _ := v[i].(string)
-			n, _ := strconv.ParseInt(str, 10, 64)
-			return n
+			return num(v[i]) // buckets.go: 0 when absent
 		}
 		out[i] = redisFigures{
 			exists:   len(v) > 5 && v[5] != nil,
-			booked:   num(0),
-			reserved: num(1),
-			count:    num(2),
-			access:   num(3),
-			rejected: num(4),
+			booked:   field(0),
+			reserved: field(1),
+			count:    field(2),
+			access:   field(3),
+			rejected: field(4),
 			backlog:  xs[i].Val(),
 		}
 	}
@@ -377,7 +406,7 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	}
 	// The sale joins fg:sales before its keys can be rebuilt: a sale with
 	// orders is never missing from the set the order sinks drain.
-	if err := s.rdb.SAdd(ctx, lua.SalesKey(), id).Err(); err != nil {
+	if err := s.joinSales(ctx, id, nil); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	// The snapshot comes first: every order released in it is then in the

@@ -370,8 +370,13 @@ func (d *DB) ordersIn(ctx context.Context, saleID string, sts ...flashgate.Order
 	for _, s := range sts {
 		args = append(args, string(s))
 	}
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders
-		WHERE sale_id = ? AND status IN (`+placeholders(len(sts))+`) ORDER BY created_at, order_id`), args...)
+	return d.queryOrders(ctx, saleID, `SELECT `+orderColsB+` FROM orders
+		WHERE sale_id = ? AND status IN (`+placeholders(len(sts))+`) ORDER BY created_at, order_id`, args...)
+}
+
+// queryOrders runs an orders query of one sale and scans its rows.
+func (d *DB) queryOrders(ctx context.Context, saleID, query string, args ...any) ([]flashgate.Order, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
 	}
@@ -389,16 +394,8 @@ func (d *DB) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderSt
 	if limit < 1 {
 		limit = 1000
 	}
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+orderColsB+` FROM orders
-		WHERE sale_id = ? AND status = ? AND order_id > ? ORDER BY order_id LIMIT ?`), saleID, string(st), afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
-	}
-	out, err := scanOrders(rows)
-	if err != nil {
-		return nil, fmt.Errorf("orders of sale %s: %w", saleID, err)
-	}
-	return out, nil
+	return d.queryOrders(ctx, saleID, `SELECT `+orderColsB+` FROM orders
+		WHERE sale_id = ? AND status = ? AND order_id > ? ORDER BY order_id LIMIT ?`, saleID, string(st), afterID, limit)
 }
 
 // ReleaseQueue returns up to limit orders of a sale that left a live status
