@@ -279,8 +279,6 @@ func (c *Client) do(ctx context.Context, req *fasthttp.Request, resp *fasthttp.R
 	}
 	if err != nil {
 		c.addrs[i].failed()
-	}
-	if err != nil {
 		return fmt.Errorf("%w (%w)", flashgate.ErrUnavailable, err)
 	}
 	if err := json.Unmarshal(resp.Body(), a); err != nil {

@@ -240,9 +240,23 @@ func (d *Drainer) Backlog(ctx context.Context) (int64, error) {
 }
 
 func (d *Drainer) backlog(ctx context.Context, sales []string) (int64, error) {
+	lens, err := d.streamLens(ctx, sales)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, l := range lens {
+		n += l
+	}
+	d.m.setBacklog(n)
+	return n, nil
+}
+
+// streamLens returns the length of each sale's stream, by one pipeline of
+// XLEN.
+func (d *Drainer) streamLens(ctx context.Context, sales []string) ([]int64, error) {
 	if len(sales) == 0 {
-		d.m.setBacklog(0)
-		return 0, nil
+		return nil, nil
 	}
 	cmds := make([]*redis.IntCmd, len(sales))
 	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -252,14 +266,13 @@ func (d *Drainer) backlog(ctx context.Context, sales []string) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
+	lens := make([]int64, len(cmds))
+	for i, c := range cmds {
+		lens[i] = c.Val()
 	}
-	d.m.setBacklog(n)
-	return n, nil
+	return lens, nil
 }
 
 // pass drains every sale stream once. Blocking passes (Run) poll each stream
@@ -346,19 +359,13 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 
 // longestStream returns the length of the longest sale stream.
 func (d *Drainer) longestStream(ctx context.Context) (int64, error) {
-	cmds := make([]*redis.IntCmd, len(d.sales))
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, s := range d.sales {
-			cmds[i] = p.XLen(ctx, lua.OrdersKey(s))
-		}
-		return nil
-	})
+	lens, err := d.streamLens(ctx, d.sales)
 	if err != nil {
 		return 0, fmt.Errorf("ordersink: XLEN: %w", err)
 	}
 	var longest int64
-	for _, c := range cmds {
-		longest = max(longest, c.Val())
+	for _, l := range lens {
+		longest = max(longest, l)
 	}
 	return longest, nil
 }

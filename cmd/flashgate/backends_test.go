@@ -150,6 +150,30 @@ func calls(t *testing.T, addrs []string, cmd string) map[string]int64 {
 	return out
 }
 
+// startFailoverServe runs every tier of `flashgate serve` on the Redis at
+// url, with the flags the failover tests share (secrets named after name,
+// log level warn into errb) and extra, until the test ends.
+func startFailoverServe(ctx context.Context, t *testing.T, url, name string, errb *bytes.Buffer, extra ...string) (cfg *Config, s *system, c conns, public, admin string) {
+	t.Helper()
+	args := append([]string{"--redis", url,
+		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
+		"--jwt-secret", name + "-secret", "--admin-token", name + "-admin",
+		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--state-refresh", "20ms", "--log-level", "warn"}, extra...)
+	cfg, err := parseConfig("serve", args, errb, env(nil))
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	st := newStack(cfg, errb)
+	t.Cleanup(st.close)
+	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
+	if err != nil {
+		t.Fatalf("serveAll: %v", err)
+	}
+	t.Cleanup(func() { g.cancel(); _ = g.wait() })
+	return cfg, s, c, public, admin
+}
+
 // TestServeClusterFailover kills (kill -9) the primary of a sale's slot in
 // the middle of a crowd on a real Redis Cluster, with --wait-replicas 1 and
 // --sink-wait-replicas 1. The replica takes over; afterwards no unit is
@@ -164,22 +188,8 @@ func TestServeClusterFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errb bytes.Buffer
-	cfg, err := parseConfig("serve", []string{"--redis", cl.URL(),
-		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
-		"--jwt-secret", "failover-secret", "--admin-token", "failover-admin",
-		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--wait-replicas", "1", "--sink-wait-replicas", "1", "--sink-claim-idle", "1s",
-		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
-	if err != nil {
-		t.Fatalf("parseConfig: %v", err)
-	}
-	st := newStack(cfg, &errb)
-	defer st.close()
-	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
-	if err != nil {
-		t.Fatalf("serveAll: %v", err)
-	}
-	defer func() { g.cancel(); _ = g.wait() }()
+	cfg, s, c, public, admin := startFailoverServe(ctx, t, cl.URL(), "failover", &errb,
+		"--wait-replicas", "1", "--sink-wait-replicas", "1", "--sink-claim-idle", "1s")
 
 	const sale, units, users = "fo", 200, 300
 	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {
@@ -281,21 +291,7 @@ func TestServeSentinelFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var errb bytes.Buffer
-	cfg, err := parseConfig("serve", []string{"--redis", sen.URL(),
-		"--db", "sqlite://" + filepath.Join(t.TempDir(), "fg.db"),
-		"--jwt-secret", "sentinel-secret", "--admin-token", "sentinel-admin",
-		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--state-refresh", "20ms", "--log-level", "warn"}, &errb, env(nil))
-	if err != nil {
-		t.Fatalf("parseConfig: %v", err)
-	}
-	st := newStack(cfg, &errb)
-	defer st.close()
-	s, c, g, public, admin, err := serveAll(ctx, st, cfg)
-	if err != nil {
-		t.Fatalf("serveAll: %v", err)
-	}
-	defer func() { g.cancel(); _ = g.wait() }()
+	cfg, s, c, public, admin := startFailoverServe(ctx, t, sen.URL(), "sentinel", &errb)
 
 	const sale, units = "sf", 150
 	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: sale, Name: sale, PriceCents: 100, Total: units, AdmitRatio: 5}); err != nil {

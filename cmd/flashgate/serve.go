@@ -276,12 +276,13 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	sink := ordersink.New(reader, db, sinkConfig(st, cfg))
+	scfg := sinkConfig(st, cfg)
+	sink := ordersink.New(reader, db, scfg)
 	adm, err := listen("--admin-listen", cfg.AdminListen)
 	if err != nil {
 		return err
 	}
-	st.log.Info("flashgate ordersink running", "metrics", httpURL(adm.Addr())+"/metrics", "consumer", sinkConfig(st, cfg).Consumer)
+	st.log.Info("flashgate ordersink running", "metrics", httpURL(adm.Addr())+"/metrics", "consumer", scfg.Consumer)
 	g := newGroup(ctx)
 	g.Go("ordersink", sink.Run)
 	g.Go("metrics", func(ctx context.Context) error {

@@ -135,8 +135,10 @@ func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient,
 	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
 }
 
-// blockingReader opens a second client on url for the order sink's blocking
-// XREADGROUP, so that blocking reads never starve the request pool.
+// blockingReader opens a second client on url for the order sink, so that
+// its reads and its WAITs (each holding a connection for up to
+// --sink-wait-timeout) never starve the request pool. The sink no longer
+// blocks in XREADGROUP (it polls); the name stays from when it did.
 func (s *stack) blockingReader(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: 5 * time.Second})
 }
