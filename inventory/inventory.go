@@ -226,12 +226,8 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		b := l.Home(userID)
 		tag := l.Tag(b)
 		keys := lua.ReserveKeys(tag)
+		// A sold-out answer also counts the bucket's "want" (reserve.lua).
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID, b)
-		if code, _, ok := reserveResult(res); err == nil && ok && code == lua.ReserveSoldOut {
-			// Tell the leader's rebalancing that this bucket has buyers
-			// while it is empty; a failure only delays a move.
-			_ = s.rdb.HIncrBy(ctx, keys[0], lua.FieldWant, 1).Err()
-		}
 	} else {
 		keys := lua.ReserveKeys(saleID)
 		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)

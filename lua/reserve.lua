@@ -18,7 +18,7 @@
 --   {1, ""}       no such sale
 --   {2, ""}       not started
 --   {3, ""}       closed
---   {4, ""}       sold out (booked + qty > total)
+--   {4, ""}       sold out (booked + qty > total); with ARGV[6], want += 1
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
 --   {7, ""}       paused while a re-sync rebuilds it (resume set): an open
@@ -46,6 +46,11 @@ if not n or n < 1 or n > perUser or n ~= math.floor(n) then
   return {6, ''}
 end
 if tonumber(f[2] or '0') + n > tonumber(f[1]) then
+  if ARGV[6] then
+    -- A bucket turning a buyer away tells the leader's rebalancing that it
+    -- has buyers while it is empty.
+    redis.call('HINCRBY', KEYS[1], 'want', 1)
+  end
   return {4, ''}
 end
 redis.call('HINCRBY', KEYS[1], 'booked', n)
