@@ -525,30 +525,25 @@ func publicState(st *saleState, m *saleMeta) flashgate.SaleState {
 // bytes when nothing changed.
 func (s *Server) rebuildAPI(e *sale) {
 	st, m := e.state.Load(), e.meta.Load()
-	var d *apiDoc
+	missing := st == nil || !st.found // Redis never answered, or has no such sale
+	var d apiDoc
 	switch {
-	case st == nil && (m == nil || !m.found):
-		// Redis never answered for this sale; say so rather than guess.
-		d = &apiDoc{status: ansUnavail.status, body: ansUnavail.body}
-		if m != nil && !m.found {
-			d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
-		}
-	case (st == nil || !st.found) && m == nil:
-		// Not in Redis, and the catalog never answered (it is down): an
-		// upcoming sale may be there, so this is no "not found".
-		d = &apiDoc{status: ansUnavail.status, body: ansUnavail.body}
-	case (st == nil || !st.found) && !m.found:
-		d = &apiDoc{status: ansNotFound.status, body: ansNotFound.body}
+	case missing && m == nil:
+		// The catalog never answered either (it is down): an upcoming sale
+		// may be there, so say so rather than guess "not found".
+		d = apiDoc(ansUnavail)
+	case missing && !m.found:
+		d = apiDoc(ansNotFound)
 	default:
 		if m == nil {
 			m = &saleMeta{}
 		}
-		d = &apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m)}
+		d = apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m)}
 	}
 	if old := e.api.Load(); old != nil && old.status == d.status && string(old.body) == string(d.body) {
 		return
 	}
-	e.api.Store(d)
+	e.api.Store(&d)
 }
 
 func saleJSON(id string, st *saleState, m *saleMeta) []byte {

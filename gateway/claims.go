@@ -98,25 +98,7 @@ func parseClaims(b []byte, c *claims) (ok bool) {
 				c.nbf, c.hasNbf = n, true
 			}
 		case k == claimAud:
-			if p.peek() == '[' {
-				p.i++
-				p.ws()
-				if !p.eat(']') {
-					for {
-						p.ws()
-						if !p.skipString() {
-							return false
-						}
-						p.ws()
-						if p.eat(']') {
-							break
-						}
-						if !p.eat(',') {
-							return false
-						}
-					}
-				}
-			} else if !p.skipString() {
+			if !p.skipAudience() {
 				return false
 			}
 		default: // iss, jti
@@ -204,6 +186,31 @@ func (p *scanner) null() bool {
 func (p *scanner) skipString() bool {
 	_, ok := p.str(nil, 0)
 	return ok
+}
+
+// skipAudience skips an aud value: a string or an array of strings.
+func (p *scanner) skipAudience() bool {
+	if p.peek() != '[' {
+		return p.skipString()
+	}
+	p.i++
+	p.ws()
+	if p.eat(']') {
+		return true
+	}
+	for {
+		p.ws()
+		if !p.skipString() {
+			return false
+		}
+		p.ws()
+		if p.eat(']') {
+			return true
+		}
+		if !p.eat(',') {
+			return false
+		}
+	}
 }
 
 // str reads a JSON string, appending its decoded bytes to dst while they

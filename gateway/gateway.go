@@ -369,36 +369,28 @@ func (s *Server) Start() {
 	s.startOnce.Do(func() {
 		s.startShare()
 		s.wg.Add(3)
-		go s.loop(s.cfg.StateRefresh, s.refreshState)
-		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog)
-		go func() {
-			defer s.wg.Done()
-			t := time.NewTicker(s.cfg.FlushInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-s.base.Done():
-					// A last flush, so counts admitted just before Close
-					// reach the primary.
-					ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout)
-					s.flush(ctx)
-					cancel()
-					return
-				case <-t.C:
-					s.flush(s.base)
-				}
-			}
-		}()
+		go s.loop(s.cfg.StateRefresh, s.refreshState, nil)
+		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog, nil)
+		// A last flush, so counts admitted just before Close reach the
+		// primary.
+		go s.loop(s.cfg.FlushInterval, s.flush, s.flush)
 	})
 }
 
-func (s *Server) loop(every time.Duration, f func(context.Context)) {
+// loop runs f every interval until Close; then last, when not nil, runs
+// once with a fresh context bounded by RedisTimeout.
+func (s *Server) loop(every time.Duration, f, last func(context.Context)) {
 	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.base.Done():
+			if last != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout)
+				last(ctx)
+				cancel()
+			}
 			return
 		case <-t.C:
 			f(s.base)

@@ -24,5 +24,5 @@ var openAPIPage = sync.OnceValue(func() *page {
 	if err != nil {
 		panic("gateway: the embedded openapi.json is missing: " + err.Error())
 	}
-	return newPage(b, []byte("application/json"), []byte("public, max-age=300"))
+	return newPage(b, ctJSON, []byte("public, max-age=300"))
 })

@@ -96,24 +96,14 @@ func (s *Server) startShare() {
 	s.share.id = gatewayID()
 	s.heartbeat(s.base)
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.base.Done():
-				ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RedisTimeout)
-				if err := s.cfg.Primary.ZRem(ctx, lua.GatewaysKey(), s.share.id).Err(); err != nil {
-					s.log.Warn("gateway: leaving the live gateways", "err", err)
-				}
-				cancel()
-				return
-			case <-t.C:
-				s.heartbeat(s.base)
-			}
-		}
-	}()
+	go s.loop(every, s.heartbeat, s.leaveShare)
+}
+
+// leaveShare removes this gateway from the live gateways, on Close.
+func (s *Server) leaveShare(ctx context.Context) {
+	if err := s.cfg.Primary.ZRem(ctx, lua.GatewaysKey(), s.share.id).Err(); err != nil {
+		s.log.Warn("gateway: leaving the live gateways", "err", err)
+	}
 }
 
 // heartbeat announces this gateway, counts the live ones and takes its

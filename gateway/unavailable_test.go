@@ -9,25 +9,8 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testclock"
 )
-
-// stepClock is a Clock a test moves by hand.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
 type syncBuffer struct {
@@ -58,7 +41,7 @@ func (b *syncBuffer) lines(substr string) []string {
 // once per unavailableLogEvery with the count of those it stood for.
 func TestUnavailableLogged(t *testing.T) {
 	var logs syncBuffer
-	clock := &stepClock{now: time.Now()}
+	clock := testclock.New(time.Now())
 	fr := &fakeReserver{err: flashgate.ErrUnavailable}
 	e := newEnv(t, func(c *Config) {
 		c.Reserver = fr
@@ -80,7 +63,7 @@ func TestUnavailableLogged(t *testing.T) {
 	if got := logs.lines(msg); len(got) != 1 || !strings.Contains(got[0], "purchases=1 ") {
 		t.Fatalf("after 3 failed purchases: got %q, want one warning for 1 purchase", got)
 	}
-	clock.add(unavailableLogEvery)
+	clock.Add(unavailableLogEvery)
 	buy("d")
 	if got := logs.lines(msg); len(got) != 2 || !strings.Contains(got[1], "purchases=3 ") {
 		t.Fatalf("after 4 failed purchases, the interval passed: got %q, want a second warning for 3", got)
