@@ -109,6 +109,10 @@ func TestShareStartAndClose(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// b leaves the set as it closes, not only when its entry grows stale.
+	if n := e.primary.ZCard(context.Background(), lua.GatewaysKey()).Val(); n != 1 {
+		t.Errorf("right after b closed: %d gateways announced, want 1", n)
+	}
 	if !waitFor(time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 1000 }) {
 		r, _ := limits(t, e.s, "s")
 		t.Fatalf("after b closed: got rate %v, want 1000 within a second", r)
