@@ -43,6 +43,9 @@ import (
 // every tick.
 func (s *Service) watchFailover(ctx context.Context) {
 	sales, err := s.store.Sales(ctx)
+	if ctx.Err() != nil {
+		return // shutting down: an interrupted pass is no failure
+	}
 	if err != nil {
 		s.log.Warn("failover watch: listing sales", "err", err)
 		return
@@ -67,6 +70,9 @@ func (s *Service) watchFailover(ctx context.Context) {
 			continue
 		}
 		if err := s.checkPrimary(ctx, sale, marker, ids); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
 		}
 	}

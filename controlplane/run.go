@@ -107,6 +107,9 @@ func (s *Service) resyncAll(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
 	sales, err := s.store.Sales(lctx)
 	cancel()
+	if ctx.Err() != nil {
+		return // shutting down
+	}
 	if err != nil {
 		s.log.Warn("re-sync: listing sales", "err", err)
 		return
