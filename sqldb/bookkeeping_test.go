@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -155,12 +156,13 @@ func TestMigrationFillsCounters(t *testing.T) {
 		// Back to version 1: drop what version 2 made.
 		down := []string{`DROP TABLE order_counts`, `DROP TABLE release_queue`, `DROP TABLE release_sync`,
 			`DROP INDEX orders_sale_status_id`, `CREATE INDEX orders_sale_status ON orders (sale_id, status)`,
-			`DELETE FROM schema_migrations WHERE version = 2`}
+			`DELETE FROM schema_migrations WHERE version IN (2, 4)`}
 		if db.dialect == DialectPostgres {
 			down = append([]string{`DROP TRIGGER orders_count_insert ON orders`, `DROP TRIGGER orders_count_update ON orders`,
 				`DROP TRIGGER orders_count_delete ON orders`, `DROP FUNCTION flashgate_count_orders()`}, down...)
 		} else {
-			down = append([]string{`DROP TRIGGER orders_count_insert`, `DROP TRIGGER orders_count_update`, `DROP TRIGGER orders_count_delete`}, down...)
+			// Version 4 dropped the INSERT trigger already.
+			down = append([]string{`DROP TRIGGER orders_count_update`, `DROP TRIGGER orders_count_delete`}, down...)
 		}
 		for _, s := range down {
 			if _, err := db.w.ExecContext(ctx, s); err != nil {
@@ -173,9 +175,7 @@ func TestMigrationFillsCounters(t *testing.T) {
 			o.Status = []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid, flashgate.StatusRefunded, flashgate.StatusExpired}[i%4]
 			batch = append(batch, o)
 		}
-		if _, err := db.InsertOrders(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
+		rawInsert(t, db, batch) // as version 1 did: no counters yet
 		up := open(t, dsn)
 		f, err := up.Figures(ctx, "s")
 		if err != nil {
@@ -239,4 +239,160 @@ func TestOrdersPage(t *testing.T) {
 			t.Errorf("pages: got %q", s)
 		}
 	})
+}
+
+// rawInsert stores orders with one plain INSERT each, as an older
+// flashgate (or an operator) would: nothing but the database's own triggers
+// counts them.
+func rawInsert(t *testing.T, db *DB, orders []flashgate.Order) {
+	t.Helper()
+	for _, o := range orders {
+		_, err := db.w.ExecContext(context.Background(), db.q(`INSERT INTO orders (`+orderCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(insertedStatus(o.Status)), db.ts(o.CreatedAt), db.ts(o.CreatedAt))
+		if err != nil {
+			t.Fatalf("inserting %s: %v", o.ID, err)
+		}
+	}
+}
+
+// TestBatchCounters: batches mixing sales, statuses and quantities, with
+// duplicates inside a batch, rows stored before, a second live order of a
+// user and the whole batch delivered again, leave the counters equal to a
+// recount of the rows, and queue every released row exactly once.
+func TestBatchCounters(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		var batch []flashgate.Order
+		for i := 0; i < 700; i++ {
+			o := order(fmt.Sprintf("b%04d", i), []string{"x", "y", "z"}[i%3], fmt.Sprintf("u%d", i), int64(1+i%4/3), t0.Add(time.Duration(i)*time.Millisecond))
+			if i%50 == 7 {
+				o.Status = flashgate.StatusCancelled
+			}
+			batch = append(batch, o)
+		}
+		// A duplicate id inside the batch, and a second live order of u4 in y.
+		batch = append(batch, batch[10], order("b9999", "y", "u4", 1, t0))
+		first := batch[:300]
+		if n, err := db.InsertOrders(ctx, first); err != nil || n != 300 {
+			t.Fatalf("InsertOrders(first 300): got %d, %v; want 300", n, err)
+		}
+		// The whole batch: the first 300 are stored, b0010 twice, b9999 a
+		// second live order of u4.
+		if n, err := db.InsertOrders(ctx, batch); err != nil || n != 400 {
+			t.Fatalf("InsertOrders(all): got %d, %v; want 400", n, err)
+		}
+		// Delivered again: nothing.
+		if n, err := db.InsertOrders(ctx, batch); err != nil || n != 0 {
+			t.Fatalf("InsertOrders(again): got %d, %v; want 0", n, err)
+		}
+		for _, sale := range []string{"x", "y", "z"} {
+			f, want := mustFigures(t, db, sale), recount(t, db, sale)
+			if f != want {
+				t.Errorf("sale %s: Figures got %+v, want %+v", sale, f, want)
+			}
+		}
+		if f := mustFigures(t, db, "x"); f.Persisted != 234 || f.Cancelled != 5 {
+			t.Errorf("sale x: got %d rows, %d cancelled; want 234, 5", f.Persisted, f.Cancelled)
+		}
+		var got []string
+		for _, sale := range []string{"x", "y", "z"} {
+			q, _ := queued(t, db, sale)
+			if q != "" {
+				got = append(got, strings.Fields(q)...)
+			}
+		}
+		if len(got) != 14 {
+			t.Errorf("release queue: got %d entries %q, want the 14 cancelled rows", len(got), got)
+		}
+	})
+}
+
+// TestInsertSizes: every batch size from 1 to 2×insertRows+1 stores each
+// row once and counts it once (the power-of-two statements cover any size).
+func TestInsertSizes(t *testing.T) {
+	if 1<<(insertStmtSizes-1) != insertRows {
+		t.Fatalf("insertStmtSizes %d does not cover insertRows %d", insertStmtSizes, insertRows)
+	}
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		id := 0
+		want := 0
+		for _, n := range []int{1, 2, 3, 7, 100, 255, 256, 257, 2*insertRows + 1} {
+			var batch []flashgate.Order
+			for i := 0; i < n; i++ {
+				id++
+				batch = append(batch, order(fmt.Sprintf("s%05d", id), "s", fmt.Sprintf("u%d", id), 1, t0))
+			}
+			got, err := db.InsertOrders(ctx, batch)
+			if err != nil || got != n {
+				t.Fatalf("InsertOrders(%d rows): got %d, %v; want %d", n, got, err, n)
+			}
+			want += n
+		}
+		if f := mustFigures(t, db, "s"); f.Persisted != int64(want) || f != recount(t, db, "s") {
+			t.Errorf("Figures: got %+v, want %d rows and %+v", f, want, recount(t, db, "s"))
+		}
+	})
+}
+
+// TestMigrationDropsInsertTrigger upgrades a SQLite database of version 3,
+// whose rows an INSERT trigger counted, to version 4: the counters stay
+// right for the rows of before and after, none counted twice.
+func TestMigrationDropsInsertTrigger(t *testing.T) {
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "fg.db")
+	db := open(t, dsn)
+	ctx := context.Background()
+	// Back to version 3: the INSERT trigger of version 2.
+	for _, s := range []string{bookkeepingSQLite[len(bookkeepingTables)], `DELETE FROM schema_migrations WHERE version = 4`} {
+		if _, err := db.w.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if !hasTrigger(t, db, "orders_count_insert") {
+		t.Fatal("version 3 lacks orders_count_insert")
+	}
+	var old []flashgate.Order
+	for i := 0; i < 20; i++ {
+		o := order(fmt.Sprintf("v3-%02d", i), "s", fmt.Sprintf("u%d", i), 1+int64(i%2), t0)
+		if i%5 == 0 {
+			o.Status = flashgate.StatusExpired
+		}
+		old = append(old, o)
+	}
+	rawInsert(t, db, old)
+	if f := mustFigures(t, db, "s"); f.Persisted != 20 || f.Expired != 4 {
+		t.Fatalf("version 3's trigger: got %+v, want 20 rows, 4 expired", f)
+	}
+	db.Close()
+	up := open(t, dsn)
+	if hasTrigger(t, up, "orders_count_insert") {
+		t.Error("version 4 kept orders_count_insert")
+	}
+	var fresh []flashgate.Order
+	for i := 0; i < 30; i++ {
+		o := order(fmt.Sprintf("v4-%02d", i), "s", fmt.Sprintf("w%d", i), 1+int64(i%3), t0)
+		if i%10 == 0 {
+			o.Status = flashgate.StatusRefunded
+		}
+		fresh = append(fresh, o)
+	}
+	// With an order of before, which must not count again.
+	if n, err := up.InsertOrders(ctx, append(fresh, old[3])); err != nil || n != 30 {
+		t.Fatalf("InsertOrders after the upgrade: got %d, %v; want 30", n, err)
+	}
+	if f, want := mustFigures(t, up, "s"), recount(t, up, "s"); f != want || f.Persisted != 50 {
+		t.Errorf("Figures after the upgrade: got %+v, want %+v (50 rows)", f, want)
+	}
+	if q, _ := queued(t, up, "s"); len(strings.Fields(q)) != 7 {
+		t.Errorf("release queue after the upgrade: got %q, want the 4 expired and 3 refunded rows", q)
+	}
+}
+
+func hasTrigger(t *testing.T, db *DB, name string) bool {
+	t.Helper()
+	var n int
+	if err := db.w.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name = ?`, name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
 }

@@ -1,10 +1,12 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -17,9 +19,9 @@ const orderCols = `order_id, sale_id, user_id, quantity, price_cents, status, cr
 // orderColsB are orderCols and the bucket, which every read scans.
 const orderColsB = orderCols + `, bucket`
 
-// insertChunk is the most rows one INSERT statement carries (9 parameters
-// each, well under both drivers' parameter limits).
-const insertChunk = 500
+// deleteChunk is the most ids one DELETE statement of ReleasesDelivered
+// carries.
+const deleteChunk = 500
 
 func scanOrder(r rowScanner) (flashgate.Order, error) {
 	var (
@@ -75,12 +77,18 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // pending_payment; a zero CreatedAt as now; a zero UpdatedAt as CreatedAt.
 // An order without id, sale or user, or with a quantity below 1, fails the
 // batch with flashgate.ErrBadRequest.
+//
+// The rows are inserted grouped by (sale, status, quantity), in the given
+// order within a group, by multi-row INSERTs of a few fixed sizes (powers
+// of two up to insertRows) whose prepared statements are reused: a group's
+// inserted rows and units are the statement's affected rows times the
+// quantity. On SQLite the counters (order_counts) and the release queue are
+// kept here, once per (sale, status) per batch, in the same transaction (see
+// migration 4); on PostgreSQL the statement-level trigger keeps them.
 func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error) {
 	if len(orders) == 0 {
 		return 0, nil
 	}
-	now := nowUTC()
-	args := make([]any, 0, 9*min(len(orders), insertChunk))
 	for i := range orders {
 		o := &orders[i]
 		switch {
@@ -96,59 +104,196 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			return 0, &flashgate.FieldError{Field: "status", Reason: "unknown status " + string(o.Status)}
 		}
 	}
-	if len(orders) > insertChunk {
-		// Each statement's trigger locks the counter rows of its (sale,
-		// status) pairs until commit, in order; chunks in that same order
-		// keep two concurrent batches from locking them crosswise.
+	// Group by (sale, status, quantity), stably. The order also keeps two
+	// concurrent batches on PostgreSQL from locking counter rows crosswise:
+	// each statement's trigger locks its (sale, status) rows until commit.
+	if !groupedForInsert(orders) {
 		orders = slices.Clone(orders)
-		slices.SortStableFunc(orders, func(a, b flashgate.Order) int {
-			if c := strings.Compare(a.SaleID, b.SaleID); c != 0 {
-				return c
-			}
-			return strings.Compare(string(insertedStatus(a.Status)), string(insertedStatus(b.Status)))
-		})
+		slices.SortStableFunc(orders, compareInsertKey)
 	}
+	counting := d.dialect == DialectSQLite
+	if counting {
+		if err := d.prepareInserts(ctx); err != nil {
+			return 0, fmt.Errorf("inserting orders: %w", err)
+		}
+	}
+	now := nowUTC()
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("inserting orders: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	for start := 0; start < len(orders); start += insertChunk {
-		chunk := orders[start:min(start+insertChunk, len(orders))]
-		var b strings.Builder
-		b.WriteString(`INSERT INTO orders (` + orderColsB + `) VALUES `)
-		args = args[:0]
-		for i, o := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			st := insertedStatus(o.Status)
-			created := o.CreatedAt
-			if created.IsZero() {
-				created = now
-			}
-			updated := o.UpdatedAt
-			if updated.IsZero() {
-				updated = created
-			}
-			args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket)
+	var counts []orderCount
+	args := make([]any, 0, 9*min(len(orders), insertRows))
+	for start := 0; start < len(orders); {
+		// A group is a run of one (sale, status, quantity); a released row
+		// goes alone, so that the statement says whether it was inserted
+		// (and must be queued for release).
+		st := insertedStatus(orders[start].Status)
+		released := !st.Live()
+		end := start + 1
+		for end < len(orders) && !released && compareInsertKey(orders[start], orders[end]) == 0 {
+			end++
 		}
-		b.WriteString(` ON CONFLICT DO NOTHING`)
-		res, err := tx.ExecContext(ctx, d.q(b.String()), args...)
-		if err != nil {
-			return 0, fmt.Errorf("inserting orders: %w", err)
+		for start < end {
+			k := chunkRows(end - start)
+			chunk := orders[start : start+k]
+			start += k
+			args = args[:0]
+			for i := range chunk {
+				o := &chunk[i]
+				created := o.CreatedAt
+				if created.IsZero() {
+					created = now
+				}
+				updated := o.UpdatedAt
+				if updated.IsZero() {
+					updated = created
+				}
+				args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket)
+			}
+			n, err := d.insertChunk(ctx, tx, k, args)
+			if err != nil {
+				return 0, fmt.Errorf("inserting orders: %w", err)
+			}
+			inserted += int(n)
+			if !counting || n == 0 {
+				continue
+			}
+			o := chunk[0]
+			if released {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO release_queue (sale_id, order_id, user_id, quantity) VALUES (?, ?, ?, ?)
+					ON CONFLICT DO NOTHING`, o.SaleID, o.ID, o.UserID, o.Quantity); err != nil {
+					return 0, fmt.Errorf("inserting orders: queueing a release: %w", err)
+				}
+			}
+			if l := len(counts) - 1; l >= 0 && counts[l].sale == o.SaleID && counts[l].status == st {
+				counts[l].orders += n
+				counts[l].units += n * o.Quantity
+			} else {
+				counts = append(counts, orderCount{o.SaleID, st, n, n * o.Quantity})
+			}
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, fmt.Errorf("inserting orders: %w", err)
+	}
+	for _, c := range counts {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO order_counts (sale_id, status, orders, units) VALUES (?, ?, ?, ?)
+			ON CONFLICT (sale_id, status) DO UPDATE SET orders = orders + excluded.orders, units = units + excluded.units`,
+			c.sale, string(c.status), c.orders, c.units); err != nil {
+			return 0, fmt.Errorf("inserting orders: counting them: %w", err)
 		}
-		inserted += int(n)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("inserting orders: %w", err)
 	}
 	return inserted, nil
+}
+
+// orderCount is what one batch adds to a counter row of order_counts.
+type orderCount struct {
+	sale          string
+	status        flashgate.OrderStatus
+	orders, units int64
+}
+
+// compareInsertKey orders rows by sale, stored status and quantity.
+func compareInsertKey(a, b flashgate.Order) int {
+	if c := strings.Compare(a.SaleID, b.SaleID); c != 0 {
+		return c
+	}
+	if c := strings.Compare(string(insertedStatus(a.Status)), string(insertedStatus(b.Status))); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Quantity, b.Quantity)
+}
+
+// groupedForInsert reports whether orders are sorted by compareInsertKey
+// already (an order sink's batch of one sale: one group), so that
+// InsertOrders need not copy them.
+func groupedForInsert(orders []flashgate.Order) bool {
+	for i := 1; i < len(orders); i++ {
+		if compareInsertKey(orders[i-1], orders[i]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// insertRows is the most rows one INSERT statement carries (9 parameters
+// each, well under both drivers' parameter limits). Statements carry a
+// power of two of rows, so that there are few distinct statements to
+// prepare once and reuse.
+const insertRows = 256
+
+// chunkRows is how many of n rows (n > 0) the next statement carries: the
+// largest power of two not above n or insertRows.
+func chunkRows(n int) int {
+	if n >= insertRows {
+		return insertRows
+	}
+	return 1 << (bits.Len(uint(n)) - 1)
+}
+
+// insertSQL is the INSERT of k orders, skipping conflicts.
+func (d *DB) insertSQL(k int) string {
+	var b strings.Builder
+	b.Grow(64 + 32*k)
+	b.WriteString(`INSERT INTO orders (` + orderColsB + `) VALUES `)
+	for i := 0; i < k; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	b.WriteString(` ON CONFLICT DO NOTHING`)
+	return d.q(b.String())
+}
+
+// insertChunk runs the INSERT of k orders (args holds their 9k values) in
+// tx and returns how many rows it inserted. On SQLite it reuses a statement
+// prepared once on the writer's connection (modernc prepares every Exec
+// anew otherwise, and an INSERT of 256 rows takes long to prepare); pgx
+// caches prepared statements by their text on each connection itself.
+func (d *DB) insertChunk(ctx context.Context, tx *sql.Tx, k int, args []any) (int64, error) {
+	var (
+		res sql.Result
+		err error
+	)
+	if d.dialect == DialectSQLite {
+		res, err = tx.StmtContext(ctx, d.insertStmt(k)).ExecContext(ctx, args...)
+	} else {
+		res, err = tx.ExecContext(ctx, d.insertSQL(k), args...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// prepareInserts prepares the INSERTs of every power of two of rows up to
+// insertRows on SQLite's writer, once (and again after a failure). It runs
+// before InsertOrders' transaction: the writer has a single connection,
+// which the transaction holds.
+func (d *DB) prepareInserts(ctx context.Context) error {
+	d.stmtMu.Lock()
+	defer d.stmtMu.Unlock()
+	for i := range d.insertStmts {
+		if d.insertStmts[i] != nil {
+			continue
+		}
+		stmt, err := d.w.PrepareContext(ctx, d.insertSQL(1<<i))
+		if err != nil {
+			return fmt.Errorf("preparing an insert of %d orders: %w", 1<<i, err)
+		}
+		d.insertStmts[i] = stmt
+	}
+	return nil
+}
+
+// insertStmt returns the prepared INSERT of k rows (a power of two).
+func (d *DB) insertStmt(k int) *sql.Stmt {
+	d.stmtMu.Lock()
+	defer d.stmtMu.Unlock()
+	return d.insertStmts[bits.Len(uint(k))-1]
 }
 
 // Order returns the order with id, or flashgate.ErrNotFound.
@@ -451,8 +596,8 @@ func (d *DB) ReleasesDelivered(ctx context.Context, saleID string, orderIDs []st
 	}
 	defer func() { _ = tx.Rollback() }()
 	var removed int64
-	for start := 0; start < len(orderIDs); start += insertChunk {
-		chunk := orderIDs[start:min(start+insertChunk, len(orderIDs))]
+	for start := 0; start < len(orderIDs); start += deleteChunk {
+		chunk := orderIDs[start:min(start+deleteChunk, len(orderIDs))]
 		args := make([]any, 0, 1+len(chunk))
 		args = append(args, saleID)
 		for _, id := range chunk {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,7 +37,15 @@ type DB struct {
 	// r runs reads. On SQLite it is a pool of read-only connections that, in
 	// WAL mode, read while a write transaction is open.
 	r *sql.DB
+
+	// stmtMu guards insertStmts: on SQLite, the INSERTs of 1, 2, 4, …,
+	// insertRows orders, prepared on w (see prepareInserts).
+	stmtMu      sync.Mutex
+	insertStmts [insertStmtSizes]*sql.Stmt
 }
+
+// insertStmtSizes is how many INSERT sizes there are: 1, 2, 4, …, insertRows.
+const insertStmtSizes = 9
 
 // Open opens the database named by dsn and brings its schema up to date.
 // dsn is postgres://… (or postgresql://…), or sqlite://PATH with PATH relative
@@ -136,6 +145,14 @@ func redact(s string) string {
 
 // Close closes the database.
 func (d *DB) Close() error {
+	d.stmtMu.Lock()
+	for i, s := range d.insertStmts {
+		if s != nil {
+			_ = s.Close()
+			d.insertStmts[i] = nil
+		}
+	}
+	d.stmtMu.Unlock()
 	err := d.w.Close()
 	if d.r != d.w {
 		if rerr := d.r.Close(); err == nil {
