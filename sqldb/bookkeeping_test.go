@@ -396,3 +396,20 @@ func hasTrigger(t *testing.T, db *DB, name string) bool {
 	}
 	return n == 1
 }
+
+// TestInsertAfterClose: an insert that races Close (an order sink whose
+// database is being replaced) gets an error, not a panic on the prepared
+// statements Close released.
+func TestInsertAfterClose(t *testing.T) {
+	db := open(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ctx := context.Background()
+	if _, err := db.InsertOrders(ctx, []flashgate.Order{order("c1", "s", "u1", 1, t0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.InsertOrders(ctx, []flashgate.Order{order("c2", "s", "u2", 1, t0)}); err == nil {
+		t.Errorf("InsertOrders after Close: got %d, nil; want an error", n)
+	}
+}

@@ -154,11 +154,12 @@ func redact(s string) string {
 
 // Close closes the database.
 func (d *DB) Close() error {
+	// The statements stay in place, closed: an insert racing Close fails
+	// with an error, as on a closed database.
 	d.stmtMu.Lock()
-	for i, s := range d.insertStmts {
+	for _, s := range d.insertStmts {
 		if s != nil {
 			_ = s.Close()
-			d.insertStmts[i] = nil
 		}
 	}
 	d.stmtMu.Unlock()
