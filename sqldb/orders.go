@@ -79,10 +79,9 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // batch with flashgate.ErrBadRequest.
 //
 // The rows are inserted grouped by (sale, status, quantity), in the given
-// order within a group, by multi-row INSERTs of a few fixed sizes (powers
-// of two up to insertRows) whose prepared statements are reused: a group's
-// inserted rows and units are the statement's affected rows times the
-// quantity. On SQLite the counters (order_counts) and the release queue are
+// order within a group, by multi-row INSERTs of up to insertRows rows whose
+// prepared statements are reused (see chunkRows): a group's inserted rows
+// and units are the statement's affected rows times the quantity. On SQLite the counters (order_counts) and the release queue are
 // kept here, once per (sale, status) per batch, in the same transaction (see
 // migration 4); on PostgreSQL the statement-level trigger keeps them.
 func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error) {
@@ -136,7 +135,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			end++
 		}
 		for start < end {
-			k := chunkRows(end - start)
+			k := d.chunkRows(end - start)
 			chunk := orders[start : start+k]
 			start += k
 			args = args[:0]
@@ -224,11 +223,17 @@ func groupedForInsert(orders []flashgate.Order) bool {
 // prepare once and reuse.
 const insertRows = 256
 
-// chunkRows is how many of n rows (n > 0) the next statement carries: the
-// largest power of two not above n or insertRows.
-func chunkRows(n int) int {
+// chunkRows is how many of n rows (n > 0) the next statement carries: on
+// SQLite the largest power of two not above n or insertRows (nine prepared
+// statements cover every size); on PostgreSQL n up to insertRows, since
+// pgx's statement cache (512 texts a connection) holds every size and
+// fewer statements mean fewer runs of the statement-level trigger.
+func (d *DB) chunkRows(n int) int {
 	if n >= insertRows {
 		return insertRows
+	}
+	if d.dialect == DialectPostgres {
+		return n
 	}
 	return 1 << (bits.Len(uint(n)) - 1)
 }
