@@ -123,6 +123,21 @@ func (e *env) check(t *testing.T, ids []string) {
 	if f.Persisted != int64(len(ids)) {
 		t.Errorf("rows: got %d, want %d", f.Persisted, len(ids))
 	}
+	// The counters (kept by InsertOrders on SQLite, by a trigger on
+	// PostgreSQL) against the rows themselves, after every re-delivery the
+	// test made.
+	live, err := e.db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var units int64
+	for _, o := range live {
+		units += o.Quantity
+	}
+	if f.PendingPayment != int64(len(live)) || f.LiveUnits != units || f.PersistedUnits != units {
+		t.Errorf("counters: got %d pending_payment, %d live units, %d units; the rows hold %d orders, %d units",
+			f.PendingPayment, f.LiveUnits, f.PersistedUnits, len(live), units)
+	}
 	for _, id := range ids {
 		o, err := e.db.Order(ctx, id)
 		if err != nil {
