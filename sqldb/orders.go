@@ -81,9 +81,10 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // The rows are inserted grouped by (sale, status, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
 // prepared statements are reused (see chunkRows): a group's inserted rows
-// and units are the statement's affected rows times the quantity. On SQLite the counters (order_counts) and the release queue are
-// kept here, once per (sale, status) per batch, in the same transaction (see
-// migration 4); on PostgreSQL the statement-level trigger keeps them.
+// and units are the statement's affected rows times the quantity. On
+// SQLite the counters (order_counts) and the release queue are kept here,
+// once per (sale, status) per batch, in the same transaction (see migration
+// 4); on PostgreSQL the statement-level trigger keeps them.
 func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error) {
 	if len(orders) == 0 {
 		return 0, nil
@@ -125,11 +126,11 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	var counts []orderCount
 	args := make([]any, 0, 9*min(len(orders), insertRows))
 	for start := 0; start < len(orders); {
-		// A group is a run of one (sale, status, quantity); a released row
-		// goes alone, so that the statement says whether it was inserted
-		// (and must be queued for release).
+		// A group is a run of one (sale, status, quantity). Where this code
+		// counts, a released row goes alone, so that the statement says
+		// whether it was inserted (and must be queued for release).
 		st := insertedStatus(orders[start].Status)
-		released := !st.Live()
+		released := counting && !st.Live()
 		end := start + 1
 		for end < len(orders) && !released && compareInsertKey(orders[start], orders[end]) == 0 {
 			end++
@@ -218,9 +219,7 @@ func groupedForInsert(orders []flashgate.Order) bool {
 }
 
 // insertRows is the most rows one INSERT statement carries (9 parameters
-// each, well under both drivers' parameter limits). Statements carry a
-// power of two of rows, so that there are few distinct statements to
-// prepare once and reuse.
+// each, well under both drivers' parameter limits).
 const insertRows = 256
 
 // chunkRows is how many of n rows (n > 0) the next statement carries: on
