@@ -307,7 +307,7 @@ func TestBatchCounters(t *testing.T) {
 	})
 }
 
-// TestInsertSizes: every batch size from 1 to 2×insertRows+1 stores each
+// TestInsertSizes: batch sizes from 1 to pgInsertRows+1 store each
 // row once and counts it once (the power-of-two statements cover any size).
 func TestInsertSizes(t *testing.T) {
 	if 1<<(insertStmtSizes-1) != insertRows {
@@ -317,7 +317,7 @@ func TestInsertSizes(t *testing.T) {
 		ctx := context.Background()
 		id := 0
 		want := 0
-		for _, n := range []int{1, 2, 3, 7, 100, 255, 256, 257, 2*insertRows + 1} {
+		for _, n := range []int{1, 2, 3, 7, 100, 255, 256, 257, 2*insertRows + 1, pgInsertRows + 1} {
 			var batch []flashgate.Order
 			for i := 0; i < n; i++ {
 				id++

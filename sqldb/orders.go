@@ -124,7 +124,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	}
 	defer func() { _ = tx.Rollback() }()
 	var counts []orderCount
-	args := make([]any, 0, 9*min(len(orders), insertRows))
+	args := make([]any, 0, 9*min(len(orders), pgInsertRows))
 	for start := 0; start < len(orders); {
 		// A group is a run of one (sale, status, quantity). Where this code
 		// counts, a released row goes alone, so that the statement says
@@ -218,21 +218,26 @@ func groupedForInsert(orders []flashgate.Order) bool {
 	return true
 }
 
-// insertRows is the most rows one INSERT statement carries (9 parameters
-// each, well under both drivers' parameter limits).
-const insertRows = 256
+// insertRows is the most rows one INSERT statement carries on SQLite, and
+// pgInsertRows on PostgreSQL (9 parameters each, well under both drivers'
+// parameter limits).
+const (
+	insertRows   = 256
+	pgInsertRows = 1024
+)
 
 // chunkRows is how many of n rows (n > 0) the next statement carries: on
 // SQLite the largest power of two not above n or insertRows (nine prepared
-// statements cover every size); on PostgreSQL n up to insertRows, since
-// pgx's statement cache (512 texts a connection) holds every size and
-// fewer statements mean fewer runs of the statement-level trigger.
+// statements cover every size); on PostgreSQL n up to pgInsertRows (pgx
+// caches a prepared statement per text on each connection), so that an
+// order sink's batch is one statement and one run of the statement-level
+// trigger.
 func (d *DB) chunkRows(n int) int {
+	if d.dialect == DialectPostgres {
+		return min(n, pgInsertRows)
+	}
 	if n >= insertRows {
 		return insertRows
-	}
-	if d.dialect == DialectPostgres {
-		return n
 	}
 	return 1 << (bits.Len(uint(n)) - 1)
 }
