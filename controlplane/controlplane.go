@@ -128,6 +128,9 @@ type Service struct {
 	// resyncMu serialises re-syncs in this process, so that two of them
 	// (the loop and an admin call) never deliver the same releases at once.
 	resyncMu sync.Mutex
+	// recoveringSales holds the ids of bucketed sales a slot of which is
+	// being recovered after a failover (failoverbuckets.go).
+	recoveringSales sync.Map
 
 	// mu guards settled and leading.
 	mu      sync.Mutex

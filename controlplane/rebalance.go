@@ -112,8 +112,8 @@ func (s *Service) Rebalance(ctx context.Context, id string, token int64) (moved 
 	if err != nil {
 		return 0, fmt.Errorf("reading sale: %w", err)
 	}
-	if !sale.Bucketed() {
-		return 0, nil
+	if !sale.Bucketed() || s.recovering(id) {
+		return 0, nil // nothing moves while a failover is recovered (failoverbuckets.go)
 	}
 	l := saleLayout(sale)
 	led, err := s.readLedger(ctx, id)

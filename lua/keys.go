@@ -80,7 +80,14 @@ const (
 // control plane last rebuilt or checked the sale on. A replica promoted by a
 // failover carries the old primary's value but has a replication id of its
 // own, so the mismatch tells the control plane to rebuild the sale.
+//
+// sale may also be a bucket's tag (a bucketed sale keeps one marker per
+// bucket, beside the one of its own hash); LedgerPrimaryKey is the ledger's.
 func PrimaryKey(sale string) string { return "fg:{" + sale + "}:primary" }
+
+// LedgerPrimaryKey is PrimaryKey for the slot of a bucketed sale's ledger
+// (LedgerKey).
+func LedgerPrimaryKey(sale string) string { return "fg:{" + sale + "~ledger}:primary" }
 
 // Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
 const (
