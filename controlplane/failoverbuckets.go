@@ -212,7 +212,9 @@ func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua
 	}
 	// The rebuilt buckets' totals are computed as for buckets Redis lost:
 	// what the others and the move in flight do not hold.
+	present := map[int]bool{}
 	for _, b := range buckets {
+		present[b] = stock[b].found
 		stock[b].found = false
 	}
 	live := make([]int64, l.N())
@@ -222,6 +224,9 @@ func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua
 	totals := rebuildTotals(sale.Total, stock, led, live)
 	granted := led.granted(stock)
 	for _, b := range buckets {
+		if !present[b] {
+			continue // a bucket the new primary lacks: the re-sync rebuilds it whole
+		}
 		// reserved below every row sends the re-sync down its restore path
 		// for this bucket (buyers and releases from the rows, booked from
 		// the snapshot).

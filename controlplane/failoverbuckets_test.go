@@ -402,3 +402,50 @@ func TestLedgerFailoverRepaired(t *testing.T) {
 		t.Errorf("buckets' totals after the repaired move: got %v (sum %d), want 12", totals, sum)
 	}
 }
+
+// TestBucketFailoverLostBucket: the new primary of bucket 2 lacks the
+// bucket altogether (its hash never replicated). The recovery must leave
+// it to the re-sync's rebuild of a lost bucket, not write a partial hash
+// (a total and no price: orders at 0 cents): after the next passes bucket
+// 2 sells again at the sale's price, and the buckets' totals add up to the
+// sale's.
+func TestBucketFailoverLostBucket(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	const sale, total = "lb", 12
+	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "L", Total: total, Buckets: 3, PriceCents: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Start(e.ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	lastResync := time.Now()
+	tick := func() { e.svc.tick(e.ctx, &lastResync) }
+	tick()
+	tag := l.Tag(2)
+	if err := e.rdb.Del(e.ctx, lua.SaleKey(tag)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Set(e.ctx, lua.PrimaryKey(tag), "an-older-primary", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		lastResync = lastResync.Add(-time.Hour)
+		tick()
+	}
+	k := &bucketBuyer{t: t, rdb: e.rdb, l: l, wins: map[string]int{}}
+	if code := k.buy(usersOf(l, 2, 1, "x")[0]); code != lua.ReserveOK {
+		t.Errorf("a buyer of the lost bucket after the re-syncs: code %d, want %d", code, lua.ReserveOK)
+	}
+	if got := field(t, e.rdb, tag, lua.FieldPrice); got != 500 {
+		t.Errorf("the lost bucket's price after the re-syncs: got %d, want 500", got)
+	}
+	var sum int64
+	for _, tt := range bucketTotals(t, e.rdb, l) {
+		sum += tt
+	}
+	if sum != total {
+		t.Errorf("buckets' totals: got %d, want %d", sum, total)
+	}
+}
