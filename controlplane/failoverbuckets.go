@@ -77,6 +77,16 @@ func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks [
 	var buckets []int
 	var bucketIDs []string
 	for i, m := range changed {
+		if m.bucket >= 0 {
+			buckets = append(buckets, m.bucket)
+			bucketIDs = append(bucketIDs, replIDs[i])
+		}
+	}
+	// The buckets stop selling first, whatever else fails this pass.
+	if err := s.pauseBuckets(ctx, sale, l, buckets); err != nil {
+		return err
+	}
+	for i, m := range changed {
 		switch m.bucket {
 		case markSale:
 			if err := s.recoverSaleHash(ctx, sale); err != nil {
@@ -87,8 +97,6 @@ func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks [
 				return err
 			}
 		default:
-			buckets = append(buckets, m.bucket)
-			bucketIDs = append(bucketIDs, replIDs[i])
 			continue
 		}
 		s.log.Warn("new redis primary: bucketed sale's slot recovered", "sale", sale.ID, "slot", m.probe, "new_replid", replIDs[i])
@@ -108,6 +116,21 @@ func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks [
 		}
 	}
 	s.recoveringSales.Delete(sale.ID)
+	return nil
+}
+
+// pauseBuckets pauses the given buckets of a bucketed sale (lua.Pause: an
+// open bucket answers "paused" until its rebuild reopens it).
+func (s *Service) pauseBuckets(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) error {
+	for _, b := range buckets {
+		paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(b))).Int64()
+		if err != nil {
+			return fmt.Errorf("pausing bucket %d after a failover: %w", b, err)
+		}
+		if paused == 1 {
+			s.log.Warn("new redis primary: bucket paused until rebuilt from the database", "sale", sale.ID, "bucket", b)
+		}
+	}
 	return nil
 }
 
@@ -173,19 +196,10 @@ func (s *Service) repairLedger(ctx context.Context, l lua.Layout) error {
 	return nil
 }
 
-// rebuildBuckets pauses the given buckets of a bucketed sale and, once each
-// one's stream has drained, rebuilds them from the database (see the top of
-// this file); it reports whether they are rebuilt.
+// rebuildBuckets rebuilds the given (paused) buckets of a bucketed sale from
+// the database once each one's stream has drained (see the top of this
+// file); it reports whether they are rebuilt.
 func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) (bool, error) {
-	for _, b := range buckets {
-		paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(b))).Int64()
-		if err != nil {
-			return false, fmt.Errorf("pausing bucket %d after a failover: %w", b, err)
-		}
-		if paused == 1 {
-			s.log.Warn("new redis primary: bucket paused until rebuilt from the database", "sale", sale.ID, "bucket", b)
-		}
-	}
 	for _, b := range buckets {
 		drained, err := s.streamDrained(ctx, l.Tag(b))
 		if err != nil || !drained {
