@@ -27,12 +27,16 @@ const maxUnits = 1_000_000
 func (b *bench) scenarios(tok string) []scenario {
 	auth := []string{"Authorization: Bearer " + tok}
 	gz := []string{"Accept-Encoding: gzip"}
-	const so, page = "/api/sales/soldout/orders", "/sales/page"
+	const so, ns, page = "/api/sales/soldout/orders", "/api/sales/page/orders", "/sales/page"
 	return []scenario{
 		{Key: "a64", Label: "(a) sold-out purchase, one buyer's token", Conns: 64, Method: "POST", Path: so, Headers: auth},
 		{Key: "a256", Label: "(a) sold-out purchase, one buyer's token", Conns: 256, Method: "POST", Path: so, Headers: auth},
 		{Key: "a64new", Label: "(a) sold-out purchase, a new buyer every request", Conns: 64, Method: "POST", Path: so, Tokens: true},
 		{Key: "a256new", Label: "(a) sold-out purchase, a new buyer every request", Conns: 256, Method: "POST", Path: so, Tokens: true},
+		{Key: "n64", Label: "(a) not-started purchase, one buyer's token", Conns: 64, Method: "POST", Path: ns, Headers: auth},
+		{Key: "n256", Label: "(a) not-started purchase, one buyer's token", Conns: 256, Method: "POST", Path: ns, Headers: auth},
+		{Key: "n64new", Label: "(a) not-started purchase, a new buyer every request", Conns: 64, Method: "POST", Path: ns, Tokens: true},
+		{Key: "n256new", Label: "(a) not-started purchase, a new buyer every request", Conns: 256, Method: "POST", Path: ns, Tokens: true},
 		{Key: "b64", Label: "(b) item page, gzip", Conns: 64, Method: "GET", Path: page, Headers: gz},
 		{Key: "b256", Label: "(b) item page, gzip", Conns: 256, Method: "GET", Path: page, Headers: gz},
 		{Key: "c64", Label: "(c) purchase, large stock, a new buyer every request", Conns: 64, Method: "POST", Path: "/api/sales/c64/orders", Tokens: true, Sale: "c64"},
@@ -116,6 +120,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	sizes := map[string]int{}
 	for _, c := range []capt{
 		{"/api/sales/soldout/orders", "soldout", "POST", []string{"Authorization: Bearer " + tok}, 409},
+		{"/api/sales/page/orders", "notstarted", "POST", []string{"Authorization: Bearer " + tok}, 409},
 		{"/sales/page", "page", "GET", []string{"Accept-Encoding: gzip"}, 200},
 		{"/api/sales/c64/orders", "purchase", "POST", []string{"Authorization: Bearer " + capTok}, 201},
 	} {
@@ -144,6 +149,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		hdr          []string
 	}{
 		{"/api/sales/soldout/orders", "POST", []string{"Authorization: Bearer " + tok}},
+		{"/api/sales/page/orders", "POST", []string{"Authorization: Bearer " + tok}},
 		{"/sales/page", "GET", []string{"Accept-Encoding: gzip"}},
 		{"/api/sales/c64/orders", "POST", []string{"Authorization: Bearer " + capTok}},
 	} {
@@ -160,6 +166,9 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	for _, sc := range b.scenarios(tok) {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if !b.cfg.wantScenario(sc.Key) {
+			continue
 		}
 		p := &pairResult{Key: sc.Key, Label: sc.Label, Threads: b.cfg.Threads, Conns: sc.Conns}
 		res.pairs = append(res.pairs, p)

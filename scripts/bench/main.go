@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,7 @@ type settings struct {
 	StormRate   int           // STORM_BUY_RATE: purchases/s going on during the storm; 500
 	IdleSeconds int           // IDLE_SECONDS: the idle window after the storm; 10
 	Phases      string        // PHASES: which parts run; "go,http,crowd,storm,buckets"
+	Scenarios   string        // SCENARIOS: which wrk scenarios of the http phase run, by key (a64,c64,...); "" = all
 	DB          string        // BENCH_DB: database of the wrk and storm phases, sqlite or postgres; sqlite
 	ServeFlags  []string      // SERVE_FLAGS: more flags for every `flashgate serve`; none
 	Out         string        // BENCH_OUT: the report; docs/BENCHMARKS.md
@@ -116,6 +118,7 @@ func loadSettings() (settings, error) {
 		return s, errors.New("ROUNDS, THREADS, CROWD_*, OPEN_SECONDS, STORM_ORDERS, IDLE_SECONDS and TOKENS must be at least 1")
 	}
 	s.Phases = envStr("PHASES", "go,http,crowd,storm,buckets")
+	s.Scenarios = os.Getenv("SCENARIOS")
 	s.DB = envStr("BENCH_DB", "sqlite")
 	if s.DB != "sqlite" && s.DB != "postgres" {
 		return s, fmt.Errorf("BENCH_DB=%q: want sqlite or postgres", s.DB)
@@ -130,10 +133,15 @@ func loadSettings() (settings, error) {
 // summary names every setting, for the log and the report.
 func (s settings) summary() string {
 	return fmt.Sprintf("ROUNDS=%d DURATION=%s THREADS=%d TOKENS=%d CROWD_USERS=%d CROWD_UNITS=%d CROWD_ROUNDS=%d "+
-		"CROWD_CONC=%d OPEN_SECONDS=%d CONNS=%d STORM_ORDERS=%d STORM_BUY_RATE=%d IDLE_SECONDS=%d GOBENCH_COUNT=%d BENCH_DB=%s PHASES=%s SERVE_FLAGS=%q",
+		"CROWD_CONC=%d OPEN_SECONDS=%d CONNS=%d STORM_ORDERS=%d STORM_BUY_RATE=%d IDLE_SECONDS=%d GOBENCH_COUNT=%d BENCH_DB=%s PHASES=%s SCENARIOS=%q SERVE_FLAGS=%q",
 		s.Rounds, fmtSeconds(s.Duration), s.Threads, s.Tokens, s.CrowdUsers, s.CrowdUnits, s.CrowdRounds,
-		s.CrowdConc, s.OpenSeconds, s.Conns, s.StormOrders, s.StormRate, s.IdleSeconds, s.GoBench, s.DB, s.Phases,
+		s.CrowdConc, s.OpenSeconds, s.Conns, s.StormOrders, s.StormRate, s.IdleSeconds, s.GoBench, s.DB, s.Phases, s.Scenarios,
 		strings.Join(s.ServeFlags, " "))
+}
+
+// wantScenario reports whether the http phase runs the wrk scenario key.
+func (s settings) wantScenario(key string) bool {
+	return s.Scenarios == "" || slices.Contains(strings.Split(s.Scenarios, ","), key)
 }
 
 // full reports whether the run was at least as large as the defaults; the
@@ -142,7 +150,7 @@ func (s settings) full() bool {
 	d, _ := loadDefaults()
 	return s.Rounds >= d.Rounds && s.Duration >= d.Duration && s.CrowdUsers >= d.CrowdUsers &&
 		s.CrowdRounds >= d.CrowdRounds && s.Conns >= d.Conns && s.StormOrders >= d.StormOrders &&
-		s.OpenSeconds >= d.OpenSeconds && s.IdleSeconds >= d.IdleSeconds && s.Phases == d.Phases
+		s.OpenSeconds >= d.OpenSeconds && s.IdleSeconds >= d.IdleSeconds && s.Phases == d.Phases && s.Scenarios == ""
 }
 
 func loadDefaults() (settings, error) {
