@@ -454,6 +454,7 @@ func (r *report) bucketsSection() string {
 		"written as raw RESP by `scripts/bench` itself, %d commands per round trip on %d connections in all (spread over the buckets' primaries; all on the one primary of the unbucketed sale). Reserve scripts per second, median (min–max):\n\n",
 		num(maxUnits), bucketsN, bucketsN, res.Seconds, plural(res.Rounds, "round"), bucketsPipeline, bucketsConns)
 	p("| sale | reserve scripts/s | CPU per script on the primaries | primaries (cores, each) | replicas (cores, all) | generator (cores) |\n|---|---|---|---|---|---|\n")
+	var perScript []float64 // µs of primary CPU per script, every run
 	row := func(name string, rs []bucketsRun, st stat) {
 		var gen, repl, per []float64
 		for _, r := range rs {
@@ -464,6 +465,7 @@ func (r *report) bucketsSection() string {
 			}
 			if r.Rate > 0 {
 				per = append(per, c/r.Rate*1e6)
+				perScript = append(perScript, c/r.Rate*1e6)
 			}
 		}
 		p("| %s | %s | %.1f µs | %s | %.2f | %.2f |\n", name, rateCell(st), statOf(per).Med,
@@ -472,6 +474,10 @@ func (r *report) bucketsSection() string {
 	row("unbucketed (1 slot, 1 primary)", res.One, one)
 	row(fmt.Sprintf("%d buckets (%d primaries)", bucketsN, res.Split[0].Primaries), res.Split, split)
 	p("| ratio | %s | | | | |\n", ratioCell(statOf(ratios)))
+	if us := statOf(perScript).Med; us > 0 {
+		p("\nThe capacity model with these figures: one primary on a core of its own runs about 1 / %.1f µs = %s reserve scripts/s; one sale in %d buckets on %d such primaries about %s/s.\n",
+			us, num(1e6/us), bucketsN, bucketsN, num(bucketsN*1e6/us))
+	}
 	last := res.Split[len(res.Split)-1]
 	var per []string
 	for _, n := range last.PerNode {
