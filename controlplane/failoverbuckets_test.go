@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -447,5 +448,46 @@ func TestBucketFailoverLostBucket(t *testing.T) {
 	}
 	if sum != total {
 		t.Errorf("buckets' totals: got %d, want %d", sum, total)
+	}
+}
+
+// TestNoRebalanceWhileBucketRecovers: bucket 1's primary changed and its
+// stream has not drained yet, so it waits paused for its rebuild, whose
+// total is computed from what the other buckets hold. Meanwhile a
+// rebalancing step must move nothing — here it would move units from the
+// paused bucket (whose booked may lack reserves its new primary lost) to
+// the sold-out bucket 0.
+func TestNoRebalanceWhileBucketRecovers(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	const sale = "nr"
+	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "N", Total: 12, Buckets: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Start(e.ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	lastResync := time.Now()
+	e.svc.tick(e.ctx, &lastResync)
+	k := &bucketBuyer{t: t, rdb: e.rdb, l: l, wins: map[string]int{}}
+	for _, u := range usersOf(l, 0, 4, "z") { // bucket 0 sells out
+		k.buy(u)
+	}
+	k.buy(usersOf(l, 1, 1, "w")[0]) // an entry in bucket 1's stream
+	if err := e.rdb.Set(e.ctx, lua.PrimaryKey(l.Tag(1)), "an-older-primary", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.svc.tick(e.ctx, &lastResync)
+	if got, _ := e.rdb.HGet(e.ctx, lua.SaleKey(l.Tag(1)), lua.FieldStart).Result(); got != "0" {
+		t.Fatalf("bucket 1 start: got %q, want \"0\" (paused until its stream drains)", got)
+	}
+	before := bucketTotals(t, e.rdb, l)
+	moved, err := e.svc.Rebalance(e.ctx, sale, e.svc.fence.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := bucketTotals(t, e.rdb, l); moved != 0 || !slices.Equal(after, before) {
+		t.Errorf("a rebalancing step during the recovery: moved %d, totals %v → %v; want nothing moved", moved, before, after)
 	}
 }
