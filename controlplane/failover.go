@@ -37,6 +37,9 @@ import (
 //     not_started, never not_found). An open sale is marked to resume and
 //     reopens at the next re-sync. Only then is the marker set to the new
 //     id.
+//
+// A bucketed sale keeps a marker per slot it lives in and recovers each
+// bucket alone: see failoverbuckets.go.
 
 // slotMarker is one primary marker a sale keeps: an unbucketed sale one,
 // for its slot; a bucketed sale one for its own hash, one per bucket and one
