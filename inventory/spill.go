@@ -89,7 +89,7 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 			continue
 		case c == lua.ReserveFenced:
 			// The leader took the claim for stale and is settling it.
-			s.m.outcome(outPaused)
+			s.m.outcome(outPending)
 			return "", errClaimPending
 		case c == lua.ReservePurchased:
 			// The user holds an order in this bucket while their home
@@ -184,7 +184,7 @@ func (s *Service) unclaim(ctx context.Context, htag, userID, orderID string) {
 func (s *Service) purchased(existing, orderID string) (string, error) {
 	if order, _, final, ok := lua.ParseMarker(existing); ok {
 		if !final {
-			s.m.outcome(outPaused)
+			s.m.outcome(outPending)
 			return "", errClaimPending
 		}
 		existing = order
