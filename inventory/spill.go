@@ -40,7 +40,7 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 	}
 	htag := l.Tag(home)
 	start := time.Now()
-	res, err := lua.Claim.Run(ctx, s.rdb, lua.ClaimKeys(htag), userID, orderID, now).Result()
+	res, err := lua.Claim.Run(ctx, s.scripter, lua.ClaimKeys(htag), userID, orderID, now).Result()
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
@@ -160,7 +160,7 @@ func intOf(v any) int64 {
 // finalize is the spill's last step. A failure only logs: the order
 // stands, and the leader finalises the claim it left.
 func (s *Service) finalize(ctx context.Context, htag, userID, orderID string, bucket int) {
-	v, err := lua.Finalize.Run(ctx, s.rdb, lua.MarkerKeys(htag), userID, orderID, bucket).Slice()
+	v, err := lua.Finalize.Run(ctx, s.scripter, lua.MarkerKeys(htag), userID, orderID, bucket).Slice()
 	if err != nil {
 		s.log.WarnContext(ctx, "finalising a spill failed; the leader settles the claim", "tag", htag, "order", orderID, "err", err)
 		return

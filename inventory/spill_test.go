@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,7 @@ import (
 
 // prepBucketed creates a bucketed sale in Redis, open, with the units of
 // each bucket as given.
-func prepBucketed(t *testing.T, rdb redis.UniversalClient, id string, units ...int64) lua.Layout {
+func prepBucketed(t testing.TB, rdb redis.UniversalClient, id string, units ...int64) lua.Layout {
 	t.Helper()
 	l := lua.Layout{Sale: id}
 	var total int64
@@ -162,5 +163,41 @@ func TestSpillOneUserAtOnce(t *testing.T) {
 	}
 	if n, _ := rdb.HGet(ctx, lua.SaleKey(l.Tag(1)), lua.FieldBooked).Int64(); n != 1 {
 		t.Errorf("bucket 1 booked: got %d, want 1", n)
+	}
+}
+
+// BenchmarkReserveBucketed compares one reserve of a new buyer of a
+// 2-bucket sale in their home bucket, through the spill path (home sold
+// out, the other bucket stocked), and turned away with no unit anywhere
+// (a home sold-out answer and the read of the other bucket).
+func BenchmarkReserveBucketed(b *testing.B) {
+	for _, bc := range []struct {
+		name       string
+		home, away int64
+		want       error
+	}{{"home", 1 << 50, 0, nil}, {"spill", 0, 1 << 50, nil}, {"sold-out", 0, 0, flashgate.ErrSoldOut}} {
+		b.Run(bc.name, func(b *testing.B) {
+			_, rdb := newRedis(b)
+			l := lua.Layout{Sale: "bench", Salts: []int{1, 2}}
+			if err := lua.Prepare.Run(context.Background(), rdb, lua.SaleKeys("bench"), 1<<50, 1<<50, 1, 500, l.String()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			prepSale(b, rdb, l.Tag(0), bc.home, 1, "open")
+			prepSale(b, rdb, l.Tag(1), bc.away, 1, "open")
+			svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
+			users := homeUsers(l, 0, b.N)
+			var n atomic.Int64
+			ctx := context.Background()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := svc.Reserve(ctx, "bench", users[n.Add(1)-1], 1); !errors.Is(err, bc.want) {
+						b.Errorf("got %v, want %v", err, bc.want)
+						return
+					}
+				}
+			})
+		})
 	}
 }
