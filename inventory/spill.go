@@ -93,10 +93,12 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 			return "", errClaimPending
 		case c == lua.ReservePurchased:
 			// The user holds an order in this bucket while their home
-			// held nothing: a home bucket rebuilt without its markers.
-			// The claim goes; the order found is the user's.
+			// held nothing (a marker lost with its home bucket): the
+			// claim gives way to that order's marker, and the order
+			// found is the user's.
 			s.log.WarnContext(ctx, "spilling buyer holds an order outside the home bucket", "sale", l.Sale, "user", userID, "order", ex, "bucket", b)
 			s.unclaim(ctx, htag, userID, orderID)
+			s.finalize(ctx, htag, userID, ex, b)
 			return s.purchased(ex, orderID)
 		default:
 			s.unclaim(ctx, htag, userID, orderID)

@@ -125,6 +125,18 @@ func TestSpill(t *testing.T) {
 	if v, _ := rdb.HGet(ctx, lua.BuyersKey(home), u[1]).Result(); v != "" {
 		t.Fatalf("home entry after the batch release: got %q, want none", v)
 	}
+
+	// A buyer holding an order in bucket 1 whose marker their home lost:
+	// the spill finds that order, answers it and puts its marker back.
+	if err := rdb.HSet(ctx, lua.BuyersKey(l.Tag(1)), u[4], "lost1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reserve(ctx, "sp", u[4], 1); !errors.As(err, &pe) || pe.OrderID != "lost1" {
+		t.Fatalf("reserve of a buyer holding an order elsewhere: got %v, want already purchased lost1", err)
+	}
+	if v, _ := rdb.HGet(ctx, lua.BuyersKey(home), u[4]).Result(); v != lua.SpillMarker("lost1", 1) {
+		t.Fatalf("home entry: got %q, want %q", v, lua.SpillMarker("lost1", 1))
+	}
 }
 
 // TestSpillOneUserAtOnce: many attempts of one buyer whose home bucket is
