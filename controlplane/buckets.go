@@ -360,6 +360,10 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 				ids = append(ids, args[i].(string))
 			}
 		}
+		// Spilled orders' home markers go once their units are back.
+		if err := s.unmarkSpilled(ctx, l, queue); err != nil {
+			return err
+		}
 		if _, err := s.store.ReleasesDelivered(ctx, l.Sale, ids); err != nil {
 			return fmt.Errorf("acknowledging releases: %w", err)
 		}
@@ -373,6 +377,11 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 // restoreBuckets puts every released and live row of a bucketed sale back
 // into its own bucket's released set and buyers hash, a page at a time,
 // released rows first (lua.Restore; a bucket Redis kept is unchanged by it).
+// A row reserved outside its buyer's home bucket (a spill) also restores
+// its final marker in the home bucket, as a buyer entry whose value is the
+// marker (lua.SpillMarker): a released row's marker joins the home's
+// released set and goes from its buyers, a live row's is set unless so
+// released.
 func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
@@ -395,6 +404,15 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 					byBucket[o.Bucket] = []any{0}
 				}
 				byBucket[o.Bucket] = append(byBucket[o.Bucket], o.UserID, o.ID)
+				// A spilled order's marker in its buyer's home bucket
+				// comes back with a live row (so a rebuilt home never
+				// lets the user buy again) and goes with a released one.
+				if h := l.Home(o.UserID); h != o.Bucket {
+					if byBucket[h] == nil {
+						byBucket[h] = []any{0}
+					}
+					byBucket[h] = append(byBucket[h], o.UserID, lua.SpillMarker(o.ID, o.Bucket))
+				}
 			}
 			for b, args := range byBucket {
 				if args == nil {

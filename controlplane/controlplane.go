@@ -88,6 +88,12 @@ type Config struct {
 	// is still only reserved in Redis to reach the database before answering
 	// not_payable; default 2s, negative means do not wait.
 	PersistWait time.Duration
+	// SpillClaimAge is how old a spill claim of a bucketed sale must be
+	// before the leader settles it (SettleClaims): well above the time an
+	// inventory takes from a claim to its finalisation, so that the
+	// leader rarely does the work of a spill in flight (doing it is safe);
+	// default 5s.
+	SpillClaimAge time.Duration
 	// Metrics is where the control plane registers its collectors; default a
 	// private registry.
 	Metrics prometheus.Registerer
@@ -119,6 +125,7 @@ type Service struct {
 	tickEvery     time.Duration
 	leaderTTL     time.Duration
 	persistWait   time.Duration
+	spillClaimAge time.Duration
 	nodeID        string
 	leaseToken    string
 	// fence is the fencing token of this Service's lease (lua.FenceKey's
@@ -128,6 +135,9 @@ type Service struct {
 	// resyncMu serialises re-syncs in this process, so that two of them
 	// (the loop and an admin call) never deliver the same releases at once.
 	resyncMu sync.Mutex
+	// recoveringSales holds the ids of bucketed sales a slot of which is
+	// being recovered after a failover (failoverbuckets.go).
+	recoveringSales sync.Map
 
 	// mu guards settled and leading.
 	mu      sync.Mutex
@@ -159,6 +169,7 @@ func New(cfg Config) (*Service, error) {
 		tickEvery:     orDefault(cfg.TickEvery, 200*time.Millisecond),
 		leaderTTL:     orDefault(cfg.LeaderTTL, 5*time.Second),
 		persistWait:   cfg.PersistWait,
+		spillClaimAge: cfg.SpillClaimAge,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
 	}
@@ -169,6 +180,9 @@ func New(cfg Config) (*Service, error) {
 		s.log = slog.Default()
 	}
 	s.audit = newAuditLog(cfg.AuditLogger, s.log)
+	if s.spillClaimAge <= 0 {
+		s.spillClaimAge = 5 * time.Second
+	}
 	if s.persistWait == 0 {
 		s.persistWait = 2 * time.Second
 	}

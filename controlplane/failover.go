@@ -37,6 +37,35 @@ import (
 //     not_started, never not_found). An open sale is marked to resume and
 //     reopens at the next re-sync. Only then is the marker set to the new
 //     id.
+//
+// A bucketed sale keeps a marker per slot it lives in and recovers each
+// bucket alone: see failoverbuckets.go.
+
+// slotMarker is one primary marker a sale keeps: an unbucketed sale one,
+// for its slot; a bucketed sale one for its own hash, one per bucket and one
+// for its ledger, each in the slot it watches.
+type slotMarker struct {
+	key    string // the marker, lua.PrimaryKey or lua.LedgerPrimaryKey
+	probe  string // a key of the watched slot, to find its primary
+	bucket int    // the bucket's index; markSale or markLedger otherwise
+}
+
+const (
+	markSale   = -1 // the sale's own hash
+	markLedger = -2 // a bucketed sale's allocation ledger
+)
+
+// markersOf lists the markers sale keeps.
+func markersOf(sale flashgate.Sale) []slotMarker {
+	out := []slotMarker{{key: lua.PrimaryKey(sale.ID), probe: lua.SaleKey(sale.ID), bucket: markSale}}
+	if !sale.Bucketed() {
+		return out
+	}
+	for b, t := range saleLayout(sale).Tags() {
+		out = append(out, slotMarker{key: lua.PrimaryKey(t), probe: lua.SaleKey(t), bucket: b})
+	}
+	return append(out, slotMarker{key: lua.LedgerPrimaryKey(sale.ID), probe: lua.LedgerKey(sale.ID), bucket: markLedger})
+}
 
 // watchFailover checks every sale in Redis for a new primary and moves the
 // recovery of each affected sale on by one step. It runs on the leader,
@@ -55,21 +84,31 @@ func (s *Service) watchFailover(ctx context.Context) {
 	}
 	// Every marker in one pipeline (split per node on a cluster); a node
 	// that fails costs only its own sales this tick.
-	cmds := make([]*redis.StringCmd, len(sales))
+	marks := make([][]slotMarker, len(sales))
+	cmds := make([][]*redis.StringCmd, len(sales))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sale := range sales {
-			cmds[i] = p.Get(ctx, lua.PrimaryKey(sale.ID))
+			marks[i] = markersOf(sale)
+			for _, m := range marks[i] {
+				cmds[i] = append(cmds[i], p.Get(ctx, m.key))
+			}
 		}
 		return nil
 	})
 	ids := map[string]string{} // primary address → replication id, this pass
 	for i, sale := range sales {
-		marker, err := cmds[i].Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", err)
-			continue
+		var err error
+		if sale.Bucketed() {
+			err = s.checkBuckets(ctx, sale, marks[i], cmds[i], ids)
+		} else {
+			marker, rerr := cmds[i][0].Result()
+			if rerr != nil && !errors.Is(rerr, redis.Nil) {
+				s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", rerr)
+				continue
+			}
+			err = s.checkPrimary(ctx, sale, marker, ids)
 		}
-		if err := s.checkPrimary(ctx, sale, marker, ids); err != nil {
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -81,7 +120,7 @@ func (s *Service) watchFailover(ctx context.Context) {
 // checkPrimary compares sale's marker with the replication id of the
 // primary that holds the sale now, and recovers the sale when they differ.
 func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
-	replID, err := s.replicationID(ctx, sale.ID, ids)
+	replID, err := s.replicationID(ctx, lua.SaleKey(sale.ID), ids)
 	if err != nil {
 		return err
 	}
@@ -160,14 +199,14 @@ func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
 	return false, nil
 }
 
-// replicationID returns the replication id of the primary that holds sale
-// id: on a cluster the owner of its slot, else the one primary. ids caches
+// replicationID returns the replication id of the primary that holds key:
+// on a cluster the owner of its slot, else the one primary. ids caches
 // the answers of one pass by primary address.
-func (s *Service) replicationID(ctx context.Context, id string, ids map[string]string) (string, error) {
+func (s *Service) replicationID(ctx context.Context, key string, ids map[string]string) (string, error) {
 	node := redis.Cmdable(s.rdb)
 	addr := ""
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, lua.SaleKey(id))
+		c, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return "", fmt.Errorf("finding the sale's primary: %w", err)
 		}

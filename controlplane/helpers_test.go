@@ -202,10 +202,11 @@ func (e *env) persist(sale string) []flashgate.Order {
 		qty, _ := strconv.ParseInt(v(lua.EntryQuantity), 10, 64)
 		price, _ := strconv.ParseInt(v(lua.EntryPrice), 10, 64)
 		ts, _ := strconv.ParseInt(v(lua.EntryTime), 10, 64)
+		bucket, _ := strconv.Atoi(v(lua.EntryBucket)) // a bucket's stream: sale is its tag
 		orders = append(orders, flashgate.Order{
 			ID: v(lua.EntryOrder), SaleID: v(lua.EntrySale), UserID: v(lua.EntryUser),
 			Quantity: qty, PriceCents: price, Status: flashgate.StatusPendingPayment,
-			CreatedAt: time.UnixMilli(ts).UTC(),
+			CreatedAt: time.UnixMilli(ts).UTC(), Bucket: bucket,
 		})
 		ids = append(ids, m.ID)
 	}

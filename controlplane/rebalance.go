@@ -87,7 +87,8 @@ func (s *Service) readLedger(ctx context.Context, sale string) (ledgerState, err
 }
 
 // Rebalance runs one rebalancing step of a bucketed sale under fencing
-// token (the leader's; the loop passes its lease's): it first finishes a
+// token (the leader's; the loop passes its lease's): it first settles stale
+// spill claims (SettleClaims), then finishes a
 // move a crashed leader left in the ledger, then moves half the difference
 // of unheld units from the bucket with the most to the bucket with the
 // fewest when they differ by 2 or more. A move shrinks the giving bucket
@@ -112,10 +113,15 @@ func (s *Service) Rebalance(ctx context.Context, id string, token int64) (moved 
 	if err != nil {
 		return 0, fmt.Errorf("reading sale: %w", err)
 	}
-	if !sale.Bucketed() {
-		return 0, nil
+	if !sale.Bucketed() || s.recovering(id) {
+		return 0, nil // nothing moves while a failover is recovered (failoverbuckets.go)
 	}
 	l := saleLayout(sale)
+	// Stale spill claims first: a claim left by a crash keeps its user
+	// from buying.
+	if _, _, err := s.settleClaims(ctx, l); err != nil {
+		return 0, err
+	}
 	led, err := s.readLedger(ctx, id)
 	if err != nil {
 		return 0, err

@@ -54,9 +54,12 @@ type apiDoc struct {
 type sale struct {
 	id    string
 	ready chan struct{} // closed once the first load finished
-	state atomic.Pointer[saleState]
-	meta  atomic.Pointer[saleMeta]
-	api   atomic.Pointer[apiDoc]
+	// loaded is set just before ready closes: the hot path reads it
+	// instead of receiving from ready, which takes the channel's lock.
+	loaded atomic.Bool
+	state  atomic.Pointer[saleState]
+	meta   atomic.Pointer[saleMeta]
+	api    atomic.Pointer[apiDoc]
 
 	// admitted counts purchases admitted here, ever; flushed is how many of
 	// them were added to "access" on the primary (written by the flusher).
@@ -83,7 +86,9 @@ func (s *Server) lookup(id []byte) *sale {
 		if !e.asked.Load() {
 			e.asked.Store(true)
 		}
-		<-e.ready
+		if !e.loaded.Load() {
+			<-e.ready
+		}
 		return e
 	}
 	s.mu.Lock()
@@ -101,6 +106,7 @@ func (s *Server) lookup(id []byte) *sale {
 	e.asked.Store(true)
 	func() {
 		defer close(e.ready) // even if load panics, or waiters hang forever
+		defer e.loaded.Store(true)
 		s.load(e)
 	}()
 	if !keep && e.exists() {
@@ -379,7 +385,23 @@ func (s *Server) refreshCatalog(ctx context.Context) {
 
 // flush adds the admissions and rejections counted since the last flush to
 // each sale's hash on the primary, in one pipeline.
-func (s *Server) flush(ctx context.Context) {
+func (s *Server) flush(ctx context.Context) { s.flushCounts(ctx, true) }
+
+// flushTick is the flusher's step: admissions every time, rejections with
+// them or once RejectedFlushInterval has passed since they last went.
+func (s *Server) flushTick(ctx context.Context) {
+	now := s.clock.Now().UnixNano()
+	due := now >= s.rejectedDue.Load()
+	if due {
+		s.rejectedDue.Store(now + int64(s.cfg.RejectedFlushInterval))
+	}
+	s.flushCounts(ctx, due)
+}
+
+// flushCounts adds the admissions counted since the last flush to each
+// sale's hash on the primary in one pipeline, and the rejections of every
+// sale when rejected is true, else only of those with admissions to add.
+func (s *Server) flushCounts(ctx context.Context, rejected bool) {
 	list := s.snapshot(true)
 	type delta struct {
 		e                  *sale
@@ -389,6 +411,9 @@ func (s *Server) flush(ctx context.Context) {
 	for _, e := range list {
 		a := e.admitted.Load() - e.flushed.Load()
 		r := e.rejected.Load() - e.rejectedFlushed.Load()
+		if a == 0 && !rejected {
+			r = 0
+		}
 		if a != 0 || r != 0 {
 			if st := e.state.Load(); st == nil || !st.found {
 				// No hash to count in: incrementing would create one.

@@ -58,8 +58,10 @@ func (c *connSplit) run() error {
 		to := c.lean
 		if c.open.Load() < c.limit {
 			c.open.Add(1)
-			conn = &countedConn{Conn: conn, open: &c.open}
+			conn = &countedConn{lazyConn: lazyConn{Conn: conn}, open: &c.open}
 			to = c.fast
+		} else {
+			conn = &lazyConn{Conn: conn}
 		}
 		if !to.hand(conn) {
 			_ = conn.Close()
@@ -70,7 +72,7 @@ func (c *connSplit) run() error {
 
 // countedConn gives back its place among the fast connections on Close.
 type countedConn struct {
-	net.Conn
+	lazyConn
 	once sync.Once
 	open *atomic.Int64
 }

@@ -93,9 +93,15 @@ type Config struct {
 	// StateRefresh is how often the cached state of each sale is re-read
 	// from the replica. Default: 20ms.
 	StateRefresh time.Duration
-	// FlushInterval is how often locally counted admissions and rejections
-	// are added to the primary. Default: 5ms.
+	// FlushInterval is how often locally counted admissions are added to
+	// the primary (the admission cap of every gateway reads them).
+	// Default: 5ms.
 	FlushInterval time.Duration
+	// RejectedFlushInterval is how often rejections are added to the
+	// primary when no admission goes with them: they are only reported, so
+	// a sold-out flood costs a round trip every RejectedFlushInterval
+	// rather than every FlushInterval. Default: 250ms.
+	RejectedFlushInterval time.Duration
 	// CatalogRefresh is how often each sale's catalog entry is re-read (a
 	// changed name, price or start time re-renders its page). Default: 1s.
 	CatalogRefresh time.Duration
@@ -197,6 +203,7 @@ func (c *Config) fill() error {
 	}
 	def(&c.StateRefresh, 20*time.Millisecond)
 	def(&c.FlushInterval, 5*time.Millisecond)
+	def(&c.RejectedFlushInterval, 250*time.Millisecond)
 	def(&c.CatalogRefresh, time.Second)
 	def(&c.CacheWindow, time.Second)
 	def(&c.SaleIdle, 30*time.Second)
@@ -283,8 +290,11 @@ type Server struct {
 	// health check; replicaCheck lets one reader at a time run one.
 	replicaChecked atomic.Int64
 	replicaCheck   sync.Mutex
-	draining       atomic.Bool
-	ready          readiness
+	// rejectedDue is when (unix nanoseconds) the flusher next adds
+	// rejections that come without admissions (RejectedFlushInterval).
+	rejectedDue atomic.Int64
+	draining    atomic.Bool
+	ready       readiness
 
 	startOnce sync.Once
 	closeOnce sync.Once
@@ -373,7 +383,7 @@ func (s *Server) Start() {
 		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog, nil)
 		// A last flush, so counts admitted just before Close reach the
 		// primary.
-		go s.loop(s.cfg.FlushInterval, s.flush, s.flush)
+		go s.loop(s.cfg.FlushInterval, s.flushTick, s.flush)
 	})
 }
 
@@ -412,7 +422,7 @@ func (s *Server) Close() error {
 func (s *Server) Serve(ln net.Listener) error {
 	s.Start()
 	if s.lean == nil {
-		return s.srv.Serve(ln)
+		return s.srv.Serve(lazyListener{ln})
 	}
 	s.lnMu.Lock()
 	s.lns = append(s.lns, ln)

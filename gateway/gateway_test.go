@@ -442,6 +442,53 @@ func equalInts(a, b []int) bool {
 // TestAdmissionCap: with count 15 for 10 units, 15 requests are admitted
 // (10 reserve, 5 fail on the primary), then the gateway answers sold_out
 // itself, and a flush brings access on the primary to 15.
+// TestRejectedFlushDeferred checks that rejections alone reach the primary
+// every RejectedFlushInterval, not every flush tick, and that they go at
+// once with admissions.
+func TestRejectedFlushDeferred(t *testing.T) {
+	clock := testclock.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.UserRate = -1; c.Clock = clock; c.RejectedFlushInterval = 250 * time.Millisecond })
+	e.sale(t, "s1", 10, 15, true)
+	h := e.s.Handler()
+	ctx := context.Background()
+	buy := func(n int, prefix string) {
+		for i := range n {
+			do(h, req{method: "POST", path: "/api/sales/s1/orders", token: token(t, prefix+strconv.Itoa(i))})
+		}
+	}
+	counts := func() (access, rejected int64) {
+		access, _ = e.primary.HGet(ctx, lua.SaleKey("s1"), lua.FieldAccess).Int64()
+		rejected, _ = e.primary.HGet(ctx, lua.SaleKey("s1"), lua.FieldRejected).Int64()
+		return access, rejected
+	}
+	buy(20, "a") // 15 admitted, 5 rejected
+	e.s.flushTick(ctx)
+	if a, r := counts(); a != 15 || r != 5 {
+		t.Fatalf("first tick: got access %d, rejected %d; want 15, 5", a, r)
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		buy     int
+		want    int64
+	}{
+		{10 * time.Millisecond, 7, 5},   // rejections alone, not yet due
+		{100 * time.Millisecond, 3, 5},  // still not due
+		{200 * time.Millisecond, 0, 15}, // due: all ten go
+		{10 * time.Millisecond, 4, 15},
+	} {
+		clock.Add(step.advance)
+		buy(step.buy, "b"+strconv.FormatInt(int64(step.advance), 10))
+		e.s.flushTick(ctx)
+		if _, r := counts(); r != step.want {
+			t.Fatalf("after %s more: got rejected %d on the primary, want %d", step.advance, r, step.want)
+		}
+	}
+	e.s.flush(ctx) // the last flush at Close takes everything
+	if _, r := counts(); r != 19 {
+		t.Fatalf("after the last flush: got rejected %d, want 19", r)
+	}
+}
+
 func TestAdmissionCap(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.UserRate = -1 })
 	e.sale(t, "s1", 10, 15, true)

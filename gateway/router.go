@@ -31,7 +31,10 @@ var (
 // normalized one, so "..", "%2e" and "//" tricks match nothing), recovers
 // from panics and counts the answer.
 func (s *Server) serve(ctx *fasthttp.RequestCtx) {
-	start := time.Now()
+	start := ctx.Time() // read by the server just before the handler
+	if start.IsZero() {
+		start = time.Now()
+	}
 	route := routeOther
 	defer func() {
 		if v := recover(); v != nil {

@@ -245,6 +245,16 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unexpected script answer %v", res)
 	}
+	if l.Bucketed() {
+		switch code {
+		case lua.ReserveSoldOut:
+			// The end game: another bucket may still have units.
+			return s.spill(ctx, l, l.Home(userID), orderID, userID, qty, now)
+		case lua.ReservePurchased:
+			// The home entry may be a spill's marker.
+			return s.purchased(existing, orderID)
+		}
+	}
 	switch code {
 	case lua.ReserveOK:
 		s.m.outcome(outOK)
@@ -368,16 +378,27 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	if err != nil {
 		return false, s.redisError("releasing", err)
 	}
+	if code != lua.ReleaseDone && code != lua.ReleaseAlready && code != lua.ReleaseNoSale {
+		return false, fmt.Errorf("releasing: unknown script code %d", code)
+	}
+	// A spilled order's home marker goes after its units are back: a
+	// crash in between keeps the user out of the home bucket until the
+	// re-sync delivers the release again, never lets them hold two orders.
+	if l, err := s.layout(ctx, o.SaleID); err != nil {
+		return false, err
+	} else if l.Bucketed() {
+		if err := s.unmark(ctx, l, []flashgate.Order{o}); err != nil {
+			return false, err
+		}
+	}
 	switch code {
 	case lua.ReleaseDone:
 		return true, nil
 	case lua.ReleaseAlready:
 		return false, nil
-	case lua.ReleaseNoSale:
+	default:
 		s.log.DebugContext(ctx, "release of an order whose sale is not in redis", "sale", o.SaleID, "order", o.ID)
 		return false, nil
-	default:
-		return false, fmt.Errorf("releasing: unknown script code %d", code)
 	}
 }
 
@@ -394,6 +415,7 @@ const MaxReleaseBatch = 500
 // error, after the others were released; a Redis failure stops the call.
 func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error) {
 	var bad error
+	var spilled map[string][]flashgate.Order // sale → its bucketed orders (unmark skips the unspilled)
 	bySale := make(map[string][]any)
 	var sales []string
 	for _, o := range orders {
@@ -417,6 +439,12 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 		}
 		if _, ok := bySale[tag]; !ok {
 			sales = append(sales, tag)
+		}
+		if tag != o.SaleID {
+			if spilled == nil {
+				spilled = make(map[string][]flashgate.Order)
+			}
+			spilled[o.SaleID] = append(spilled[o.SaleID], o)
 		}
 		bySale[tag] = append(bySale[tag], o.ID, o.UserID, o.Quantity)
 	}
@@ -445,6 +473,16 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 			default:
 				return released, fmt.Errorf("releasing: unknown script code %d", res[0])
 			}
+		}
+	}
+	// Spilled orders' home markers go once their units are back.
+	for sale, os := range spilled {
+		l, err := s.layout(ctx, sale)
+		if err != nil {
+			return released, err
+		}
+		if err := s.unmark(ctx, l, os); err != nil {
+			return released, err
 		}
 	}
 	return released, bad

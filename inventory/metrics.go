@@ -21,10 +21,11 @@ const (
 	outBadRequest
 	outError
 	outPaused
+	outPending // a spill of the user's is in flight (bucketed sales)
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused"}
+var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused", "pending"}
 
 // The ops of flashgate_redis_call_seconds.
 const (

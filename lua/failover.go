@@ -12,3 +12,10 @@ var pauseSrc string
 // Pause is lua/pause.lua: it stops an open sale from selling while the
 // control plane rebuilds it after a failover.
 var Pause = redis.NewScript(pauseSrc)
+
+//go:embed ledgerrepair.lua
+var ledgerRepairSrc string
+
+// LedgerRepair is lua/ledgerrepair.lua: it moves a bucketed sale's ledger
+// past the moves its buckets carry, after the ledger's primary failed over.
+var LedgerRepair = redis.NewScript(ledgerRepairSrc)

@@ -45,6 +45,11 @@ func GatewaysKey() string { return "fg:gateways" }
 // scheduled loops (start/stop at times, expiry, re-sync).
 func LeaderKey() string { return "fg:leader" }
 
+// ClaimsKey is a bucket's sorted set of users whose claim marker in its
+// buyers hash is pending (member = user id, score = the claim's time in
+// unix milliseconds): the leader settles those older than a bound.
+func ClaimsKey(sale string) string { return "fg:{" + sale + "}:claims" }
+
 // SinkGroup is the consumer group the order sinks read order streams with.
 const SinkGroup = "ordersink"
 
@@ -80,7 +85,14 @@ const (
 // control plane last rebuilt or checked the sale on. A replica promoted by a
 // failover carries the old primary's value but has a replication id of its
 // own, so the mismatch tells the control plane to rebuild the sale.
+//
+// sale may also be a bucket's tag (a bucketed sale keeps one marker per
+// bucket, beside the one of its own hash); LedgerPrimaryKey is the ledger's.
 func PrimaryKey(sale string) string { return "fg:{" + sale + "}:primary" }
+
+// LedgerPrimaryKey is PrimaryKey for the slot of a bucketed sale's ledger
+// (LedgerKey).
+func LedgerPrimaryKey(sale string) string { return "fg:{" + sale + "~ledger}:primary" }
 
 // Fields a dead-letter entry (DeadKey) adds to the original entry's fields.
 const (
@@ -116,3 +128,22 @@ func LeaderKeys() []string { return []string{LeaderKey()} }
 
 // LedgerKeys is Ledger's KEYS: a bucketed sale's allocation ledger.
 func LedgerKeys(sale string) []string { return []string{LedgerKey(sale)} }
+
+// SpillReserveKeys is the KEYS of a spill reserve (Reserve with ARGV[7]):
+// sale hash, buyers hash, orders stream, released set of the spill bucket.
+func SpillReserveKeys(tag string) []string {
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), ReleasedKey(tag)}
+}
+
+// ClaimKeys is Claim's KEYS: sale hash, buyers hash, claims of the home
+// bucket.
+func ClaimKeys(tag string) []string { return []string{SaleKey(tag), BuyersKey(tag), ClaimsKey(tag)} }
+
+// MarkerKeys is the KEYS of Finalize and Unmark: buyers hash, claims,
+// released set of the home bucket.
+func MarkerKeys(tag string) []string {
+	return []string{BuyersKey(tag), ClaimsKey(tag), ReleasedKey(tag)}
+}
+
+// UnclaimKeys is Unclaim's KEYS: buyers hash and claims of the home bucket.
+func UnclaimKeys(tag string) []string { return []string{BuyersKey(tag), ClaimsKey(tag)} }

@@ -5,6 +5,7 @@
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] orders stream fg:{<sale>}:orders
+-- KEYS[4] released set  fg:{<sale>}:released
 -- ARGV[1] order id (minted by the caller)
 -- ARGV[2] user id
 -- ARGV[3] quantity
@@ -12,17 +13,25 @@
 -- ARGV[5] sale id
 -- ARGV[6] optional: the bucket index, when KEYS are a bucket's of a bucketed
 --         sale; the entry then carries it as its "bucket" field
+-- (KEYS[4] is read only with ARGV[7].)
+-- ARGV[7] optional: "spill" when the bucket is not the user's home (the
+--         home holds the user's claim, lua.Claim): an order the leader
+--         fenced in KEYS[4] (lua.SpillCheck) is refused, and a sold-out
+--         answer counts no want
 --
 -- Returns {code, order id}:
 --   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry added
 --   {1, ""}       no such sale
 --   {2, ""}       not started
 --   {3, ""}       closed
---   {4, ""}       sold out (booked + qty > total); with ARGV[6], want += 1
+--   {4, ""}       sold out (booked + qty > total); with ARGV[6] and
+--                 without ARGV[7], want += 1
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
 --   {7, ""}       paused while a re-sync rebuilds it (resume set): an open
 --                 sale that sells again shortly, so the buyer should retry
+--   {8, ""}       spill only: the order was fenced here by the leader
+--                 settling its stale claim; nothing changed
 local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
 if not f[1] then
   return {1, ''}
@@ -36,6 +45,9 @@ if f[3] ~= '1' then
   end
   return {2, ''}
 end
+if ARGV[7] and redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+  return {8, ''}
+end
 local existing = redis.call('HGET', KEYS[2], ARGV[2])
 if existing then
   return {5, existing}
@@ -46,7 +58,7 @@ if not n or n < 1 or n > perUser or n ~= math.floor(n) then
   return {6, ''}
 end
 if tonumber(f[2] or '0') + n > tonumber(f[1]) then
-  if ARGV[6] then
+  if ARGV[6] and not ARGV[7] then
     -- A bucket turning a buyer away tells the leader's rebalancing that it
     -- has buyers while it is empty.
     redis.call('HINCRBY', KEYS[1], 'want', 1)

@@ -33,6 +33,16 @@ var (
 	shrinkSrc string
 	//go:embed grant.lua
 	grantSrc string
+	//go:embed claim.lua
+	claimSrc string
+	//go:embed finalize.lua
+	finalizeSrc string
+	//go:embed unclaim.lua
+	unclaimSrc string
+	//go:embed unmark.lua
+	unmarkSrc string
+	//go:embed spillcheck.lua
+	spillCheckSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -54,6 +64,13 @@ var (
 	Ledger = redis.NewScript(ledgerSrc)
 	Shrink = redis.NewScript(shrinkSrc)
 	Grant  = redis.NewScript(grantSrc)
+
+	// The spill path of a bucketed sale (spill.go).
+	Claim      = redis.NewScript(claimSrc)
+	Finalize   = redis.NewScript(finalizeSrc)
+	Unclaim    = redis.NewScript(unclaimSrc)
+	Unmark     = redis.NewScript(unmarkSrc)
+	SpillCheck = redis.NewScript(spillCheckSrc)
 )
 
 // Return codes of Reserve.
@@ -66,6 +83,17 @@ const (
 	ReservePurchased   = 5
 	ReserveBadQuantity = 6
 	ReservePaused      = 7
+	// ReserveFenced answers a spill reserve (ARGV[7]) of an order the
+	// leader fenced while settling its stale claim.
+	ReserveFenced = 8
+)
+
+// Codes of Finalize (the first value of its answer).
+const (
+	FinalizeDone     = 1
+	FinalizeAlready  = 0
+	FinalizeReleased = -1
+	FinalizeConflict = -2
 )
 
 // Return codes of Release.

@@ -152,7 +152,8 @@ func TestBucketedSaleLayer(t *testing.T) {
 	}
 
 	// 60 buyers: each bucket sells out, no user twice, each order in its
-	// buyer's home bucket.
+	// buyer's home bucket or, once that is sold out, spilled to another
+	// with a marker at home.
 	sold := map[string]string{} // user → order
 	for i := 0; i < 60; i++ {
 		u := "user" + strconv.Itoa(i)
@@ -188,13 +189,20 @@ func TestBucketedSaleLayer(t *testing.T) {
 	if len(live) != total {
 		t.Fatalf("live rows: got %d, want %d", len(live), total)
 	}
+	var spilled []flashgate.Order
 	for _, o := range live {
-		if want := l.Home(o.UserID); o.Bucket != want {
-			t.Errorf("order %s of %s: got bucket %d, want home bucket %d", o.ID, o.UserID, o.Bucket, want)
+		if h := l.Home(o.UserID); o.Bucket != h {
+			spilled = append(spilled, o)
+			if v, _ := s.rdb.HGet(ctx, lua.BuyersKey(l.Tag(h)), o.UserID).Result(); v != lua.SpillMarker(o.ID, o.Bucket) {
+				t.Errorf("spilled order %s of %s in bucket %d: home %d holds %q, want its marker", o.ID, o.UserID, o.Bucket, h, v)
+			}
 		}
 		if sold[o.UserID] != o.ID {
 			t.Errorf("row %s of %s was not a reserve's answer", o.ID, o.UserID)
 		}
+	}
+	if len(spilled) == 0 {
+		t.Fatalf("no order spilled out of its home bucket")
 	}
 	st, err := s.cp.SaleStatus(ctx, sale)
 	if err != nil {
@@ -259,6 +267,15 @@ func TestBucketedSaleLayer(t *testing.T) {
 	}
 	if _, err := s.inv.Reserve(ctx, sale, victim.UserID, 1); !errors.Is(err, flashgate.ErrSoldOut) {
 		t.Errorf("after the rebuild the cancelled buyer's home bucket: got %v, want sold out", err)
+	}
+	// A spilled buyer's marker came back with their home bucket.
+	for _, o := range spilled {
+		if o.ID == victim.ID {
+			continue
+		}
+		if _, err := s.inv.Reserve(ctx, sale, o.UserID, 1); !errors.As(err, &pe) || pe.OrderID != o.ID {
+			t.Errorf("after the rebuild spilled buyer %s reserves again: got %v, want already purchased %s", o.UserID, err, o.ID)
+		}
 	}
 	// The settlement of the closed sale adds its buckets up.
 	if err := s.cp.Stop(ctx, sale); err != nil {

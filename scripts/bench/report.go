@@ -16,6 +16,7 @@ type report struct {
 	http     *httpResult
 	crowd    *crowdResult
 	storm    *stormResult
+	buckets  *bucketsResult // buckets.go
 	failures []string
 	commands []string
 	elapsed  time.Duration
@@ -350,6 +351,8 @@ func (b *bench) markdown() []byte {
 			p("| `serve` RSS afterwards | %.1f MB |\n", s.RSS)
 		}
 	}
+
+	p("%s", r.bucketsSection())
 
 	if len(r.goBench) > 0 {
 		p("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -count %d` over the packages that have benchmarks (real redis-server where the benchmark needs one); ns/op as median (min–max).\n\n| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n", cfg.GoBench)

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// TestLazyConnExtendedDeadline checks that a read the armed deadline would
+// have cut short carries on to the later deadline set after it.
+func TestLazyConnExtendedDeadline(t *testing.T) {
+	client, server := tcpPair(t)
+	c := &lazyConn{Conn: server}
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) // armed
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))       // recorded only
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		client.Write([]byte("x"))
+	}()
+	buf := make([]byte, 1)
+	if n, err := c.Read(buf); n != 1 || err != nil {
+		t.Fatalf("got %d, %v; want the byte sent after the first deadline", n, err)
+	}
+}
+
+// TestLazyConnDeadlineInForce checks that a read times out at the deadline
+// set last, never at an earlier one still armed, and at once when the last
+// one is earlier than the armed one.
+func TestLazyConnDeadlineInForce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first time.Duration
+		last  time.Duration
+	}{
+		{"later", 50 * time.Millisecond, 400 * time.Millisecond},
+		{"earlier", 10 * time.Second, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, server := tcpPair(t)
+			c := &lazyConn{Conn: server}
+			start := time.Now()
+			c.SetReadDeadline(start.Add(tc.first))
+			c.SetReadDeadline(start.Add(tc.last))
+			_, err := c.Read(make([]byte, 1))
+			took := time.Since(start)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("got %v, want a deadline error", err)
+			}
+			if took < tc.last {
+				t.Fatalf("timed out after %s, want no sooner than the last deadline, %s", took, tc.last)
+			}
+			if took > 5*time.Second {
+				t.Fatalf("timed out after %s, want about %s", took, tc.last)
+			}
+		})
+	}
+}
+
+// TestLazyConnClearedDeadline checks that a zero deadline set after one
+// armed leaves the read without a deadline.
+func TestLazyConnClearedDeadline(t *testing.T) {
+	client, server := tcpPair(t)
+	c := &lazyConn{Conn: server}
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	c.SetReadDeadline(time.Time{})
+	go func() {
+		time.Sleep(250 * time.Millisecond)
+		client.Write([]byte("x"))
+	}()
+	if n, err := c.Read(make([]byte, 1)); n != 1 || err != nil {
+		t.Fatalf("got %d, %v; want the byte", n, err)
+	}
+}
+
+// TestLazyConnWriteExtended checks that a write the armed deadline cuts
+// short carries on to the later deadline and writes everything.
+func TestLazyConnWriteExtended(t *testing.T) {
+	client, server := tcpPair(t)
+	c := &lazyConn{Conn: server}
+	c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	const size = 32 << 20 // more than the socket buffers hold
+	got := make(chan int64, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the armed deadline fires first
+		n, _ := io.Copy(io.Discard, io.LimitReader(client, size))
+		got <- n
+	}()
+	n, err := c.Write(make([]byte, size))
+	if n != size || err != nil {
+		t.Fatalf("got %d, %v; want %d written", n, err, size)
+	}
+	if r := <-got; r != size {
+		t.Fatalf("peer read %d, want %d", r, size)
+	}
+}
+
+// countingConn counts the deadlines that reach the socket.
+type countingConn struct {
+	net.Conn
+	reads, writes atomic.Int64
+}
+
+func (c *countingConn) SetReadDeadline(t time.Time) error {
+	c.reads.Add(1)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *countingConn) SetWriteDeadline(t time.Time) error {
+	c.writes.Add(1)
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// TestLazyConnFewDeadlines checks the point of lazyConn: requests served
+// in a row on one connection, each setting the idle, read and write
+// deadlines as fasthttp does, move the socket's deadlines a few times, not
+// three times a request.
+func TestLazyConnFewDeadlines(t *testing.T) {
+	client, server := tcpPair(t)
+	counted := &countingConn{Conn: server}
+	c := &lazyConn{Conn: counted}
+	const requests = 1000
+	go func() {
+		buf := make([]byte, 16)
+		for range requests {
+			client.Write([]byte("q"))
+			io.ReadFull(client, buf[:1])
+		}
+	}()
+	buf := make([]byte, 1)
+	for i := range requests {
+		if i > 0 {
+			c.SetReadDeadline(time.Now().Add(60 * time.Second)) // idle
+		}
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, w := counted.reads.Load(), counted.writes.Load(); r > 4 || w > 4 {
+		t.Fatalf("got %d read and %d write deadlines on the socket for %d requests, want a few", r, w, requests)
+	}
+}

@@ -1,0 +1,504 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+// The buckets phase: reserve scripts per second of one sale split in 3
+// buckets against one unbucketed sale, on one local Redis Cluster of 3
+// primaries (and 3 replicas), in one run. The load is the real reserve
+// script (lua.Reserve, EVALSHA) with a new buyer each call, written as raw
+// RESP, bucketsPipeline commands per round trip, on bucketsConnsPerPrimary
+// connections to each primary a sale's keys live on (the same number of
+// connections in all for both sales): generating a command costs a few
+// hundred nanoseconds, against several microseconds for Redis to run it, so
+// the figure is the primaries', as far as the machine's cores allow — the
+// primaries and the generator share them, and the report gives each one's
+// CPU.
+
+const (
+	bucketsN               = 3
+	bucketsConns           = 6 // connections in all, per sale
+	bucketsPipeline        = 64
+	bucketsDefaultSeconds  = 3
+	bucketsDefaultRounds   = 3
+	bucketsCoolDown        = 500 * time.Millisecond
+	bucketsGeneratorPrefix = "bench"
+)
+
+// bucketsRun is one timed run against one sale.
+type bucketsRun struct {
+	Sale      string
+	Buckets   int
+	Scripts   int64   // reserve scripts answered "reserved"
+	Rate      float64 // of them per second
+	Elapsed   time.Duration
+	PerNode   map[string]int64   // EVALSHA calls per primary (INFO commandstats)
+	NodeCPU   map[string]float64 // cores each primary used (INFO cpu)
+	ReplCPU   float64            // cores the replicas used, all together
+	GenCPU    float64            // cores this process (the generator) used
+	Primaries int                // primaries the sale's keys are on
+}
+
+// bucketsResult is the phase's part of the report.
+type bucketsResult struct {
+	Seconds int
+	Rounds  int
+	One     []bucketsRun // unbucketed
+	Split   []bucketsRun // 3 buckets
+	Notes   []string
+}
+
+func (b *bench) bucketsPhase(ctx context.Context) error {
+	seconds, err := envInt("BUCKETS_SECONDS", bucketsDefaultSeconds)
+	if err != nil {
+		return err
+	}
+	rounds, err := envInt("BUCKETS_ROUNDS", bucketsDefaultRounds)
+	if err != nil {
+		return err
+	}
+	seconds, rounds = max(seconds, 1), max(rounds, 1)
+	res := &bucketsResult{Seconds: seconds, Rounds: rounds}
+	b.rep.buckets = res
+
+	dir := b.path("cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	bin, err := lookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	cl, err := redistest.StartClusterServers(bin, dir)
+	if err != nil {
+		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	defer cl.Stop()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	defer cc.Close()
+
+	// Sales are created as the control plane creates them (bucket salts
+	// placed on distinct primaries), over a throwaway SQLite database.
+	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(dir, "bench.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cp, err := controlplane.New(controlplane.Config{Redis: cc, Store: db, Releaser: inventory.New(cc, inventory.Config{}),
+		AdminToken: b.adminTok, Logger: quiet, PersistWait: -1, NodeID: "bench"})
+	if err != nil {
+		return err
+	}
+	sha, err := loadReserve(ctx, cc)
+	if err != nil {
+		return err
+	}
+	for round := range rounds {
+		for _, n := range []int{1, bucketsN} {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			id := fmt.Sprintf("bk%d-%d", n, round)
+			sale := flashgate.Sale{ID: id, Name: id, PriceCents: 100, Total: maxUnits}
+			if n > 1 {
+				sale.Buckets = n
+			}
+			created, err := cp.CreateSale(ctx, sale)
+			if err != nil {
+				return fmt.Errorf("creating sale %s: %w", id, err)
+			}
+			if err := cp.Start(ctx, id); err != nil {
+				return fmt.Errorf("opening sale %s: %w", id, err)
+			}
+			l := lua.Layout{Sale: id, Salts: created.BucketSalts}
+			run, err := reserveLoad(ctx, cc, sha, l, time.Duration(seconds)*time.Second)
+			if err != nil {
+				return fmt.Errorf("sale %s: %w", id, err)
+			}
+			b.logf("  %d bucket(s): %s reserve scripts/s on %d primaries (cores: primaries %s, replicas %.2f, generator %.2f)",
+				n, num(run.Rate), run.Primaries, fmtCores(run.NodeCPU), run.ReplCPU, run.GenCPU)
+			if n == 1 {
+				res.One = append(res.One, run)
+			} else {
+				res.Split = append(res.Split, run)
+			}
+			// Each sale's keys go (a million-unit sale's buyers and stream
+			// fill memory), then a pause for the lazy free.
+			for _, t := range l.Tags() {
+				_ = cc.Unlink(ctx, lua.BuyersKey(t)).Err()
+				_ = cc.Unlink(ctx, lua.OrdersKey(t)).Err()
+			}
+			time.Sleep(bucketsCoolDown)
+		}
+	}
+	return nil
+}
+
+// loadReserve loads the reserve script on every primary and returns its SHA.
+func loadReserve(ctx context.Context, cc *redis.ClusterClient) (string, error) {
+	var mu sync.Mutex
+	sha := ""
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		h, err := lua.Reserve.Load(ctx, c).Result()
+		mu.Lock()
+		sha = h
+		mu.Unlock()
+		return err
+	})
+	return sha, err
+}
+
+// reserveLoad runs reserve scripts of sale layout l for d: bucketsConns
+// connections spread evenly over the primaries of its buckets (all on the
+// sale's one primary when unbucketed), each sending bucketsPipeline
+// EVALSHAs of a new buyer per round trip.
+func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, l lua.Layout, d time.Duration) (bucketsRun, error) {
+	run := bucketsRun{Sale: l.Sale, Buckets: l.N(), PerNode: map[string]int64{}, NodeCPU: map[string]float64{}}
+	type target struct {
+		addr   string
+		tag    string
+		bucket int
+	}
+	var targets []target
+	nodes := map[string]bool{}
+	for b, t := range l.Tags() {
+		m, err := cc.MasterForKey(ctx, lua.SaleKey(t))
+		if err != nil {
+			return run, err
+		}
+		targets = append(targets, target{m.Options().Addr, t, b})
+		nodes[m.Options().Addr] = true
+	}
+	run.Primaries = len(nodes)
+	before, err := nodeStats(ctx, cc, false)
+	if err != nil {
+		return run, err
+	}
+	rbefore, err := nodeStats(ctx, cc, true)
+	if err != nil {
+		return run, err
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range bucketsConns {
+		t := targets[i%len(targets)]
+		c, err := net.Dial("tcp", t.addr)
+		if err != nil {
+			return run, err
+		}
+		conns = append(conns, c)
+	}
+	var total atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		t := targets[i%len(targets)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := reserveConn(ctx, c, sha, l.Sale, t.tag, t.bucket, l.Bucketed(), i, deadline)
+			total.Add(n)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	wg.Wait()
+	run.Elapsed = time.Since(start)
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if e := firstErr.Load(); e != nil {
+		return run, *e
+	}
+	after, err := nodeStats(ctx, cc, false)
+	if err != nil {
+		return run, err
+	}
+	rafter, err := nodeStats(ctx, cc, true)
+	if err != nil {
+		return run, err
+	}
+	for addr, a := range rafter {
+		run.ReplCPU += (a.cpu - rbefore[addr].cpu) / run.Elapsed.Seconds()
+	}
+	run.Scripts = total.Load()
+	run.Rate = float64(run.Scripts) / run.Elapsed.Seconds()
+	run.GenCPU = (tvSeconds(ru1.Utime) + tvSeconds(ru1.Stime) - tvSeconds(ru0.Utime) - tvSeconds(ru0.Stime)) / run.Elapsed.Seconds()
+	for addr, a := range after {
+		run.PerNode[addr] = a.evalsha - before[addr].evalsha
+		run.NodeCPU[addr] = (a.cpu - before[addr].cpu) / run.Elapsed.Seconds()
+	}
+	return run, nil
+}
+
+func tvSeconds(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
+
+// reserveConn sends pipelines of reserve scripts on c until deadline and
+// returns how many reserved; any other answer is an error.
+func reserveConn(ctx context.Context, c net.Conn, sha, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
+	keys := lua.ReserveKeys(tag)
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	// Every command but its order and user ids is the same: the parts
+	// before and after them are built once.
+	argc := 1 + 1 + 1 + len(keys) + 5
+	if bucketed {
+		argc++
+	}
+	var head []byte
+	head = append(head, '*')
+	head = strconv.AppendInt(head, int64(argc), 10)
+	head = append(head, "\r\n"...)
+	for _, a := range append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...) {
+		head = bulk(head, a)
+	}
+	var tail []byte
+	tail = bulk(tail, "1")
+	tail = bulk(tail, now)
+	tail = bulk(tail, sale)
+	if bucketed {
+		tail = bulk(tail, strconv.Itoa(bucket))
+	}
+	prefix := bucketsGeneratorPrefix + strconv.Itoa(conn) + "-"
+	w := bufio.NewWriterSize(c, 64<<10)
+	r := bufio.NewReaderSize(c, 64<<10)
+	buf := make([]byte, 0, 64<<10)
+	var n, seq int64
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		buf = buf[:0]
+		for range bucketsPipeline {
+			seq++
+			buf = append(buf, head...)
+			id := strconv.AppendInt([]byte(prefix), seq, 10)
+			buf = bulkBytes(buf, append([]byte("o"), id...)) // order id
+			buf = bulkBytes(buf, append([]byte("u"), id...)) // user id
+			buf = append(buf, tail...)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return n, err
+		}
+		if err := w.Flush(); err != nil {
+			return n, err
+		}
+		for range bucketsPipeline {
+			code, err := readReserveReply(r)
+			if err != nil {
+				return n, err
+			}
+			if code != lua.ReserveOK {
+				return n, fmt.Errorf("reserve script answered code %d, want %d (reserved)", code, lua.ReserveOK)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+func bulk(b []byte, s string) []byte { return bulkBytes(b, []byte(s)) }
+
+func bulkBytes(b, s []byte) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, s...)
+	return append(b, "\r\n"...)
+}
+
+// readReserveReply reads one reply of the reserve script ({code, order
+// id}) and returns its code.
+func readReserveReply(r *bufio.Reader) (int64, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if len(line) < 3 || line[0] != '*' {
+		return 0, fmt.Errorf("reserve reply: %q", strings.TrimSpace(string(line)))
+	}
+	line, err = r.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line[0] != ':' {
+		return 0, fmt.Errorf("reserve reply code: %q", strings.TrimSpace(string(line)))
+	}
+	code, err := strconv.ParseInt(string(line[1:len(line)-2]), 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	line, err = r.ReadSlice('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line[0] != '$' {
+		return 0, errors.New("reserve reply: no order id")
+	}
+	size, err := strconv.Atoi(string(line[1 : len(line)-2]))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.Discard(size + 2); err != nil {
+		return 0, err
+	}
+	return code, nil
+}
+
+type nodeStat struct {
+	evalsha int64
+	cpu     float64 // used_cpu_user + used_cpu_sys, seconds
+}
+
+// nodeStats reads every primary's (or replica's) EVALSHA calls and CPU
+// seconds.
+func nodeStats(ctx context.Context, cc *redis.ClusterClient, replicas bool) (map[string]nodeStat, error) {
+	out := map[string]nodeStat{}
+	var mu sync.Mutex
+	each := cc.ForEachMaster
+	if replicas {
+		each = cc.ForEachSlave
+	}
+	err := each(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
+		if err != nil {
+			return err
+		}
+		var st nodeStat
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+				st.evalsha, _ = strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			}
+			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if rest, ok := strings.CutPrefix(line, f); ok {
+					v, _ := strconv.ParseFloat(rest, 64)
+					st.cpu += v
+				}
+			}
+		}
+		mu.Lock()
+		out[c.Options().Addr] = st
+		mu.Unlock()
+		return nil
+	})
+	return out, err
+}
+
+// fmtCores lists the cores each primary used, busiest first.
+func fmtCores(m map[string]float64) string {
+	var v []float64
+	for _, c := range m {
+		v = append(v, c)
+	}
+	for i := range v {
+		for j := i + 1; j < len(v); j++ {
+			if v[j] > v[i] {
+				v[i], v[j] = v[j], v[i]
+			}
+		}
+	}
+	var s []string
+	for _, c := range v {
+		s = append(s, fmt.Sprintf("%.2f", c))
+	}
+	return strings.Join(s, " / ")
+}
+
+// bucketsSection is the phase's part of docs/BENCHMARKS.md.
+func (r *report) bucketsSection() string {
+	res := r.buckets
+	if res == nil || len(res.One) == 0 || len(res.Split) == 0 {
+		return ""
+	}
+	var w strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
+	one, split := bucketRates(res.One), bucketRates(res.Split)
+	var ratios []float64
+	for i := range res.One {
+		if i < len(res.Split) && res.One[i].Rate > 0 {
+			ratios = append(ratios, res.Split[i].Rate/res.One[i].Rate)
+		}
+	}
+	p("\n## One hot sale over several primaries: bucketed vs unbucketed\n\n")
+	p("A local Redis Cluster of 3 primaries and 3 replicas (no persistence). One sale of %s units in one slot, and one in %d buckets placed on the %d primaries by the control plane, each driven for %d s, alternating, %s; a fresh sale each run. "+
+		"The load is the real reserve script (`EVALSHA` of `lua/reserve.lua`), a new buyer every call (the whole script runs: checks, `HINCRBY`s, buyer entry, `XADD`), "+
+		"written as raw RESP by `scripts/bench` itself, %d commands per round trip on %d connections in all (spread over the buckets' primaries; all on the one primary of the unbucketed sale). Reserve scripts per second, median (min–max):\n\n",
+		num(maxUnits), bucketsN, bucketsN, res.Seconds, plural(res.Rounds, "round"), bucketsPipeline, bucketsConns)
+	p("| sale | reserve scripts/s | CPU per script on the primaries | primaries (cores, each) | replicas (cores, all) | generator (cores) |\n|---|---|---|---|---|---|\n")
+	var perScript []float64 // µs of primary CPU per script, every run
+	row := func(name string, rs []bucketsRun, st stat) {
+		var gen, repl, per []float64
+		for _, r := range rs {
+			gen, repl = append(gen, r.GenCPU), append(repl, r.ReplCPU)
+			var c float64
+			for _, v := range r.NodeCPU {
+				c += v
+			}
+			if r.Rate > 0 {
+				per = append(per, c/r.Rate*1e6)
+				perScript = append(perScript, c/r.Rate*1e6)
+			}
+		}
+		p("| %s | %s | %.1f µs | %s | %.2f | %.2f |\n", name, rateCell(st), statOf(per).Med,
+			fmtCores(rs[len(rs)-1].NodeCPU), statOf(repl).Med, statOf(gen).Med)
+	}
+	row("unbucketed (1 slot, 1 primary)", res.One, one)
+	row(fmt.Sprintf("%d buckets (%d primaries)", bucketsN, res.Split[0].Primaries), res.Split, split)
+	p("| ratio | %s | | | | |\n", ratioCell(statOf(ratios)))
+	if us := statOf(perScript).Med; us > 0 {
+		p("\nThe capacity model with these figures: one primary on a core of its own runs about 1 / %.1f µs = %s reserve scripts/s; one sale in %d buckets on %d such primaries about %s/s.\n",
+			us, num(1e6/us), bucketsN, bucketsN, num(bucketsN*1e6/us))
+	}
+	last := res.Split[len(res.Split)-1]
+	var per []string
+	for _, n := range last.PerNode {
+		if n > 0 {
+			per = append(per, fmt.Sprintf("%.0f%%", 100*float64(n)/float64(last.Scripts)))
+		}
+	}
+	p("\nThe %d-bucket run's scripts per primary (`INFO commandstats`, last round): %s. CPU is each redis-server's `used_cpu_user + used_cpu_sys` over the run (primaries: last round, each; replicas and CPU per script: median over the rounds); the generator's is this process's. "+
+		"The capacity model is scripts/s per primary × primaries: with a core for each primary (and its replica elsewhere) the ratio approaches %d. "+
+		"Here %d primaries, their replicas and the generator share %s with whatever else the machine runs, so the bucketed sale is bounded by the cores, not by a primary: compare the CPU per script and the cores the primaries got, not only the rates.\n",
+		bucketsN, strings.Join(per, ", "), bucketsN, bucketsN, plural(r.machine.CPUs, "core"))
+	for _, n := range res.Notes {
+		p("- %s\n", n)
+	}
+	return w.String()
+}
+
+func bucketRates(rs []bucketsRun) stat {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, r.Rate)
+	}
+	return statOf(v)
+}
