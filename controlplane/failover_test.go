@@ -181,32 +181,7 @@ func TestClusterFailoverDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	old, err := cc.MasterForKey(ctx, lua.SaleKey("cf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replica *redis.Client
-	var mu sync.Mutex
-	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		info, _ := c.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_port:"+strconv.Itoa(cl.Node(old.Options().Addr).Port)+"\r\n") {
-			replica = c
-		}
-		return nil
-	})
-	if replica == nil {
-		t.Fatal("no replica of the sale's primary")
-	}
-	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
-		t.Fatalf("CLUSTER FAILOVER: %v", err)
-	}
-	eventually(t, "the replica to own the sale's slot", func() bool {
-		cc.ReloadState(ctx)
-		m, err := cc.MasterForKey(ctx, lua.SaleKey("cf"))
-		return err == nil && m.Options().Addr == replica.Options().Addr
-	})
+	replica := clusterFailover(t, ctx, cl, cc, lua.SaleKey("cf"))
 	// Make the new owner forget a buyer, as an unreplicated write would.
 	if err := cc.HDel(ctx, lua.BuyersKey("cf"), "u3").Err(); err != nil {
 		t.Fatal(err)
@@ -247,4 +222,38 @@ func TestClusterFailoverDetected(t *testing.T) {
 	if v, err := lua.Reserve.Run(ctx, cc, keys, "o9", "u3", 1, t0.UnixMilli(), "cf").Slice(); err != nil || v[0].(int64) != lua.ReservePurchased {
 		t.Errorf("u3 buying again: got %v, %v; want already purchased", v, err)
 	}
+}
+
+// clusterFailover promotes the replica of key's primary with CLUSTER
+// FAILOVER (a clean one: the replica is in sync first) and waits until the
+// client routes key to it; it returns a client of the new primary.
+func clusterFailover(t *testing.T, ctx context.Context, cl *redistest.Cluster, cc *redis.ClusterClient, key string) *redis.Client {
+	t.Helper()
+	old, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replica *redis.Client
+	var mu sync.Mutex
+	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		info, _ := c.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_port:"+strconv.Itoa(cl.Node(old.Options().Addr).Port)+"\r\n") {
+			replica = c
+		}
+		return nil
+	})
+	if replica == nil {
+		t.Fatalf("no replica of %s's primary", key)
+	}
+	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER: %v", err)
+	}
+	eventually(t, "the replica to own "+key+"'s slot", func() bool {
+		cc.ReloadState(ctx)
+		m, err := cc.MasterForKey(ctx, key)
+		return err == nil && m.Options().Addr == replica.Options().Addr
+	})
+	return replica
 }

@@ -5,8 +5,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -290,32 +288,7 @@ func TestClusterBucketFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag0 := l.Tag(0)
-	old, err := cc.MasterForKey(ctx, lua.SaleKey(tag0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var replica *redis.Client
-	var mu sync.Mutex
-	_ = cc.ForEachSlave(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		info, _ := c.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_port:"+strconv.Itoa(cl.Node(old.Options().Addr).Port)+"\r\n") {
-			replica = c
-		}
-		return nil
-	})
-	if replica == nil {
-		t.Fatal("no replica of bucket 0's primary")
-	}
-	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
-		t.Fatalf("CLUSTER FAILOVER: %v", err)
-	}
-	eventually(t, "the replica to own bucket 0's slot", func() bool {
-		cc.ReloadState(ctx)
-		m, err := cc.MasterForKey(ctx, lua.SaleKey(tag0))
-		return err == nil && m.Options().Addr == replica.Options().Addr
-	})
+	clusterFailover(t, ctx, cl, cc, lua.SaleKey(tag0))
 	// The new owner lost zero[3]'s reserve (its buyer entry and unit) and
 	// never saw the shrink: its total is 10, so the buckets' totals add up
 	// to 33 of 30.

@@ -245,20 +245,24 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unexpected script answer %v", res)
 	}
-	if l.Bucketed() {
-		switch code {
-		case lua.ReserveSoldOut:
-			// The end game: another bucket may still have units.
-			return s.spill(ctx, l, l.Home(userID), orderID, userID, qty, now)
-		case lua.ReservePurchased:
-			// The home entry may be a spill's marker.
-			return s.purchased(existing, orderID)
-		}
-	}
-	switch code {
-	case lua.ReserveOK:
+	switch {
+	case code == lua.ReserveOK:
 		s.m.outcome(outOK)
 		return orderID, nil
+	case code == lua.ReservePurchased:
+		// A retried call whose first attempt had reserved finds its own
+		// order; on a bucketed sale the entry may be a spill's marker.
+		return s.purchased(existing, orderID)
+	case code == lua.ReserveSoldOut && l.Bucketed():
+		// The end game: another bucket may still have units.
+		return s.spill(ctx, l, l.Home(userID), orderID, userID, qty, now)
+	}
+	return s.answer(code)
+}
+
+// answer maps a refusing reserve code (not OK, not purchased) to its error.
+func (s *Service) answer(code int64) (string, error) {
+	switch code {
 	case lua.ReserveNoSale:
 		s.m.outcome(outNotFound)
 		return "", errNoSale
@@ -271,15 +275,6 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	case lua.ReserveSoldOut:
 		s.m.outcome(outSoldOut)
 		return "", errSoldOut
-	case lua.ReservePurchased:
-		if existing == orderID {
-			// A retried call (by go-redis, or by a Client whose answer was
-			// lost) whose first attempt had reserved: the order is ours.
-			s.m.outcome(outOK)
-			return orderID, nil
-		}
-		s.m.outcome(outPurchased)
-		return "", &flashgate.PurchasedError{OrderID: existing}
 	case lua.ReserveBadQuantity:
 		s.m.outcome(outBadRequest)
 		return "", errQtyPerUser

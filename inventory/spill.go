@@ -199,33 +199,6 @@ func (s *Service) purchased(existing, orderID string) (string, error) {
 	return "", &flashgate.PurchasedError{OrderID: existing}
 }
 
-// answer maps a refusing reserve code (not OK, not purchased) to its error.
-func (s *Service) answer(code int64) (string, error) {
-	switch code {
-	case lua.ReserveNoSale:
-		s.m.outcome(outNotFound)
-		return "", errNoSale
-	case lua.ReserveNotStarted:
-		s.m.outcome(outNotStarted)
-		return "", errNotStarted
-	case lua.ReserveClosed:
-		s.m.outcome(outClosed)
-		return "", errClosed
-	case lua.ReserveSoldOut:
-		s.m.outcome(outSoldOut)
-		return "", errSoldOut
-	case lua.ReserveBadQuantity:
-		s.m.outcome(outBadRequest)
-		return "", errQtyPerUser
-	case lua.ReservePaused:
-		s.m.outcome(outPaused)
-		return "", errPaused
-	default:
-		s.m.outcome(outError)
-		return "", fmt.Errorf("reserving: unknown script code %d", code)
-	}
-}
-
 // unmark clears the home bucket markers of released orders of a bucketed
 // sale that were reserved outside their buyer's home (lua.Unmark), one
 // script call per home bucket.
