@@ -143,16 +143,8 @@ func TestFailoverRebuildsBeforeSelling(t *testing.T) {
 // and checks that the next tick notices the new owner and rebuilds the sale
 // from the database: paused one pass with its buyers restored, then open.
 func TestClusterFailoverDetected(t *testing.T) {
-	ctx := context.Background()
-	cl := redistest.StartCluster(t)
-	cc := cl.Client(t, false)
-	db := openDB(t, sqliteDSN(t))
-	svc, err := New(Config{Redis: cc, Store: db, Releaser: &luaReleaser{rdb: cc}, AdminToken: testToken,
-		Clock: testclock.New(t0), Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, db: db, svc: svc}
+	e := newEnvOn(t, "own-cluster", sqliteDSN(t), nil)
+	ctx, cl, cc, db, svc := e.ctx, e.cluster, e.rdb.(*redis.ClusterClient), e.db, e.svc
 	lastResync := time.Now()
 	tick := func() { svc.tick(ctx, &lastResync) }
 	e.openSale("cf", 10, 1)

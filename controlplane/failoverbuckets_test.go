@@ -250,27 +250,12 @@ func TestBucketFailoverRebuildsBeforeSelling(t *testing.T) {
 // buckets sell on, the lost buyer is back, its total is what the other
 // buckets do not hold (no unit twice), and it reopens at the next re-sync.
 func TestClusterBucketFailover(t *testing.T) {
-	ctx := context.Background()
-	cl := redistest.StartCluster(t)
-	cc := cl.Client(t, false)
-	db := openDB(t, sqliteDSN(t))
-	svc, err := New(Config{Redis: cc, Store: db, Releaser: &luaReleaser{rdb: cc}, AdminToken: testToken,
-		Clock: testclock.New(t0), Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, rdb: cc, db: db, svc: svc}
+	e := newEnvOn(t, "own-cluster", sqliteDSN(t), nil)
+	ctx, cl, cc, svc := e.ctx, e.cluster, e.rdb.(*redis.ClusterClient), e.svc
 	lastResync := time.Now()
 	tick := func() { svc.tick(ctx, &lastResync) }
 	const sale, total = "cbf", 30
-	created, err := svc.CreateSale(ctx, flashgate.Sale{ID: sale, Name: "B", PriceCents: 500, Total: total, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "B", PriceCents: 500, Total: total, Buckets: 3})
 	tick()
 	k := &bucketBuyer{t: t, rdb: cc, l: l, wins: map[string]int{}}
 	zero, one := usersOf(l, 0, 6, "z"), usersOf(l, 1, 6, "w")
@@ -340,14 +325,7 @@ func TestClusterBucketFailover(t *testing.T) {
 func TestLedgerFailoverRepaired(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
 	const sale = "lf"
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "L", Total: 12, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "L", Total: 12, Buckets: 3})
 	lastResync := time.Now()
 	e.svc.tick(e.ctx, &lastResync)
 	if err := e.rdb.HSet(e.ctx, lua.SaleKey(l.Tag(0)), lua.FieldTotal, 2, lua.FieldShrinkSeq, 5, lua.FieldShrinkFreed, 2).Err(); err != nil {
@@ -386,14 +364,7 @@ func TestLedgerFailoverRepaired(t *testing.T) {
 func TestBucketFailoverLostBucket(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
 	const sale, total = "lb", 12
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "L", Total: total, Buckets: 3, PriceCents: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "L", Total: total, Buckets: 3, PriceCents: 500})
 	lastResync := time.Now()
 	tick := func() { e.svc.tick(e.ctx, &lastResync) }
 	tick()
@@ -433,14 +404,7 @@ func TestBucketFailoverLostBucket(t *testing.T) {
 func TestNoRebalanceWhileBucketRecovers(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
 	const sale = "nr"
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "N", Total: 12, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "N", Total: 12, Buckets: 3})
 	lastResync := time.Now()
 	e.svc.tick(e.ctx, &lastResync)
 	k := &bucketBuyer{t: t, rdb: e.rdb, l: l, wins: map[string]int{}}

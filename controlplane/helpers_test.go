@@ -115,17 +115,22 @@ func newEnv(t *testing.T, dsn string, mod func(*Config)) *env {
 	return newEnvOn(t, "single", dsn, mod)
 }
 
-// newEnvOn is newEnv on backend: "single" (a redis-server of its own) or
-// "cluster" (the package's shared Redis Cluster, emptied).
+// newEnvOn is newEnv on backend: "single" (a redis-server of its own),
+// "cluster" (the package's shared Redis Cluster, emptied) or "own-cluster"
+// (a Redis Cluster of its own, for tests that fail nodes over).
 func newEnvOn(t *testing.T, backend, dsn string, mod func(*Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, db: openDB(t, dsn), clock: testclock.New(t0)}
-	if backend == "cluster" {
+	switch backend {
+	case "cluster":
 		e.cluster = testCluster.Get(t)
 		e.rdb = e.cluster.Client(t, false)
-	} else {
+	case "own-cluster":
+		e.cluster = redistest.StartCluster(t)
+		e.rdb = e.cluster.Client(t, false)
+	default:
 		e.srv = redistest.Start(t)
 		e.rdb = e.srv.Client(t)
 	}
@@ -240,4 +245,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// startBucketed creates and starts the bucketed sale s, and returns its
+// layout.
+func (e *env) startBucketed(s flashgate.Sale) lua.Layout {
+	e.t.Helper()
+	created, err := e.svc.CreateSale(e.ctx, s)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.svc.Start(e.ctx, s.ID); err != nil {
+		e.t.Fatal(err)
+	}
+	return lua.Layout{Sale: s.ID, Salts: created.BucketSalts}
 }

@@ -20,14 +20,7 @@ func TestLeaderRebalancesBuckets(t *testing.T) {
 		c.ResyncEvery = 50 * time.Millisecond
 	})
 	const sale = "hot"
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "Hot", Total: 12, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "Hot", Total: 12, Buckets: 3})
 	// Bucket 0 sells out (4 units); 1 and 2 keep 4 each.
 	tag := l.Tag(0)
 	for i := 0; i < 4; i++ {
@@ -82,14 +75,7 @@ func TestLeaderRebalancesBuckets(t *testing.T) {
 func TestRebalanceEndGame(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
 	const sale = "end"
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "End", Total: 3, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "End", Total: 3, Buckets: 3})
 	tag := l.Tag(0)
 	if err := lua.Reserve.Run(e.ctx, e.rdb, lua.ReserveKeys(tag),
 		"o1", "u1", 1, 0, sale, 0).Err(); err != nil {

@@ -18,14 +18,7 @@ import (
 func TestSettleClaims(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
 	const sale = "spill"
-	created, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: sale, Name: "Spill", Total: 6, Buckets: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.svc.Start(e.ctx, sale); err != nil {
-		t.Fatal(err)
-	}
-	l := lua.Layout{Sale: sale, Salts: created.BucketSalts}
+	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "Spill", Total: 6, Buckets: 3})
 	home := l.Tag(0)
 	var users []string
 	for i := 0; len(users) < 5; i++ {
