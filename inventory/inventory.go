@@ -218,32 +218,19 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		return "", err
 	}
 	now := s.clock.Now().UnixMilli()
-	var res any
-	start := time.Now()
+	var code int64
+	var existing string
 	if l.Bucketed() {
 		// A buyer reserves in their home bucket only, so that one live
 		// order per user stays one atomic script.
 		b := l.Home(userID)
-		tag := l.Tag(b)
-		keys := lua.ReserveKeys(tag)
 		// A sold-out answer also counts the bucket's "want" (reserve.lua).
-		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID, b)
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(l.Tag(b)), orderID, userID, qty, now, saleID, b)
 	} else {
-		keys := lua.ReserveKeys(saleID)
-		res, err = s.runReserve(ctx, keys, orderID, userID, qty, now, saleID)
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(saleID), orderID, userID, qty, now, saleID)
 	}
-	s.m.call(opReserve, start)
 	if err != nil {
-		s.m.outcome(outError)
-		if errors.Is(err, errWaitShort) {
-			return "", err
-		}
-		return "", s.redisError("reserving", err)
-	}
-	code, existing, ok := reserveResult(res)
-	if !ok {
-		s.m.outcome(outError)
-		return "", fmt.Errorf("reserving: unexpected script answer %v", res)
+		return "", err
 	}
 	switch {
 	case code == lua.ReserveOK:
@@ -285,6 +272,28 @@ func (s *Service) answer(code int64) (string, error) {
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unknown script code %d", code)
 	}
+}
+
+// reserveIn runs lua.Reserve on keys (what names the step in errors) and
+// returns its code and the existing order it names; a failed call or an
+// answer it cannot read counts as an error outcome.
+func (s *Service) reserveIn(ctx context.Context, what string, keys []string, args ...any) (code int64, existing string, err error) {
+	start := time.Now()
+	res, err := s.runReserve(ctx, keys, args...)
+	s.m.call(opReserve, start)
+	if err != nil {
+		s.m.outcome(outError)
+		if errors.Is(err, errWaitShort) {
+			return 0, "", err
+		}
+		return 0, "", s.redisError(what, err)
+	}
+	code, existing, ok := reserveResult(res)
+	if !ok {
+		s.m.outcome(outError)
+		return 0, "", fmt.Errorf("%s: unexpected script answer %v", what, res)
+	}
+	return code, existing, nil
 }
 
 // runReserve runs lua.Reserve and, when configured, WAIT on the same

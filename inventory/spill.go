@@ -60,22 +60,11 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 	}
 	paused := false
 	for _, b := range cands {
-		start := time.Now()
-		res, err := s.runReserve(ctx, lua.SpillReserveKeys(l.Tag(b)), orderID, userID, qty, now, l.Sale, b, lua.SpillArg)
-		s.m.call(opReserve, start)
+		c, ex, err := s.reserveIn(ctx, "reserving in a spill bucket", lua.SpillReserveKeys(l.Tag(b)), orderID, userID, qty, now, l.Sale, b, lua.SpillArg)
 		if err != nil {
 			// The outcome is unknown: the claim stays, and the leader
 			// finalises or clears it (controlplane.SettleClaims).
-			s.m.outcome(outError)
-			if errors.Is(err, errWaitShort) {
-				return "", err
-			}
-			return "", s.redisError("reserving in a spill bucket", err)
-		}
-		c, ex, ok := reserveResult(res)
-		if !ok {
-			s.m.outcome(outError)
-			return "", fmt.Errorf("reserving in a spill bucket: unexpected script answer %v", res)
+			return "", err
 		}
 		switch {
 		case c == lua.ReserveOK, c == lua.ReservePurchased && ex == orderID:
