@@ -75,6 +75,14 @@ type Config struct {
 	// closes with it. With WaitReplicas the pipeliner is never used: it would
 	// send WAIT on another connection than the write's.
 	NoAutoPipeline bool
+	// MaxReserveBatch is the most reserves of one sale (or bucket) that one
+	// script call carries (lua.ReserveMany): reserves arriving while
+	// ReserveCallsInFlight calls of their sale are out wait and go together
+	// in the next. 1 sends every reserve alone. Default: 128.
+	MaxReserveBatch int
+	// ReserveCallsInFlight is how many reserve script calls of one sale (or
+	// bucket) may be out at once. Default: 2.
+	ReserveCallsInFlight int
 }
 
 // Service reserves and releases stock on the Redis primary. It is safe for
@@ -91,6 +99,12 @@ type Service struct {
 
 	layoutMu sync.RWMutex
 	layouts  map[string]lua.Layout // sale → its fixed bucket layout
+
+	batchMax      int // Config.MaxReserveBatch; 1: no batching
+	batchInFlight int // Config.ReserveCallsInFlight
+
+	batchMu sync.Mutex
+	lanes   map[string]*lane // tag → its batches; guarded by batchMu
 }
 
 // New returns a Service that writes to primary, which must be the Redis
@@ -124,6 +138,15 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 	if wt <= 0 {
 		wt = time.Second
 	}
+	s.batchMax = cfg.MaxReserveBatch
+	if s.batchMax <= 0 {
+		s.batchMax = 128
+	}
+	s.batchInFlight = cfg.ReserveCallsInFlight
+	if s.batchInFlight <= 0 {
+		s.batchInFlight = 2
+	}
+	s.lanes = make(map[string]*lane)
 	s.waitMillis = wt.Milliseconds()
 	if s.waitMillis < 1 {
 		s.waitMillis = 1 // WAIT 0 would block forever
@@ -218,16 +241,22 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		return "", err
 	}
 	now := s.clock.Now().UnixMilli()
+	// A buyer of a bucketed sale reserves in their home bucket only, so
+	// that one live order per user stays one atomic script; a sold-out
+	// answer there also counts the bucket's "want" (reserve.lua).
+	tag, home := saleID, 0
+	if l.Bucketed() {
+		home = l.Home(userID)
+		tag = l.Tag(home)
+	}
 	var code int64
 	var existing string
-	if l.Bucketed() {
-		// A buyer reserves in their home bucket only, so that one live
-		// order per user stays one atomic script.
-		b := l.Home(userID)
-		// A sold-out answer also counts the bucket's "want" (reserve.lua).
-		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(l.Tag(b)), orderID, userID, qty, now, saleID, b)
+	if s.batchMax > 1 {
+		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, qty)
+	} else if l.Bucketed() {
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), orderID, userID, qty, now, saleID, home)
 	} else {
-		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(saleID), orderID, userID, qty, now, saleID)
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), orderID, userID, qty, now, saleID)
 	}
 	if err != nil {
 		return "", err
@@ -242,7 +271,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		return s.purchased(existing, orderID)
 	case code == lua.ReserveSoldOut && l.Bucketed():
 		// The end game: another bucket may still have units.
-		return s.spill(ctx, l, l.Home(userID), orderID, userID, qty, now)
+		return s.spill(ctx, l, home, orderID, userID, qty, now)
 	}
 	return s.answer(code)
 }
@@ -279,13 +308,10 @@ func (s *Service) answer(code int64) (string, error) {
 // answer it cannot read counts as an error outcome.
 func (s *Service) reserveIn(ctx context.Context, what string, keys []string, args ...any) (code int64, existing string, err error) {
 	start := time.Now()
-	res, err := s.runReserve(ctx, keys, args...)
+	res, acked, err := s.runReserve(ctx, lua.Reserve, keys, args...)
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
-		if errors.Is(err, errWaitShort) {
-			return 0, "", err
-		}
 		return 0, "", s.redisError(what, err)
 	}
 	code, existing, ok := reserveResult(res)
@@ -293,14 +319,22 @@ func (s *Service) reserveIn(ctx context.Context, what string, keys []string, arg
 		s.m.outcome(outError)
 		return 0, "", fmt.Errorf("%s: unexpected script answer %v", what, res)
 	}
+	if order := args[0].(string); s.waitShort(acked, code, existing, order) {
+		s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
+			"sale", args[4], "order", order, "acked", acked, "want", s.waitReplicas)
+		s.m.outcome(outError)
+		return 0, "", errWaitShort
+	}
 	return code, existing, nil
 }
 
-// runReserve runs lua.Reserve and, when configured, WAIT on the same
-// connection.
-func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (any, error) {
+// runReserve runs script (lua.Reserve or lua.ReserveMany) and, when
+// WaitReplicas is set, WAIT on the same connection; acked is the number of
+// replicas WAIT counted (0 when WAIT failed), or -1 without WAIT.
+func (s *Service) runReserve(ctx context.Context, script *redis.Script, keys []string, args ...any) (res any, acked int64, err error) {
 	if s.waitReplicas <= 0 {
-		return lua.Reserve.Run(ctx, s.scripter, keys, args...).Result()
+		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
+		return res, -1, err
 	}
 	// A pipeline holds one connection for all its commands, and WAIT counts
 	// the writes of its own connection. In a cluster the pipeline must go
@@ -309,7 +343,7 @@ func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (a
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		c, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		node = c
 	}
@@ -317,9 +351,9 @@ func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (a
 		pipe := node.Pipeline()
 		var cmd *redis.Cmd
 		if attempt == 0 {
-			cmd = lua.Reserve.EvalSha(ctx, pipe, keys, args...)
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
 		} else {
-			cmd = lua.Reserve.Eval(ctx, pipe, keys, args...)
+			cmd = script.Eval(ctx, pipe, keys, args...)
 		}
 		wait := pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitMillis)
 		start := time.Now()
@@ -329,18 +363,15 @@ func (s *Service) runReserve(ctx context.Context, keys []string, args ...any) (a
 		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			continue
 		}
-		if err == nil {
-			code, existing, _ := reserveResult(res)
-			if code == lua.ReserveOK || (code == lua.ReservePurchased && existing == args[0]) {
-				n, werr := wait.Int64()
-				if werr != nil || n < int64(s.waitReplicas) {
-					s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
-						"sale", args[4], "order", args[0], "acked", n, "want", s.waitReplicas, "err", werr)
-					return nil, errWaitShort
-				}
-			}
+		if err != nil {
+			return nil, 0, err
 		}
-		return res, err
+		n, werr := wait.Int64()
+		if werr != nil {
+			s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", werr)
+			n = 0
+		}
+		return res, n, nil
 	}
 }
 

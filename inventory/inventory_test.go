@@ -667,19 +667,27 @@ func TestOrderIDsMonotonic(t *testing.T) {
 	}
 }
 
-// BenchmarkReserve reserves from a large stock with 32 goroutines per core,
-// one call at a time and auto-pipelined, to be read as a ratio.
+// BenchmarkReserve reserves from a large stock with 32 goroutines per core:
+// one call at a time, auto-pipelined, and batched (lua.ReserveMany, the
+// default), to be read as ratios. redis-µs/op is redis-server's CPU per
+// reserve (INFO cpu).
 func BenchmarkReserve(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		off  bool
-	}{{"one-at-a-time", true}, {"autopipeline", false}} {
+		cfg  inventory.Config
+	}{
+		{"one-at-a-time", inventory.Config{NoAutoPipeline: true, MaxReserveBatch: 1}},
+		{"autopipeline", inventory.Config{MaxReserveBatch: 1}},
+		{"batched", inventory.Config{}},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, rdb := newRedis(b)
 			prepSale(b, rdb, "bench", 1<<50, 1, "open")
-			svc := inventory.New(rdb, inventory.Config{Logger: quiet(), NoAutoPipeline: bc.off})
+			bc.cfg.Logger = quiet()
+			svc := inventory.New(rdb, bc.cfg)
 			var n atomic.Int64
 			ctx := context.Background()
+			cpu0 := redisCPU(b, rdb)
 			b.ReportAllocs()
 			b.SetParallelism(32)
 			b.ResetTimer()
@@ -691,8 +699,28 @@ func BenchmarkReserve(b *testing.B) {
 					}
 				}
 			})
+			b.StopTimer()
+			b.ReportMetric((redisCPU(b, rdb)-cpu0)*1e6/float64(b.N), "redis-µs/op")
 		})
 	}
+}
+
+// redisCPU returns the CPU seconds (user + system) redis-server has used.
+func redisCPU(tb testing.TB, rdb *redis.Client) float64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }
 
 func BenchmarkReserveSoldOut(b *testing.B) {
@@ -714,4 +742,105 @@ func BenchmarkReserveSoldOut(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestReserveBatches sends a crowd — some buyers twice — with one script
+// call of the sale out at a time, so that reserves wait and go in batches
+// (lua.ReserveMany), and wants what one call per reserve gives: the stock
+// sold exactly, to distinct buyers, a repeat buyer told their order, and
+// fewer script calls than reserves.
+func TestReserveBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     inventory.Config
+		batched bool
+	}{
+		{"one call at a time", inventory.Config{ReserveCallsInFlight: 1}, true},
+		{"two calls, batches of 8", inventory.Config{MaxReserveBatch: 8}, true},
+		{"no batching", inventory.Config{MaxReserveBatch: 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := newRedis(t)
+			tc.cfg.Logger = quiet()
+			svc := inventory.New(rdb, tc.cfg)
+			ctx := context.Background()
+			const attempts, buyers, total = 3000, 2000, 500
+			prepSale(t, rdb, "b", total, 1, "open")
+			before := calls(t, rdb, "evalsha")
+			var mu sync.Mutex
+			won := map[string]string{} // user → order
+			var sold, soldOut, again atomic.Int64
+			var repeat []error
+			run(attempts, 128, func(i int) {
+				user := "user-" + strconv.Itoa(i%buyers)
+				id, err := svc.Reserve(ctx, "b", user, 1)
+				var pe *flashgate.PurchasedError
+				switch {
+				case err == nil:
+					sold.Add(1)
+					mu.Lock()
+					if prev, ok := won[user]; ok {
+						t.Errorf("user %s bought twice: %s and %s", user, prev, id)
+					}
+					won[user] = id
+					mu.Unlock()
+				case errors.Is(err, flashgate.ErrSoldOut):
+					soldOut.Add(1)
+				case errors.As(err, &pe):
+					again.Add(1)
+					mu.Lock()
+					repeat = append(repeat, pe)
+					mu.Unlock()
+				default:
+					t.Errorf("Reserve %s: %v", user, err)
+				}
+			})
+			if sold.Load() != total || sold.Load()+soldOut.Load()+again.Load() != attempts {
+				t.Errorf("outcomes: got %d sold, %d sold out, %d already purchased; want %d sold of %d", sold.Load(), soldOut.Load(), again.Load(), total, attempts)
+			}
+			for _, err := range repeat {
+				pe := err.(*flashgate.PurchasedError)
+				found := false
+				for _, id := range won {
+					found = found || id == pe.OrderID
+				}
+				if !found {
+					t.Errorf("already purchased names order %s, which no buyer was given", pe.OrderID)
+				}
+			}
+			if got := booked(t, rdb, "b"); got != total {
+				t.Errorf("booked: got %d, want %d", got, total)
+			}
+			if n, _ := rdb.XLen(ctx, lua.OrdersKey("b")).Result(); n != total {
+				t.Errorf("stream entries: got %d, want %d", n, total)
+			}
+			if n, _ := rdb.HLen(ctx, lua.BuyersKey("b")).Result(); n != total {
+				t.Errorf("buyers: got %d, want %d", n, total)
+			}
+			scripts := calls(t, rdb, "evalsha") - before
+			t.Logf("%d reserves in %d script calls", attempts, scripts)
+			if tc.batched && scripts >= attempts/2 {
+				t.Errorf("script calls: got %d for %d reserves, want fewer than half (batches)", scripts, attempts)
+			}
+			if !tc.batched && scripts < attempts {
+				t.Errorf("script calls: got %d for %d reserves, want one each", scripts, attempts)
+			}
+		})
+	}
+}
+
+// calls returns INFO commandstats' calls of cmd on rdb's server.
+func calls(t *testing.T, rdb *redis.Client, cmd string) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -43,6 +43,8 @@ var (
 	unmarkSrc string
 	//go:embed spillcheck.lua
 	spillCheckSrc string
+	//go:embed reservemany.lua
+	reserveManySrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -71,6 +73,9 @@ var (
 	Unclaim    = redis.NewScript(unclaimSrc)
 	Unmark     = redis.NewScript(unmarkSrc)
 	SpillCheck = redis.NewScript(spillCheckSrc)
+
+	// ReserveMany is Reserve for a batch of orders of one sale or bucket.
+	ReserveMany = redis.NewScript(reserveManySrc)
 )
 
 // Return codes of Reserve.

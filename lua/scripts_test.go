@@ -2,6 +2,8 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
@@ -423,4 +425,120 @@ func TestReleaseBadQuantity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReserveManyMatchesReserve runs random sequences of reserves — repeat
+// buyers, bad and oversized quantities, a stock that runs out — through
+// Reserve one call per order on one sale and through ReserveMany in random
+// batches on another, on an open, a closed, a paused and a missing sale,
+// bucketed and not, and wants the same answer for every order and the same
+// state: counters, buyers and stream entries.
+func TestReserveManyMatchesReserve(t *testing.T) {
+	const one, many = "one", "many"
+	bs := backends(t)
+	for _, st := range []struct {
+		name  string
+		state string // SetState's argument, "" not started
+		extra string // a field set on the sale hash
+		gone  bool
+	}{{name: "open", state: "open"}, {name: "closed", state: "close"}, {name: "paused", extra: lua.FieldResume}, {name: "not started"}, {name: "missing", gone: true}} {
+		for _, bucket := range []string{"", "2"} {
+			forEach(t, bs, st.name+"/bucket="+bucket, func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+				rng := rand.New(rand.NewPCG(uint64(len(st.name)), uint64(len(bucket))))
+				for _, id := range []string{one, many} {
+					if st.gone {
+						continue
+					}
+					if n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(id), 40, 60, 2, 700).Int64(); err != nil || n != 1 {
+						t.Fatalf("Prepare: got %d, %v", n, err)
+					}
+					if st.state != "" {
+						if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), st.state).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if st.extra != "" {
+						if err := rdb.HSet(ctx, lua.SaleKey(id), st.extra, 1).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				qtys := []string{"1", "1", "1", "2", "2", "3", "0", "x", "1.5"}
+				codes := map[int64]int{}
+				for round := 0; round < 12; round++ {
+					k := 1 + rng.IntN(16)
+					var batch []any
+					var want []any
+					for i := 0; i < k; i++ {
+						order := fmt.Sprintf("o%02d-%02d", round, i)
+						user := fmt.Sprintf("u%d", rng.IntN(40))
+						qty := qtys[rng.IntN(len(qtys))]
+						args := []any{order, user, qty, 1700000000123, one}
+						if bucket != "" {
+							args = append(args, bucket)
+						}
+						res, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(one), args...).Slice()
+						if err != nil {
+							t.Fatalf("Reserve: %v", err)
+						}
+						want = append(want, res...)
+						batch = append(batch, order, user, qty)
+					}
+					got, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(many),
+						append([]any{1700000000123, many, bucket}, batch...)...).Slice()
+					if err != nil {
+						t.Fatalf("ReserveMany: %v", err)
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("round %d: ReserveMany answered %v, want %v", round, got, want)
+					}
+					for i := 0; i < len(want); i += 2 {
+						codes[want[i].(int64)]++
+					}
+				}
+				a, b := saleState(t, ctx, rdb, one), saleState(t, ctx, rdb, many)
+				if !reflect.DeepEqual(a, b) {
+					t.Errorf("state after ReserveMany: got %v, want %v", b, a)
+				}
+				if st.state == "open" {
+					for _, c := range []int64{lua.ReserveOK, lua.ReserveSoldOut, lua.ReservePurchased, lua.ReserveBadQuantity} {
+						if codes[c] == 0 {
+							t.Errorf("no answer %d among %v: the case must cover it", c, codes)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// state is what a reserve leaves in Redis: the sale hash, the buyers hash
+// and the stream entries' fields (ids and the sale id aside).
+type state struct {
+	hash, buyers map[string]string
+	entries      []map[string]any
+}
+
+func saleState(t *testing.T, ctx context.Context, rdb *redis.Client, id string) state {
+	t.Helper()
+	var s state
+	var err error
+	if s.hash, err = rdb.HGetAll(ctx, lua.SaleKey(id)).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if s.buyers, err = rdb.HGetAll(ctx, lua.BuyersKey(id)).Result(); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := rdb.XRange(ctx, lua.OrdersKey(id), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.Values[lua.EntrySale] != id {
+			t.Errorf("entry %s: sale %v, want %s", m.ID, m.Values[lua.EntrySale], id)
+		}
+		delete(m.Values, lua.EntrySale)
+		s.entries = append(s.entries, m.Values)
+	}
+	return s
 }

@@ -1,0 +1,223 @@
+package inventory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Reserves of one sale (or one bucket of a bucketed sale: one tag) that
+// arrive while that tag's script calls are in flight are combined into one
+// lua.ReserveMany call, like a database's group commit: a crowd's reserves
+// then cost one script call per batch in redis-server, not one per buyer,
+// and a lone buyer still goes out at once. Each order is answered exactly
+// as its own lua.Reserve would have answered it, in the order the batch
+// lists them.
+
+// reserveReq is one reserve waiting in a batch; the batch's runner sets
+// its answer (code and existing, or err) before closing the batch's done.
+type reserveReq struct {
+	order, user string
+	qty         int64
+	code        int64
+	existing    string
+	err         error // errWaitShort when WAIT fell short of this reserve
+}
+
+// reserveBatch is the reserves of one tag sent in one script call.
+type reserveBatch struct {
+	tag    string
+	keys   []string // lua.ReserveKeys(tag)
+	sale   string
+	bucket string // the bucket index on a bucketed sale, else ""
+	reqs   []*reserveReq
+	err    error         // set when the call failed: every request fails
+	done   chan struct{} // closed once code, existing or err are set
+}
+
+// lane is one tag's batches. Invariant (under Service.batchMu): batches
+// wait in queue only while inflight == Service.batchInFlight; the last
+// queued batch takes new requests until it holds batchMax.
+type lane struct {
+	inflight int
+	queue    []*reserveBatch
+}
+
+// reserveBatched runs one home reserve through its tag's lane and returns
+// its answer as reserveIn does.
+func (s *Service) reserveBatched(ctx context.Context, tag, sale, bucket, orderID, userID string, qty int64) (code int64, existing string, err error) {
+	start := time.Now()
+	r := &reserveReq{order: orderID, user: userID, qty: qty}
+	b, lead := s.join(tag, sale, bucket, r)
+	if lead {
+		s.runBatch(ctx, b)
+	} else {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			// The reserve may still run with its batch: the buyer hears
+			// unavailable, and a retry finds the order.
+			s.m.call(opReserve, start)
+			s.m.outcome(outError)
+			return 0, "", s.redisError("reserving", ctx.Err())
+		}
+	}
+	s.m.call(opReserve, start)
+	if err := cmp.Or(b.err, r.err); err != nil {
+		s.m.outcome(outError)
+		return 0, "", err
+	}
+	return r.code, r.existing, nil
+}
+
+// join adds r to its tag's lane. It reports lead when r's batch is to be
+// sent now, by the caller; otherwise the batch goes when a call of the tag
+// returns (finish), and the caller waits for done.
+func (s *Service) join(tag, sale, bucket string, r *reserveReq) (b *reserveBatch, lead bool) {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	ln := s.lanes[tag]
+	if ln == nil {
+		ln = &lane{}
+		s.lanes[tag] = ln
+	}
+	if ln.inflight < s.batchInFlight {
+		ln.inflight++
+		b = s.newBatch(tag, sale, bucket)
+		b.reqs = append(b.reqs, r)
+		return b, true
+	}
+	if k := len(ln.queue); k > 0 && len(ln.queue[k-1].reqs) < s.batchMax {
+		b = ln.queue[k-1]
+	} else {
+		b = s.newBatch(tag, sale, bucket)
+		ln.queue = append(ln.queue, b)
+	}
+	b.reqs = append(b.reqs, r)
+	return b, false
+}
+
+func (s *Service) newBatch(tag, sale, bucket string) *reserveBatch {
+	return &reserveBatch{tag: tag, keys: lua.ReserveKeys(tag), sale: sale, bucket: bucket, done: make(chan struct{})}
+}
+
+// finish ends a call of tag's lane and returns the batch to send next, if
+// one waits; a lane with nothing in flight is dropped, so lanes stay as
+// many as the tags being bought right now.
+func (s *Service) finish(tag string) *reserveBatch {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	ln := s.lanes[tag]
+	if len(ln.queue) > 0 {
+		next := ln.queue[0]
+		ln.queue[0] = nil
+		ln.queue = ln.queue[1:]
+		return next
+	}
+	ln.inflight--
+	if ln.inflight == 0 {
+		delete(s.lanes, tag)
+	}
+	return nil
+}
+
+// runBatch sends b, answers its requests and starts the batch that waited
+// behind it. The call does not stop when the leader's caller goes away:
+// the other requests of the batch wait for it.
+func (s *Service) runBatch(ctx context.Context, b *reserveBatch) {
+	ctx = context.WithoutCancel(ctx)
+	s.send(ctx, b)
+	close(b.done)
+	if next := s.finish(b.tag); next != nil {
+		// The leader's own caller is answered now; the next batch gets a
+		// goroutine of its own.
+		go s.runBatch(ctx, next)
+	}
+}
+
+// send runs lua.ReserveMany for b (one lua.Reserve for a batch of one) and
+// sets each request's answer, or b.err.
+func (s *Service) send(ctx context.Context, b *reserveBatch) {
+	now := s.clock.Now().UnixMilli()
+	if len(b.reqs) == 1 {
+		r := b.reqs[0]
+		args := []any{r.order, r.user, r.qty, now, b.sale}
+		if b.bucket != "" {
+			args = append(args, b.bucket)
+		}
+		res, acked, err := s.runReserve(ctx, lua.Reserve, b.keys, args...)
+		if err != nil {
+			b.err = s.redisError("reserving", err)
+			return
+		}
+		code, existing, ok := reserveResult(res)
+		if !ok {
+			b.err = fmt.Errorf("reserving: unexpected script answer %v", res)
+			return
+		}
+		r.code, r.existing = code, existing
+		s.checkWait(ctx, b, acked)
+		return
+	}
+	args := make([]any, 0, 3+3*len(b.reqs))
+	args = append(args, now, b.sale, b.bucket)
+	for _, r := range b.reqs {
+		args = append(args, r.order, r.user, r.qty)
+	}
+	res, acked, err := s.runReserve(ctx, lua.ReserveMany, b.keys, args...)
+	if err != nil {
+		b.err = s.redisError("reserving", err)
+		return
+	}
+	vals, ok := res.([]any)
+	if !ok || len(vals) != 2*len(b.reqs) {
+		b.err = fmt.Errorf("reserving: unexpected script answer of %T for %d orders", res, len(b.reqs))
+		return
+	}
+	for i, r := range b.reqs {
+		code, ok1 := vals[2*i].(int64)
+		existing, ok2 := vals[2*i+1].(string)
+		if !ok1 || !ok2 {
+			b.err = fmt.Errorf("reserving: unexpected script answer %v for order %d", vals[2*i:2*i+2], i)
+			return
+		}
+		r.code, r.existing = code, existing
+	}
+	s.checkWait(ctx, b, acked)
+}
+
+// checkWait fails with errWaitShort every order of b that the call
+// reserved (or found reserved by an earlier attempt with the same order id)
+// when WAIT counted fewer replicas than WaitReplicas; acked < 0 means no
+// WAIT was sent.
+func (s *Service) checkWait(ctx context.Context, b *reserveBatch, acked int64) {
+	for _, r := range b.reqs {
+		if s.waitShort(acked, r.code, r.existing, r.order) {
+			s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
+				"sale", b.sale, "order", r.order, "acked", acked, "want", s.waitReplicas)
+			r.err = errWaitShort
+		}
+	}
+}
+
+// waitShort reports whether a reserve answered code and existing for order
+// stands in Redis unconfirmed: WAIT was sent and counted fewer replicas
+// than WaitReplicas.
+func (s *Service) waitShort(acked, code int64, existing, order string) bool {
+	if acked < 0 || acked >= int64(s.waitReplicas) {
+		return false
+	}
+	return code == lua.ReserveOK || (code == lua.ReservePurchased && existing == order)
+}
+
+// bucketArg is the ARGV of a bucket index, "" for an unbucketed sale.
+func bucketArg(bucketed bool, b int) string {
+	if !bucketed {
+		return ""
+	}
+	return strconv.Itoa(b)
+}

@@ -1,0 +1,96 @@
+-- ReserveMany is Reserve for many orders of one sale (or one bucket) in one
+-- call: it answers each order exactly as Reserve called once per order, in
+-- argument order, would, and leaves the same state behind. It reads the sale
+-- hash once and writes its counters and the buyers hash once, so a crowd's
+-- reserves cost one script call per batch instead of one per buyer.
+--
+-- KEYS[1] sale hash     fg:{<sale>}:sale
+-- KEYS[2] buyers hash   fg:{<sale>}:buyers
+-- KEYS[3] orders stream fg:{<sale>}:orders
+-- ARGV[1] now, unix milliseconds (every entry's ts)
+-- ARGV[2] sale id
+-- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
+--         entry then carries it as its "bucket" field, and each sold-out
+--         answer counts one want); "" otherwise
+-- ARGV[4+3i], ARGV[5+3i], ARGV[6+3i] for i = 0..n-1: order id, user id,
+--         quantity of the i-th order
+--
+-- Returns {code_1, order_1, ..., code_n, order_n}, each pair Reserve's
+-- answer {code, order id} for that order (see reserve.lua); an order
+-- reserved earlier in the same call counts as the user's live order for the
+-- orders after it.
+local n = (#ARGV - 3) / 3
+local out = {}
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
+if not f[1] or f[3] ~= '1' then
+  local code = 1
+  if f[1] then
+    if f[4] == '1' then
+      code = 3
+    elseif f[7] then
+      code = 7
+    else
+      code = 2
+    end
+  end
+  for i = 1, n do
+    out[2 * i - 1] = code
+    out[2 * i] = ''
+  end
+  return out
+end
+local total = tonumber(f[1])
+local booked = tonumber(f[2] or '0')
+local perUser = tonumber(f[5] or '1') or 1
+local price = f[6] or '0'
+local bucket = ARGV[3]
+local taken, want = 0, 0
+local mine = {} -- user → order reserved by this call
+local buyers = {} -- user, order, ... for one HSET
+for i = 1, n do
+  local order, user, qty = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local existing = mine[user] or redis.call('HGET', KEYS[2], user)
+  local code = 0
+  if existing then
+    code = 5
+  else
+    local q = tonumber(qty)
+    if not q or q < 1 or q > perUser or q ~= math.floor(q) then
+      code = 6
+    elseif booked + q > total then
+      code = 4
+      if bucket ~= '' then
+        -- A bucket turning a buyer away tells the leader's rebalancing
+        -- that it has buyers while it is empty.
+        want = want + 1
+      end
+    else
+      booked = booked + q
+      taken = taken + q
+      mine[user] = order
+      buyers[#buyers + 1] = user
+      buyers[#buyers + 1] = order
+      if bucket ~= '' then
+        redis.call('XADD', KEYS[3], '*',
+          'order', order, 'sale', ARGV[2], 'user', user,
+          'qty', qty, 'price', price, 'ts', ARGV[1], 'bucket', bucket)
+      else
+        redis.call('XADD', KEYS[3], '*',
+          'order', order, 'sale', ARGV[2], 'user', user,
+          'qty', qty, 'price', price, 'ts', ARGV[1])
+      end
+      existing = order
+    end
+  end
+  out[2 * i - 1] = code
+  out[2 * i] = existing or ''
+end
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[1], 'booked', taken)
+  redis.call('HINCRBY', KEYS[1], 'reserved', taken)
+  redis.call('HSET', KEYS[2], unpack(buyers))
+end
+if want > 0 then
+  redis.call('HINCRBY', KEYS[1], 'want', want)
+end
+return out
