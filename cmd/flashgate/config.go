@@ -34,6 +34,7 @@ type Config struct {
 	FastConns     int           // gateway: connections that keep their buffers when idle; 256
 	ResyncEvery   time.Duration // control plane re-sync period; 1s
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
+	ReserveBatch  int           // reserves of one sale per script call; 128
 	LogLevel      string        // debug, info, warn, error; "info"
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
 	MetricsListen string        // gateway/inventory: /metrics and health listener; "" = none
@@ -160,6 +161,7 @@ var flagSpecs = []flagSpec{
 	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 256)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
+	{"reserve-batch", "most reserves of one sale (or bucket) the inventory sends in one script call; reserves arriving while the sale's calls are out wait for the next (1 = one call each)", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.ReserveBatch }, 128)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
 	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it; 0 = none", cmdServe | cmdOrdersink, intFlag(func(c *Config) *int { return &c.SinkWaitReplicas }, 0)},
 	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
@@ -328,6 +330,10 @@ func (c *Config) validate(cmd string) error {
 	}
 	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 || c.SinkWaitReplicas < 0 {
 		return fmt.Errorf("rates, bursts, --wait-replicas and --sink-wait-replicas must not be negative")
+	}
+	if (cmdServe|cmdInventory).has(cmd) && (c.ReserveBatch < 1 || c.ReserveBatch > 1000) {
+		// A call of 1,000 reserves holds redis-server for a few milliseconds.
+		return fmt.Errorf("--reserve-batch %d: want 1..1000", c.ReserveBatch)
 	}
 	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)

@@ -55,3 +55,35 @@ func TestFlagsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveBatchFlag: --reserve-batch takes 1..1000, from the flag or
+// FLASHGATE_RESERVE_BATCH, and says what it wants otherwise.
+func TestReserveBatchFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want int
+		err  string
+	}{
+		{nil, nil, 128, ""},
+		{[]string{"--reserve-batch", "1"}, nil, 1, ""},
+		{nil, map[string]string{"FLASHGATE_RESERVE_BATCH": "64"}, 64, ""},
+		{[]string{"--reserve-batch", "0"}, nil, 0, "--reserve-batch 0: want 1..1000"},
+		{[]string{"--reserve-batch", "1001"}, nil, 0, "--reserve-batch 1001: want 1..1000"},
+	} {
+		e := map[string]string{"FLASHGATE_JWT_SECRET": "0123456789abcdef0123456789abcdef", "FLASHGATE_ADMIN_TOKEN": "admintoken-0123456789", "FLASHGATE_REDIS": "redis://127.0.0.1:6379", "FLASHGATE_DB": "sqlite:///tmp/x.db"}
+		for k, v := range tc.env {
+			e[k] = v
+		}
+		cfg, err := parseConfig("serve", tc.args, &bytes.Buffer{}, env(e))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: got %v, want %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || cfg.ReserveBatch != tc.want {
+			t.Errorf("%v %v: got %v, %v; want %d", tc.args, tc.env, cfg, err, tc.want)
+		}
+	}
+}

@@ -49,6 +49,7 @@ func build(st *stack, cfg *Config, c conns) (*system, error) {
 	s := &system{db: c.db}
 	s.inv = inventory.New(c.primary, inventory.Config{
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+		MaxReserveBatch: cfg.ReserveBatch,
 	})
 	var err error
 	if s.cp, err = newControlplane(st, cfg, c.primary, c.db, s.inv); err != nil {
@@ -238,6 +239,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	}
 	inv := inventory.New(primary, inventory.Config{
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+		MaxReserveBatch: cfg.ReserveBatch,
 	})
 	ln, err := listen("--listen", cfg.Listen)
 	if err != nil {
