@@ -1,7 +1,8 @@
 -- ReserveMany is Reserve for many orders of one sale (or one bucket) in one
 -- call: it answers each order exactly as Reserve called once per order, in
 -- argument order, would, and leaves the same state behind. It reads the sale
--- hash once and writes its counters and the buyers hash once, so a crowd's
+-- hash and the buyers it names once and writes its counters and the buyers
+-- hash once, so a crowd's
 -- reserves cost one script call per batch instead of one per buyer.
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
@@ -47,9 +48,14 @@ local bucket = ARGV[3]
 local taken, want = 0, 0
 local mine = {} -- user → order reserved by this call
 local buyers = {} -- user, order, ... for one HSET
+local users = {}
+for i = 1, n do
+  users[i] = ARGV[3 * i + 2]
+end
+local held = redis.call('HMGET', KEYS[2], unpack(users))
 for i = 1, n do
   local order, user, qty = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
-  local existing = mine[user] or redis.call('HGET', KEYS[2], user)
+  local existing = mine[user] or held[i]
   local code = 0
   if existing then
     code = 5
