@@ -157,7 +157,9 @@ func deadLetter(m redis.XMessage) DeadLetter {
 			d.Fields[k] = s
 		}
 	}
-	d.OrderID, d.UserID = d.Fields[lua.EntryOrder], d.Fields[lua.EntryUser]
+	if e, ok := lua.ReadEntry(m.Values); ok {
+		d.OrderID, d.UserID = e.Order, e.User
+	}
 	return d
 }
 

@@ -126,9 +126,9 @@ func TestBucketFailoverRebuildsBeforeSelling(t *testing.T) {
 			var orders []flashgate.Order
 			var ids []string
 			for _, m := range msgs {
-				v := func(k string) string { s, _ := m.Values[k].(string); return s }
-				b, _ := strconv.Atoi(v(lua.EntryBucket))
-				orders = append(orders, flashgate.Order{ID: v(lua.EntryOrder), SaleID: sale, UserID: v(lua.EntryUser),
+				e, _ := lua.ReadEntry(m.Values)
+				b, _ := strconv.Atoi(e.Bucket)
+				orders = append(orders, flashgate.Order{ID: e.Order, SaleID: sale, UserID: e.User,
 					Quantity: 1, PriceCents: 500, Status: flashgate.StatusPendingPayment, CreatedAt: t0, Bucket: b})
 				ids = append(ids, m.ID)
 			}

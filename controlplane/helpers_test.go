@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -203,13 +204,14 @@ func (e *env) persist(sale string) []flashgate.Order {
 	var orders []flashgate.Order
 	var ids []string
 	for _, m := range msgs {
-		v := func(k string) string { s, _ := m.Values[k].(string); return s }
-		qty, _ := strconv.ParseInt(v(lua.EntryQuantity), 10, 64)
-		price, _ := strconv.ParseInt(v(lua.EntryPrice), 10, 64)
-		ts, _ := strconv.ParseInt(v(lua.EntryTime), 10, 64)
-		bucket, _ := strconv.Atoi(v(lua.EntryBucket)) // a bucket's stream: sale is its tag
+		en, _ := lua.ReadEntry(m.Values)
+		qty, _ := strconv.ParseInt(en.Quantity, 10, 64)
+		price, _ := strconv.ParseInt(en.Price, 10, 64)
+		ts, _ := strconv.ParseInt(en.Time, 10, 64)
+		bucket, _ := strconv.Atoi(en.Bucket) // a bucket's stream: sale is its tag
+		saleID, _ := lua.SaleOfTag(sale)
 		orders = append(orders, flashgate.Order{
-			ID: v(lua.EntryOrder), SaleID: v(lua.EntrySale), UserID: v(lua.EntryUser),
+			ID: en.Order, SaleID: cmp.Or(en.Sale, saleID), UserID: en.User,
 			Quantity: qty, PriceCents: price, Status: flashgate.StatusPendingPayment,
 			CreatedAt: time.UnixMilli(ts).UTC(), Bucket: bucket,
 		})

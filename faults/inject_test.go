@@ -422,7 +422,8 @@ func sinkRestart(ctx context.Context, x *run) {
 	orders := map[string]string{} // entry id → order id
 	for _, h := range held {
 		if e, err := x.c.rdb.XRange(ctx, stream, h.ID, h.ID).Result(); err == nil && len(e) == 1 {
-			orders[h.ID], _ = e[0].Values[lua.EntryOrder].(string)
+			en, _ := lua.ReadEntry(e[0].Values)
+			orders[h.ID] = en.Order
 		}
 	}
 	consumer := ""

@@ -121,9 +121,10 @@ func TestClusterSalesOnEveryPrimary(t *testing.T) {
 	for _, s := range placed {
 		sales = append(sales, s)
 	}
-	// Each reserve checks its buyer with one HGET, alone or in a batch.
+	// Each reserve sent alone checks its buyer with one HGET (a batch reads
+	// its buyers with one HMGET).
 	before := commandCalls(t, cl, "hget")
-	svc := inventory.New(cc, inventory.Config{Logger: quiet()})
+	svc := inventory.New(cc, inventory.Config{Logger: quiet(), MaxReserveBatch: 1})
 	var ok atomic.Int64
 	var mu sync.Mutex
 	sold := map[string]int{}

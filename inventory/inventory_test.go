@@ -169,7 +169,7 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 			t.Errorf("buyer: got %q, want %q", got, id)
 		}
 		msgs, err := rdb.XRange(ctx, lua.OrdersKey("open"), "-", "+").Result()
-		if err != nil || len(msgs) != 1 || msgs[0].Values[lua.EntryOrder] != id || msgs[0].Values[lua.EntryQuantity] != "2" {
+		if err != nil || len(msgs) != 1 || entry(msgs[0]).Order != id || entry(msgs[0]).Quantity != "2" {
 			t.Errorf("stream: got %v, %v; want one entry for %s qty 2", msgs, err, id)
 		}
 	})
@@ -843,4 +843,10 @@ func calls(t *testing.T, rdb *redis.Client, cmd string) int64 {
 		}
 	}
 	return 0
+}
+
+// entry reads a stream entry's fields (either form).
+func entry(m redis.XMessage) lua.Entry {
+	e, _ := lua.ReadEntry(m.Values)
+	return e
 }

@@ -164,7 +164,7 @@ func TestClientLostAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 1 || msgs[0].Values[lua.EntryOrder] != id {
+	if len(msgs) != 1 || entry(msgs[0]).Order != id {
 		t.Errorf("stream: got %v, want order %s once", msgs, id)
 	}
 	var pe *flashgate.PurchasedError

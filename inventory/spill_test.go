@@ -72,7 +72,7 @@ func TestSpill(t *testing.T) {
 		t.Fatalf("spill bucket entry: got %q, want %q", v, spilled)
 	}
 	entries, err := rdb.XRange(ctx, lua.OrdersKey(l.Tag(1)), "-", "+").Result()
-	if err != nil || len(entries) != 1 || entries[0].Values[lua.EntryBucket] != "1" || entries[0].Values[lua.EntryOrder] != spilled {
+	if err != nil || len(entries) != 1 || entry(entries[0]).Bucket != "1" || entry(entries[0]).Order != spilled {
 		t.Fatalf("spill bucket stream: got %v, %v; want one entry of %s in bucket 1", entries, err, spilled)
 	}
 	var pe *flashgate.PurchasedError

@@ -12,7 +12,7 @@
 -- ARGV[4] now, unix milliseconds
 -- ARGV[5] sale id
 -- ARGV[6] optional: the bucket index, when KEYS are a bucket's of a bucketed
---         sale; the entry then carries it as its "bucket" field
+--         sale; the entry then carries it
 -- (KEYS[4] is read only with ARGV[7].)
 -- ARGV[7] optional: "spill" when the bucket is not the user's home (the
 --         home holds the user's claim, lua.Claim): an order the leader
@@ -20,7 +20,8 @@
 --         answer counts no want
 --
 -- Returns {code, order id}:
---   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry added
+--   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry
+--                 added (one field, "e": lua.EntryCompact)
 --   {1, ""}       no such sale
 --   {2, ""}       not started
 --   {3, ""}       closed
@@ -68,13 +69,8 @@ end
 redis.call('HINCRBY', KEYS[1], 'booked', n)
 redis.call('HINCRBY', KEYS[1], 'reserved', n)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-if ARGV[6] then
-  redis.call('XADD', KEYS[3], '*',
-    'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
-    'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4], 'bucket', ARGV[6])
-else
-  redis.call('XADD', KEYS[3], '*',
-    'order', ARGV[1], 'sale', ARGV[5], 'user', ARGV[2],
-    'qty', ARGV[3], 'price', f[6] or '0', 'ts', ARGV[4])
-end
+-- The entry is compact (lua.EntryCompact): order, qty, price, ts, bucket
+-- ("" unbucketed), then the user id, which may hold spaces.
+redis.call('XADD', KEYS[3], '*', 'e',
+  ARGV[1] .. ' ' .. string.format('%d', n) .. ' ' .. (f[6] or '0') .. ' ' .. ARGV[4] .. ' ' .. (ARGV[6] or '') .. ' ' .. ARGV[2])
 return {0, ARGV[1]}

@@ -11,8 +11,8 @@
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
---         entry then carries it as its "bucket" field, and each sold-out
---         answer counts one want); "" otherwise
+--         entry then carries it, and each sold-out answer counts one want);
+--         "" otherwise
 -- ARGV[4+3i], ARGV[5+3i], ARGV[6+3i] for i = 0..n-1: order id, user id,
 --         quantity of the i-th order
 --
@@ -76,15 +76,8 @@ for i = 1, n do
       mine[user] = order
       buyers[#buyers + 1] = user
       buyers[#buyers + 1] = order
-      if bucket ~= '' then
-        redis.call('XADD', KEYS[3], '*',
-          'order', order, 'sale', ARGV[2], 'user', user,
-          'qty', qty, 'price', price, 'ts', ARGV[1], 'bucket', bucket)
-      else
-        redis.call('XADD', KEYS[3], '*',
-          'order', order, 'sale', ARGV[2], 'user', user,
-          'qty', qty, 'price', price, 'ts', ARGV[1])
-      end
+      redis.call('XADD', KEYS[3], '*', 'e',
+        order .. ' ' .. string.format('%d', q) .. ' ' .. price .. ' ' .. ARGV[1] .. ' ' .. bucket .. ' ' .. user)
       existing = order
     end
   end

@@ -194,16 +194,13 @@ func TestReserveStreamEntry(t *testing.T) {
 		if err != nil || len(msgs) != 1 {
 			t.Fatalf("XRANGE: got %d entries, %v; want 1", len(msgs), err)
 		}
-		want := map[string]any{
-			lua.EntryOrder:    "01HORDER",
-			lua.EntrySale:     saleID,
-			lua.EntryUser:     "alice",
-			lua.EntryQuantity: "2",
-			lua.EntryPrice:    "1250",
-			lua.EntryTime:     "1700000000123",
-		}
+		want := map[string]any{lua.EntryCompact: "01HORDER 2 1250 1700000000123  alice"}
 		if !reflect.DeepEqual(msgs[0].Values, want) {
 			t.Errorf("entry: got %v, want %v", msgs[0].Values, want)
+		}
+		e, ok := lua.ReadEntry(msgs[0].Values)
+		if wantE := (lua.Entry{Order: "01HORDER", User: "alice", Quantity: "2", Price: "1250", Time: "1700000000123", Compact: true}); !ok || e != wantE {
+			t.Errorf("ReadEntry: got %+v, %v; want %+v", e, ok, wantE)
 		}
 		if got := hget(t, ctx, rdb, lua.BuyersKey(saleID), "alice"); got != "01HORDER" {
 			t.Errorf("buyer: got %q, want %q", got, "01HORDER")
@@ -513,10 +510,10 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 }
 
 // state is what a reserve leaves in Redis: the sale hash, the buyers hash
-// and the stream entries' fields (ids and the sale id aside).
+// and the stream entries (ids aside).
 type state struct {
 	hash, buyers map[string]string
-	entries      []map[string]any
+	entries      []lua.Entry
 }
 
 func saleState(t *testing.T, ctx context.Context, rdb *redis.Client, id string) state {
@@ -534,11 +531,31 @@ func saleState(t *testing.T, ctx context.Context, rdb *redis.Client, id string) 
 		t.Fatal(err)
 	}
 	for _, m := range msgs {
-		if m.Values[lua.EntrySale] != id {
-			t.Errorf("entry %s: sale %v, want %s", m.ID, m.Values[lua.EntrySale], id)
+		e, ok := lua.ReadEntry(m.Values)
+		if !ok || !e.Compact {
+			t.Errorf("entry %s: got %v, want a compact entry", m.ID, m.Values)
 		}
-		delete(m.Values, lua.EntrySale)
-		s.entries = append(s.entries, m.Values)
+		s.entries = append(s.entries, e)
 	}
 	return s
+}
+
+func TestReadEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    map[string]any
+		want lua.Entry
+		ok   bool
+	}{
+		{"compact", map[string]any{"e": "01H 2 1250 1700 3 alice"}, lua.Entry{Order: "01H", Quantity: "2", Price: "1250", Time: "1700", Bucket: "3", User: "alice", Compact: true}, true},
+		{"compact, no bucket, user with spaces", map[string]any{"e": "01H 1 0 1700  al ice "}, lua.Entry{Order: "01H", Quantity: "1", Price: "0", Time: "1700", User: "al ice ", Compact: true}, true},
+		{"compact, five values", map[string]any{"e": "01H 1 0 1700 alice"}, lua.Entry{}, false},
+		{"one field each", map[string]any{"order": "01H", "sale": "s", "user": "u", "qty": "1", "price": "5", "ts": "9", "bucket": "0"}, lua.Entry{Order: "01H", Sale: "s", User: "u", Quantity: "1", Price: "5", Time: "9", Bucket: "0"}, true},
+		{"nothing", map[string]any{}, lua.Entry{}, true},
+	} {
+		got, ok := lua.ReadEntry(tc.v)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: got %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
 }

@@ -74,7 +74,8 @@ func TestSpillScripts(t *testing.T) {
 		if err != nil || len(entries) != 1 {
 			t.Fatalf("spill stream: %v, %v", entries, err)
 		}
-		expect("entry bucket", entries[0].Values[lua.EntryBucket], "1")
+		e, _ := lua.ReadEntry(entries[0].Values)
+		expect("entry bucket", e.Bucket, "1")
 		expect("finalize", finalize("o2", "u2"), []any{int64(lua.FinalizeDone), ""})
 		expect("finalize again", finalize("o2", "u2"), []any{int64(lua.FinalizeAlready), ""})
 		expect("final marker", buyer(home, "u2"), lua.SpillMarker("o2", 1))

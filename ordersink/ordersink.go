@@ -804,32 +804,33 @@ func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
 	return nil
 }
 
-// parseEntry turns the fields of an order entry (lua/keys.go) into an order
-// in status reserved, created at the entry's time.
+// parseEntry turns the fields of an order entry (lua.ReadEntry, either
+// form) into an order in status reserved, created at the entry's time.
 func parseEntry(sale string, v map[string]any) (flashgate.Order, error) {
-	str := func(k string) string { s, _ := v[k].(string); return s }
-	num := func(k string) (int64, error) {
-		n, err := strconv.ParseInt(str(k), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("field %s: %q is not an integer", k, str(k))
-		}
-		return n, nil
-	}
 	if len(v) == 0 {
 		return flashgate.Order{}, errors.New("entry has no fields (deleted?)")
 	}
-	o := flashgate.Order{
-		ID:     str(lua.EntryOrder),
-		SaleID: str(lua.EntrySale),
-		UserID: str(lua.EntryUser),
-		Status: flashgate.StatusReserved,
+	e, ok := lua.ReadEntry(v)
+	if !ok {
+		return flashgate.Order{}, fmt.Errorf("field %s: want six space-separated values", lua.EntryCompact)
+	}
+	num := func(k, s string) (int64, error) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %s: %q is not an integer", k, s)
+		}
+		return n, nil
 	}
 	// A bucket's stream (its member of fg:sales is the bucket's tag) holds
 	// orders of the bucket's sale that carry the bucket's index.
 	saleOf, bucket := lua.SaleOfTag(sale)
+	o := flashgate.Order{ID: e.Order, SaleID: e.Sale, UserID: e.User, Status: flashgate.StatusReserved}
+	if e.Compact {
+		o.SaleID = saleOf
+	}
 	if bucket >= 0 {
-		if b := str(lua.EntryBucket); b != strconv.Itoa(bucket) {
-			return o, fmt.Errorf("field %s: %q on the stream of bucket %q", lua.EntryBucket, b, sale)
+		if e.Bucket != strconv.Itoa(bucket) {
+			return o, fmt.Errorf("field %s: %q on the stream of bucket %q", lua.EntryBucket, e.Bucket, sale)
 		}
 		o.Bucket = bucket
 	}
@@ -842,16 +843,16 @@ func parseEntry(sale string, v map[string]any) (flashgate.Order, error) {
 		return o, fmt.Errorf("field %s: empty", lua.EntryUser)
 	}
 	var err error
-	if o.Quantity, err = num(lua.EntryQuantity); err != nil {
+	if o.Quantity, err = num(lua.EntryQuantity, e.Quantity); err != nil {
 		return o, err
 	}
 	if o.Quantity < 1 {
 		return o, fmt.Errorf("field %s: %d below 1", lua.EntryQuantity, o.Quantity)
 	}
-	if o.PriceCents, err = num(lua.EntryPrice); err != nil {
+	if o.PriceCents, err = num(lua.EntryPrice, e.Price); err != nil {
 		return o, err
 	}
-	ms, err := num(lua.EntryTime)
+	ms, err := num(lua.EntryTime, e.Time)
 	if err != nil {
 		return o, err
 	}

@@ -65,7 +65,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	for i, want := range []string{ids[2], ids[7]} {
 		v := dead[i].Values
-		if v[lua.EntryOrder] != want || v[lua.EntrySale] != sale || v[lua.EntryUser] == "" || v[lua.EntryQuantity] != "1" {
+		if e, _ := lua.ReadEntry(v); e.Order != want || e.User == "" || e.Quantity != "1" || e.Price == "" || e.Time == "" {
 			t.Errorf("dead letter %d: got %v, want order %s with its fields", i, v, want)
 		}
 		if r, _ := v[lua.DeadReason].(string); !strings.Contains(r, "refused") || v[lua.DeadSource] == "" || v[lua.DeadTime] == "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -83,6 +84,9 @@ func TestBucketedSaleOnCluster(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// Script calls stand for reserves only when each goes alone: batches
+	// (lua.ReserveMany) carry many.
+	s.inv = inventory.New(cc, inventory.Config{Logger: quiet, MaxReserveBatch: 1})
 
 	var (
 		mu      sync.Mutex

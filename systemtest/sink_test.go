@@ -4,7 +4,6 @@ package systemtest
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -184,11 +183,11 @@ func (m *sinkModel) check(t *rapid.T) {
 	}
 	var streamUnits int64
 	for _, e := range entries {
-		id, _ := e.Values[lua.EntryOrder].(string)
-		if _, err := m.db.Order(m.ctx, id); err == nil {
-			t.Fatalf("order %s is both a row and a stream entry", id)
+		en, _ := lua.ReadEntry(e.Values)
+		if _, err := m.db.Order(m.ctx, en.Order); err == nil {
+			t.Fatalf("order %s is both a row and a stream entry", en.Order)
 		}
-		q, _ := strconv.ParseInt(fmt.Sprint(e.Values[lua.EntryQuantity]), 10, 64)
+		q, _ := strconv.ParseInt(en.Quantity, 10, 64)
 		streamUnits += q
 	}
 	if got, want := f.Persisted+int64(len(entries)), int64(len(m.ok)); got != want {

@@ -331,7 +331,7 @@ func (c *Config) validate(cmd string) error {
 	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 || c.SinkWaitReplicas < 0 {
 		return fmt.Errorf("rates, bursts, --wait-replicas and --sink-wait-replicas must not be negative")
 	}
-	if (cmdServe|cmdInventory).has(cmd) && (c.ReserveBatch < 1 || c.ReserveBatch > 1000) {
+	if (cmdServe | cmdInventory).has(cmd) && (c.ReserveBatch < 1 || c.ReserveBatch > 1000) {
 		// A call of 1,000 reserves holds redis-server for a few milliseconds.
 		return fmt.Errorf("--reserve-batch %d: want 1..1000", c.ReserveBatch)
 	}
