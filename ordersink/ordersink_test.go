@@ -576,6 +576,10 @@ func TestMalformedEntries(t *testing.T) {
 		{"order": "x2", "sale": "other", "user": "u", "qty": "1", "price": "1", "ts": "1"},
 		{"order": "bad id!", "sale": sale, "user": "u", "qty": "1", "price": "1", "ts": "1"},
 		{"order": "x3", "sale": sale, "user": "u", "qty": "0", "price": "1", "ts": "1"},
+		{lua.EntryCompact: "x4 1 1 1"},
+		{lua.EntryCompact: "x5 one 1 1  u"},
+		{lua.EntryCompact: "x6 1 1 1  "},
+		{lua.EntryCompact: "bad!id 1 1 1  u"},
 	}
 	for _, v := range bad {
 		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.OrdersKey(sale), Values: v}).Err(); err != nil {
@@ -583,9 +587,16 @@ func TestMalformedEntries(t *testing.T) {
 		}
 	}
 	ids = append(ids, e.reserve(t, "v", 3)...)
+	// An entry with one field per value, as older versions wrote them, is
+	// still an order.
+	old := map[string]any{"order": "old-form-1", "sale": sale, "user": "w", "qty": "1", "price": "700", "ts": "1"}
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.OrdersKey(sale), Values: old}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, "old-form-1")
 	d := drainer(e, nil, ordersink.Config{})
-	if n, err := d.DrainOnce(ctx); err != nil || n != 6 {
-		t.Fatalf("DrainOnce: got %d, %v, want 6", n, err)
+	if n, err := d.DrainOnce(ctx); err != nil || n != 7 {
+		t.Fatalf("DrainOnce: got %d, %v, want 7", n, err)
 	}
 	e.check(t, ids)
 	if n := e.rdb.XLen(ctx, lua.DeadKey(sale)).Val(); n != int64(len(bad)) {
