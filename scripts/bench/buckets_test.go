@@ -48,7 +48,10 @@ func TestReserveConn(t *testing.T) {
 		t.Errorf("booked %d, buyers %d, entries %d: want %d each", booked, buyers, entries, n)
 	}
 	last, err := rdb.XRevRangeN(ctx, lua.OrdersKey(tag), "+", "-", 1).Result()
-	if err != nil || len(last) != 1 || last[0].Values[lua.EntryBucket] != "1" || last[0].Values[lua.EntrySale] != "gen" {
-		t.Errorf("last entry: got %v, %v; want sale gen, bucket 1", last, err)
+	if err != nil || len(last) != 1 {
+		t.Fatalf("last entry: got %v, %v; want one", last, err)
+	}
+	if e, _ := lua.ReadEntry(last[0].Values); e.Bucket != "1" || e.Price != "100" {
+		t.Errorf("last entry: got %+v; want bucket 1, price 100", e)
 	}
 }
