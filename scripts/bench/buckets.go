@@ -41,8 +41,9 @@ import (
 
 const (
 	bucketsN               = 3
-	bucketsConns           = 6 // connections in all, per sale
-	bucketsPipeline        = 64
+	bucketsConns           = 6  // connections in all, per sale
+	bucketsPipeline        = 64 // reserves per round trip
+	bucketsBatch           = 32 // reserves per ReserveMany call in the batched runs
 	bucketsDefaultSeconds  = 3
 	bucketsDefaultRounds   = 3
 	bucketsCoolDown        = 500 * time.Millisecond
@@ -53,7 +54,8 @@ const (
 type bucketsRun struct {
 	Sale      string
 	Buckets   int
-	Scripts   int64   // reserve scripts answered "reserved"
+	Batch     int     // reserves per script call (1: lua.Reserve)
+	Scripts   int64   // reserves answered "reserved"
 	Rate      float64 // of them per second
 	Elapsed   time.Duration
 	PerNode   map[string]int64   // EVALSHA calls per primary (INFO commandstats)
@@ -69,6 +71,8 @@ type bucketsResult struct {
 	Rounds  int
 	One     []bucketsRun // unbucketed
 	Split   []bucketsRun // 3 buckets
+	OneB    []bucketsRun // unbucketed, bucketsBatch reserves a call
+	SplitB  []bucketsRun // 3 buckets, bucketsBatch reserves a call
 	Notes   []string
 }
 
@@ -114,16 +118,26 @@ func (b *bench) bucketsPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sha, err := loadReserve(ctx, cc)
+	sha, err := loadScript(ctx, cc, lua.Reserve)
 	if err != nil {
 		return err
 	}
+	shaMany, err := loadScript(ctx, cc, lua.ReserveMany)
+	if err != nil {
+		return err
+	}
+	type variant struct {
+		n, batch int
+		runs     *[]bucketsRun
+	}
+	variants := []variant{{1, 1, &res.One}, {bucketsN, 1, &res.Split}, {1, bucketsBatch, &res.OneB}, {bucketsN, bucketsBatch, &res.SplitB}}
 	for round := range rounds {
-		for _, n := range []int{1, bucketsN} {
+		for _, v := range variants {
+			n := v.n
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			id := fmt.Sprintf("bk%d-%d", n, round)
+			id := fmt.Sprintf("bk%d-%d-%d", n, v.batch, round)
 			sale := flashgate.Sale{ID: id, Name: id, PriceCents: 100, Total: maxUnits}
 			if n > 1 {
 				sale.Buckets = n
@@ -136,17 +150,17 @@ func (b *bench) bucketsPhase(ctx context.Context) error {
 				return fmt.Errorf("opening sale %s: %w", id, err)
 			}
 			l := lua.Layout{Sale: id, Salts: created.BucketSalts}
-			run, err := reserveLoad(ctx, cc, sha, l, time.Duration(seconds)*time.Second)
+			h := sha
+			if v.batch > 1 {
+				h = shaMany
+			}
+			run, err := reserveLoad(ctx, cc, h, v.batch, l, time.Duration(seconds)*time.Second)
 			if err != nil {
 				return fmt.Errorf("sale %s: %w", id, err)
 			}
-			b.logf("  %d bucket(s): %s reserve scripts/s on %d primaries (cores: primaries %s, replicas %.2f, generator %.2f)",
-				n, num(run.Rate), run.Primaries, fmtCores(run.NodeCPU), run.ReplCPU, run.GenCPU)
-			if n == 1 {
-				res.One = append(res.One, run)
-			} else {
-				res.Split = append(res.Split, run)
-			}
+			b.logf("  %d bucket(s), %d a call: %s reserves/s on %d primaries (cores: primaries %s, replicas %.2f, generator %.2f)",
+				n, v.batch, num(run.Rate), run.Primaries, fmtCores(run.NodeCPU), run.ReplCPU, run.GenCPU)
+			*v.runs = append(*v.runs, run)
 			// Each sale's keys go (a million-unit sale's buyers and stream
 			// fill memory), then a pause for the lazy free.
 			for _, t := range l.Tags() {
@@ -159,12 +173,12 @@ func (b *bench) bucketsPhase(ctx context.Context) error {
 	return nil
 }
 
-// loadReserve loads the reserve script on every primary and returns its SHA.
-func loadReserve(ctx context.Context, cc *redis.ClusterClient) (string, error) {
+// loadScript loads script on every primary and returns its SHA.
+func loadScript(ctx context.Context, cc *redis.ClusterClient, script *redis.Script) (string, error) {
 	var mu sync.Mutex
 	sha := ""
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		h, err := lua.Reserve.Load(ctx, c).Result()
+		h, err := script.Load(ctx, c).Result()
 		mu.Lock()
 		sha = h
 		mu.Unlock()
@@ -173,12 +187,13 @@ func loadReserve(ctx context.Context, cc *redis.ClusterClient) (string, error) {
 	return sha, err
 }
 
-// reserveLoad runs reserve scripts of sale layout l for d: bucketsConns
+// reserveLoad runs reserves of sale layout l for d: bucketsConns
 // connections spread evenly over the primaries of its buckets (all on the
 // sale's one primary when unbucketed), each sending bucketsPipeline
-// EVALSHAs of a new buyer per round trip.
-func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, l lua.Layout, d time.Duration) (bucketsRun, error) {
-	run := bucketsRun{Sale: l.Sale, Buckets: l.N(), PerNode: map[string]int64{}, NodeCPU: map[string]float64{}}
+// reserves of new buyers per round trip, batch reserves per EVALSHA (sha is
+// lua.Reserve's for 1, lua.ReserveMany's above).
+func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, batch int, l lua.Layout, d time.Duration) (bucketsRun, error) {
+	run := bucketsRun{Sale: l.Sale, Buckets: l.N(), Batch: batch, PerNode: map[string]int64{}, NodeCPU: map[string]float64{}}
 	type target struct {
 		addr   string
 		tag    string
@@ -229,7 +244,13 @@ func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, l lua
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := reserveConn(ctx, c, sha, l.Sale, t.tag, t.bucket, l.Bucketed(), i, deadline)
+			reserve := reserveConn
+			if batch > 1 {
+				reserve = func(ctx context.Context, c net.Conn, sha, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
+					return reserveManyConn(ctx, c, sha, batch, sale, tag, bucket, bucketed, conn, deadline)
+				}
+			}
+			n, err := reserve(ctx, c, sha, l.Sale, t.tag, t.bucket, l.Bucketed(), i, deadline)
 			total.Add(n)
 			if err != nil {
 				firstErr.CompareAndSwap(nil, &err)
@@ -326,6 +347,85 @@ func reserveConn(ctx context.Context, c net.Conn, sha, sale, tag string, bucket 
 	return n, nil
 }
 
+// reserveManyConn is reserveConn with batch reserves in each lua.ReserveMany
+// call, bucketsPipeline/batch calls per round trip.
+func reserveManyConn(ctx context.Context, c net.Conn, sha string, batch int, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
+	keys := lua.ReserveKeys(tag)
+	b := ""
+	if bucketed {
+		b = strconv.Itoa(bucket)
+	}
+	var head []byte
+	head = append(head, '*')
+	head = strconv.AppendInt(head, int64(3+len(keys)+3+3*batch), 10)
+	head = append(head, "\r\n"...)
+	for _, a := range append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...) {
+		head = bulk(head, a)
+	}
+	head = bulk(head, strconv.FormatInt(time.Now().UnixMilli(), 10))
+	head = bulk(head, sale)
+	head = bulk(head, b)
+	calls := max(bucketsPipeline/batch, 1)
+	prefix := bucketsGeneratorPrefix + strconv.Itoa(conn) + "-"
+	w := bufio.NewWriterSize(c, 64<<10)
+	r := bufio.NewReaderSize(c, 64<<10)
+	buf := make([]byte, 0, 64<<10)
+	var n, seq int64
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		buf = buf[:0]
+		for range calls {
+			buf = append(buf, head...)
+			for range batch {
+				seq++
+				id := strconv.AppendInt([]byte(prefix), seq, 10)
+				buf = bulkBytes(buf, append([]byte("o"), id...)) // order id
+				buf = bulkBytes(buf, append([]byte("u"), id...)) // user id
+				buf = bulk(buf, "1")
+			}
+		}
+		if _, err := w.Write(buf); err != nil {
+			return n, err
+		}
+		if err := w.Flush(); err != nil {
+			return n, err
+		}
+		for range calls {
+			codes, err := readReserveManyReply(r, batch)
+			if err != nil {
+				return n, err
+			}
+			for _, code := range codes {
+				if code != lua.ReserveOK {
+					return n, fmt.Errorf("reserve script answered code %d, want %d (reserved)", code, lua.ReserveOK)
+				}
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// readReserveManyReply reads one reply of lua.ReserveMany for k orders
+// ({code, order id} k times, flat) and returns the codes.
+func readReserveManyReply(r *bufio.Reader, k int) ([]int64, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if want := "*" + strconv.Itoa(2*k) + "\r\n"; string(line) != want {
+		return nil, fmt.Errorf("reserve reply: %q, want %q", strings.TrimSpace(string(line)), strings.TrimSpace(want))
+	}
+	codes := make([]int64, 0, k)
+	for range k {
+		code, err := readCodeAndOrder(r)
+		if err != nil {
+			return nil, err
+		}
+		codes = append(codes, code)
+	}
+	return codes, nil
+}
+
 func bulk(b []byte, s string) []byte { return bulkBytes(b, []byte(s)) }
 
 func bulkBytes(b, s []byte) []byte {
@@ -346,7 +446,13 @@ func readReserveReply(r *bufio.Reader) (int64, error) {
 	if len(line) < 3 || line[0] != '*' {
 		return 0, fmt.Errorf("reserve reply: %q", strings.TrimSpace(string(line)))
 	}
-	line, err = r.ReadSlice('\n')
+	return readCodeAndOrder(r)
+}
+
+// readCodeAndOrder reads a reserve answer's code and order id (after the
+// array header) and returns the code.
+func readCodeAndOrder(r *bufio.Reader) (int64, error) {
+	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return 0, err
 	}
@@ -474,9 +580,27 @@ func (r *report) bucketsSection() string {
 	row("unbucketed (1 slot, 1 primary)", res.One, one)
 	row(fmt.Sprintf("%d buckets (%d primaries)", bucketsN, res.Split[0].Primaries), res.Split, split)
 	p("| ratio | %s | | | | |\n", ratioCell(statOf(ratios)))
-	if us := statOf(perScript).Med; us > 0 {
+	us := statOf(perScript).Med
+	if us > 0 {
 		p("\nThe capacity model with these figures: one primary on a core of its own runs about 1 / %.1f µs = %s reserve scripts/s; one sale in %d buckets on %d such primaries about %s/s.\n",
 			us, num(1e6/us), bucketsN, bucketsN, num(bucketsN*1e6/us))
+	}
+	if len(res.OneB) > 0 && len(res.SplitB) > 0 {
+		p("\nThe same sales with reserves in batches, as the inventory sends a crowd's (`lua/reservemany.lua`, %d reserves a call, %d calls per round trip), in the same rounds. Reserves per second:\n\n", bucketsBatch, max(bucketsPipeline/bucketsBatch, 1))
+		p("| sale | reserves/s | CPU per reserve on the primaries | primaries (cores, each) | replicas (cores, all) | generator (cores) |\n|---|---|---|---|---|---|\n")
+		perScript = nil
+		row(fmt.Sprintf("unbucketed, %d a call", bucketsBatch), res.OneB, bucketRates(res.OneB))
+		row(fmt.Sprintf("%d buckets, %d a call", bucketsN, bucketsBatch), res.SplitB, bucketRates(res.SplitB))
+		var batched []float64
+		for i := range res.OneB {
+			if i < len(res.One) && res.One[i].Rate > 0 {
+				batched = append(batched, res.OneB[i].Rate/res.One[i].Rate)
+			}
+		}
+		p("| unbucketed: batched / one a call | %s | | | | |\n", ratioCell(statOf(batched)))
+		if ub := statOf(perScript).Med; ub > 0 {
+			p("\nWith batches one primary on a core of its own takes about 1 / %.1f µs = %s reserves/s.\n", ub, num(1e6/ub))
+		}
 	}
 	last := res.Split[len(res.Split)-1]
 	var per []string
