@@ -1,9 +1,10 @@
 // Package ordersink drains the sales' order streams into the database. It
-// reads with a consumer group, acknowledges (and deletes) entries only after
-// their rows are committed, re-reads its own pending entries on restart and
-// claims those a dead consumer left behind, so delivery is at-least-once and,
-// because inserts are idempotent, the effect is exactly-once. Entries the
-// database refuses move to the sale's dead-letter stream (lua.DeadKey).
+// reads with a consumer group, acknowledges entries (and removes them from
+// the stream) only after their rows are committed, re-reads its own pending
+// entries on restart and claims those a dead consumer left behind, so
+// delivery is at-least-once and, because inserts are idempotent, the effect
+// is exactly-once. Entries the database refuses move to the sale's
+// dead-letter stream (lua.DeadKey).
 //
 // Each sale's stream is read on its own (never several in one command, which
 // Redis Cluster refuses when they hash to different slots): one pipeline of
@@ -228,7 +229,7 @@ func (d *Drainer) DrainOnce(ctx context.Context) (persisted int, err error) {
 }
 
 // Backlog returns the number of reserved orders not yet in the database:
-// the sum of the lengths of the sale streams (committed entries are deleted).
+// the sum of the lengths of the sale streams (committed entries are removed).
 func (d *Drainer) Backlog(ctx context.Context) (int64, error) {
 	sales, err := d.rdb.SMembers(ctx, lua.SalesKey()).Result()
 	if err != nil {
@@ -672,11 +673,10 @@ type deadEntry struct {
 }
 
 // process stores the orders of msgs, read from sale's stream, and only then
-// acknowledges and deletes their entries. Malformed entries, and those the
+// acknowledges and removes their entries (ackDel). Malformed entries, and those the
 // store refuses, move to the sale's dead-letter stream at once, so they
 // never block the stream.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
-	key := lua.OrdersKey(sale)
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
 	var dead []deadEntry
@@ -711,7 +711,7 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	for i, m := range kept {
 		ids[i] = m.ID
 	}
-	if err := d.ackDel(ctx, key, ids); err != nil {
+	if err := d.ackDel(ctx, sale, ids); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
@@ -783,9 +783,12 @@ func (d *Drainer) deadLetter(ctx context.Context, sale string, dead []deadEntry)
 	return nil
 }
 
-// ackDel acknowledges and deletes entries in one round trip, so a stream's
-// length is its backlog of orders not yet in the database.
-func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
+// ackDel acknowledges entries whose rows are committed and removes them
+// from the stream, so a stream's length is its backlog of orders not yet in
+// the database: one lua.AckTrim, which trims the stream below the group's
+// oldest pending entry (XTRIM MINID) and deletes one by one only the entries
+// committed ahead of an older batch still pending elsewhere.
+func (d *Drainer) ackDel(ctx context.Context, sale string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -793,13 +796,13 @@ func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
 	// entries would be delivered (harmlessly, but needlessly) again.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAck(ctx, key, lua.SinkGroup, ids...)
-		p.XDel(ctx, key, ids...)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("ordersink: acknowledging %d entries of %s: %w", len(ids), key, err)
+	args := make([]any, 1+len(ids))
+	args[0] = lua.SinkGroup
+	for i, id := range ids {
+		args[1+i] = id
+	}
+	if err := lua.AckTrim.Run(ctx, d.rdb, lua.AckTrimKeys(sale), args...).Err(); err != nil {
+		return fmt.Errorf("ordersink: acknowledging %d entries of %s: %w", len(ids), lua.OrdersKey(sale), err)
 	}
 	return nil
 }
