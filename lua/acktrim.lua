@@ -17,24 +17,16 @@
 --
 -- KEYS[1] orders stream  fg:{<sale>}:orders
 -- ARGV[1] the sink's consumer group (lua.SinkGroup)
--- ARGV[2…] ids of the entries whose orders are committed
+-- ARGV[2…] ids of the entries whose orders are committed, as Redis writes
+--          them ("<ms>-<seq>", or "<ms>" for "<ms>-0")
 --
 -- Returns {acked, removed}: how many of the ids XACK acknowledged (an id
 -- acknowledged before does not count), and how many entries left the stream
 -- (by the trim and by XDEL). Without the stream or the group it only
 -- acknowledges (nothing, then) and returns {0, 0}.
 
--- chunk bounds the ids passed to one command (unpack's stack).
-local chunk = 1000
-
--- num_less compares two canonical decimals (no leading zeros) without
--- turning them into numbers, which lose digits past 2^53.
-local function num_less(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  return a < b
-end
+-- chunk bounds the ids passed to one command (unpack's stack holds 8000).
+local chunk = 4000
 
 -- split returns the two parts of a stream id; "<ms>" alone is "<ms>-0".
 local function split(id)
@@ -42,20 +34,29 @@ local function split(id)
   if ms then
     return ms, seq
   end
-  ms = string.match(id, '^(%d+)$')
-  if ms then
-    return ms, '0'
-  end
+  return string.match(id, '^(%d+)$'), '0'
 end
 
--- less compares two stream ids "<ms>-<seq>".
+-- less compares two stream ids "<ms>-<seq>" (canonical decimals, as Redis
+-- writes them) without turning them into numbers, which lose digits past
+-- 2^53: the longer decimal is the larger, and decimals of one length
+-- compare as strings.
 local function less(a, b)
-  local ams, aseq = split(a)
-  local bms, bseq = split(b)
-  if ams ~= bms then
-    return num_less(ams, bms)
+  local i, j = string.find(a, '-', 1, true), string.find(b, '-', 1, true)
+  if not i then
+    a, i = a .. '-0', #a + 1
   end
-  return num_less(aseq, bseq)
+  if i ~= j then
+    return i < j
+  end
+  local ams, bms = string.sub(a, 1, i - 1), string.sub(b, 1, j - 1)
+  if ams ~= bms then
+    return ams < bms
+  end
+  if #a ~= #b then
+    return #a < #b
+  end
+  return a < b
 end
 
 -- incr adds 1 to a decimal.
@@ -79,31 +80,11 @@ local function after(id)
   return ms .. '-' .. incr(seq)
 end
 
--- run sends cmd KEYS[1] head… ids[i…j] for ids in chunks and sums the
--- answers.
-local function run(cmd, head, ids)
-  local n = 0
-  for i = 1, #ids, chunk do
-    local args = {}
-    for _, v in ipairs(head) do
-      args[#args + 1] = v
-    end
-    for j = i, math.min(i + chunk - 1, #ids) do
-      args[#args + 1] = ids[j]
-    end
-    n = n + redis.call(cmd, KEYS[1], unpack(args))
-  end
-  return n
+-- XACK checks every id before it writes anything.
+local acked = 0
+for i = 2, #ARGV, chunk do
+  acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, math.min(i + chunk - 1, #ARGV)))
 end
-
-local ids = {}
-for i = 2, #ARGV do
-  if not split(ARGV[i]) then
-    return redis.error_reply('ERR acktrim: bad stream id ' .. ARGV[i])
-  end
-  ids[#ids + 1] = ARGV[i]
-end
-local acked = run('XACK', {ARGV[1]}, ids)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {acked, 0}
 end
@@ -120,17 +101,19 @@ end
 if not pending then
   return {acked, 0}
 end
-local mark
-if pending > 0 then
-  mark = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
-else
-  mark = after(last)
+if pending == 0 then
+  -- Every id of ARGV, delivered, is at or below last-delivered-id.
+  return {acked, redis.call('XTRIM', KEYS[1], 'MINID', '=', after(last))}
 end
+local mark = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
 local removed = redis.call('XTRIM', KEYS[1], 'MINID', '=', mark)
 local late = {}
-for _, id in ipairs(ids) do
-  if not less(id, mark) then
-    late[#late + 1] = id
+for i = 2, #ARGV do
+  if not less(ARGV[i], mark) then
+    late[#late + 1] = ARGV[i]
   end
 end
-return {acked, removed + run('XDEL', {}, late)}
+for i = 1, #late, chunk do
+  removed = removed + redis.call('XDEL', KEYS[1], unpack(late, i, math.min(i + chunk - 1, #late)))
+end
+return {acked, removed}
