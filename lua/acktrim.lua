@@ -9,9 +9,9 @@
 -- last-delivered-id only grows (the sink creates its group at 0 and never
 -- moves it), so every entry at or below last-delivered-id was delivered, and
 -- every delivered entry not pending is acknowledged. The trim point is then
--- the group's oldest pending id (XPENDING), or, with nothing pending, the id
--- right after last-delivered-id (XINFO GROUPS): every entry below it is
--- acknowledged. Entries of ARGV at or above the trim point (a batch
+-- the group's oldest pending id (XPENDING … - + 1), or, with nothing
+-- pending, the id right after last-delivered-id (XINFO GROUPS): every entry
+-- below it is acknowledged. Entries of ARGV at or above the trim point (a batch
 -- committed while an older one, of another sink, is still pending) are
 -- deleted one by one (XDEL).
 --
@@ -105,7 +105,7 @@ if pending == 0 then
   -- Every id of ARGV, delivered, is at or below last-delivered-id.
   return {acked, redis.call('XTRIM', KEYS[1], 'MINID', '=', after(last))}
 end
-local mark = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
+local mark = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1)[1][1]
 local removed = redis.call('XTRIM', KEYS[1], 'MINID', '=', mark)
 local late = {}
 for i = 2, #ARGV do
