@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
@@ -179,4 +180,58 @@ func calls(t *testing.T, rdb *redis.Client, cmd string) int {
 	}
 	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 	return n
+}
+
+// TestLinger: while orders trickle in, a running sink that read a partial
+// batch waits Linger before it polls again, so it commits them in a few
+// batches rather than one each; a full batch is followed by the next poll
+// at once.
+func TestLinger(t *testing.T) {
+	e := newEnv(t, "sqlite://"+t.TempDir()+"/fg.db")
+	for _, c := range []struct {
+		name     string
+		linger   time.Duration
+		batches  func(float64) bool
+		wantText string
+	}{
+		// Without, a sink polling every millisecond commits nearly every
+		// order alone.
+		{"off", -1, func(n float64) bool { return n > 6 }, "more than 6"},
+		{"500ms", 500 * time.Millisecond, func(n float64) bool { return n <= 6 }, "at most 6"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			reg := prometheus.NewRegistry()
+			d := drainer(e, nil, ordersink.Config{Consumer: c.name, Block: time.Millisecond, Linger: c.linger, Metrics: reg})
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			var ids []string
+			for i := range 20 {
+				ids = append(ids, e.reserve(t, c.name+strconv.Itoa(i)+"-", 1)...)
+				time.Sleep(5 * time.Millisecond)
+			}
+			until(t, "every order stored", func() bool {
+				return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 && counter(t, reg, "flashgate_sink_orders_total") == 20
+			})
+			cancel()
+			<-done
+			got := counter(t, reg, "flashgate_sink_batches_total")
+			t.Logf("%d orders in %v batches", len(ids), got)
+			if !c.batches(got) {
+				t.Errorf("batches: got %v, want %s", got, c.wantText)
+			}
+		})
+	}
+	// Full batches: 40 entries in batches of 8 take five polls, none of
+	// them waiting a second.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e.reserve(t, "full", 40)
+	d := drainer(e, nil, ordersink.Config{Consumer: "full", Batch: 8, Linger: time.Second})
+	start := time.Now()
+	go func() { _ = d.Run(ctx) }()
+	until(t, "the full batches stored", func() bool { return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 })
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Errorf("draining 5 full batches took %v, want well under the 1s linger", took)
+	}
 }

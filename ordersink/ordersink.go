@@ -60,6 +60,14 @@ type Config struct {
 	// Block is how long Run pauses after a poll that found no new entries:
 	// the longest an idle drainer takes to see a new one; default 50ms.
 	Block time.Duration
+	// Linger is how long Run lets pass between the starts of two polls
+	// when the first read entries but filled no batch: the stream is busy,
+	// and waiting for more shares each commit's cost (a transaction, a
+	// commit, a round trip per command) among more orders; a poll that
+	// fills a batch is followed by the next at once. It adds at most Linger
+	// to the time an order takes to reach the database (buyers are answered
+	// at reserve time, before). Default 20ms; a negative value turns it off.
+	Linger time.Duration
 	// ClaimIdle is how long an entry must have sat unacknowledged in another
 	// consumer before it is claimed (XAUTOCLAIM); default 30s.
 	ClaimIdle time.Duration
@@ -137,6 +145,9 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 	}
 	if cfg.Block <= 0 {
 		cfg.Block = 50 * time.Millisecond
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 20 * time.Millisecond
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = 500 * time.Millisecond
@@ -345,7 +356,8 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		rounds = int(longest/int64(d.cfg.Batch)) + 2
 	}
 	for round := 0; round < rounds; round++ {
-		read, n, err := d.readNew(ctx, !blocking)
+		polled := time.Now()
+		read, full, n, err := d.readNew(ctx, !blocking)
 		total += n
 		if err != nil {
 			return total, err
@@ -355,6 +367,9 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 				sleep(ctx, d.cfg.Block)
 			}
 			break
+		}
+		if wait := d.cfg.Linger - time.Since(polled); blocking && !full && wait > 0 {
+			sleep(ctx, wait)
 		}
 	}
 	return total, nil
@@ -500,8 +515,9 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 // each sale's stream (all, or only those not quiet: see quietAfter), each
 // stream by its own XREADGROUP (a cluster refuses one read over keys of
 // several slots), all in one pipeline: one round trip per node. It stores
-// what it read and reports how many entries it read and how many it stored.
-func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err error) {
+// what it read and reports how many entries it read, whether a stream
+// filled a batch, and how many it stored.
+func (d *Drainer) readNew(ctx context.Context, all bool) (read int, full bool, stored int, err error) {
 	d.polls++
 	sales := d.sales
 	if !all && d.polls%quietEvery != 0 {
@@ -539,6 +555,7 @@ func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err 
 		if len(res) > 0 && len(res[0].Messages) > 0 {
 			batches = append(batches, batch{sales[i], res[0].Messages})
 			read += len(res[0].Messages)
+			full = full || len(res[0].Messages) >= d.cfg.Batch
 			d.quiet[sales[i]] = 0
 		} else {
 			d.quiet[sales[i]]++
@@ -551,9 +568,9 @@ func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err 
 		err = first
 	}
 	if err != nil && ctx.Err() != nil && read == 0 {
-		return 0, 0, nil
+		return 0, false, 0, nil
 	}
-	return read, stored, err
+	return read, full, stored, err
 }
 
 // commit makes sure the batches reached the replicas, when configured, and
