@@ -66,7 +66,8 @@ type Config struct {
 	// commit, a round trip per command) among more orders; a poll that
 	// fills a batch is followed by the next at once. It adds at most Linger
 	// to the time an order takes to reach the database (buyers are answered
-	// at reserve time, before). Default 20ms; a negative value turns it off.
+	// at reserve time, before). Default 50ms, as Block; a negative value
+	// turns it off.
 	Linger time.Duration
 	// ClaimIdle is how long an entry must have sat unacknowledged in another
 	// consumer before it is claimed (XAUTOCLAIM); default 30s.
@@ -147,7 +148,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		cfg.Block = 50 * time.Millisecond
 	}
 	if cfg.Linger == 0 {
-		cfg.Linger = 20 * time.Millisecond
+		cfg.Linger = 50 * time.Millisecond
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = 500 * time.Millisecond
