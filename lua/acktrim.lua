@@ -11,9 +11,9 @@
 -- every delivered entry not pending is acknowledged. The trim point is then
 -- the group's oldest pending id (XPENDING … - + 1), or, with nothing
 -- pending, the id right after last-delivered-id (XINFO GROUPS): every entry
--- below it is acknowledged. Entries of ARGV at or above the trim point (a batch
--- committed while an older one, of another sink, is still pending) are
--- deleted one by one (XDEL).
+-- below it is acknowledged. Entries of ARGV at or above the trim point (a
+-- batch committed while an older one, of another sink, is still pending)
+-- are deleted one by one (XDEL).
 --
 -- KEYS[1] orders stream  fg:{<sale>}:orders
 -- ARGV[1] the sink's consumer group (lua.SinkGroup)

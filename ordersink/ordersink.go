@@ -691,9 +691,9 @@ type deadEntry struct {
 }
 
 // process stores the orders of msgs, read from sale's stream, and only then
-// acknowledges and removes their entries (ackDel). Malformed entries, and those the
-// store refuses, move to the sale's dead-letter stream at once, so they
-// never block the stream.
+// acknowledges and removes their entries (ackDel). Malformed entries, and
+// those the store refuses, move to the sale's dead-letter stream at once, so
+// they never block the stream.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
