@@ -185,3 +185,6 @@ func MarkerKeys(tag string) []string {
 
 // UnclaimKeys is Unclaim's KEYS: buyers hash and claims of the home bucket.
 func UnclaimKeys(tag string) []string { return []string{BuyersKey(tag), ClaimsKey(tag)} }
+
+// AckTrimKeys is AckTrim's KEYS: the orders stream.
+func AckTrimKeys(tag string) []string { return []string{OrdersKey(tag)} }

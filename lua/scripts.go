@@ -120,3 +120,11 @@ const (
 // ResyncRestore is Resync's one-value answer {-1}: Redis needs the sale's
 // released set and buyers restored from the database first.
 const ResyncRestore = -1
+
+// AckTrim is the order sink's acknowledgement of committed entries, which
+// also removes them from the stream (see acktrim.lua).
+var (
+	//go:embed acktrim.lua
+	ackTrimSrc string
+	AckTrim    = redis.NewScript(ackTrimSrc)
+)

@@ -1,9 +1,10 @@
 // Package ordersink drains the sales' order streams into the database. It
-// reads with a consumer group, acknowledges (and deletes) entries only after
-// their rows are committed, re-reads its own pending entries on restart and
-// claims those a dead consumer left behind, so delivery is at-least-once and,
-// because inserts are idempotent, the effect is exactly-once. Entries the
-// database refuses move to the sale's dead-letter stream (lua.DeadKey).
+// reads with a consumer group, acknowledges entries (and removes them from
+// the stream) only after their rows are committed, re-reads its own pending
+// entries on restart and claims those a dead consumer left behind, so
+// delivery is at-least-once and, because inserts are idempotent, the effect
+// is exactly-once. Entries the database refuses move to the sale's
+// dead-letter stream (lua.DeadKey).
 //
 // Each sale's stream is read on its own (never several in one command, which
 // Redis Cluster refuses when they hash to different slots): one pipeline of
@@ -59,6 +60,15 @@ type Config struct {
 	// Block is how long Run pauses after a poll that found no new entries:
 	// the longest an idle drainer takes to see a new one; default 50ms.
 	Block time.Duration
+	// Linger is how long Run lets pass between the starts of two polls
+	// when the first read entries but filled no batch: the stream is busy,
+	// and waiting for more shares each commit's cost (a transaction, a
+	// commit, a round trip per command) among more orders; a poll that
+	// fills a batch is followed by the next at once. It adds at most Linger
+	// to the time an order takes to reach the database (buyers are answered
+	// at reserve time, before). Default 50ms, as Block; a negative value
+	// turns it off.
+	Linger time.Duration
 	// ClaimIdle is how long an entry must have sat unacknowledged in another
 	// consumer before it is claimed (XAUTOCLAIM); default 30s.
 	ClaimIdle time.Duration
@@ -136,6 +146,9 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 	}
 	if cfg.Block <= 0 {
 		cfg.Block = 50 * time.Millisecond
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 50 * time.Millisecond
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = 500 * time.Millisecond
@@ -228,7 +241,7 @@ func (d *Drainer) DrainOnce(ctx context.Context) (persisted int, err error) {
 }
 
 // Backlog returns the number of reserved orders not yet in the database:
-// the sum of the lengths of the sale streams (committed entries are deleted).
+// the sum of the lengths of the sale streams (committed entries are removed).
 func (d *Drainer) Backlog(ctx context.Context) (int64, error) {
 	sales, err := d.rdb.SMembers(ctx, lua.SalesKey()).Result()
 	if err != nil {
@@ -344,7 +357,8 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		rounds = int(longest/int64(d.cfg.Batch)) + 2
 	}
 	for round := 0; round < rounds; round++ {
-		read, n, err := d.readNew(ctx, !blocking)
+		polled := time.Now()
+		read, full, n, err := d.readNew(ctx, !blocking)
 		total += n
 		if err != nil {
 			return total, err
@@ -354,6 +368,9 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 				sleep(ctx, d.cfg.Block)
 			}
 			break
+		}
+		if wait := d.cfg.Linger - time.Since(polled); blocking && !full && wait > 0 {
+			sleep(ctx, wait)
 		}
 	}
 	return total, nil
@@ -499,8 +516,9 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 // each sale's stream (all, or only those not quiet: see quietAfter), each
 // stream by its own XREADGROUP (a cluster refuses one read over keys of
 // several slots), all in one pipeline: one round trip per node. It stores
-// what it read and reports how many entries it read and how many it stored.
-func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err error) {
+// what it read and reports how many entries it read, whether a stream
+// filled a batch, and how many it stored.
+func (d *Drainer) readNew(ctx context.Context, all bool) (read int, full bool, stored int, err error) {
 	d.polls++
 	sales := d.sales
 	if !all && d.polls%quietEvery != 0 {
@@ -538,6 +556,7 @@ func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err 
 		if len(res) > 0 && len(res[0].Messages) > 0 {
 			batches = append(batches, batch{sales[i], res[0].Messages})
 			read += len(res[0].Messages)
+			full = full || len(res[0].Messages) >= d.cfg.Batch
 			d.quiet[sales[i]] = 0
 		} else {
 			d.quiet[sales[i]]++
@@ -550,9 +569,9 @@ func (d *Drainer) readNew(ctx context.Context, all bool) (read, stored int, err 
 		err = first
 	}
 	if err != nil && ctx.Err() != nil && read == 0 {
-		return 0, 0, nil
+		return 0, false, 0, nil
 	}
-	return read, stored, err
+	return read, full, stored, err
 }
 
 // commit makes sure the batches reached the replicas, when configured, and
@@ -672,11 +691,10 @@ type deadEntry struct {
 }
 
 // process stores the orders of msgs, read from sale's stream, and only then
-// acknowledges and deletes their entries. Malformed entries, and those the
-// store refuses, move to the sale's dead-letter stream at once, so they
-// never block the stream.
+// acknowledges and removes their entries (ackDel). Malformed entries, and
+// those the store refuses, move to the sale's dead-letter stream at once, so
+// they never block the stream.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
-	key := lua.OrdersKey(sale)
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
 	var dead []deadEntry
@@ -711,7 +729,7 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	for i, m := range kept {
 		ids[i] = m.ID
 	}
-	if err := d.ackDel(ctx, key, ids); err != nil {
+	if err := d.ackDel(ctx, sale, ids); err != nil {
 		return 0, err
 	}
 	return len(ids), nil
@@ -783,9 +801,12 @@ func (d *Drainer) deadLetter(ctx context.Context, sale string, dead []deadEntry)
 	return nil
 }
 
-// ackDel acknowledges and deletes entries in one round trip, so a stream's
-// length is its backlog of orders not yet in the database.
-func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
+// ackDel acknowledges entries whose rows are committed and removes them
+// from the stream, so a stream's length is its backlog of orders not yet in
+// the database: one lua.AckTrim, which trims the stream below the group's
+// oldest pending entry (XTRIM MINID) and deletes one by one only the entries
+// committed ahead of an older batch still pending elsewhere.
+func (d *Drainer) ackDel(ctx context.Context, sale string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -793,13 +814,13 @@ func (d *Drainer) ackDel(ctx context.Context, key string, ids []string) error {
 	// entries would be delivered (harmlessly, but needlessly) again.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAck(ctx, key, lua.SinkGroup, ids...)
-		p.XDel(ctx, key, ids...)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("ordersink: acknowledging %d entries of %s: %w", len(ids), key, err)
+	args := make([]any, 1+len(ids))
+	args[0] = lua.SinkGroup
+	for i, id := range ids {
+		args[1+i] = id
+	}
+	if err := lua.AckTrim.Run(ctx, d.rdb, lua.AckTrimKeys(sale), args...).Err(); err != nil {
+		return fmt.Errorf("ordersink: acknowledging %d entries of %s: %w", len(ids), lua.OrdersKey(sale), err)
 	}
 	return nil
 }
