@@ -40,8 +40,8 @@ func (e *env) streamOrders(t *testing.T) []string {
 	}
 	var ids []string
 	for _, m := range msgs {
-		s, _ := m.Values[lua.EntryOrder].(string)
-		ids = append(ids, s)
+		e, _ := lua.ReadEntry(m.Values)
+		ids = append(ids, e.Order)
 	}
 	return ids
 }
