@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,5 +173,29 @@ func BenchmarkVerifyJWT(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		refVerify(tok, now)
+	}
+}
+
+// TestSecondsIntegers checks that the integer shortcut of scanner.seconds
+// reads every number as the float64 path does, at and around its limits.
+func TestSecondsIntegers(t *testing.T) {
+	for _, s := range []string{
+		"0", "-0", "7", "1700000000", "68719476735", "68719476736", "68719476737",
+		"-68719476736", "-68719476737", "99999999999", "100000000000", "123456789012345",
+		"1e3", "1.5", "-1.5", "1700000000.9", "01", "-", "",
+	} {
+		p := scanner{b: []byte(s)}
+		got, gotOK := p.seconds()
+		var want int64
+		wantOK := false
+		q := scanner{b: []byte(s)}
+		if t, ok := q.number(); ok {
+			if f, err := strconv.ParseFloat(string(t), 64); err == nil && f <= maxSeconds && f >= -maxSeconds {
+				want, wantOK = int64(math.Trunc(f)), true
+			}
+		}
+		if got != want || gotOK != wantOK || gotOK && p.i != q.i {
+			t.Errorf("seconds(%q): got %d %v, want %d %v", s, got, gotOK, want, wantOK)
+		}
 	}
 }

@@ -332,10 +332,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	if err != nil {
 		var pe *flashgate.PurchasedError
 		if errors.As(err, &pe) {
-			ctx.Response.SetStatusCode(fasthttp.StatusConflict)
-			ctx.Response.Header.SetContentTypeBytes(ctJSON)
-			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-			ctx.Response.SetBody(purchasedJSON(pe.OrderID))
+			writePurchased(ctx, pe.OrderID)
 			return
 		}
 		if errors.Is(err, flashgate.ErrUnavailable) {
@@ -344,10 +341,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.writeError(ctx, err)
 		return
 	}
-	ctx.Response.SetStatusCode(fasthttp.StatusCreated)
-	ctx.Response.Header.SetContentTypeBytes(ctJSON)
-	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-	ctx.Response.SetBody(orderJSON(flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved}))
+	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved})
 }
 
 // parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
@@ -410,8 +404,5 @@ func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	ctx.Response.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.Header.SetContentTypeBytes(ctJSON)
-	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-	ctx.Response.SetBody(orderJSON(o))
+	writeOrder(ctx, fasthttp.StatusOK, o)
 }
