@@ -199,3 +199,41 @@ func TestSecondsIntegers(t *testing.T) {
 		}
 	}
 }
+
+// refShape is the bearer shape rule as docs/api.md states it: "bearer "
+// in any case, then a token (trimmed) of at most maxTokenSize bytes with
+// three non-empty dot-separated segments, the last hs256SigLen long.
+func refShape(h string) (string, bool) {
+	if len(h) <= 7 || !strings.EqualFold(h[:7], "bearer ") {
+		return "", false
+	}
+	tok := strings.TrimSpace(h[7:])
+	segs := strings.Split(tok, ".")
+	if len(tok) > maxTokenSize || len(segs) != 3 || segs[0] == "" || segs[1] == "" || len(segs[2]) != hs256SigLen {
+		return "", false
+	}
+	return tok, true
+}
+
+// FuzzBearerShape: bearerToken takes exactly the headers refShape takes.
+func FuzzBearerShape(f *testing.F) {
+	sig := strings.Repeat("s", hs256SigLen)
+	for _, h := range []string{
+		"Bearer a.b." + sig, "bearer a.b." + sig, "BEARER  a.b." + sig + " ", "Bearer a.b.c",
+		"Bearer .b." + sig, "Bearer a.." + sig, "Bearer a.b.c." + sig, "Bearer a.b" + sig,
+		"Bearer ab." + sig, "Bearer a.b.." + sig[1:], "Bearer " + sig + "." + sig + "." + sig,
+		"Bearer ..." + sig, "Bearer ." + sig, "Basic a.b." + sig, "Bearer ", "",
+	} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.Set("Authorization", h)
+		h = string(ctx.Request.Header.Peek("Authorization")) // as fasthttp keeps it
+		got, ok := bearerToken(&ctx)
+		want, wantOK := refShape(h)
+		if ok != wantOK || string(got) != want {
+			t.Fatalf("%q: got %q %v, want %q %v", h, got, ok, want, wantOK)
+		}
+	})
+}
