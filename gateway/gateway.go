@@ -265,6 +265,12 @@ type Server struct {
 	mu      sync.RWMutex
 	sales   map[string]*sale
 	retired []*sale
+	// hot caches sales by a hash of their id, one per slot, so the hot
+	// path finds a busy sale without taking mu (whose reader count is a
+	// cache line every core's requests wrote). A slot only ever holds a
+	// sale in sales: it is filled under mu's read lock, and cleared when
+	// the sale leaves, under its write lock.
+	hot [hotSales]atomic.Pointer[sale]
 
 	users *userLimits // nil without a per-user limit
 	pages *lru.Cache[string, *page]

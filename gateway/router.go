@@ -42,7 +42,7 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 			ctx.Response.Reset()
 			writeAnswer(ctx, ansInternal)
 		}
-		s.m.request(route, ctx.Response.StatusCode(), time.Since(start).Seconds())
+		s.m.request(ctx, route, ctx.Response.StatusCode(), time.Since(start))
 	}()
 	route = s.route(ctx)
 }
@@ -260,17 +260,17 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	writeAnswer(ctx, verdictAnswers[v])
 	switch v {
 	case verdictUnavailable:
-		s.m.decision(decUnavailable)
+		s.m.decision(ctx, decUnavailable)
 		return
 	case verdictNotFound:
-		s.m.decision(decNotFound)
+		s.m.decision(ctx, decNotFound)
 		return
 	case verdictClosed:
-		s.m.decision(decClosed)
+		s.m.decision(ctx, decClosed)
 	case verdictNotStarted:
-		s.m.decision(decNotStarted)
+		s.m.decision(ctx, decNotStarted)
 	default:
-		s.m.decision(decSoldOut)
+		s.m.decision(ctx, decSoldOut)
 	}
 	e.rejected.Add(1)
 }
@@ -305,14 +305,14 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	// The user's bucket first: one user hammering the button spends only
 	// their own tokens, never the sale's that everyone shares.
 	if !s.allowUser(user, now) {
-		s.m.decision(decRateLimited)
+		s.m.decision(ctx, decRateLimited)
 		e.rejected.Add(1)
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
 		return
 	}
 	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
-		s.m.decision(decRateLimited)
+		s.m.decision(ctx, decRateLimited)
 		e.rejected.Add(1)
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
@@ -327,7 +327,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
-	s.m.decision(decAdmitted)
+	s.m.decision(ctx, decAdmitted)
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, qty)
 	if err != nil {
 		var pe *flashgate.PurchasedError
