@@ -19,11 +19,17 @@ import (
 // strong ETag. Pages are immutable once built.
 type page struct {
 	meta         *saleMeta // the catalog entry an item page was rendered from
-	contentType  []byte
-	cacheControl []byte
 	body, gz     []byte
 	etag, gzEtag []byte
+	// The response heads (see newHead): 200 and 304, plain and gzip.
+	head, gzHead, head304, gzHead304 *fasthttp.ResponseHeader
 }
+
+// Heads of the 404 and 503 HTML pages.
+var (
+	notFoundHead = newHead(fasthttp.StatusNotFound, ctHTML, hCacheControl, vNoStore)
+	unavailHead  = newHead(fasthttp.StatusServiceUnavailable, ctHTML, hCacheControl, vNoStore)
+)
 
 var (
 	itemTmpl = template.Must(template.ParseFS(static.Gateway, "gateway/item.html"))
@@ -63,14 +69,21 @@ func newPage(body, contentType, cacheControl []byte) *page {
 	h := fnv.New64a()
 	_, _ = h.Write(body)
 	sum := strconv.FormatUint(h.Sum64(), 16)
-	return &page{
-		contentType:  contentType,
-		cacheControl: cacheControl,
-		body:         body,
-		gz:           buf.Bytes(),
-		etag:         []byte(`"` + sum + `"`),
-		gzEtag:       []byte(`"` + sum + `-gz"`),
+	p := &page{
+		body:   body,
+		gz:     buf.Bytes(),
+		etag:   []byte(`"` + sum + `"`),
+		gzEtag: []byte(`"` + sum + `-gz"`),
 	}
+	p.head = newHead(fasthttp.StatusOK, contentType,
+		hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc)
+	p.gzHead = newHead(fasthttp.StatusOK, contentType,
+		hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc, hEncoding, vGzip)
+	p.head304 = newHead(fasthttp.StatusNotModified, nil,
+		hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc)
+	p.gzHead304 = newHead(fasthttp.StatusNotModified, nil,
+		hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc)
+	return p
 }
 
 // itemPage answers GET /sales/{id} from the page LRU, rendering the page
@@ -79,9 +92,7 @@ func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
 	e := s.lookup(id)
 	m := e.meta.Load()
 	if m == nil {
-		ctx.Response.SetStatusCode(fasthttp.StatusServiceUnavailable)
-		ctx.Response.Header.SetContentTypeBytes(ctHTML)
-		ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+		unavailHead.CopyTo(&ctx.Response.Header)
 		ctx.Response.SetBodyRaw(s.notFound)
 		return
 	}
@@ -136,24 +147,16 @@ func formatPrice(cents int64) string {
 // writePage answers with p: 304 when If-None-Match names the ETag of the
 // encoding the client gets, else the (gzip) body.
 func (s *Server) writePage(ctx *fasthttp.RequestCtx, p *page) {
-	body, etag := p.body, p.etag
-	gz := ctx.Request.Header.HasAcceptEncodingBytes(strGzip)
-	if gz {
-		body, etag = p.gz, p.gzEtag
+	body, etag, head, head304 := p.body, p.etag, p.head, p.head304
+	if ctx.Request.Header.HasAcceptEncodingBytes(strGzip) {
+		body, etag, head, head304 = p.gz, p.gzEtag, p.gzHead, p.gzHead304
 	}
-	h := &ctx.Response.Header
-	h.SetCanonical(hCacheControl, p.cacheControl)
-	h.SetCanonical(hETag, etag)
-	h.SetCanonical(hVary, vAcceptEnc)
 	if inm := ctx.Request.Header.Peek(hINM); len(inm) > 0 && matchETag(inm, etag) {
-		ctx.Response.SetStatusCode(fasthttp.StatusNotModified)
+		head304.CopyTo(&ctx.Response.Header)
 		ctx.Response.SkipBody = true
 		return
 	}
-	h.SetContentTypeBytes(p.contentType)
-	if gz {
-		h.SetCanonical(hEncoding, vGzip)
-	}
+	head.CopyTo(&ctx.Response.Header)
 	ctx.Response.SetBodyRaw(body)
 }
 
@@ -185,8 +188,6 @@ func matchETag(inm, etag []byte) bool {
 
 // notFoundPage answers with the HTML 404 page.
 func (s *Server) notFoundPage(ctx *fasthttp.RequestCtx) {
-	ctx.Response.SetStatusCode(fasthttp.StatusNotFound)
-	ctx.Response.Header.SetContentTypeBytes(ctHTML)
-	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	notFoundHead.CopyTo(&ctx.Response.Header)
 	ctx.Response.SetBodyRaw(s.notFound)
 }
