@@ -47,11 +47,7 @@ type saleMeta struct {
 type apiDoc struct {
 	status int
 	body   []byte
-	head   *fasthttp.ResponseHeader
 }
-
-// apiOKHead is the head of a sale's status JSON: a CDN may keep it a second.
-var apiOKHead = newHead(fasthttp.StatusOK, ctJSON, hCacheControl, vAPICache)
 
 // sale is the gateway's cached view of one sale. The hot path reads it
 // without locks.
@@ -584,7 +580,7 @@ func (s *Server) rebuildAPI(e *sale) {
 		if m == nil {
 			m = &saleMeta{}
 		}
-		d = apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m), head: apiOKHead}
+		d = apiDoc{status: fasthttp.StatusOK, body: saleJSON(e.id, st, m)}
 	}
 	if old := e.api.Load(); old != nil && old.status == d.status && string(old.body) == string(d.body) {
 		return

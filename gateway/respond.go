@@ -47,48 +47,11 @@ var errBodies = func() map[string][]byte {
 // errInternal stands for any error outside the vocabulary.
 var errInternal = errors.New("gateway: internal")
 
-// answer is the status and constant body an error is answered with, and
-// its response head.
+// answer is the status and constant body an error is answered with.
 type answer struct {
 	status int
 	body   []byte
-	head   *fasthttp.ResponseHeader
 }
-
-// newHead builds a constant response head: status, content type and the
-// headers kv (name, value, ...), set as the hot path used to set them on
-// every response. Copying it (ResponseHeader.CopyTo: a few appends) costs
-// a fraction of setting them: each Set normalizes its name and scans its
-// value, and that was most of a rejection's or a page's own time here.
-// The copy resets the whole head first, so it comes before any other
-// header a handler sets; the flags it also copies (no default Date or
-// Content-Type, name normalizing) are fasthttp's defaults, as the gateway's
-// servers keep them.
-func newHead(status int, contentType []byte, kv ...[]byte) *fasthttp.ResponseHeader {
-	h := &fasthttp.ResponseHeader{}
-	h.SetStatusCode(status)
-	if contentType != nil {
-		h.SetContentTypeBytes(contentType)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		h.SetCanonical(kv[i], kv[i+1])
-	}
-	return h
-}
-
-// jsonHeads are the heads of JSON answers that must not be cached, by
-// status: every status of flashgate's error table, 200 and 201.
-var jsonHeads = func() map[int]*fasthttp.ResponseHeader {
-	m := map[int]*fasthttp.ResponseHeader{}
-	for _, err := range append(flashgate.Errors(), errInternal) {
-		status, _ := flashgate.ErrorStatus(err)
-		m[status] = newHead(status, ctJSON, hCacheControl, vNoStore)
-	}
-	for _, status := range []int{fasthttp.StatusOK, fasthttp.StatusCreated} {
-		m[status] = newHead(status, ctJSON, hCacheControl, vNoStore)
-	}
-	return m
-}()
 
 // answerFor returns err's answer from flashgate.ErrorStatus.
 func answerFor(err error) answer {
@@ -97,7 +60,7 @@ func answerFor(err error) answer {
 	if !ok {
 		status, b = fasthttp.StatusInternalServerError, errBodies["internal"]
 	}
-	return answer{status, b, jsonHeads[status]}
+	return answer{status, b}
 }
 
 // The answers the gateway gives without asking another tier.
@@ -112,14 +75,9 @@ var (
 	ansNoMethod   = answerFor(flashgate.ErrMethodNotAllowed)
 )
 
-// writeAnswer answers a. Headers set before it are dropped.
+// writeAnswer answers a.
 func writeAnswer(ctx *fasthttp.RequestCtx, a answer) {
-	if a.head == nil {
-		writeJSON(ctx, a.status, a.body)
-		return
-	}
-	a.head.CopyTo(&ctx.Response.Header)
-	ctx.Response.SetBodyRaw(a.body)
+	writeJSON(ctx, a.status, a.body)
 }
 
 // writeJSON answers status with a constant JSON body.
@@ -178,5 +136,7 @@ func writePurchased(ctx *fasthttp.RequestCtx, orderID string) {
 // formats in the response's own body buffer (fasthttp pools it, so such an
 // answer allocates nothing).
 func writeJSONHead(ctx *fasthttp.RequestCtx, status int) {
-	jsonHeads[status].CopyTo(&ctx.Response.Header)
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
 }

@@ -34,10 +34,10 @@ func TestAnswersFromTable(t *testing.T) {
 	}
 }
 
-// TestCannedHeads: the heads copied from newHead are byte for byte the
-// heads the same headers set one by one on a fresh response give (as the
-// hot path set them before), on a RequestCtx reused after an answer with
-// other headers (so nothing of it leaks into the next).
+// TestCannedHeads: every answer's head, whether copied from newHead or
+// set header by header, is byte for byte the head its headers set one by
+// one on a fresh response give, in the order the hot path set them before
+// heads were copied.
 func TestCannedHeads(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.UserRate = 0.001; c.UserBurst = 1; c.Reserver = &fakeReserver{} })
 	e.sale(t, "soon", 10, 15, false)
@@ -78,9 +78,8 @@ func TestCannedHeads(t *testing.T) {
 	ctx.Init(&rq, nil, nil)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			// The previous answer's headers are still on ctx.Response, as
-			// a handler writing over them would find them.
 			ctx.Request.Reset()
+			ctx.Response.Reset() // as the server does between requests
 			tc.r.request(&ctx.Request)
 			h(&ctx)
 			var ref fasthttp.ResponseHeader

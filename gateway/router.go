@@ -217,7 +217,13 @@ func (s *Server) apiSale(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansUnavail)
 		return
 	}
-	d.head.CopyTo(&ctx.Response.Header)
+	ctx.Response.SetStatusCode(d.status)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	if d.status == fasthttp.StatusOK {
+		ctx.Response.Header.SetCanonical(hCacheControl, vAPICache)
+	} else {
+		ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
+	}
 	ctx.Response.SetBodyRaw(d.body)
 }
 
