@@ -29,7 +29,6 @@ type page struct {
 	head, gzHead, head304, gzHead304 *fasthttp.ResponseHeader
 }
 
-
 var (
 	itemTmpl = template.Must(template.ParseFS(static.Gateway, "gateway/item.html"))
 	hINM     = fasthttp.HeaderIfNoneMatch
