@@ -368,6 +368,7 @@ func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
 		ReadBufferSize:                cfg.MaxRequestHeaderSize,
 		DisableHeaderNamesNormalizing: false,
 		DisablePreParseMultipartForm:  true,
+		LazyRequestTime:               true, // see monoBase
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{s.log},
 	}
