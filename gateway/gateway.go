@@ -132,8 +132,9 @@ type Config struct {
 	// least 1.
 	SaleBurst int
 	// MaxUsers bounds the per-user rate limiters held at once (16 bytes of
-	// state each, about 30 MB for the default); past it, users whose bucket
-	// is full again are forgotten first. Default: 1,000,000.
+	// state each, at most 16 MB for the default, allocated as they fill);
+	// past it, users whose bucket is full again are forgotten first, then
+	// those closest to full. Default: 1,000,000.
 	MaxUsers int
 	// MaxSales bounds the sales cached at once. Default: 10,000.
 	MaxSales int
