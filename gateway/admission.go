@@ -79,9 +79,17 @@ type sale struct {
 // time (one load per id, however many requests wait for it). It returns
 // a sale that is not kept when the cache is full.
 func (s *Server) lookup(id []byte) *sale {
-	s.mu.RLock()
-	e := s.sales[string(id)]
-	s.mu.RUnlock()
+	slot := &s.hot[maphash.Bytes(s.seed, id)%hotSales]
+	e := slot.Load()
+	if e == nil || e.id != string(id) {
+		s.mu.RLock()
+		if e = s.sales[string(id)]; e != nil {
+			// Under the read lock: a sale leaves sales (and its slot)
+			// under the write lock, so no slot holds a sale that left.
+			slot.Store(e)
+		}
+		s.mu.RUnlock()
+	}
 	if e != nil {
 		if !e.asked.Load() {
 			e.asked.Store(true)
@@ -131,15 +139,25 @@ func (s *Server) keepReal(e *sale) *sale {
 	if old := s.sales[e.id]; old != nil {
 		return old
 	}
-	for id, v := range s.sales {
+	for _, v := range s.sales {
 		if st := v.state.Load(); st != nil && !v.exists() {
-			delete(s.sales, id)
-			s.retired = append(s.retired, v)
+			s.unlist(v)
 			s.sales[e.id] = e
 			return e
 		}
 	}
 	return e
+}
+
+// hotSales is the number of slots of Server.hot.
+const hotSales = 256
+
+// unlist moves e from sales to retired, and out of its hot slot. The
+// caller holds s.mu.
+func (s *Server) unlist(e *sale) {
+	delete(s.sales, e.id)
+	s.hot[maphash.String(s.seed, e.id)%hotSales].CompareAndSwap(e, nil)
+	s.retired = append(s.retired, e)
 }
 
 func (s *Server) newSale(id string) *sale {
@@ -352,8 +370,7 @@ func (s *Server) refreshState(ctx context.Context) {
 		s.mu.Lock()
 		for _, e := range drop {
 			if s.sales[e.id] == e && !e.asked.Load() {
-				delete(s.sales, e.id)
-				s.retired = append(s.retired, e)
+				s.unlist(e)
 			}
 		}
 		s.mu.Unlock()

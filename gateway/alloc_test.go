@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -71,5 +72,40 @@ func TestZeroAllocs(t *testing.T) {
 				t.Fatalf("got %v allocations per request, want 0", got)
 			}
 		})
+	}
+}
+
+// TestPurchaseAllocs proves an admitted purchase by a new buyer each time,
+// with both rate limits on, allocates only the buyer's id (a string the
+// Reserver keeps): not the token's checks, the limiters, nor the 201's body.
+func TestPurchaseAllocs(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Reserver = constReserver{} })
+	e.sale(t, "big", 1<<40, 1<<41, true)
+	h := e.s.Handler()
+	const runs = 300
+	auth := make([]string, runs+2)
+	for i := range auth {
+		auth[i] = "Bearer " + token(t, "buyer-"+strconv.Itoa(i))
+	}
+	var rq fasthttp.Request
+	req{method: "POST", path: "/api/sales/big/orders"}.request(&rq)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&rq, nil, nil)
+	n := 0
+	buy := func() {
+		ctx.Request.Header.Set("Authorization", auth[n])
+		n++
+		ctx.Response.Reset()
+		h(&ctx)
+		if ctx.Response.StatusCode() != 201 {
+			t.Fatalf("purchase %d: got %d %s, want 201", n, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+	buy() // warm the buffers
+	if got := testing.AllocsPerRun(runs, buy); got > 1 && !raceEnabled {
+		t.Fatalf("got %v allocations per purchase, want at most 1", got)
+	}
+	if want := `{"order_id":"o-1","sale_id":"big","user_id":"buyer-` + strconv.Itoa(n-1) + `","status":"reserved"}`; string(ctx.Response.Body()) != want {
+		t.Fatalf("got body %s, want %s", ctx.Response.Body(), want)
 	}
 }

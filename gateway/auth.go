@@ -31,28 +31,29 @@ var bearer = []byte("bearer ")
 // sale's cached state, the signature after it.
 func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	if len(h) <= len(bearer) || !bytes.EqualFold(h[:len(bearer)], bearer) {
+	if len(h) <= len(bearer) ||
+		string(h[:len(bearer)]) != "Bearer " && !bytes.EqualFold(h[:len(bearer)], bearer) {
 		return nil, false
 	}
 	tok := bytes.TrimSpace(h[len(bearer):])
-	if len(tok) == 0 || len(tok) > maxTokenSize {
+	if len(tok) <= hs256SigLen+1 || len(tok) > maxTokenSize {
 		return nil, false
 	}
-	// Two dots and a signature segment of HS256's length: plausible. The
-	// alphabet is left to the decoder (a byte loop over the token costs as
-	// much as the rest of a rejection).
-	last := bytes.LastIndexByte(tok, '.')
-	if last < 0 || len(tok)-last-1 != hs256SigLen || bytes.Count(tok, dot) != 2 {
+	// Exactly two dots, the last one followed by a signature segment of
+	// HS256's length, and no segment empty: plausible. Each test is a
+	// vectorized byte search over its own segment. The alphabet is left to
+	// the decoder (a byte loop over the token costs as much as the rest of
+	// a rejection).
+	last := len(tok) - hs256SigLen - 1
+	if tok[last] != '.' || bytes.IndexByte(tok[last+1:], '.') >= 0 {
 		return nil, false
 	}
-	first := bytes.IndexByte(tok, '.')
-	if first == 0 || first+1 == last {
+	first := bytes.IndexByte(tok[:last], '.')
+	if first <= 0 || first+1 == last || bytes.IndexByte(tok[first+1:last], '.') >= 0 {
 		return nil, false
 	}
 	return tok, true
 }
-
-var dot = []byte(".")
 
 // authenticate returns the user id of the request's bearer token, checking
 // its shape, signature and claims.

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,4 +174,66 @@ func BenchmarkVerifyJWT(b *testing.B) {
 	for b.Loop() {
 		refVerify(tok, now)
 	}
+}
+
+// TestSecondsIntegers checks that the integer shortcut of scanner.seconds
+// reads every number as the float64 path does, at and around its limits.
+func TestSecondsIntegers(t *testing.T) {
+	for _, s := range []string{
+		"0", "-0", "7", "1700000000", "68719476735", "68719476736", "68719476737",
+		"-68719476736", "-68719476737", "99999999999", "100000000000", "123456789012345",
+		"1e3", "1.5", "-1.5", "1700000000.9", "01", "-", "",
+	} {
+		p := scanner{b: []byte(s)}
+		got, gotOK := p.seconds()
+		var want int64
+		wantOK := false
+		q := scanner{b: []byte(s)}
+		if t, ok := q.number(); ok {
+			if f, err := strconv.ParseFloat(string(t), 64); err == nil && f <= maxSeconds && f >= -maxSeconds {
+				want, wantOK = int64(math.Trunc(f)), true
+			}
+		}
+		if got != want || gotOK != wantOK || gotOK && p.i != q.i {
+			t.Errorf("seconds(%q): got %d %v, want %d %v", s, got, gotOK, want, wantOK)
+		}
+	}
+}
+
+// refShape is the bearer shape rule as docs/api.md states it: "bearer "
+// in any case, then a token (trimmed) of at most maxTokenSize bytes with
+// three non-empty dot-separated segments, the last hs256SigLen long.
+func refShape(h string) (string, bool) {
+	if len(h) <= 7 || !strings.EqualFold(h[:7], "bearer ") {
+		return "", false
+	}
+	tok := strings.TrimSpace(h[7:])
+	segs := strings.Split(tok, ".")
+	if len(tok) > maxTokenSize || len(segs) != 3 || segs[0] == "" || segs[1] == "" || len(segs[2]) != hs256SigLen {
+		return "", false
+	}
+	return tok, true
+}
+
+// FuzzBearerShape: bearerToken takes exactly the headers refShape takes.
+func FuzzBearerShape(f *testing.F) {
+	sig := strings.Repeat("s", hs256SigLen)
+	for _, h := range []string{
+		"Bearer a.b." + sig, "bearer a.b." + sig, "BEARER  a.b." + sig + " ", "Bearer a.b.c",
+		"Bearer .b." + sig, "Bearer a.." + sig, "Bearer a.b.c." + sig, "Bearer a.b" + sig,
+		"Bearer ab." + sig, "Bearer a.b.." + sig[1:], "Bearer " + sig + "." + sig + "." + sig,
+		"Bearer ..." + sig, "Bearer ." + sig, "Basic a.b." + sig, "Bearer ", "",
+	} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.Set("Authorization", h)
+		h = string(ctx.Request.Header.Peek("Authorization")) // as fasthttp keeps it
+		got, ok := bearerToken(&ctx)
+		want, wantOK := refShape(h)
+		if ok != wantOK || string(got) != want {
+			t.Fatalf("%q: got %q %v, want %q %v", h, got, ok, want, wantOK)
+		}
+	})
 }

@@ -98,3 +98,40 @@ func BenchmarkPurchase(b *testing.B) {
 		}
 	}
 }
+
+// constReserver admits everything with one order id: it allocates nothing,
+// so a benchmark's allocations are the gateway's own.
+type constReserver struct{}
+
+func (constReserver) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+	return "o-1", nil
+}
+
+// benchBuyers is how many distinct buyers BenchmarkPurchaseGateway cycles
+// through (its per-user limiter then holds that many buckets).
+const benchBuyers = 1 << 16
+
+// BenchmarkPurchaseGateway is the gateway's own share of an admitted
+// purchase by a new buyer each time, with the default per-user and per-sale
+// limits and a Reserver that does nothing: bearer check, cached state,
+// token verification, both limiters, admission, the 201 and the metrics.
+func BenchmarkPurchaseGateway(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.Reserver = constReserver{}; c.SaleRate = 1e12 })
+	e.sale(b, "s1", 1<<40, 1<<41, true)
+	h := e.s.Handler()
+	auth := make([]string, benchBuyers)
+	for i := range auth {
+		auth[i] = "Bearer " + token(b, "buyer-"+strconv.Itoa(i))
+	}
+	ctx := benchCtx("POST", "/api/sales/s1/orders", "", nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Request.Header.Set("Authorization", auth[i%benchBuyers])
+		ctx.Response.Reset()
+		h(ctx)
+		if ctx.Response.StatusCode() != 201 && ctx.Response.StatusCode() != 429 {
+			b.Fatalf("purchase %d: got %d %s", i, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
+}

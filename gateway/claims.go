@@ -364,6 +364,9 @@ func (p *scanner) seconds() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	if n, ok := smallInt(t); ok {
+		return n, true
+	}
 	f, err := strconv.ParseFloat(string(t), 64)
 	if err != nil || math.IsNaN(f) || f > maxSeconds || f < -maxSeconds {
 		return 0, false
@@ -443,4 +446,31 @@ func (p *scanner) literal(s string) bool {
 		return true
 	}
 	return false
+}
+
+// smallInt reads a number written as an integer of at most 11 digits
+// within ±maxSeconds, as seconds would read it, without converting to
+// float64 (every token's exp is one); ok is false for any other text.
+func smallInt(t []byte) (n int64, ok bool) {
+	neg := len(t) > 0 && t[0] == '-'
+	d := t
+	if neg {
+		d = t[1:]
+	}
+	if len(d) == 0 || len(d) > 11 {
+		return 0, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n > maxSeconds {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }

@@ -132,8 +132,9 @@ type Config struct {
 	// least 1.
 	SaleBurst int
 	// MaxUsers bounds the per-user rate limiters held at once (16 bytes of
-	// state each, about 30 MB for the default); past it, users whose bucket
-	// is full again are forgotten first. Default: 1,000,000.
+	// state each, at most 16 MB for the default, allocated as they fill);
+	// past it, users whose bucket is full again are forgotten first, then
+	// those closest to full. Default: 1,000,000.
 	MaxUsers int
 	// MaxSales bounds the sales cached at once. Default: 10,000.
 	MaxSales int
@@ -265,6 +266,12 @@ type Server struct {
 	mu      sync.RWMutex
 	sales   map[string]*sale
 	retired []*sale
+	// hot caches sales by a hash of their id, one per slot, so the hot
+	// path finds a busy sale without taking mu (whose reader count is a
+	// cache line every core's requests wrote). A slot only ever holds a
+	// sale in sales: it is filled under mu's read lock, and cleared when
+	// the sale leaves, under its write lock.
+	hot [hotSales]atomic.Pointer[sale]
 
 	users *userLimits // nil without a per-user limit
 	pages *lru.Cache[string, *page]
@@ -362,6 +369,7 @@ func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
 		ReadBufferSize:                cfg.MaxRequestHeaderSize,
 		DisableHeaderNamesNormalizing: false,
 		DisablePreParseMultipartForm:  true,
+		LazyRequestTime:               true, // see monoBase
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{s.log},
 	}

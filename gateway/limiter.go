@@ -7,28 +7,51 @@ import (
 // userLimits holds every user's token bucket in 16 bytes: the bucket is
 // kept as its "theoretical arrival time" (the generic cell rate
 // algorithm), keyed by a 64-bit hash of the user id. A bucket whose time
-// has passed is full again and means the same as no entry, so such entries
-// are what a full shard drops first; only when every entry of a shard is
-// still draining does it drop some at random, and those users get a fresh
-// burst, as with an LRU.
+// has passed is full again and means the same as no entry.
 //
-// Its bound is max entries in all (rounded up to whole shards): about
-// 20–30 bytes an entry, 30 MB for the default million.
+// Each shard is a set-associative table: a key lives in one set of
+// limitWays slots (two cache lines), so a lookup, hit or miss, reads one
+// set, and there are no tombstones or probe chains (a Go map's miss on a
+// large table probed several groups, and was most of a new buyer's cost
+// here). A new key takes an empty slot of its set or one whose bucket is
+// full again; when every slot of its set is still draining, or the shard
+// holds its bound, it takes the slot of the bucket closest to full again,
+// and that user gets a fresh burst, as with an LRU.
+//
+// Its bound is max entries in all (rounded up to whole shards), 16 bytes
+// each: 16 MB for the default million. A shard's table starts small and
+// doubles (at three quarters full, or when a new key's set is crowded) up
+// to the sets its bound needs.
 type userLimits struct {
 	interval int64 // nanoseconds per token
 	span     int64 // interval × burst
 	shards   []limitShard
-	perShard int
+	perShard int // entries a shard holds at most
+	maxSets  int // sets a shard's table grows to
+}
+
+// limitWays is the number of slots in a set.
+const limitWays = 8
+
+// limitSlot is one user's bucket; key 0 marks an empty slot (a hash of 0
+// is taken as 1).
+type limitSlot struct {
+	key uint64
+	tat int64 // unix nanoseconds
 }
 
 type limitShard struct {
-	mu  sync.Mutex
-	tat map[uint64]int64 // user hash → unix nanoseconds
-	_   [40]byte         // keeps shards on their own cache lines
+	mu   sync.Mutex
+	sets [][limitWays]limitSlot
+	n    int      // occupied slots
+	_    [32]byte // keeps shards on their own cache lines
 }
 
 // limitShards is the shard count of tables large enough to split.
 const limitShards = 64
+
+// limitFirstSets is the sets a shard's table starts with.
+const limitFirstSets = 4
 
 func newUserLimits(rate float64, burst, max int) *userLimits {
 	n := limitShards
@@ -41,51 +64,107 @@ func newUserLimits(rate float64, burst, max int) *userLimits {
 		perShard: (max + n - 1) / n,
 	}
 	u.span = u.interval * int64(burst)
+	u.maxSets = (u.perShard + limitWays - 1) / limitWays
 	for i := range u.shards {
-		u.shards[i].tat = make(map[uint64]int64)
+		u.shards[i].sets = make([][limitWays]limitSlot, min(limitFirstSets, u.maxSets))
 	}
 	return u
 }
 
+// setOf returns the set key lives in among n sets: the hash's high half
+// scaled to n (the low bits pick the shard).
+func setOf(key uint64, n int) int {
+	return int((key >> 32) * uint64(n) >> 32)
+}
+
 // allow spends one of user key's tokens at now (unix nanoseconds).
 func (u *userLimits) allow(key uint64, now int64) bool {
+	if key == 0 {
+		key = 1
+	}
 	sh := &u.shards[key%uint64(len(u.shards))]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	tat, ok := sh.tat[key]
-	if !ok || tat < now {
-		tat = now
+	set := &sh.sets[setOf(key, len(sh.sets))]
+	for i := range set {
+		if s := &set[i]; s.key == key {
+			tat := max(s.tat, now)
+			next := tat + u.interval
+			if next-now > u.span {
+				return false
+			}
+			s.tat = next
+			return true
+		}
 	}
-	next := tat + u.interval
-	if next-now > u.span {
-		return false
+	if u.interval > u.span {
+		return false // a burst below one token: nobody ever passes
 	}
-	if !ok && len(sh.tat) >= u.perShard {
-		sh.evict(now, u.perShard)
+	crowded := true // every slot of the set holds a draining bucket
+	for i := range set {
+		if set[i].key == 0 || set[i].tat <= now {
+			crowded = false
+			break
+		}
 	}
-	sh.tat[key] = next
+	if (crowded || sh.n >= len(sh.sets)*limitWays*3/4) && len(sh.sets) < u.maxSets {
+		sh.grow(now, u.maxSets)
+		set = &sh.sets[setOf(key, len(sh.sets))]
+	}
+	sh.put(set, key, now+u.interval, now, sh.n >= u.perShard)
 	return true
 }
 
-// evict makes room in a full shard: every bucket that is full again goes,
-// and if that frees less than an eighth of the shard, arbitrary others go
-// too. Each call frees at least an eighth, so its cost (a pass over the
-// shard) is paid once per that many new users.
-func (sh *limitShard) evict(now int64, max int) {
-	for k, t := range sh.tat {
-		if t <= now {
-			delete(sh.tat, k)
+// put stores key's bucket in set, in this order of preference: the slot
+// of a bucket full again, an empty slot unless full (the shard holds its
+// bound), the slot of the bucket closest to full again.
+func (sh *limitShard) put(set *[limitWays]limitSlot, key uint64, tat, now int64, full bool) {
+	victim, empty := -1, -1
+	for i := range set {
+		switch s := &set[i]; {
+		case s.key == 0:
+			if empty < 0 {
+				empty = i
+			}
+		case victim < 0 || s.tat < set[victim].tat:
+			victim = i
 		}
 	}
-	want := max - max/8
-	if want >= max {
-		want = max - 1
-	}
-	for k := range sh.tat {
-		if len(sh.tat) <= want {
-			break
+	switch {
+	case victim >= 0 && set[victim].tat <= now:
+		set[victim] = limitSlot{key, tat}
+	case empty >= 0 && !full:
+		set[empty] = limitSlot{key, tat}
+		sh.n++
+	case victim >= 0:
+		set[victim] = limitSlot{key, tat}
+	default:
+		// The shard is full and this set empty: drop a bucket of another
+		// set (the shard keeps its bound), and take a slot here.
+		for i := range sh.sets {
+			for j := range sh.sets[i] {
+				if sh.sets[i][j].key != 0 {
+					sh.sets[i][j] = limitSlot{}
+					set[empty] = limitSlot{key, tat}
+					return
+				}
+			}
 		}
-		delete(sh.tat, k)
+	}
+}
+
+// grow doubles the shard's table (at most to maxSets), leaving out the
+// buckets full again.
+func (sh *limitShard) grow(now int64, maxSets int) {
+	old := sh.sets
+	sh.sets = make([][limitWays]limitSlot, min(2*len(old), maxSets))
+	sh.n = 0
+	for i := range old {
+		for _, s := range old[i] {
+			if s.key != 0 && s.tat > now {
+				sh.put(&sh.sets[setOf(s.key, len(sh.sets))], s.key, s.tat, now, false)
+			}
+		}
 	}
 }
 
@@ -95,7 +174,7 @@ func (u *userLimits) len() int {
 	for i := range u.shards {
 		sh := &u.shards[i]
 		sh.mu.Lock()
-		n += len(sh.tat)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

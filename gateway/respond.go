@@ -98,9 +98,8 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	writeAnswer(ctx, a)
 }
 
-// orderJSON is the body of an order answer.
-func orderJSON(o flashgate.Order) []byte {
-	b := make([]byte, 0, 160)
+// appendOrderJSON appends the body of an order answer to b.
+func appendOrderJSON(b []byte, o flashgate.Order) []byte {
 	b = append(b, `{"order_id":`...)
 	b = jsonstr.Append(b, o.ID)
 	b = append(b, `,"sale_id":`...)
@@ -112,10 +111,32 @@ func orderJSON(o flashgate.Order) []byte {
 	return append(b, '}')
 }
 
-// purchasedJSON is the 409 body naming the user's live order.
-func purchasedJSON(orderID string) []byte {
-	b := make([]byte, 0, 80)
+// appendPurchasedJSON appends the 409 body naming the user's live order.
+func appendPurchasedJSON(b []byte, orderID string) []byte {
 	b = append(b, `{"error":"already_purchased","order_id":`...)
 	b = jsonstr.Append(b, orderID)
 	return append(b, '}')
+}
+
+// writeOrder answers status with o's JSON.
+func writeOrder(ctx *fasthttp.RequestCtx, status int, o flashgate.Order) {
+	writeJSONHead(ctx, status)
+	b := ctx.Response.SwapBody(nil)
+	ctx.Response.SwapBody(appendOrderJSON(b[:0], o))
+}
+
+// writePurchased answers 409 already_purchased naming orderID.
+func writePurchased(ctx *fasthttp.RequestCtx, orderID string) {
+	writeJSONHead(ctx, fasthttp.StatusConflict)
+	b := ctx.Response.SwapBody(nil)
+	ctx.Response.SwapBody(appendPurchasedJSON(b[:0], orderID))
+}
+
+// writeJSONHead sets the head of a JSON answer whose body the caller
+// formats in the response's own body buffer (fasthttp pools it, so such an
+// answer allocates nothing).
+func writeJSONHead(ctx *fasthttp.RequestCtx, status int) {
+	ctx.Response.SetStatusCode(status)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
 }

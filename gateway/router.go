@@ -31,9 +31,9 @@ var (
 // normalized one, so "..", "%2e" and "//" tricks match nothing), recovers
 // from panics and counts the answer.
 func (s *Server) serve(ctx *fasthttp.RequestCtx) {
-	start := ctx.Time() // read by the server just before the handler
-	if start.IsZero() {
-		start = time.Now()
+	var start time.Duration
+	if s.m != nil {
+		start = time.Since(monoBase)
 	}
 	route := routeOther
 	defer func() {
@@ -42,10 +42,18 @@ func (s *Server) serve(ctx *fasthttp.RequestCtx) {
 			ctx.Response.Reset()
 			writeAnswer(ctx, ansInternal)
 		}
-		s.m.request(route, ctx.Response.StatusCode(), time.Since(start).Seconds())
+		if s.m != nil {
+			s.m.request(ctx, route, ctx.Response.StatusCode(), time.Since(monoBase)-start)
+		}
 	}()
 	route = s.route(ctx)
 }
+
+// monoBase is the reading of the clock request latencies are measured
+// from: time.Since of it reads only the monotonic clock, where time.Now
+// reads the wall clock too. (The servers run with LazyRequestTime, so
+// fasthttp reads no clock for a request time nobody asks for.)
+var monoBase = time.Now()
 
 // route dispatches one request and returns the route it took.
 func (s *Server) route(ctx *fasthttp.RequestCtx) int {
@@ -260,17 +268,17 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	writeAnswer(ctx, verdictAnswers[v])
 	switch v {
 	case verdictUnavailable:
-		s.m.decision(decUnavailable)
+		s.m.decision(ctx, decUnavailable)
 		return
 	case verdictNotFound:
-		s.m.decision(decNotFound)
+		s.m.decision(ctx, decNotFound)
 		return
 	case verdictClosed:
-		s.m.decision(decClosed)
+		s.m.decision(ctx, decClosed)
 	case verdictNotStarted:
-		s.m.decision(decNotStarted)
+		s.m.decision(ctx, decNotStarted)
 	default:
-		s.m.decision(decSoldOut)
+		s.m.decision(ctx, decSoldOut)
 	}
 	e.rejected.Add(1)
 }
@@ -305,14 +313,14 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	// The user's bucket first: one user hammering the button spends only
 	// their own tokens, never the sale's that everyone shares.
 	if !s.allowUser(user, now) {
-		s.m.decision(decRateLimited)
+		s.m.decision(ctx, decRateLimited)
 		e.rejected.Add(1)
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
 		return
 	}
 	if e.limiter != nil && !e.limiter.AllowN(now, 1) {
-		s.m.decision(decRateLimited)
+		s.m.decision(ctx, decRateLimited)
 		e.rejected.Add(1)
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
@@ -327,15 +335,12 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
-	s.m.decision(decAdmitted)
+	s.m.decision(ctx, decAdmitted)
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, qty)
 	if err != nil {
 		var pe *flashgate.PurchasedError
 		if errors.As(err, &pe) {
-			ctx.Response.SetStatusCode(fasthttp.StatusConflict)
-			ctx.Response.Header.SetContentTypeBytes(ctJSON)
-			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-			ctx.Response.SetBody(purchasedJSON(pe.OrderID))
+			writePurchased(ctx, pe.OrderID)
 			return
 		}
 		if errors.Is(err, flashgate.ErrUnavailable) {
@@ -344,10 +349,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.writeError(ctx, err)
 		return
 	}
-	ctx.Response.SetStatusCode(fasthttp.StatusCreated)
-	ctx.Response.Header.SetContentTypeBytes(ctJSON)
-	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-	ctx.Response.SetBody(orderJSON(flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved}))
+	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved})
 }
 
 // parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
@@ -410,8 +412,5 @@ func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	ctx.Response.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.Header.SetContentTypeBytes(ctJSON)
-	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-	ctx.Response.SetBody(orderJSON(o))
+	writeOrder(ctx, fasthttp.StatusOK, o)
 }
