@@ -171,7 +171,7 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 }
 
 // streamDrained reports whether the order sinks have committed every entry
-// of the sale's stream: the stream is empty (the sinks delete what they
+// of the sale's stream: the stream is empty (the sinks trim what they
 // commit), or the sink group has read up to its last id and acknowledged
 // all it read.
 func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
@@ -184,7 +184,7 @@ func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("reading the stream: %w", err)
 	}
 	if info.Length == 0 {
-		// The sinks delete what they committed (or set aside).
+		// The sinks trim what they committed (lua.AckTrim) and delete what they set aside.
 		return true, nil
 	}
 	groups, err := s.rdb.XInfoGroups(ctx, key).Result()
