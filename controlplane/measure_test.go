@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/redistest"
 )
 
 // TestMeasureIdleRedis measures what an idle control plane costs Redis with
@@ -64,19 +65,10 @@ func TestMeasureIdleRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var usec, calls int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info") {
-			continue
-		}
-		for _, kv := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			x, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "usec":
-				usec += x
-			case "calls":
-				calls += x
-			}
+	for name, st := range redistest.CommandStats(info) {
+		if name != "info" {
+			usec += st.Usec
+			calls += st.Calls
 		}
 	}
 	logs, err := e.rdb.SlowLogGet(e.ctx, -1).Result()

@@ -48,28 +48,8 @@ func commandCalls(t *testing.T, cl *redistest.Cluster, cmd string) map[string]in
 	out := map[string]int64{}
 	for _, addr := range cl.Addrs {
 		c := redis.NewClient(&redis.Options{Addr: addr})
-		info, err := c.Info(context.Background(), "commandstats").Result()
+		out[addr] = redistest.Commands(t, c)[cmd].Calls
 		_ = c.Close()
-		if err != nil {
-			t.Fatalf("INFO commandstats on %s: %v", addr, err)
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
-			if ok {
-				n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-				out[addr] = n
-			}
-		}
-	}
-	return out
-}
-
-// scriptCalls returns the EVALSHA and EVAL calls on each node.
-func scriptCalls(t *testing.T, cl *redistest.Cluster) map[string]int64 {
-	t.Helper()
-	out := commandCalls(t, cl, "evalsha")
-	for addr, n := range commandCalls(t, cl, "eval") {
-		out[addr] += n
 	}
 	return out
 }

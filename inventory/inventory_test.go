@@ -712,15 +712,7 @@ func redisCPU(tb testing.TB, rdb *redis.Client) float64 {
 	if err != nil {
 		tb.Fatalf("INFO cpu: %v", err)
 	}
-	var sum float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, _ := strconv.ParseFloat(v, 64)
-			sum += f
-		}
-	}
-	return sum
+	return redistest.CPUSeconds(info)
 }
 
 func BenchmarkReserveSoldOut(b *testing.B) {
@@ -766,7 +758,7 @@ func TestReserveBatches(t *testing.T) {
 			ctx := context.Background()
 			const attempts, buyers, total = 3000, 2000, 500
 			prepSale(t, rdb, "b", total, 1, "open")
-			before := calls(t, rdb, "evalsha")
+			before := redistest.Commands(t, rdb)["evalsha"].Calls
 			var mu sync.Mutex
 			won := map[string]string{} // user → order
 			var sold, soldOut, again atomic.Int64
@@ -817,7 +809,7 @@ func TestReserveBatches(t *testing.T) {
 			if n, _ := rdb.HLen(ctx, lua.BuyersKey("b")).Result(); n != total {
 				t.Errorf("buyers: got %d, want %d", n, total)
 			}
-			scripts := calls(t, rdb, "evalsha") - before
+			scripts := redistest.Commands(t, rdb)["evalsha"].Calls - before
 			t.Logf("%d reserves in %d script calls", attempts, scripts)
 			if tc.batched && scripts >= attempts/2 {
 				t.Errorf("script calls: got %d for %d reserves, want fewer than half (batches)", scripts, attempts)
@@ -827,22 +819,6 @@ func TestReserveBatches(t *testing.T) {
 			}
 		})
 	}
-}
-
-// calls returns INFO commandstats' calls of cmd on rdb's server.
-func calls(t *testing.T, rdb *redis.Client, cmd string) int64 {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // entry reads a stream entry's fields (either form).

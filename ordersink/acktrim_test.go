@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -161,25 +160,12 @@ func TestDrainTrimsInOrder(t *testing.T) {
 		t.Fatalf("DrainOnce: got %d, %v, want 300, nil", n, err)
 	}
 	e.check(t, ids)
-	if n := calls(t, e.rdb, "xdel"); n != 0 {
+	if n := redistest.Commands(t, e.rdb)["xdel"].Calls; n != 0 {
 		t.Errorf("XDEL calls: got %d, want 0", n)
 	}
-	if n := calls(t, e.rdb, "xtrim"); n != 5 {
+	if n := redistest.Commands(t, e.rdb)["xtrim"].Calls; n != 5 {
 		t.Errorf("XTRIM calls: got %d, want 5 (one a batch)", n)
 	}
-}
-
-// calls returns how many times cmd ran on rdb since the last CONFIG
-// RESETSTAT (commands a script runs count).
-func calls(t *testing.T, rdb *redis.Client, cmd string) int {
-	t.Helper()
-	info := rdb.Info(context.Background(), "commandstats").Val()
-	_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-	return n
 }
 
 // TestLinger: while orders trickle in, a running sink that read a partial

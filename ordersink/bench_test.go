@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,10 +59,13 @@ func BenchmarkDrainOnce(b *testing.B) {
 		b.StopTimer()
 		ownCPU += processCPUSeconds() - own
 		redisCPU += redisCPUSeconds(b, rdb) - cpu
-		if script := usec(b, rdb, "evalsha") + usec(b, rdb, "eval"); script > 0 {
-			ackUsec += script // its XACK, XTRIM… included
+		// The commands a script runs count in the script's time as well as
+		// in their own.
+		st := redistest.Commands(b, rdb)
+		if script := st["evalsha"].Usec + st["eval"].Usec; script > 0 {
+			ackUsec += float64(script) // its XACK, XTRIM… included
 		} else {
-			ackUsec += usec(b, rdb, "xack") + usec(b, rdb, "xdel")
+			ackUsec += float64(st["xack"].Usec + st["xdel"].Usec)
 		}
 		b.StartTimer()
 	}
@@ -89,29 +91,5 @@ func redisCPUSeconds(b *testing.B, rdb *redis.Client) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), f); ok {
-				x, _ := strconv.ParseFloat(v, 64)
-				total += x
-			}
-		}
-	}
-	return total
-}
-
-// usec returns the microseconds cmd took on rdb since the last CONFIG
-// RESETSTAT (INFO commandstats); the commands a script runs count in the
-// script's time as well as in their own.
-func usec(b *testing.B, rdb *redis.Client, cmd string) float64 {
-	b.Helper()
-	info := rdb.Info(context.Background(), "commandstats").Val()
-	_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":")
-	if !ok {
-		return 0
-	}
-	_, rest, _ = strings.Cut(rest, "usec=")
-	n, _ := strconv.ParseFloat(rest[:strings.IndexByte(rest, ',')], 64)
-	return n
+	return redistest.CPUSeconds(info)
 }

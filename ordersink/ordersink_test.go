@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -258,9 +257,9 @@ func TestQuietStream(t *testing.T) {
 		f, _ := e.db.Figures(context.Background(), sale)
 		return f.Persisted == 1
 	})
-	before := xreadgroupCalls(t, e)
+	before := redistest.Commands(t, e.rdb)["xreadgroup"].Calls
 	time.Sleep(300 * time.Millisecond) // well over 20 polls: the stream is quiet
-	calls := xreadgroupCalls(t, e) - before
+	calls := redistest.Commands(t, e.rdb)["xreadgroup"].Calls - before
 	t.Logf("XREADGROUP calls in 300ms of quiet: %d", calls)
 	if calls > 50 {
 		t.Errorf("XREADGROUP calls on one quiet stream in 300ms: got %d, want far fewer than one per 2ms poll", calls)
@@ -273,17 +272,6 @@ func TestQuietStream(t *testing.T) {
 	cancel()
 	<-done
 	e.check(t, ids)
-}
-
-func xreadgroupCalls(t *testing.T, e *env) int {
-	t.Helper()
-	info := e.rdb.Info(context.Background(), "commandstats").Val()
-	_, rest, ok := strings.Cut(info, "cmdstat_xreadgroup:calls=")
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-	return n
 }
 
 // readAsDead delivers up to n entries to consumer name and never acks them.

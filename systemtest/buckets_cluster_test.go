@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,21 +24,8 @@ func scriptCalls(tb testing.TB, ctx context.Context, n *redis.Client) int64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var calls int64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		v := line[strings.IndexByte(line, ':')+1:]
-		for _, kv := range strings.Split(v, ",") {
-			if c, ok := strings.CutPrefix(kv, "calls="); ok {
-				k, _ := strconv.ParseInt(c, 10, 64)
-				calls += k
-			}
-		}
-	}
-	return calls
+	st := redistest.CommandStats(info)
+	return st["evalsha"].Calls + st["eval"].Calls
 }
 
 // TestBucketedSaleOnCluster: one sale of 1,000 units in 3 buckets on a

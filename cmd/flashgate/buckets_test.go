@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,13 +25,10 @@ func commandCalls(t *testing.T, ctx context.Context, cc *redis.ClusterClient, cm
 		if err != nil {
 			return err
 		}
+		st := redistest.CommandStats(info)
 		m := map[string]int64{}
-		for _, line := range strings.Split(info, "\r\n") {
-			for _, cmd := range cmds {
-				if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-					m[cmd], _ = strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-				}
-			}
+		for _, cmd := range cmds {
+			m[cmd] = st[cmd].Calls
 		}
 		mu.Lock()
 		out[c.Options().Addr] = m
@@ -46,12 +41,12 @@ func commandCalls(t *testing.T, ctx context.Context, cc *redis.ClusterClient, cm
 	return out
 }
 
-// checkBucketRows checks the database after a crowd on a bucketed sale: at
+// checkRows checks the database after a crowd on a sale (bucketed or not): at
 // most total live units, nobody twice, every 201 of the crowds one row of
 // its buyer, and, when strict, every row a 201's; it returns the live units.
 // (Across a failover a reserve can be made and replicated while its answer
 // is an error, a WAIT that timed out: a row no 201 announced.)
-func checkBucketRows(t *testing.T, s *system, sale string, total int64, answered map[string]string, strict bool) int64 {
+func checkRows(t *testing.T, s *system, sale string, total int64, answered map[string]string, strict bool) int64 {
 	t.Helper()
 	live, err := s.db.LiveOrders(context.Background(), sale)
 	if err != nil {
@@ -167,7 +162,7 @@ func TestServeBucketedSaleOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("drain: %v", err)
 	}
-	if got := checkBucketRows(t, s, sale, units, r.Orders, true); got != units {
+	if got := checkRows(t, s, sale, units, r.Orders, true); got != units {
 		t.Errorf("live units: got %d, want %d", got, units)
 	}
 	if f.Booked != units {
@@ -270,7 +265,7 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 			answered[id] = u
 		}
 	}
-	got := checkBucketRows(t, s, sale, units, answered, false)
+	got := checkRows(t, s, sale, units, answered, false)
 	t.Logf("201: %d, live units: %d", len(answered), got)
 	if got != units {
 		t.Errorf("live units after both crowds: got %d, want %d (every unit sold once)", got, units)

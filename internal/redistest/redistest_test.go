@@ -38,3 +38,16 @@ func TestClusterAndSentinel(t *testing.T) {
 		}
 	})
 }
+
+func TestCommandStats(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=1\r\n" +
+		"cmdstat_client|list:calls=1,usec=9,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n"
+	got := redistest.CommandStats(info)
+	want := map[string]redistest.CommandStat{"evalsha": {12, 340}, "client|list": {1, 9}}
+	if len(got) != len(want) || got["evalsha"] != want["evalsha"] || got["client|list"] != want["client|list"] {
+		t.Errorf("CommandStats: got %v, want %v", got, want)
+	}
+	if got := redistest.CPUSeconds("# CPU\r\nused_cpu_sys:1.25\r\nused_cpu_user:2.5\r\nused_cpu_sys_children:9\r\n"); got != 3.75 {
+		t.Errorf("CPUSeconds: got %v, want 3.75", got)
+	}
+}

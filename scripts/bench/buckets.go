@@ -244,13 +244,7 @@ func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, batch
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reserve := reserveConn
-			if batch > 1 {
-				reserve = func(ctx context.Context, c net.Conn, sha, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
-					return reserveManyConn(ctx, c, sha, batch, sale, tag, bucket, bucketed, conn, deadline)
-				}
-			}
-			n, err := reserve(ctx, c, sha, l.Sale, t.tag, t.bucket, l.Bucketed(), i, deadline)
+			n, err := reserveConn(ctx, c, sha, batch, l.Sale, t.tag, t.bucket, l.Bucketed(), i, deadline)
 			total.Add(n)
 			if err != nil {
 				firstErr.CompareAndSwap(nil, &err)
@@ -287,84 +281,39 @@ func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, batch
 
 func tvSeconds(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
 
-// reserveConn sends pipelines of reserve scripts on c until deadline and
-// returns how many reserved; any other answer is an error.
-func reserveConn(ctx context.Context, c net.Conn, sha, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
+// reserveConn sends pipelines of reserves of new buyers on c until
+// deadline, bucketsPipeline reserves per round trip and batch reserves per
+// EVALSHA (sha is lua.Reserve's for 1, lua.ReserveMany's above), and
+// returns how many reserved; any other answer is an error. Every call but
+// its orders' ids is the same: the parts before and after them are built
+// once.
+func reserveConn(ctx context.Context, c net.Conn, sha string, batch int, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
 	keys := lua.ReserveKeys(tag)
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	// Every command but its order and user ids is the same: the parts
-	// before and after them are built once.
-	argc := 1 + 1 + 1 + len(keys) + 5
-	if bucketed {
-		argc++
-	}
-	var head []byte
-	head = append(head, '*')
-	head = strconv.AppendInt(head, int64(argc), 10)
-	head = append(head, "\r\n"...)
-	for _, a := range append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...) {
-		head = bulk(head, a)
-	}
-	var tail []byte
-	tail = bulk(tail, "1")
-	tail = bulk(tail, now)
-	tail = bulk(tail, sale)
-	if bucketed {
-		tail = bulk(tail, strconv.Itoa(bucket))
-	}
-	prefix := bucketsGeneratorPrefix + strconv.Itoa(conn) + "-"
-	w := bufio.NewWriterSize(c, 64<<10)
-	r := bufio.NewReaderSize(c, 64<<10)
-	buf := make([]byte, 0, 64<<10)
-	var n, seq int64
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		buf = buf[:0]
-		for range bucketsPipeline {
-			seq++
-			buf = append(buf, head...)
-			id := strconv.AppendInt([]byte(prefix), seq, 10)
-			buf = bulkBytes(buf, append([]byte("o"), id...)) // order id
-			buf = bulkBytes(buf, append([]byte("u"), id...)) // user id
-			buf = append(buf, tail...)
-		}
-		if _, err := w.Write(buf); err != nil {
-			return n, err
-		}
-		if err := w.Flush(); err != nil {
-			return n, err
-		}
-		for range bucketsPipeline {
-			code, err := readReserveReply(r)
-			if err != nil {
-				return n, err
-			}
-			if code != lua.ReserveOK {
-				return n, fmt.Errorf("reserve script answered code %d, want %d (reserved)", code, lua.ReserveOK)
-			}
-			n++
-		}
-	}
-	return n, nil
-}
-
-// reserveManyConn is reserveConn with batch reserves in each lua.ReserveMany
-// call, bucketsPipeline/batch calls per round trip.
-func reserveManyConn(ctx context.Context, c net.Conn, sha string, batch int, sale, tag string, bucket int, bucketed bool, conn int, deadline time.Time) (int64, error) {
-	keys := lua.ReserveKeys(tag)
 	b := ""
 	if bucketed {
 		b = strconv.Itoa(bucket)
 	}
+	// lua.Reserve: order, user, qty, now, sale[, bucket]; lua.ReserveMany:
+	// now, sale, bucket, then order, user, qty for each order.
+	before, after := []string{now, sale, b}, []string(nil)
+	if batch == 1 {
+		before, after = nil, []string{now, sale}
+		if bucketed {
+			after = append(after, b)
+		}
+	}
 	var head []byte
 	head = append(head, '*')
-	head = strconv.AppendInt(head, int64(3+len(keys)+3+3*batch), 10)
+	head = strconv.AppendInt(head, int64(3+len(keys)+len(before)+3*batch+len(after)), 10)
 	head = append(head, "\r\n"...)
-	for _, a := range append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...) {
+	for _, a := range append(append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...), before...) {
 		head = bulk(head, a)
 	}
-	head = bulk(head, strconv.FormatInt(time.Now().UnixMilli(), 10))
-	head = bulk(head, sale)
-	head = bulk(head, b)
+	var tail []byte
+	for _, a := range after {
+		tail = bulk(tail, a)
+	}
 	calls := max(bucketsPipeline/batch, 1)
 	prefix := bucketsGeneratorPrefix + strconv.Itoa(conn) + "-"
 	w := bufio.NewWriterSize(c, 64<<10)
@@ -380,8 +329,9 @@ func reserveManyConn(ctx context.Context, c net.Conn, sha string, batch int, sal
 				id := strconv.AppendInt([]byte(prefix), seq, 10)
 				buf = bulkBytes(buf, append([]byte("o"), id...)) // order id
 				buf = bulkBytes(buf, append([]byte("u"), id...)) // user id
-				buf = bulk(buf, "1")
+				buf = bulk(buf, "1")                             // quantity
 			}
+			buf = append(buf, tail...)
 		}
 		if _, err := w.Write(buf); err != nil {
 			return n, err
@@ -390,7 +340,7 @@ func reserveManyConn(ctx context.Context, c net.Conn, sha string, batch int, sal
 			return n, err
 		}
 		for range calls {
-			codes, err := readReserveManyReply(r, batch)
+			codes, err := readReserveReply(r, batch)
 			if err != nil {
 				return n, err
 			}
@@ -405,9 +355,10 @@ func reserveManyConn(ctx context.Context, c net.Conn, sha string, batch int, sal
 	return n, nil
 }
 
-// readReserveManyReply reads one reply of lua.ReserveMany for k orders
-// ({code, order id} k times, flat) and returns the codes.
-func readReserveManyReply(r *bufio.Reader, k int) ([]int64, error) {
+// readReserveReply reads one reply of a reserve script for k orders
+// ({code, order id} k times, flat: lua.Reserve's for k = 1) and returns
+// the codes.
+func readReserveReply(r *bufio.Reader, k int) ([]int64, error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
 		return nil, err
@@ -434,19 +385,6 @@ func bulkBytes(b, s []byte) []byte {
 	b = append(b, "\r\n"...)
 	b = append(b, s...)
 	return append(b, "\r\n"...)
-}
-
-// readReserveReply reads one reply of the reserve script ({code, order
-// id}) and returns its code.
-func readReserveReply(r *bufio.Reader) (int64, error) {
-	line, err := r.ReadSlice('\n')
-	if err != nil {
-		return 0, err
-	}
-	if len(line) < 3 || line[0] != '*' {
-		return 0, fmt.Errorf("reserve reply: %q", strings.TrimSpace(string(line)))
-	}
-	return readCodeAndOrder(r)
 }
 
 // readCodeAndOrder reads a reserve answer's code and order id (after the
@@ -499,18 +437,7 @@ func nodeStats(ctx context.Context, cc *redis.ClusterClient, replicas bool) (map
 		if err != nil {
 			return err
 		}
-		var st nodeStat
-		for _, line := range strings.Split(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-				st.evalsha, _ = strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			}
-			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-				if rest, ok := strings.CutPrefix(line, f); ok {
-					v, _ := strconv.ParseFloat(rest, 64)
-					st.cpu += v
-				}
-			}
-		}
+		st := nodeStat{evalsha: redistest.CommandStats(info)["evalsha"].Calls, cpu: redistest.CPUSeconds(info)}
 		mu.Lock()
 		out[c.Options().Addr] = st
 		mu.Unlock()

@@ -21,14 +21,10 @@ func TestReserveConn(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		script *redis.Script
-		run    func(ctx context.Context, c net.Conn, sha, tag string, deadline time.Time) (int64, error)
+		batch  int
 	}{
-		{"one a call", lua.Reserve, func(ctx context.Context, c net.Conn, sha, tag string, deadline time.Time) (int64, error) {
-			return reserveConn(ctx, c, sha, "gen", tag, 1, true, 0, deadline)
-		}},
-		{"batched", lua.ReserveMany, func(ctx context.Context, c net.Conn, sha, tag string, deadline time.Time) (int64, error) {
-			return reserveManyConn(ctx, c, sha, bucketsBatch, "gen", tag, 1, true, 0, deadline)
-		}},
+		{"one a call", lua.Reserve, 1},
+		{"batched", lua.ReserveMany, bucketsBatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -50,7 +46,7 @@ func TestReserveConn(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			n, err := tc.run(ctx, c, sha, tag, time.Now().Add(100*time.Millisecond))
+			n, err := reserveConn(ctx, c, sha, tc.batch, "gen", tag, 1, true, 0, time.Now().Add(100*time.Millisecond))
 			if err != nil {
 				t.Fatalf("generator: %v", err)
 			}

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/redistest"
 )
 
 // stormResult is the storm phase's part of the report.
@@ -133,22 +134,8 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdCost, e
 		return nil, err
 	}
 	out := map[string]cmdCost{}
-	for _, l := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		c := cmdCost{Name: strings.TrimPrefix(name, "cmdstat_")}
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "calls":
-				c.Calls, _ = strconv.ParseInt(v, 10, 64)
-			case "usec":
-				c.Usec, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		out[c.Name] = c
+	for name, st := range redistest.CommandStats(info) {
+		out[name] = cmdCost{Name: name, Calls: st.Calls, Usec: st.Usec}
 	}
 	return out, nil
 }
