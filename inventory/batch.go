@@ -139,43 +139,32 @@ func (s *Service) runBatch(ctx context.Context, b *reserveBatch) {
 	}
 }
 
-// send runs lua.ReserveMany for b (one lua.Reserve for a batch of one) and
-// sets each request's answer, or b.err.
+// send runs lua.ReserveMany for b (lua.Reserve for a batch of one, whose
+// answer is ReserveMany's for one order) and sets each request's answer,
+// or b.err.
 func (s *Service) send(ctx context.Context, b *reserveBatch) {
 	now := s.clock.Now().UnixMilli()
+	script, args := lua.ReserveMany, make([]any, 0, 3+3*len(b.reqs))
 	if len(b.reqs) == 1 {
 		r := b.reqs[0]
-		args := []any{r.order, r.user, r.qty, now, b.sale}
+		script, args = lua.Reserve, append(args, r.order, r.user, r.qty, now, b.sale)
 		if b.bucket != "" {
 			args = append(args, b.bucket)
 		}
-		res, acked, err := s.runReserve(ctx, lua.Reserve, b.keys, args...)
-		if err != nil {
-			b.err = s.redisError("reserving", err)
-			return
+	} else {
+		args = append(args, now, b.sale, b.bucket)
+		for _, r := range b.reqs {
+			args = append(args, r.order, r.user, r.qty)
 		}
-		code, existing, ok := reserveResult(res)
-		if !ok {
-			b.err = fmt.Errorf("reserving: unexpected script answer %v", res)
-			return
-		}
-		r.code, r.existing = code, existing
-		s.checkWait(ctx, b, acked)
-		return
 	}
-	args := make([]any, 0, 3+3*len(b.reqs))
-	args = append(args, now, b.sale, b.bucket)
-	for _, r := range b.reqs {
-		args = append(args, r.order, r.user, r.qty)
-	}
-	res, acked, err := s.runReserve(ctx, lua.ReserveMany, b.keys, args...)
+	res, acked, err := s.runReserve(ctx, script, b.keys, args...)
 	if err != nil {
 		b.err = s.redisError("reserving", err)
 		return
 	}
 	vals, ok := res.([]any)
 	if !ok || len(vals) != 2*len(b.reqs) {
-		b.err = fmt.Errorf("reserving: unexpected script answer of %T for %d orders", res, len(b.reqs))
+		b.err = fmt.Errorf("reserving: unexpected script answer %v for %d orders", res, len(b.reqs))
 		return
 	}
 	for i, r := range b.reqs {
@@ -186,32 +175,24 @@ func (s *Service) send(ctx context.Context, b *reserveBatch) {
 			return
 		}
 		r.code, r.existing = code, existing
-	}
-	s.checkWait(ctx, b, acked)
-}
-
-// checkWait fails with errWaitShort every order of b that the call
-// reserved (or found reserved by an earlier attempt with the same order id)
-// when WAIT counted fewer replicas than WaitReplicas; acked < 0 means no
-// WAIT was sent.
-func (s *Service) checkWait(ctx context.Context, b *reserveBatch, acked int64) {
-	for _, r := range b.reqs {
-		if s.waitShort(acked, r.code, r.existing, r.order) {
-			s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
-				"sale", b.sale, "order", r.order, "acked", acked, "want", s.waitReplicas)
-			r.err = errWaitShort
-		}
+		r.err = s.confirm(ctx, b.sale, acked, code, existing, r.order)
 	}
 }
 
-// waitShort reports whether a reserve answered code and existing for order
-// stands in Redis unconfirmed: WAIT was sent and counted fewer replicas
-// than WaitReplicas.
-func (s *Service) waitShort(acked, code int64, existing, order string) bool {
+// confirm returns errWaitShort, and logs it, when a reserve answered code
+// and existing for order stands in Redis unconfirmed: it reserved (or found
+// reserved by an earlier attempt with the same order id), and WAIT counted
+// fewer replicas than WaitReplicas; acked < 0 means no WAIT was sent.
+func (s *Service) confirm(ctx context.Context, sale string, acked, code int64, existing, order string) error {
 	if acked < 0 || acked >= int64(s.waitReplicas) {
-		return false
+		return nil
 	}
-	return code == lua.ReserveOK || (code == lua.ReservePurchased && existing == order)
+	if code != lua.ReserveOK && (code != lua.ReservePurchased || existing != order) {
+		return nil
+	}
+	s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
+		"sale", sale, "order", order, "acked", acked, "want", s.waitReplicas)
+	return errWaitShort
 }
 
 // bucketArg is the ARGV of a bucket index, "" for an unbucketed sale.

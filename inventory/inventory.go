@@ -253,10 +253,12 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	var existing string
 	if s.batchMax > 1 {
 		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, qty)
-	} else if l.Bucketed() {
-		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), orderID, userID, qty, now, saleID, home)
 	} else {
-		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), orderID, userID, qty, now, saleID)
+		args := []any{orderID, userID, qty, now, saleID}
+		if l.Bucketed() {
+			args = append(args, home)
+		}
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), args...)
 	}
 	if err != nil {
 		return "", err
@@ -319,11 +321,11 @@ func (s *Service) reserveIn(ctx context.Context, what string, keys []string, arg
 		s.m.outcome(outError)
 		return 0, "", fmt.Errorf("%s: unexpected script answer %v", what, res)
 	}
-	if order := args[0].(string); s.waitShort(acked, code, existing, order) {
-		s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
-			"sale", args[4], "order", order, "acked", acked, "want", s.waitReplicas)
+	order, _ := args[0].(string)
+	sale, _ := args[4].(string)
+	if err := s.confirm(ctx, sale, acked, code, existing, order); err != nil {
 		s.m.outcome(outError)
-		return 0, "", errWaitShort
+		return 0, "", err
 	}
 	return code, existing, nil
 }

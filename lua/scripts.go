@@ -45,6 +45,8 @@ var (
 	spillCheckSrc string
 	//go:embed reservemany.lua
 	reserveManySrc string
+	//go:embed acktrim.lua
+	ackTrimSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -76,6 +78,10 @@ var (
 
 	// ReserveMany is Reserve for a batch of orders of one sale or bucket.
 	ReserveMany = redis.NewScript(reserveManySrc)
+
+	// AckTrim is the order sink's acknowledgement of committed entries,
+	// which also removes them from the stream.
+	AckTrim = redis.NewScript(ackTrimSrc)
 )
 
 // Return codes of Reserve.
@@ -120,11 +126,3 @@ const (
 // ResyncRestore is Resync's one-value answer {-1}: Redis needs the sale's
 // released set and buyers restored from the database first.
 const ResyncRestore = -1
-
-// AckTrim is the order sink's acknowledgement of committed entries, which
-// also removes them from the stream (see acktrim.lua).
-var (
-	//go:embed acktrim.lua
-	ackTrimSrc string
-	AckTrim    = redis.NewScript(ackTrimSrc)
-)
