@@ -171,19 +171,20 @@ func TestDrainTrimsInOrder(t *testing.T) {
 // TestLinger: while orders trickle in, a running sink that read a partial
 // batch waits Linger before it polls again, so it commits them in a few
 // batches rather than one each; a full batch is followed by the next poll
-// at once.
+// at once. Without Linger, an order that arrives after the last one was
+// stored is a batch of its own: the case waits for each order's row before
+// the next, so that a stalled machine cannot merge them.
 func TestLinger(t *testing.T) {
 	e := newEnv(t, "sqlite://"+t.TempDir()+"/fg.db")
 	for _, c := range []struct {
 		name     string
 		linger   time.Duration
+		stepped  bool // each order waits for the row of the one before
 		batches  func(float64) bool
 		wantText string
 	}{
-		// Without, a sink polling every millisecond commits nearly every
-		// order alone.
-		{"off", -1, func(n float64) bool { return n > 6 }, "more than 6"},
-		{"500ms", 500 * time.Millisecond, func(n float64) bool { return n <= 6 }, "at most 6"},
+		{"off", -1, true, func(n float64) bool { return n == 20 }, "20, one per order"},
+		{"500ms", 500 * time.Millisecond, false, func(n float64) bool { return n <= 6 }, "at most 6"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -194,7 +195,11 @@ func TestLinger(t *testing.T) {
 			var ids []string
 			for i := range 20 {
 				ids = append(ids, e.reserve(t, c.name+strconv.Itoa(i)+"-", 1)...)
-				time.Sleep(5 * time.Millisecond)
+				if c.stepped {
+					until(t, "the order's row", func() bool { return counter(t, reg, "flashgate_sink_orders_total") == float64(i+1) })
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
 			}
 			until(t, "every order stored", func() bool {
 				return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 && counter(t, reg, "flashgate_sink_orders_total") == 20
