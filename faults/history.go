@@ -1,7 +1,9 @@
 package faults
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -93,13 +95,13 @@ var hKindName = [...]string{"purchase", "pay", "cancel", "refund", "expire", "lo
 type hResult uint8
 
 const (
-	rUnknown     hResult = iota // may or may not have taken effect
-	rRefused                    // an answer that changes nothing (sold_out, 429, not sent, …)
-	rCreated                    // purchase: 201 with an order id
-	rHolds                      // purchase: 409 already_purchased (with the order id, if any)
-	rDone                       // pay, cancel, refund: 200; expire, lose, read: happened
-	rNotPayable                 // pay, cancel, refund: 409 not_payable
-	rNotFound                   // pay, cancel, refund: 404 not_found
+	rUnknown    hResult = iota // may or may not have taken effect
+	rRefused                   // an answer that changes nothing (sold_out, 429, not sent, …)
+	rCreated                   // purchase: 201 with an order id
+	rHolds                     // purchase: 409 already_purchased (with the order id, if any)
+	rDone                      // pay, cancel, refund: 200; expire, lose, read: happened
+	rNotPayable                // pay, cancel, refund: 409 not_payable
+	rNotFound                  // pay, cancel, refund: 404 not_found
 )
 
 // oState is an order's state in the order model.
@@ -244,9 +246,17 @@ func (h *history) record(kind hKind, user, order string, status int, code string
 	h.add(in, out, call, ret)
 }
 
+// sentErr reports whether a request that failed with err may have reached
+// the server: only a failed dial proves that it did not.
+func sentErr(err error) bool {
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
+}
+
 // adminCall records an admin API call if it is one the models know (a
-// refund); status 0 is no answer.
-func (h *history) adminCall(method, path string, status int, code string, call, ret time.Time) {
+// refund); status 0 is no answer, sent whether the request may then have
+// reached the server.
+func (h *history) adminCall(method, path string, status int, code string, sent bool, call, ret time.Time) {
 	id, ok := strings.CutPrefix(path, "/admin/orders/")
 	if method != http.MethodPost || !ok {
 		return
@@ -255,7 +265,7 @@ func (h *history) adminCall(method, path string, status int, code string, call, 
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return
 	}
-	h.record(hRefund, "", id, status, code, true, call, ret)
+	h.record(hRefund, "", id, status, code, sent, call, ret)
 }
 
 // hCheck is the outcome of checking a history.
