@@ -271,7 +271,8 @@ func (h *history) adminCall(method, path string, status int, code string, sent b
 // hCheck is the outcome of checking a history.
 type hCheck struct {
 	ops, users     int
-	unknown        int // operations without an answer that counts
+	kinds          [hRead]int // operations by kind, the final reads left out
+	unknown        int        // operations without an answer that counts
 	orders, stock  porcupine.CheckResult
 	badUsers       []string // users whose partition is not linearizable (at most 10)
 	took           time.Duration
@@ -285,7 +286,7 @@ func (c hCheck) ok() bool { return c.orders == porcupine.Ok && c.stock == porcup
 func (c hCheck) String() string {
 	switch {
 	case c.ok():
-		return fmt.Sprintf("linearizable (%d ops, %d users, %d unknown)", c.ops, c.users, c.unknown)
+		return "linearizable: " + c.counts()
 	case c.orders == porcupine.Illegal || c.stock == porcupine.Illegal:
 		var what []string
 		if c.orders == porcupine.Illegal {
@@ -294,9 +295,21 @@ func (c hCheck) String() string {
 		if c.stock == porcupine.Illegal {
 			what = append(what, "stock")
 		}
-		return fmt.Sprintf("NOT linearizable: %s (%d ops)", strings.Join(what, "; "), c.ops)
+		return fmt.Sprintf("NOT linearizable: %s (%s)", strings.Join(what, "; "), c.counts())
 	}
-	return fmt.Sprintf("undecided: orders %s, stock %s (%d ops, %d unknown, %v)", c.orders, c.stock, c.ops, c.unknown, c.took.Round(time.Second))
+	return fmt.Sprintf("undecided: orders %s, stock %s after %v (%s)", c.orders, c.stock, c.took.Round(time.Second), c.counts())
+}
+
+// counts lists the operations by kind, e.g. "2625 purchase, 200 pay, 0
+// unknown".
+func (c hCheck) counts() string {
+	var b strings.Builder
+	for k, n := range c.kinds {
+		if n > 0 || hKind(k) <= hRefund {
+			fmt.Fprintf(&b, "%d %s, ", n, hKindName[k])
+		}
+	}
+	return b.String() + fmt.Sprintf("%d unknown, %d users", c.unknown, c.users)
 }
 
 // finish adds what no client did, as of a final read of the database that
@@ -341,12 +354,12 @@ func (h *history) finish(rows []finalRow, readCall, readRet time.Time) {
 		}
 	}
 	for id, user := range known {
-		if haveRow[id] {
+		if haveRow[id] || len(flushes) == 0 {
 			continue
 		}
-		for _, f := range flushes {
-			h.add(hInput{kind: hLose, user: user, order: id}, hOutput{res: rDone, answer: "lost"}, f[0], f[1])
-		}
+		// Lost in one of the flushes: from the first one's start to the
+		// last one's end.
+		h.add(hInput{kind: hLose, user: user, order: id}, hOutput{res: rDone, answer: "lost"}, flushes[0][0], flushes[len(flushes)-1][1])
 	}
 	names := make([]string, 0, len(users))
 	for u := range users {
@@ -802,6 +815,9 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 		if o.Output.(hOutput).res == rUnknown {
 			c.unknown++
 		}
+		if k := o.Input.(hInput).kind; k < hRead {
+			c.kinds[k]++
+		}
 	}
 	c.users = len(users)
 	om := orderModel()
@@ -819,7 +835,7 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 			}
 		}
 		if dir != "" && len(bad) > 0 {
-			_, info := porcupine.CheckOperationsVerbose(om, bad, timeout)
+			_, info := porcupine.CheckOperationsVerbose(om, lanes(bad), timeout)
 			c.visualize(om, info, filepath.Join(dir, "history-orders.html"))
 		}
 	}
@@ -829,13 +845,41 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 		c.stock = porcupine.CheckOperationsTimeout(sm, sops, timeout)
 	} else {
 		var info porcupine.LinearizationInfo
-		c.stock, info = porcupine.CheckOperationsVerbose(sm, sops, timeout)
+		c.stock, info = porcupine.CheckOperationsVerbose(sm, lanes(sops), timeout)
 		if c.stock == porcupine.Illegal {
 			c.visualize(sm, info, filepath.Join(dir, "history-stock.html"))
 		}
 	}
 	c.took = time.Since(start)
 	return c
+}
+
+// lanes gives ops the fewest client ids (the drawing's lanes) such that
+// the operations of one lane do not overlap.
+func lanes(ops []porcupine.Operation) []porcupine.Operation {
+	out := append([]porcupine.Operation(nil), ops...)
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return out[idx[a]].Call < out[idx[b]].Call })
+	var free []int64 // per lane: when its last operation returned
+	for _, i := range idx {
+		lane := -1
+		for l, t := range free {
+			if t < out[i].Call {
+				lane = l
+				break
+			}
+		}
+		if lane < 0 {
+			lane = len(free)
+			free = append(free, 0)
+		}
+		free[lane] = out[i].Return
+		out[i].ClientId = lane
+	}
+	return out
 }
 
 func (c *hCheck) visualize(m porcupine.Model, info porcupine.LinearizationInfo, path string) {
