@@ -135,6 +135,11 @@ func TestModelHistories(t *testing.T) {
 		{"refund of a cancelled order answered 200", 1,
 			newHB().buy("u1", 0, 10, 201, "", "A").do(hCancel, "u1", "A", 20, 30, 200, "").do(hRefund, "", "A", 40, 50, 200, ""),
 			[]string{"A u1 refunded"}, bad, ok},
+		// Rows of users no recorded purchase names (a scenario's own
+		// requests) are left out of the per-user check.
+		{"a row of a user without a recorded purchase", 2,
+			newHB().buy("u1", 0, 10, 201, "", "A").do(hRefund, "", "X", 20, 30, 200, ""),
+			[]string{"A u1 pending_payment", "X other refunded"}, ok, ok},
 		{"a confirmed order without a row", 1,
 			newHB().buy("u1", 0, 10, 201, "", "A"),
 			nil, bad, bad},
