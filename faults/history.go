@@ -278,6 +278,8 @@ type hCheck struct {
 	unknown        int        // operations without an answer that counts
 	orders, stock  porcupine.CheckResult
 	badUsers       []string // users whose partition is not linearizable (at most 10)
+	bad            int      // how many users' partitions are not linearizable
+	example        string   // the first such user's operations, described
 	took           time.Duration
 	visualizations []string // files written
 }
@@ -293,7 +295,11 @@ func (c hCheck) String() string {
 	case c.orders == porcupine.Illegal || c.stock == porcupine.Illegal:
 		var what []string
 		if c.orders == porcupine.Illegal {
-			what = append(what, fmt.Sprintf("orders of %s", strings.Join(c.badUsers, ", ")))
+			more := ""
+			if c.bad > len(c.badUsers) {
+				more = fmt.Sprintf(" and %d more", c.bad-len(c.badUsers))
+			}
+			what = append(what, fmt.Sprintf("orders of %s%s, e.g. %s", strings.Join(c.badUsers, ", "), more, c.example))
 		}
 		if c.stock == porcupine.Illegal {
 			what = append(what, "stock")
@@ -858,9 +864,13 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 			if porcupine.CheckOperationsTimeout(om, part, timeout) != porcupine.Illegal {
 				continue
 			}
+			c.bad++
 			if len(c.badUsers) < 10 {
 				c.badUsers = append(c.badUsers, part[0].Input.(hInput).user)
 				bad = append(bad, part...)
+			}
+			if c.example == "" {
+				c.example = describePartition(part)
 			}
 		}
 		if dir != "" && len(bad) > 0 {
@@ -881,6 +891,26 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 	}
 	c.took = time.Since(start)
 	return c
+}
+
+// describePartition lists one user's operations by invocation, with
+// their times in ms since the history began ("…" for no answer).
+func describePartition(ops []porcupine.Operation) string {
+	ops = append([]porcupine.Operation(nil), ops...)
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	parts := make([]string, 0, len(ops))
+	for i, o := range ops {
+		if i == 12 {
+			parts = append(parts, fmt.Sprintf("%d more", len(ops)-i))
+			break
+		}
+		ret := fmt.Sprintf("%.0f", float64(o.Return)/1e6)
+		if o.Output.(hOutput).res == rUnknown {
+			ret = "…"
+		}
+		parts = append(parts, fmt.Sprintf("[%.0f–%s ms] %s", float64(o.Call)/1e6, ret, describeOp(o.Input, o.Output)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // lanes gives ops the fewest client ids (the drawing's lanes) such that

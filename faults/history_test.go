@@ -175,6 +175,7 @@ func TestModelVisualizes(t *testing.T) {
 	if got.ok() || len(got.badUsers) != 1 || got.badUsers[0] != "u1" {
 		t.Fatalf("got %s, bad users %v, want u1's orders rejected", got, got.badUsers)
 	}
+	t.Log(got)
 	for _, f := range []string{"history-orders.html", "history-stock.html"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("visualization %s: %v", f, err)
