@@ -272,14 +272,18 @@ func (h *history) adminCall(method, path string, status int, code string, sent b
 
 // hCheck is the outcome of checking a history.
 type hCheck struct {
-	ops, users     int
-	foreign        int        // rows of users without a recorded purchase, not checked per user
-	kinds          [hRead]int // operations by kind, the final reads left out
-	unknown        int        // operations without an answer that counts
-	orders, stock  porcupine.CheckResult
-	badUsers       []string // users whose partition is not linearizable (at most 10)
-	bad            int      // how many users' partitions are not linearizable
-	example        string   // the first such user's operations, described
+	ops, users    int
+	foreign       int        // rows of users without a recorded purchase, not checked per user
+	kinds         [hRead]int // operations by kind, the final reads left out
+	unknown       int        // operations without an answer that counts
+	orders, stock porcupine.CheckResult
+	badUsers      []string // users whose partition is not linearizable (at most 10)
+	bad           int      // how many users' partitions are not linearizable
+	// earlySoldOut counts sold_out answers given while units surely
+	// remained (fewer purchases that may have taken a unit had been sent
+	// than units on sale): allowed, the admission cap.
+	earlySoldOut   int
+	example        string // the first such user's operations, described
 	took           time.Duration
 	visualizations []string // files written
 }
@@ -319,6 +323,9 @@ func (c hCheck) counts() string {
 		}
 	}
 	fmt.Fprintf(&b, "%d unknown, %d users", c.unknown, c.users)
+	if c.earlySoldOut > 0 {
+		fmt.Fprintf(&b, ", %d sold_out while units surely remained (allowed: admission cap)", c.earlySoldOut)
+	}
 	if c.foreign > 0 {
 		fmt.Fprintf(&b, ", %d rows of users without a recorded purchase left out", c.foreign)
 	}
@@ -855,6 +862,7 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 		}
 	}
 	c.users = len(users)
+	c.earlySoldOut = earlySoldOut(ops, total)
 	om := orderModel()
 	c.orders = porcupine.CheckOperationsTimeout(om, ops, timeout)
 	if c.orders == porcupine.Illegal {
@@ -891,6 +899,33 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 	}
 	c.took = time.Since(start)
 	return c
+}
+
+// earlySoldOut counts the purchases answered sold_out although, when the
+// answer came, fewer purchases that may have taken units (answered 201, or
+// not answered) had been sent than there are units.
+func earlySoldOut(ops []porcupine.Operation, total int) int {
+	var sent []int64 // invocation times of purchases that may have taken a unit
+	for _, o := range ops {
+		if in := o.Input.(hInput); in.kind == hPurchase {
+			if r := o.Output.(hOutput).res; r == rCreated || r == rUnknown {
+				sent = append(sent, o.Call)
+			}
+		}
+	}
+	sort.Slice(sent, func(i, j int) bool { return sent[i] < sent[j] })
+	n := 0
+	for _, o := range ops {
+		in, out := o.Input.(hInput), o.Output.(hOutput)
+		if in.kind != hPurchase || out.answer != "409 sold_out" {
+			continue
+		}
+		taken := sort.Search(len(sent), func(i int) bool { return sent[i] > o.Return })
+		if total-taken >= max(in.qty, 1) {
+			n++
+		}
+	}
+	return n
 }
 
 // describePartition lists one user's operations by invocation, with

@@ -229,3 +229,14 @@ func TestModelCrowd(t *testing.T) {
 		t.Logf("oversell %v: %s in %v", oversell, got, got.took.Round(time.Millisecond))
 	}
 }
+
+// TestModelEarlySoldOut counts sold_out answers given while units surely
+// remained: allowed (the admission cap), but counted.
+func TestModelEarlySoldOut(t *testing.T) {
+	b := newHB().buy("u1", 0, 10, 201, "", "A").buy("u2", 5, 15, 409, "sold_out", "").
+		buy("u3", 20, 5000, 0, "timeout", "").buy("u4", 25, 30, 201, "", "D").buy("u5", 40, 50, 409, "sold_out", "")
+	got := b.check(t, 3, "A u1 pending_payment", "D u4 pending_payment")
+	if !got.ok() || got.earlySoldOut != 1 {
+		t.Errorf("got %s, %d early sold_out, want linearizable with 1 (u2's; by u5's answer 3 purchases that may have taken the 3 units were sent)", got, got.earlySoldOut)
+	}
+}
