@@ -19,10 +19,15 @@ import (
 // during a scenario (each purchase attempt, retries included; pay; cancel;
 // an admin refund) is recorded with its invocation and answer times, read
 // from one monotonic clock, and its answer. What no client does is added at
-// the end from the database: expiries (done by the control plane), orders
-// a FLUSHALL destroyed before they were rows, and one final read of every
-// user's rows and of the sale's live units. The whole history is then
-// checked for linearizability (porcupine) against two models of a sale:
+// the end from the database: expiries (done by the control plane; each
+// may have happened at any moment from its owner's first purchase until
+// the final read: the rows' updated_at is on another clock, so it is not
+// used), orders a FLUSHALL destroyed before they were rows (confirmed, no
+// row, a FLUSHALL ran: lost during it), and one final read of every user's
+// rows and of the sale's live units. Rows of users no recorded purchase
+// names (a scenario's own requests) are left out and counted; the suite's
+// invariants still check them. The whole history is then checked for
+// linearizability (porcupine) against two models of a sale:
 //
 // The order model, partitioned per user (sound: a user's orders are only
 // touched by that user's operations, admin refunds and expiries of those
@@ -59,22 +64,25 @@ import (
 // refused) has no effect.
 //
 // The stock model, one partition for the sale (the stock bound is a global
-// property across users). It keeps the range [lo, hi] of units live (sold
-// and not given back) that the operations so far allow, and the orders
-// released: a 201 needs lo+q ≤ total; an unknown purchase widens hi; a
-// cancel, refund, expiry or loss gives q back once per order (at its
-// linearization point, the earliest moment the unit can be sold again, so
-// the model allows at least what the system may do); the final read of the
-// database's live units must lie in the range. Keeping a range instead of a
-// set of counts makes the check linear in the history; it is exact for
-// purchases of one unit and allows more (never less) than the system may
-// do otherwise.
+// property across users, so it is not checked per user). It keeps the
+// range [lo, hi] of units live (sold and not given back) that the
+// operations so far allow, and the orders given back: a 201 needs
+// lo+q ≤ total; an unknown purchase raises hi (up to total); a cancel,
+// refund, expiry or loss gives q back once per order, at its linearization
+// point, the earliest moment the unit could be sold again (in the system it
+// is back on sale with the next re-sync, later), and an unknown one lowers
+// lo only; the final read of the database's live units must lie in the
+// range. The range is exact for purchases of one unit (the suite's) and
+// allows more, never less, than the system may do otherwise. Each of its
+// operations is placed at the moment of its interval that allows the most
+// (stockOps), which keeps what it accepts and makes the check one pass.
 //
 // Answers that are always allowed: sold_out, because the contract also
 // answers it once the admission cap is reached (while units remain, until
 // a re-sync raises the cap) and from the gateway's cached sale state; and
 // not_started, closed and rate_limited, which do not depend on the orders.
-// That every free unit does sell is the suite's RESALE invariant.
+// That every free unit does sell is the suite's RESALE invariant; the
+// summary counts the sold_out answers given while units surely remained.
 
 // hKind is the kind of a recorded operation.
 type hKind uint8
