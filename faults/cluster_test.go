@@ -163,7 +163,9 @@ type cluster struct {
 	jwt      []byte
 	admin    string
 	// hist records what clients of the system did and were answered
-	// (history.go); the crowds and adminDo add to it.
+	// (history.go); the crowds and adminDo add to it. A scenario that
+	// changes orders by other requests leaves the history short of them,
+	// and the check fails on the rows they changed.
 	hist *history
 }
 

@@ -182,7 +182,8 @@ type history struct {
 	mu   sync.Mutex
 	base time.Time
 	ops  []hOp
-	// flushes are the intervals in which a FLUSHALL ran.
+	// flushes are the intervals in which confirmed orders not yet rows
+	// may have been destroyed (a FLUSHALL ran).
 	flushes [][2]time.Time
 	// foreign counts order rows of users without a recorded purchase.
 	foreign int
@@ -203,7 +204,10 @@ func (h *history) add(in hInput, out hOutput, call, ret time.Time) {
 	h.mu.Unlock()
 }
 
-// flushed records a FLUSHALL sent at call and answered at ret.
+// flushed records that orders not yet rows may have been destroyed from
+// call to ret: a FLUSHALL sent at call and answered at ret. A scenario
+// whose fault destroys confirmed orders in another way (a failover to a
+// replica that lacked them) records its window here too.
 func (h *history) flushed(call, ret time.Time) {
 	if h == nil {
 		return
@@ -211,6 +215,13 @@ func (h *history) flushed(call, ret time.Time) {
 	h.mu.Lock()
 	h.flushes = append(h.flushes, [2]time.Time{call, ret})
 	h.mu.Unlock()
+}
+
+// lossWindows is how many windows flushed recorded.
+func (h *history) lossWindows() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.flushes)
 }
 
 // httpResult classifies an HTTP answer of kind: status 0 is no answer
