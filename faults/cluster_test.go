@@ -164,8 +164,8 @@ type cluster struct {
 	admin    string
 	// hist records what clients of the system did and were answered
 	// (history.go); the crowds and adminDo add to it. A scenario that
-	// changes orders by other requests leaves the history short of them,
-	// and the check fails on the rows they changed.
+	// changes the crowd's orders by other requests leaves the history
+	// short of them, and the check fails on the rows they changed.
 	hist *history
 }
 
