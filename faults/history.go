@@ -887,13 +887,22 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 	if c.orders == porcupine.Illegal {
 		// Name the users whose partition fails, and draw only theirs.
 		var bad []porcupine.Operation
+		lane := 0
 		for _, part := range om.Partition(ops) {
 			if porcupine.CheckOperationsTimeout(om, part, timeout) != porcupine.Illegal {
 				continue
 			}
 			c.bad++
 			if len(c.badUsers) < 10 {
+				// Each user's operations get lanes of their own.
 				c.badUsers = append(c.badUsers, part[0].Input.(hInput).user)
+				part = lanes(part)
+				n := 0
+				for i := range part {
+					n = max(n, part[i].ClientId+1)
+					part[i].ClientId += lane
+				}
+				lane += n
 				bad = append(bad, part...)
 			}
 			if c.example == "" {
@@ -901,7 +910,7 @@ func (h *history) check(total int, end time.Time, timeout time.Duration, dir str
 			}
 		}
 		if dir != "" && len(bad) > 0 {
-			_, info := porcupine.CheckOperationsVerbose(om, lanes(bad), timeout)
+			_, info := porcupine.CheckOperationsVerbose(om, bad, timeout)
 			c.visualize(om, info, filepath.Join(dir, "history-orders.html"))
 		}
 	}
