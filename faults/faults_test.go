@@ -405,7 +405,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != sc.total {
 		x.problem("SOLD: booked %d after the second crowd, want all %d units", b, sc.total)
 	}
-	r.history = x.checkHistory(ctx).String()
+	r.history = x.checkHistory(ctx).short()
 
 	x.mu.Lock()
 	r.happened = strings.Join(append(append([]string(nil), x.happened...), x.notes...), "; ")

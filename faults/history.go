@@ -332,6 +332,22 @@ func (c hCheck) String() string {
 	return fmt.Sprintf("undecided: orders %s, stock %s after %v (%s)", c.orders, c.stock, c.took.Round(time.Second), c.counts())
 }
 
+// short is the report's cell: String, without the failure's details (the
+// result column has them).
+func (c hCheck) short() string {
+	if c.ok() || (c.orders != porcupine.Illegal && c.stock != porcupine.Illegal) {
+		return c.String()
+	}
+	var what []string
+	if c.orders == porcupine.Illegal {
+		what = append(what, fmt.Sprintf("orders of %d users", c.bad))
+	}
+	if c.stock == porcupine.Illegal {
+		what = append(what, "stock")
+	}
+	return fmt.Sprintf("NOT linearizable: %s (%s)", strings.Join(what, "; "), c.counts())
+}
+
 // counts lists the operations by kind, e.g. "2625 purchase, 200 pay, 0
 // unknown".
 func (c hCheck) counts() string {
