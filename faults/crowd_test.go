@@ -123,7 +123,7 @@ func (cr *crowd) buy(ctx context.Context, client *http.Client, sem chan struct{}
 		sem <- struct{}{}
 		a := cr.send(ctx, client, gw, "/api/sales/"+cr.sale+"/orders", tok)
 		<-sem
-		cr.c.hist.record(hPurchase, user, a.orderID, a.status, a.code, !a.unsent, a.start, a.end)
+		cr.c.hist.record(hPurchase, cr.sale, user, a.orderID, a.status, a.code, !a.unsent, a.start, a.end)
 		o.attempts = append(o.attempts, a.attempt)
 		switch {
 		case a.status == http.StatusCreated:
@@ -183,7 +183,7 @@ func (cr *crowd) orderOp(ctx context.Context, client *http.Client, sem chan stru
 		sem <- struct{}{}
 		a := cr.send(ctx, client, gw, "/api/orders/"+id+"/"+hKindName[kind], tok)
 		<-sem
-		cr.c.hist.record(kind, user, id, a.status, a.code, !a.unsent, a.start, a.end)
+		cr.c.hist.record(kind, cr.sale, user, id, a.status, a.code, !a.unsent, a.start, a.end)
 		switch {
 		case a.failed():
 			gw = (gw + 1) % len(cr.c.gwURL)

@@ -153,13 +153,14 @@ type hRow struct {
 
 // hInput is what an operation asked.
 type hInput struct {
-	kind  hKind
-	user  string
-	order string
-	qty   int
-	rows  []hRow // hRead of a user: the user's rows
-	live  int    // hRead of the sale: live units in the database
-	sale  bool   // hRead of the sale (the stock model's read)
+	kind   hKind
+	saleID string // the sale bought from ("" for a refund: its order's)
+	user   string
+	order  string
+	qty    int
+	rows   []hRow // hRead of a user: the user's rows
+	live   int    // hRead of the sale: live units in the database
+	sale   bool   // hRead of the sale (the stock model's read)
 }
 
 // hOutput is the answer.
@@ -249,7 +250,7 @@ func httpResult(kind hKind, status int, code string, sent bool) hResult {
 
 // record adds an HTTP operation of user on order (the order id answered, for
 // a purchase).
-func (h *history) record(kind hKind, user, order string, status int, code string, sent bool, call, ret time.Time) {
+func (h *history) record(kind hKind, sale, user, order string, status int, code string, sent bool, call, ret time.Time) {
 	res := httpResult(kind, status, code, sent)
 	answer := "no answer"
 	if status != 0 {
@@ -257,7 +258,7 @@ func (h *history) record(kind hKind, user, order string, status int, code string
 	} else if !sent {
 		answer = "not sent"
 	}
-	in := hInput{kind: kind, user: user}
+	in := hInput{kind: kind, saleID: sale, user: user}
 	out := hOutput{res: res, answer: answer}
 	if kind == hPurchase {
 		out.order = order
@@ -286,13 +287,14 @@ func (h *history) adminCall(method, path string, status int, code string, sent b
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return
 	}
-	h.record(hRefund, "", id, status, code, sent, call, ret)
+	h.record(hRefund, "", "", id, status, code, sent, call, ret)
 }
 
 // hCheck is the outcome of checking a history.
 type hCheck struct {
 	ops, users    int
 	foreign       int        // rows of users without a recorded purchase, not checked per user
+	otherSales    int        // operations on other sales, left out
 	kinds         [hRead]int // operations by kind, the final reads left out
 	unknown       int        // operations without an answer that counts
 	orders, stock porcupine.CheckResult
@@ -361,10 +363,39 @@ func (c hCheck) counts() string {
 	if c.earlySoldOut > 0 {
 		fmt.Fprintf(&b, ", %d sold_out while units surely remained (allowed: admission cap)", c.earlySoldOut)
 	}
+	if c.otherSales > 0 {
+		fmt.Fprintf(&b, ", %d operations on other sales left out", c.otherSales)
+	}
 	if c.foreign > 0 {
 		fmt.Fprintf(&b, ", %d rows of users without a recorded purchase left out", c.foreign)
 	}
 	return b.String()
+}
+
+// ofSale returns the operations on sale: those recorded for it, and
+// those on an order (refunds) that no purchase of another sale made. It
+// also returns how many it left out. h.mu must be held.
+func (h *history) ofSale(sale string) ([]hOp, int) {
+	orderSale := map[string]string{}
+	for _, o := range h.ops {
+		if o.in.kind == hPurchase && o.out.order != "" {
+			orderSale[o.out.order] = o.in.saleID
+		}
+	}
+	var ops []hOp
+	other := 0
+	for _, o := range h.ops {
+		s := o.in.saleID
+		if s == "" && o.in.order != "" {
+			s = orderSale[o.in.order]
+		}
+		if s != "" && s != sale {
+			other++
+			continue
+		}
+		ops = append(ops, o)
+	}
+	return ops, other
 }
 
 // finish adds what no client did, as of a final read of the database that
@@ -373,17 +404,18 @@ func (c hCheck) counts() string {
 // have happened any time before the read; confirmed orders without a row
 // become losses during a FLUSHALL, if one ran; every user gets a read of
 // their rows, and the sale a read of its live units.
-func (h *history) finish(rows []finalRow, readCall, readRet time.Time) {
+func (h *history) finish(sale string, rows []finalRow, readCall, readRet time.Time) {
 	h.mu.Lock()
 	flushes := append([][2]time.Time(nil), h.flushes...)
+	mine, _ := h.ofSale(sale)
 	known := map[string]string{} // order id told to a user → user
-	for _, o := range h.ops {
+	for _, o := range mine {
 		if o.in.kind == hPurchase && (o.out.res == rCreated || o.out.res == rHolds) && o.out.order != "" {
 			known[o.out.order] = o.in.user
 		}
 	}
 	users := map[string]bool{} // users with a recorded purchase
-	for _, o := range h.ops {
+	for _, o := range mine {
 		if o.in.kind == hPurchase {
 			users[o.in.user] = true
 		}
@@ -413,7 +445,7 @@ func (h *history) finish(rows []finalRow, readCall, readRet time.Time) {
 		}
 		perUser[r.user] = append(perUser[r.user], hRow{id: r.id, st: st})
 		if st == sExpired {
-			h.add(hInput{kind: hExpire, user: r.user, order: r.id, qty: r.qty}, hOutput{res: rDone, answer: "expired"}, h.base, readCall)
+			h.add(hInput{kind: hExpire, saleID: sale, user: r.user, order: r.id, qty: r.qty}, hOutput{res: rDone, answer: "expired"}, h.base, readCall)
 		}
 	}
 	for id, user := range known {
@@ -422,7 +454,7 @@ func (h *history) finish(rows []finalRow, readCall, readRet time.Time) {
 		}
 		// Lost in one of the flushes: from the first one's start to the
 		// last one's end.
-		h.add(hInput{kind: hLose, user: user, order: id}, hOutput{res: rDone, answer: "lost"}, flushes[0][0], flushes[len(flushes)-1][1])
+		h.add(hInput{kind: hLose, saleID: sale, user: user, order: id}, hOutput{res: rDone, answer: "lost"}, flushes[0][0], flushes[len(flushes)-1][1])
 	}
 	names := make([]string, 0, len(users))
 	for u := range users {
@@ -432,9 +464,9 @@ func (h *history) finish(rows []finalRow, readCall, readRet time.Time) {
 	for _, u := range names {
 		rs := perUser[u]
 		sort.Slice(rs, func(i, j int) bool { return rs[i].id < rs[j].id })
-		h.add(hInput{kind: hRead, user: u, rows: rs}, hOutput{res: rDone, answer: "rows"}, readCall, readRet)
+		h.add(hInput{kind: hRead, saleID: sale, user: u, rows: rs}, hOutput{res: rDone, answer: "rows"}, readCall, readRet)
 	}
-	h.add(hInput{kind: hRead, sale: true, live: live}, hOutput{res: rDone, answer: "live units"}, readCall, readRet)
+	h.add(hInput{kind: hRead, saleID: sale, sale: true, live: live}, hOutput{res: rDone, answer: "live units"}, readCall, readRet)
 }
 
 // finalRow is one order row of the final read.
@@ -449,12 +481,13 @@ type finalRow struct {
 // every request: the read follows the drain and a re-sync). Refunds, expiries and losses of an order carry its
 // owner (from the answers and rows) so that they land in the owner's
 // partition.
-func (h *history) operations(end time.Time) []porcupine.Operation {
+func (h *history) operations(sale string, end time.Time) ([]porcupine.Operation, int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	mine, other := h.ofSale(sale)
 	owner := map[string]string{}
 	qty := map[string]int{}
-	for _, o := range h.ops {
+	for _, o := range mine {
 		switch {
 		case o.in.kind == hPurchase && o.out.order != "":
 			owner[o.out.order] = o.in.user
@@ -470,20 +503,20 @@ func (h *history) operations(end time.Time) []porcupine.Operation {
 	}
 	// An order cannot expire before its owner's first purchase.
 	first := map[string]time.Time{}
-	for _, o := range h.ops {
+	for _, o := range mine {
 		if t, ok := first[o.in.user]; o.in.kind == hPurchase && (!ok || o.call.Before(t)) {
 			first[o.in.user] = o.call
 		}
 	}
 	buyers := map[string]bool{}
-	for _, o := range h.ops {
+	for _, o := range mine {
 		if o.in.kind == hPurchase {
 			buyers[o.in.user] = true
 		}
 	}
 	clients := map[string]int{}
-	ops := make([]porcupine.Operation, 0, len(h.ops))
-	for _, o := range h.ops {
+	ops := make([]porcupine.Operation, 0, len(mine))
+	for _, o := range mine {
 		in := o.in
 		if in.user == "" && in.order != "" {
 			in.user = owner[in.order]
@@ -512,7 +545,7 @@ func (h *history) operations(end time.Time) []porcupine.Operation {
 		}
 		ops = append(ops, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: o.out, Return: ret})
 	}
-	return ops
+	return ops, other
 }
 
 // uState is a user's orders in the order model, oldest first; an order
@@ -877,10 +910,10 @@ func stockOps(ops []porcupine.Operation) []porcupine.Operation {
 // check checks the history, whose final read ended at end, against both
 // models for a sale of total units, each within timeout. On a failure it
 // writes porcupine's visualizations into dir (if not "").
-func (h *history) check(total int, end time.Time, timeout time.Duration, dir string) hCheck {
+func (h *history) check(sale string, total int, end time.Time, timeout time.Duration, dir string) hCheck {
 	start := time.Now()
-	ops := h.operations(end)
-	c := hCheck{ops: len(ops)}
+	ops, other := h.operations(sale, end)
+	c := hCheck{ops: len(ops), otherSales: other}
 	h.mu.Lock()
 	c.foreign = h.foreign
 	h.mu.Unlock()

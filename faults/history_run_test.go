@@ -47,8 +47,8 @@ func (x *run) checkHistory(ctx context.Context) hCheck {
 		// fault destroyed) without a window of its own: any moment since.
 		x.c.hist.flushed(flushedAt, readCall)
 	}
-	x.c.hist.finish(rows, readCall, readRet)
-	c := x.c.hist.check(int(x.sc.total), readCall, 2*time.Minute, x.t.ArtifactDir())
+	x.c.hist.finish(x.sale, rows, readCall, readRet)
+	c := x.c.hist.check(x.sale, int(x.sc.total), readCall, 2*time.Minute, x.t.ArtifactDir())
 	x.t.Logf("history: %s, checked in %v", c, c.took.Round(time.Millisecond))
 	switch {
 	case c.ok():

@@ -22,13 +22,13 @@ func (b *hb) at(ms int) time.Time { return b.h.base.Add(time.Duration(ms) * time
 // buy records a purchase of user answered status (0: no answer) with code
 // and order id.
 func (b *hb) buy(user string, call, ret, status int, code, order string) *hb {
-	b.h.record(hPurchase, user, order, status, code, true, b.at(call), b.at(ret))
+	b.h.record(hPurchase, "s", user, order, status, code, true, b.at(call), b.at(ret))
 	return b
 }
 
 // do records pay, cancel or refund of order (refunds by the admin: user "").
 func (b *hb) do(kind hKind, user, order string, call, ret, status int, code string) *hb {
-	b.h.record(kind, user, order, status, code, true, b.at(call), b.at(ret))
+	b.h.record(kind, "s", user, order, status, code, true, b.at(call), b.at(ret))
 	return b
 }
 
@@ -50,8 +50,8 @@ func (b *hb) check(t *testing.T, total int, rows ...string) hCheck {
 		f.qty = 1
 		fr = append(fr, f)
 	}
-	b.h.finish(fr, b.at(10000), b.at(10010))
-	return b.h.check(total, b.at(10000), 10*time.Second, "")
+	b.h.finish("s", fr, b.at(10000), b.at(10010))
+	return b.h.check("s", total, b.at(10000), 10*time.Second, "")
 }
 
 func TestModelHistories(t *testing.T) {
@@ -169,9 +169,9 @@ func TestModelVisualizes(t *testing.T) {
 	for _, r := range [][2]string{{"A", "u1"}, {"B", "u1"}, {"C", "u2"}} {
 		fr = append(fr, finalRow{id: r[0], user: r[1], status: "pending_payment", qty: 1})
 	}
-	b.h.finish(fr, b.at(100), b.at(110))
+	b.h.finish("s", fr, b.at(100), b.at(110))
 	dir := t.TempDir()
-	got := b.h.check(2, b.at(100), 10*time.Second, dir)
+	got := b.h.check("s", 2, b.at(100), 10*time.Second, dir)
 	if got.ok() || len(got.badUsers) != 1 || got.badUsers[0] != "u1" {
 		t.Fatalf("got %s, bad users %v, want u1's orders rejected", got, got.badUsers)
 	}
@@ -217,8 +217,8 @@ func TestModelCrowd(t *testing.T) {
 				b.buy(u, call, call+40, 409, "sold_out", "")
 			}
 		}
-		b.h.finish(rows, b.at(20000), b.at(20010))
-		got := b.h.check(total, b.at(20000), time.Minute, "")
+		b.h.finish("s", rows, b.at(20000), b.at(20010))
+		got := b.h.check("s", total, b.at(20000), time.Minute, "")
 		want := porcupine.Ok
 		if oversell {
 			want = porcupine.Illegal
@@ -238,5 +238,17 @@ func TestModelEarlySoldOut(t *testing.T) {
 	got := b.check(t, 3, "A u1 pending_payment", "D u4 pending_payment")
 	if !got.ok() || got.earlySoldOut != 1 {
 		t.Errorf("got %s, %d early sold_out, want linearizable with 1 (u2's; by u5's answer 3 purchases that may have taken the 3 units were sent)", got, got.earlySoldOut)
+	}
+}
+
+// TestModelOtherSales checks that one user's orders on another sale are
+// left out: one live order per user holds per sale.
+func TestModelOtherSales(t *testing.T) {
+	b := newHB().buy("u1", 0, 10, 201, "", "A")
+	b.h.record(hPurchase, "other", "u1", "B", 201, "", true, b.at(20), b.at(30))
+	b.h.record(hPay, "other", "u1", "B", 200, "", true, b.at(40), b.at(50))
+	got := b.check(t, 1, "A u1 pending_payment")
+	if !got.ok() || got.otherSales != 2 {
+		t.Errorf("got %s, %d operations on other sales, want linearizable with 2", got, got.otherSales)
 	}
 }
