@@ -25,8 +25,9 @@ import (
 // used), orders a FLUSHALL destroyed before they were rows (confirmed, no
 // row, a FLUSHALL ran: lost during it), and one final read of every user's
 // rows and of the sale's live units. Rows of users no recorded purchase
-// names (a scenario's own requests) are left out and counted; the suite's
-// invariants still check them. The whole history is then checked for
+// names (a scenario's own requests) are left out and counted, and so are
+// operations on another sale than the scenario's; the suite's invariants
+// still check them. The whole history is then checked for
 // linearizability (porcupine) against two models of a sale:
 //
 // The order model, partitioned per user (sound: a user's orders are only
