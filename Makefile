@@ -56,10 +56,10 @@ fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s ea
 	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 30s ./internal/jsonstr
 
 .PHONY: faults
-faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/).
-	@mkdir -p bin
+faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/); drawings of rejected histories go to bin/faults.
+	@mkdir -p bin/faults
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(if $(FAULTS),$(CURDIR)/bin/RELIABILITY.md,$(CURDIR)/docs/RELIABILITY.md)) \
-		$(GO) test -tags faults -count=1 -timeout 20m -v -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
+		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.

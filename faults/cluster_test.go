@@ -162,6 +162,11 @@ type cluster struct {
 	db       *sqldb.DB     // the checker's own connection
 	jwt      []byte
 	admin    string
+	// hist records what clients of the system did and were answered
+	// (history.go); the crowds and adminDo add to it. A scenario that
+	// changes the crowd's orders by other requests leaves the history
+	// short of them, and the check fails on the rows they changed.
+	hist *history
 }
 
 // clusterOpts are a scenario's deployment choices.
@@ -175,7 +180,7 @@ type clusterOpts struct {
 func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster {
 	t.Helper()
 	ctx := context.Background()
-	c := &cluster{t: t, dir: filepath.Join(s.work, name), jwt: []byte(randomHex(32)), admin: randomHex(32)}
+	c := &cluster{t: t, dir: filepath.Join(s.work, name), jwt: []byte(randomHex(32)), admin: randomHex(32), hist: newHistory()}
 	for _, d := range []string{"logs", "redis-primary", "redis-replica"} {
 		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o700); err != nil {
 			t.Fatal(err)
@@ -325,12 +330,23 @@ func (c *cluster) adminDo(ctx context.Context, method, path string, body, out an
 	}
 	req.Header.Set("Authorization", "Bearer "+c.admin)
 	req.Header.Set("Content-Type", "application/json")
+	call := time.Now()
 	resp, err := probeClient.Do(req)
 	if err != nil {
+		c.hist.adminCall(method, path, 0, "", sentErr(err), call, time.Now())
 		return err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, rerr := io.ReadAll(resp.Body)
+	status := resp.StatusCode
+	if rerr != nil {
+		status = 0 // the answer was cut: it may or may not have been a 200
+	}
+	var ans struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(b, &ans)
+	c.hist.adminCall(method, path, status, ans.Error, true, call, time.Now())
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%s %s: %s %s", method, path, resp.Status, bytes.TrimSpace(b))
 	}

@@ -24,6 +24,7 @@ type attempt struct {
 	start, end time.Time
 	status     int    // 0: no answer (connection refused, reset, timeout)
 	code       string // the answer's "error" field, or the transport error
+	unsent     bool   // no answer, and the request never reached the gateway (a failed dial)
 }
 
 // failed reports whether the attempt got no answer or a 5xx.
@@ -50,6 +51,9 @@ type crowd struct {
 	spread   time.Duration
 	inFlight int           // most requests in flight (default 128)
 	budget   time.Duration // how long one buyer keeps trying (default 20s)
+	// pay and cancel, when not 0: buyer i with an order pays it when
+	// i%pay == 1 and cancels it when i%cancel == 2, right after buying.
+	pay, cancel int
 
 	done atomic.Int64 // buyers with a final answer
 }
@@ -96,6 +100,14 @@ func (cr *crowd) run(ctx context.Context) []outcome {
 			defer wg.Done()
 			out[i] = cr.buy(ctx, client, sem, i, user, tok)
 			cr.done.Add(1)
+			if id := out[i].orderID; id != "" {
+				switch {
+				case cr.cancel > 0 && i%cr.cancel == 2:
+					cr.orderOp(ctx, client, sem, i, user, tok, hCancel, id)
+				case cr.pay > 0 && i%cr.pay == 1:
+					cr.orderOp(ctx, client, sem, i, user, tok, hPay, id)
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -109,8 +121,9 @@ func (cr *crowd) buy(ctx context.Context, client *http.Client, sem chan struct{}
 	backoff := 50 * time.Millisecond
 	for len(o.attempts) < maxAttempts && ctx.Err() == nil && time.Now().Before(deadline) {
 		sem <- struct{}{}
-		a := cr.send(ctx, client, gw, user, tok)
+		a := cr.send(ctx, client, gw, "/api/sales/"+cr.sale+"/orders", tok)
 		<-sem
+		cr.c.hist.record(hPurchase, cr.sale, user, a.orderID, a.status, a.code, !a.unsent, a.start, a.end)
 		o.attempts = append(o.attempts, a.attempt)
 		switch {
 		case a.status == http.StatusCreated:
@@ -157,10 +170,40 @@ func (a attempt) label() string {
 	return strings.TrimSpace(strconv.Itoa(a.status) + " " + a.code)
 }
 
-func (cr *crowd) send(ctx context.Context, client *http.Client, gw int, user, tok string) answer {
+// orderOp pays or cancels (kind) the buyer's order id as a buyer would:
+// on no answer or a 5xx again on the other gateway after a back-off, on
+// 409 not_payable again after 500ms (the order may not be in the database
+// yet), on 429 after Retry-After; at most 6 attempts within the budget.
+// Every attempt goes into the history.
+func (cr *crowd) orderOp(ctx context.Context, client *http.Client, sem chan struct{}, i int, user, tok string, kind hKind, id string) {
+	gw := i % len(cr.c.gwURL)
+	deadline := time.Now().Add(cr.budget)
+	backoff := 50 * time.Millisecond
+	for n := 0; n < 6 && ctx.Err() == nil && time.Now().Before(deadline); n++ {
+		sem <- struct{}{}
+		a := cr.send(ctx, client, gw, "/api/orders/"+id+"/"+hKindName[kind], tok)
+		<-sem
+		cr.c.hist.record(kind, cr.sale, user, id, a.status, a.code, !a.unsent, a.start, a.end)
+		switch {
+		case a.failed():
+			gw = (gw + 1) % len(cr.c.gwURL)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+		case a.status == http.StatusConflict && a.code == "not_payable":
+			time.Sleep(500 * time.Millisecond)
+		case a.status == http.StatusTooManyRequests:
+			time.Sleep(time.Second)
+		default:
+			return
+		}
+	}
+}
+
+// send POSTs path to gateway gw with the buyer's token.
+func (cr *crowd) send(ctx context.Context, client *http.Client, gw int, path, tok string) answer {
 	a := answer{attempt: attempt{gw: gw, start: time.Now()}}
 	defer func() { a.end = time.Now() }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cr.c.gwURL[gw]+"/api/sales/"+cr.sale+"/orders", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cr.c.gwURL[gw]+path, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -168,6 +211,7 @@ func (cr *crowd) send(ctx context.Context, client *http.Client, gw int, user, to
 	resp, err := client.Do(req)
 	if err != nil {
 		a.code = err.Error()
+		a.unsent = !sentErr(err)
 		a.end = time.Now()
 		return a
 	}

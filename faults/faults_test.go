@@ -178,6 +178,7 @@ type result struct {
 	requests, created  int
 	rows, losses       int
 	outage, recovery   string
+	history            string // the history check's summary
 	problems           []string
 	skipped            bool
 }
@@ -272,7 +273,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 
 	// The first crowd, with the fault beside it, and invariant 1 sampled
 	// every 50ms while it runs.
-	x.crowd = &crowd{c: x.c, sale: x.sale, prefix: "buyer-", n: sc.buyers, spread: 5 * time.Second}
+	x.crowd = &crowd{c: x.c, sale: x.sale, prefix: "buyer-", n: sc.buyers, spread: 5 * time.Second, pay: 10, cancel: 25}
 	crowdCtx, stopCrowd := context.WithTimeout(ctx, 60*time.Second)
 	defer stopCrowd()
 	x.start = time.Now()
@@ -404,6 +405,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != sc.total {
 		x.problem("SOLD: booked %d after the second crowd, want all %d units", b, sc.total)
 	}
+	r.history = x.checkHistory(ctx).short()
 
 	x.mu.Lock()
 	r.happened = strings.Join(append(append([]string(nil), x.happened...), x.notes...), "; ")
@@ -448,13 +450,19 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("other gateway; 429: wait Retry-After; `409 already_purchased` with an order id is the buyer's order). Then the orders\n")
 	b.WriteString("are drained and the sale re-synced, and what the crowd was told is checked against Redis and the database: no\n")
 	b.WriteString("oversell, no user twice, every confirmed order exactly one row, no row without a reservation, booked = live units;\n")
-	b.WriteString("then a second crowd of free + 20 buyers must buy exactly the free units.\n\n")
+	b.WriteString("then a second crowd of free + 20 buyers must buy exactly the free units. In the first crowd every tenth buyer pays\n")
+	b.WriteString("and every 25th cancels their order right after buying (retrying as for a purchase).\n\n")
+	b.WriteString("**history**: every purchase attempt, pay, cancel and admin refund with its invocation and answer times, and the\n")
+	b.WriteString("expiries, FLUSHALL losses and final rows read from the database, checked for linearizability (porcupine) against\n")
+	b.WriteString("a model of a sale: per user, at most one live order and the states an order may pass through; per sale, no more\n")
+	b.WriteString("units live than on sale (the model: faults/history.go). Unknown: operations without an answer (no answer after\n")
+	b.WriteString("the request was sent, or a 5xx), which may or may not have taken effect.\n\n")
 	b.WriteString("**requests**: HTTP purchase attempts of both crowds; **201s**: answers 201; **rows**: order rows at the end;\n")
 	b.WriteString("**losses**: first-crowd buyers who ended without an order although units remained; **outage**: the longest window in\n")
 	b.WriteString("which buyers' attempts only failed (no answer or 5xx), with the count and span of failed attempts; **recovery**: from\n")
 	b.WriteString("the repair (restart, SIGCONT) until the repaired part was ready and no buyer's attempt failed any more.\n\n")
-	b.WriteString("| scenario | fault | what happened | requests | 201s | rows | losses | outage | recovery | result | reproduce |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---|---|---|---|\n")
+	b.WriteString("| scenario | fault | what happened | requests | 201s | rows | losses | outage | recovery | history | result | reproduce |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---|---|---|---|---|\n")
 	cell := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
 	for _, r := range results {
 		res := "pass"
@@ -467,8 +475,12 @@ func report(results []result, rev string, at time.Time) string {
 				res += " (needs the fix for issue " + r.needs + ")"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | `make faults FAULTS=%s` |\n",
-			r.name, cell(r.fault), cell(r.happened), r.requests, r.created, r.rows, r.losses, cell(r.outage), cell(r.recovery), cell(res), r.name)
+		hist := r.history
+		if hist == "" {
+			hist = "–"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | `make faults FAULTS=%s` |\n",
+			r.name, cell(r.fault), cell(r.happened), r.requests, r.created, r.rows, r.losses, cell(r.outage), cell(r.recovery), cell(hist), cell(res), r.name)
 	}
 	return b.String()
 }

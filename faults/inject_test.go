@@ -185,6 +185,7 @@ func flushAll(ctx context.Context, x *run) {
 		x.problem("FLUSHALL: %v", err)
 		return
 	}
+	x.c.hist.flushed(flushed, time.Now())
 	x.event("FLUSHALL")
 	var states []string
 	var total string
