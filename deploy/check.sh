@@ -610,6 +610,7 @@ EOF
 	else
 		fail "k8s manifests"
 	fi
+	check_netpol
 	if command -v kubectl >/dev/null 2>&1; then
 		if kubectl kustomize "$here" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
 			pass "kubectl kustomize deploy ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
@@ -631,6 +632,51 @@ EOF
 		fi
 	else
 		skip "kubectl kustomize (kubectl not installed)"
+	fi
+}
+
+# tool NAME: the path of a Go tool, from PATH or where go install puts it.
+tool() {
+	if command -v "$1" >/dev/null 2>&1; then
+		command -v "$1"
+	elif [ -x "$(go env GOPATH 2>/dev/null)/bin/$1" ]; then
+		echo "$(go env GOPATH)/bin/$1"
+	else
+		return 1
+	fi
+}
+
+# missing WHAT HOW: SKIP, or FAIL under CI, which must install everything.
+missing() {
+	if [ -n "${CI:-}" ]; then fail "$1 not installed ($2); CI must install it"; else skip "$1 not installed ($2)"; fi
+}
+
+# check_netpol evaluates every flow of k8s/check/flows.yaml, allowed and
+# refused, against k8s/networkpolicy.yaml with a NetworkPolicy analyzer
+# (cyclonus), and makes sure the same evaluation refuses the policy of
+# issue 20 (k8s/check/networkpolicy-issue20.yaml: no way in to the
+# gateways), so that the check is known to catch a policy that cuts buyers
+# off.
+check_netpol() {
+	local cyc
+	if ! cyc=$(tool cyclonus); then
+		missing "cyclonus" "go install github.com/mattfenwick/cyclonus/cmd/cyclonus@v0.5.6"
+		return
+	fi
+	if CYCLONUS=$cyc python3 "$here/k8s/check/netpol.py" "$here/k8s/networkpolicy.yaml" "$here/k8s/check/flows.yaml" >"$tmp/netpol.log" 2>&1; then
+		grep '^PASS' "$tmp/netpol.log"
+		pass "NetworkPolicies (cyclonus): $(tail -n 1 "$tmp/netpol.log")"
+	else
+		grep -v '^PASS' "$tmp/netpol.log"
+		fail "NetworkPolicies: an intended flow is refused or a refused one allowed"
+	fi
+	local rc=0
+	CYCLONUS=$cyc python3 "$here/k8s/check/netpol.py" "$here/k8s/check/networkpolicy-issue20.yaml" "$here/k8s/check/flows.yaml" >"$tmp/netpol-old.log" 2>&1 || rc=$?
+	if [ "$rc" = 1 ] && grep -q '^FAIL netpol ingress-nginx -> gateway:8080 refused' "$tmp/netpol-old.log"; then
+		pass "the flow check catches the policy of issue 20 ($(tail -n 1 "$tmp/netpol-old.log"))"
+	else
+		fail "the flow check does not catch the policy of issue 20 (rc=$rc):"
+		cat "$tmp/netpol-old.log"
 	fi
 }
 
