@@ -611,6 +611,7 @@ EOF
 		fail "k8s manifests"
 	fi
 	check_netpol
+	check_schemas
 	if command -v kubectl >/dev/null 2>&1; then
 		if kubectl kustomize "$here" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
 			pass "kubectl kustomize deploy ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
@@ -677,6 +678,46 @@ check_netpol() {
 	else
 		fail "the flow check does not catch the policy of issue 20 (rc=$rc):"
 		cat "$tmp/netpol-old.log"
+	fi
+}
+
+# check_schemas validates every manifest (and, with kubectl, the rendered
+# kustomization) strictly against the Kubernetes 1.32 API: k8s/check/schema
+# decodes each object into its k8s.io/api type refusing unknown, duplicate
+# and mistyped fields, and checks it against the schema client-go v0.32
+# generates from the 1.32 OpenAPI description. The Gateway API and Envoy
+# Gateway objects (custom resources) are listed as skipped. A manifest with
+# a misspelt field must fail, so that the check is known to look.
+check_schemas() {
+	if ! command -v go >/dev/null 2>&1; then
+		missing "go" "the schema check is a Go program"
+		return
+	fi
+	if ! (cd "$here/k8s/check/schema" && go build -o "$tmp/k8s-schema" .) >"$tmp/schema-build.log" 2>&1; then
+		fail "building k8s/check/schema:"
+		cat "$tmp/schema-build.log"
+		return
+	fi
+	local files=() f
+	for f in "$here"/k8s/*.yaml "$here"/k8s/edge/*.yaml; do
+		[ "$(basename "$f")" = kustomization.yaml ] || files+=("$f")
+	done
+	if command -v kubectl >/dev/null 2>&1 && kubectl kustomize "$here" >"$tmp/rendered.yaml" 2>/dev/null; then
+		files+=("$tmp/rendered.yaml")
+	fi
+	if "$tmp/k8s-schema" -crd gateway.networking.k8s.io -crd gateway.envoyproxy.io "${files[@]}" >"$tmp/schema.log" 2>&1; then
+		sed "s|$here/||; s|$tmp/rendered.yaml|kubectl kustomize deploy|" "$tmp/schema.log"
+		pass "every manifest is valid against the Kubernetes 1.32 API ($(grep -c '^PASS' "$tmp/schema.log") objects, $(grep -c '^SKIP' "$tmp/schema.log") custom resources skipped)"
+	else
+		grep -v '^PASS' "$tmp/schema.log"
+		fail "manifests against the Kubernetes 1.32 API"
+	fi
+	sed 's/^  revisionHistoryLimit:/  revisionHistoryLimits:/' "$here/k8s/inventory.yaml" >"$tmp/misspelt.yaml"
+	if ! "$tmp/k8s-schema" "$tmp/misspelt.yaml" >"$tmp/schema-bad.log" 2>&1 && grep -q 'unknown field "spec.revisionHistoryLimits"' "$tmp/schema-bad.log"; then
+		pass "the schema check refuses a misspelt field (spec.revisionHistoryLimits)"
+	else
+		fail "the schema check accepted a misspelt field:"
+		cat "$tmp/schema-bad.log"
 	fi
 }
 
