@@ -232,6 +232,7 @@ EOF
 		cat "$tmp/nginx-t.log"
 		return
 	fi
+	check_nginx_debian "$here/nginx/flashgate.conf"
 	nginx -p "$nd" -c "$nd/nginx.conf" -e "$nd/logs/error.log" -g 'daemon off;' >"$tmp/nginx.log" 2>&1 &
 	started+=($!)
 	local base=http://127.0.0.1:$np
@@ -369,6 +370,49 @@ EOF
 )
 	if grep -q ' 429' <<<"$codes"; then fail "300 buyers from one address got 429s: $codes"; else pass "300 buyers from one address, one purchase each: $codes"; fi
 
+	# Tokens in item-page URLs reach neither the access log nor the cache:
+	# two buyers' links to one page share one cache entry (the second is a
+	# HIT), and neither token is in the log or in any cache file.
+	local jwt1 jwt2 log=$nd/logs/access.log
+	jwt1="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJsb2ctb25lIn0.c2lnLW9mLWxvZy1vbmUtdG9rZW4tMTExMTExMTExMTE"
+	jwt2="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJsb2ctdHdvIn0.c2lnLW9mLWxvZy10d28tdG9rZW4tMjIyMjIyMjIyMjI"
+	ok=0
+	for _ in 1 2 3 4 5; do
+		h1=$(curl -s -o /dev/null -D - "$base/sales/tokpage?token=$jwt1" | tr -d '\r' | grep -i '^x-cache-status' || true)
+		h2=$(curl -s -o /dev/null -D - "$base/sales/tokpage?token=$jwt2" | tr -d '\r' | grep -i '^x-cache-status' || true)
+		if grep -qi 'HIT' <<<"$h2"; then
+			ok=1
+			break
+		fi
+	done
+	if [ "$ok" = 1 ]; then
+		pass "two buyers' links to /sales/tokpage?token=… share one cache entry ($h1, then $h2)"
+	else
+		fail "/sales/tokpage with another token: $h2, want X-Cache-Status: HIT (the token must not be in the cache key)"
+	fi
+	curl -s -o /dev/null "$base/sales/tokpage?utm=mail&token=$jwt1&lang=de"
+	curl -s -o /dev/null "$base/sales/tokpage?token=$jwt1&Token=$jwt2"
+	curl -s -o /dev/null "$base/api/orders/o7?ref=$jwt2"
+	if await grep -q 'GET /sales/tokpage?utm=mail&lang=de HTTP' "$log" &&
+		await grep -q 'GET /api/orders/o7?\[redacted\] HTTP' "$log"; then
+		pass "the access log keeps the path and the query without the token: $(grep -m1 -o '"GET /sales/tokpage?utm[^"]*"' "$log")"
+	else
+		fail "the access log lacks 'GET /sales/tokpage?utm=mail&lang=de' or '/api/orders/o7?[redacted]':"
+		tail -n 5 "$log"
+	fi
+	# The cache files' keys (their "KEY:" header line; the bodies are the
+	# stub's, which echoes the URL it was sent, unlike a gateway's page).
+	local leaks keys
+	keys=$(grep -rah '^KEY: ' "$nd/cache" 2>/dev/null | sort -u || true)
+	leaks=$(grep -rlE "${jwt1##*.}|${jwt2##*.}|eyJ" "$nd/logs" 2>/dev/null || true)
+	if grep -qE "${jwt1##*.}|${jwt2##*.}|eyJ" <<<"$keys"; then leaks+=" cache keys"; fi
+	if [ -z "$leaks" ] && [ -s "$log" ] && grep -q 'tokpage' <<<"$keys"; then
+		pass "no token in the access log ($(wc -l <"$log") lines) or the cache keys ($(grep -c . <<<"$keys"), e.g. $(grep -m1 tokpage <<<"$keys"))"
+	else
+		fail "tokens found in: ${leaks:-an empty access log or no cache key for tokpage}"
+		grep -h 'tokpage\|o7' "$log" | tail -n 5
+	fi
+
 	# A dead gateway: nginx answers 503 in the API's JSON for what it cannot
 	# serve from the cache.
 	kill -TERM "$stub" 2>/dev/null || true  # both stub gateways
@@ -378,6 +422,51 @@ EOF
 		pass "no gateway: 503 {\"error\":\"unavailable\"}"
 	else
 		fail "no gateway: got $hdr"
+	fi
+}
+
+# check_nginx_debian CONF follows deploy/README.md's steps for Debian's
+# stock nginx (package nginx: /etc/nginx/nginx.conf includes conf.d/*.conf
+# and sites-enabled/*) on a copy of this machine's /etc/nginx, then runs
+# nginx -t on it: CONF into conf.d/, the default site out of sites-enabled,
+# worker_rlimit_nofile and worker_connections raised in nginx.conf. Every
+# path nginx writes (/var/log/nginx, /var/cache) points into the copy,
+# which holds only the directories that exist on this machine, so that a
+# directory Debian does not create (/var/cache/nginx) fails here as it
+# would in production. Debian's compiled-in temporary paths under
+# /var/lib/nginx are nginx's own and created by nginx -t as root.
+check_nginx_debian() {
+	local conf=$1 root=$tmp/debian
+	if [ ! -f /etc/nginx/nginx.conf ] || ! grep -q 'include /etc/nginx/conf.d/\*.conf' /etc/nginx/nginx.conf; then
+		skip "nginx -t on Debian's stock layout (no stock /etc/nginx/nginx.conf here)"
+		return
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		skip "nginx -t on Debian's stock layout (needs root, as Debian's nginx does)"
+		return
+	fi
+	mkdir -p "$root/etc"
+	cp -a /etc/nginx "$root/etc/nginx"
+	local d
+	for d in /var/log/nginx /var/cache /run; do
+		if [ -d "$d" ]; then mkdir -p "$root$d"; fi
+	done
+	# The README's steps.
+	cp "$conf" "$root/etc/nginx/conf.d/flashgate.conf"
+	rm -f "$root/etc/nginx/sites-enabled/default"
+	sed -i 's/^worker_processes .*/&\nworker_rlimit_nofile 200000;/; s/^\([[:space:]]*\)worker_connections .*;/\1worker_connections 65535;/' "$root/etc/nginx/nginx.conf"
+	# Into the copy: every path under /etc/nginx, /var/log/nginx, /var/cache, /run.
+	grep -rlE '/etc/nginx|/var/log/nginx|/var/cache|/run/' "$root/etc/nginx" | while read -r f; do
+		sed -i "s|/etc/nginx|$root/etc/nginx|g; s|/var/log/nginx|$root/var/log/nginx|g; s|/var/cache/|$root/var/cache/|g; s|/run/|$root/run/|g" "$f"
+	done
+	if nginx -t -c "$root/etc/nginx/nginx.conf" -e "$root/var/log/nginx/error.log" >"$tmp/nginx-debian.log" 2>&1; then
+		pass "nginx -t on Debian's stock layout with nginx/flashgate.conf in conf.d, as deploy/README.md says ($(nginx -v 2>&1))"
+	else
+		fail "nginx -t on Debian's stock layout with nginx/flashgate.conf in conf.d:"
+		sed "s|$root||g" "$tmp/nginx-debian.log"
+	fi
+	if [ -d "$root/var/log/nginx" ] && grep -q 'access_log /var/log/nginx/flashgate.log flashgate;' "$conf"; then
+		if [ -e "$root/var/log/nginx/flashgate.log" ]; then pass "the flashgate server logs to /var/log/nginx/flashgate.log"; else fail "nginx -t did not open /var/log/nginx/flashgate.log"; fi
 	fi
 }
 

@@ -153,16 +153,17 @@ nginx_config() {
 	done
 	mkdir -p "$dir/cache" "$dir/temp" "$dir/logs"
 	dir=$(cd "$dir" && pwd)
-	awk -v servers="$servers" -v listen="$listen" -v cache="$dir/cache" '
+	awk -v servers="$servers" -v listen="$listen" -v cache="$dir/cache" -v logs="$dir/logs" '
 		/# BEGIN gateways/ { print; printf "%s", servers; skip = 1; next }
 		/# END gateways/ { skip = 0 }
 		skip { next }
 		/^[ \t]*listen 80 / { if (sub(/listen 80 [^;]*;/, "listen " listen ";")) n++ }
-		/^proxy_cache_path / { if (sub(/\/var\/cache\/nginx\/flashgate/, cache)) n++ }
+		/^proxy_cache_path / { if (sub(/\/var\/cache\/nginx-flashgate/, cache)) n++ }
+		/^[ \t]*access_log \/var\/log\/nginx\/flashgate.log / { if (sub(/\/var\/log\/nginx\/flashgate.log/, logs "/access.log")) n++ }
 		{ print }
-		END { if (n != 2) exit 3 }
+		END { if (n != 3) exit 3 }
 	' "$here/../nginx/flashgate.conf" >"$dir/flashgate.conf" ||
-		die "nginx-config: deploy/nginx/flashgate.conf no longer has the 'listen 80' line or the cache path this script rewrites"
+		die "nginx-config: deploy/nginx/flashgate.conf no longer has the 'listen 80' line, the cache path or the access_log line this script rewrites"
 	grep -q "server $1" "$dir/flashgate.conf" ||
 		die "nginx-config: deploy/nginx/flashgate.conf lost its '# BEGIN gateways' / '# END gateways' markers"
 
@@ -188,8 +189,8 @@ http {
     fastcgi_temp_path $dir/temp/fastcgi;
     uwsgi_temp_path $dir/temp/uwsgi;
     scgi_temp_path $dir/temp/scgi;
+    access_log $dir/logs/other.log;
     include $dir/flashgate.conf;
-    access_log $dir/logs/access.log flashgate;
 }
 EOF
 }
