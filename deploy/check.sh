@@ -16,16 +16,24 @@
 #          /admin and /metrics are refused; one buyer (token) always reaches
 #          the same gateway, many buyers reach both; the per-buyer purchase
 #          limit answers 429 in the API's JSON, while 300 buyers from one
-#          address get none; a dead upstream answers 503
-#          {"error":"unavailable"}.
+#          address get none; tokens in item-page URLs reach neither the
+#          access log nor the cache key; a dead upstream answers 503
+#          {"error":"unavailable"}; nginx -t on a copy of Debian's stock
+#          /etc/nginx with flashgate.conf installed as the README says.
 #   monitoring  deploy/prometheus: promtool check rules and promtool test
 #          rules (the alerts fire on the series they should); deploy/grafana:
 #          the dashboard is valid JSON with unique panel ids, every query is
 #          valid PromQL (promtool check rules on them as recording rules),
 #          and every flashgate_* metric a query or rule names is defined in
-#          the Go code. Without promtool (Debian: apt-get install
+#          the Go code; every alert has a test in which it fires;
+#          prometheus.yml passes promtool check config and, in a real
+#          Prometheus fed the pods as a file, labels one target per pod
+#          with pod, namespace, tier and job. Without promtool (Debian: apt-get install
 #          prometheus) the PromQL parts SKIP, or FAIL when $CI is set.
-#   k8s    every manifest parses (python3 yaml), has kind and name, both
+#   k8s    the NetworkPolicies against every flow of k8s/check/flows.yaml
+#          (cyclonus), and the same check refusing the policy of issue 20;
+#          every manifest strictly against the Kubernetes 1.32 API
+#          (k8s/check/schema); every manifest parses (python3 yaml), has kind and name, both
 #          kustomizations list existing files and never the Secret template,
 #          which holds only placeholders; the edge examples (k8s/edge:
 #          Ingress, Gateway API) parse and hash on the buyer's token with the
@@ -470,6 +478,128 @@ check_nginx_debian() {
 	fi
 }
 
+# check_alert_tests DIR: every alert of DIR/*.rules.yaml is evaluated by a
+# test of DIR/*.test.yaml, once where it must fire (exp_alerts not empty).
+check_alert_tests() {
+	if python3 - "$1" <<'EOF'; then
+import glob, os, sys, yaml
+d = sys.argv[1]
+alerts = [r["alert"] for f in glob.glob(os.path.join(d, "*.rules.yaml"))
+          for g in yaml.safe_load(open(f))["groups"] for r in g["rules"] if "alert" in r]
+fired = set()
+for f in glob.glob(os.path.join(d, "*.test.yaml")):
+    for t in yaml.safe_load(open(f))["tests"]:
+        for a in t.get("alert_rule_test", []):
+            if a.get("exp_alerts"):
+                fired.add(a["alertname"])
+missing = [a for a in alerts if a not in fired]
+if missing:
+    print("FAIL alerts no test sees fire: " + ", ".join(missing))
+    sys.exit(1)
+print("PASS every alert (%d) has a test in which it fires" % len(alerts))
+EOF
+		:
+	else
+		fail "alert rule tests"
+	fi
+}
+
+# check_scrape_config DIR checks DIR/prometheus.yml with promtool and with a
+# real Prometheus. Debian's prometheus is built without Kubernetes service
+# discovery, so a copy whose kubernetes_sd_configs block is replaced by a
+# file of the targets Kubernetes would list (a gateway pod's two ports, an
+# order sink's admin port, a Redis pod; with the __meta_kubernetes_* labels
+# the pod role gives) runs on loopback: its targets must be one per
+# flashgate pod, on the metrics port, with the pod, namespace, tier and job
+# labels the rules rely on, and the rules must load.
+check_scrape_config() {
+	local prom=$1 cfg=$tmp/prom/prometheus.yml
+	mkdir -p "$tmp/prom"
+	if ! python3 - "$prom/prometheus.yml" "$cfg" <<'EOF'; then
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+jobs = [j for j in c["scrape_configs"] if "kubernetes_sd_configs" in j]
+if len(jobs) != 1:
+    sys.exit("prometheus.yml: want one job with kubernetes_sd_configs")
+del jobs[0]["kubernetes_sd_configs"]
+jobs[0]["file_sd_configs"] = [{"files": ["targets.json"]}]
+yaml.safe_dump(c, open(sys.argv[2], "w"))
+EOF
+		fail "prometheus.yml: no job with Kubernetes discovery to stand in for"
+		return
+	fi
+	cp "$prom"/*.rules.yaml "$tmp/prom/"
+	local mp ap pp
+	mp=$(free_port)
+	ap=$(free_port)
+	pp=$(free_port)
+	python3 - "$tmp/prom/targets.json" "$mp" "$ap" <<'EOF'
+import json, sys
+out, mp, ap = sys.argv[1:4]
+def pod(name, labels, port, port_name, ann=True):
+    l = {"__meta_kubernetes_namespace": "flashgate", "__meta_kubernetes_pod_name": name,
+         "__meta_kubernetes_pod_container_port_name": port_name}
+    for k, v in labels.items():
+        l["__meta_kubernetes_pod_label_" + k.replace(".", "_").replace("/", "_")] = v
+    if ann:
+        l.update({"__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
+                  "__meta_kubernetes_pod_annotation_prometheus_io_port": str(port),
+                  "__meta_kubernetes_pod_annotation_prometheus_io_path": "/metrics"})
+    return {"targets": ["127.0.0.1:%s" % port], "labels": l}
+fg = lambda c: {"app.kubernetes.io/name": "flashgate", "app.kubernetes.io/component": c}
+json.dump([
+    pod("gateway-7d9f-abcde", fg("gateway"), mp, "metrics"),
+    pod("gateway-7d9f-abcde", fg("gateway"), 8080, "http"),
+    pod("ordersink-0", fg("ordersink"), ap, "admin"),
+    pod("redis-primary-0", {"app.kubernetes.io/name": "redis"}, 6379, "redis", ann=False),
+], open(out, "w"))
+EOF
+	if promtool check config "$cfg" >"$tmp/promtool.log" 2>&1; then
+		pass "promtool check config prometheus/prometheus.yml (Kubernetes discovery stood in for by a file)"
+	else
+		fail "promtool check config prometheus/prometheus.yml:"
+		cat "$tmp/promtool.log"
+		return
+	fi
+	if ! command -v prometheus >/dev/null 2>&1; then
+		missing "prometheus" "Debian: apt-get install prometheus"
+		return
+	fi
+	(cd "$tmp/prom" && exec prometheus --config.file=prometheus.yml --web.listen-address="127.0.0.1:$pp" \
+		--storage.tsdb.path="$tmp/prom/data" >"$tmp/prom/log" 2>&1) &
+	started+=($!)
+	local api=http://127.0.0.1:$pp/api/v1
+	if ! await sh -c "curl -sf '$api/targets' | grep -q ordersink-0"; then
+		fail "prometheus with prometheus.yml did not list its targets:"
+		tail -n 20 "$tmp/prom/log"
+		return
+	fi
+	if python3 - "$api" "$mp" "$ap" <<'EOF'; then
+import json, sys, urllib.request
+api, mp, ap = sys.argv[1:4]
+t = json.load(urllib.request.urlopen(api + "/targets"))["data"]["activeTargets"]
+got = sorted((x["labels"].get("pod"), x["labels"].get("tier"), x["labels"].get("namespace"),
+              x["labels"].get("job"), x["scrapeUrl"]) for x in t)
+want = sorted([("gateway-7d9f-abcde", "gateway", "flashgate", "flashgate", "http://127.0.0.1:%s/metrics" % mp),
+               ("ordersink-0", "ordersink", "flashgate", "flashgate", "http://127.0.0.1:%s/metrics" % ap)])
+if got != want:
+    print("FAIL prometheus.yml targets (pod, tier, namespace, job, url): got %s, want %s" % (got, want))
+    sys.exit(1)
+g = json.load(urllib.request.urlopen(api + "/rules"))["data"]["groups"]
+rules = [r for x in g for r in x["rules"]]
+bad = [r["name"] for r in rules if r.get("health") not in ("ok", "unknown")]
+if not rules or bad:
+    print("FAIL prometheus loaded %d rules, unhealthy: %s" % (len(rules), bad))
+    sys.exit(1)
+print("PASS prometheus.yml in a real Prometheus: one target per flashgate pod, on its metrics port, labelled %s; %d rules loaded"
+      % (", ".join("%s=%s" % kv for kv in zip(("pod", "tier", "namespace", "job"), got[0][:4])), len(rules)))
+EOF
+		:
+	else
+		fail "prometheus.yml's targets or rules in a real Prometheus"
+	fi
+}
+
 check_monitoring() {
 	local prom=$here/prometheus graf=$here/grafana
 	if command -v promtool >/dev/null 2>&1; then
@@ -490,6 +620,8 @@ check_monitoring() {
 				cat "$tmp/promtool.log"
 			fi
 		done
+		check_alert_tests "$prom"
+		check_scrape_config "$prom"
 	elif [ -n "${CI:-}" ]; then
 		fail "monitoring: promtool not installed (Debian: apt-get install prometheus); CI must install it"
 	else
