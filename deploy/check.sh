@@ -162,6 +162,22 @@ check_redis() {
 	if grep -q READONLY <<<"$got"; then pass "replica refuses writes"; else fail "replica write: got $got, want READONLY"; fi
 	if [ -d "$tmp/redis-p/appendonlydir" ]; then pass "primary writes its AOF"; else fail "primary has no appendonlydir"; fi
 
+	# sentinel.conf, with the monitor line cluster.sh writes: a Sentinel
+	# starts on it and finds the primary and its replica.
+	local sp
+	sp=$(free_port)
+	mkdir -p "$tmp/sentinel"
+	sed "s/^sentinel monitor flashgate .*/sentinel monitor flashgate 127.0.0.1 $p 2/" "$here/redis/sentinel.conf" >"$tmp/sentinel/sentinel.conf"
+	redis-server "$tmp/sentinel/sentinel.conf" --sentinel --port "$sp" --bind 127.0.0.1 --dir "$tmp/sentinel" >"$tmp/sentinel.log" 2>&1 &
+	started+=($!)
+	if await sh -c "redis-cli -p $sp sentinel master flashgate | tr -d '\r' | paste -sd' ' | grep -q ' num-slaves 1 '"; then
+		pass "sentinel.conf loads; the Sentinel watches the primary (quorum $(redis-cli -p "$sp" sentinel master flashgate | tr -d '\r' | sed -n '/^quorum$/{n;p}')) and finds its replica"
+	else
+		fail "sentinel.conf: the Sentinel did not find the primary and its replica:"
+		tail -n 20 "$tmp/sentinel.log"
+	fi
+	redis-cli -p "$sp" shutdown >/dev/null 2>&1 || true
+
 	redis-cli -p "$r" shutdown nosave >/dev/null 2>&1 || true
 	redis-cli -p "$p" shutdown >/dev/null 2>&1 || true
 }
@@ -825,6 +841,21 @@ if os.path.exists(rc):
         if w not in create:
             fail("redis-cluster.yaml: the create Job lacks %s" % w)
     print("PASS redis-cluster.yaml: 6 cluster nodes, full coverage off, a create Job")
+# The optional Sentinel set-up (redis-sentinel.yaml, used instead of
+# redis.yaml): two data nodes on primary.conf that ask the Sentinels for
+# the primary, three Sentinels on a writable copy of sentinel.conf.
+rs = os.path.join(root, "redis-sentinel.yaml")
+if os.path.exists(rs):
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(rs)) if d}
+    data = docs.get(("StatefulSet", "redis"), {}).get("spec", {})
+    sen = docs.get(("StatefulSet", "redis-sentinel"), {}).get("spec", {})
+    dargs = " ".join(data.get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", []))
+    sargs = " ".join(sen.get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", []))
+    if data.get("replicas") != 2 or "cp /etc/redis/primary.conf /data/redis.conf" not in dargs or "get-master-addr-by-name flashgate" not in dargs:
+        fail("redis-sentinel.yaml: want StatefulSet redis of 2 on primary.conf, asking the Sentinels for the primary")
+    if sen.get("replicas") != 3 or "--sentinel" not in sargs or "sentinel monitor flashgate redis-0.redis 6379 2" not in sargs:
+        fail("redis-sentinel.yaml: want StatefulSet redis-sentinel of 3 monitoring redis-0.redis with quorum 2")
+    print("PASS redis-sentinel.yaml: 2 data nodes on primary.conf, 3 Sentinels, quorum 2")
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
@@ -850,6 +881,17 @@ EOF
 			pass "kubectl kustomize with redis-cluster.yaml ($(grep -c '^kind:' "$tmp/k8s-cluster.yaml") objects)"
 		else
 			fail "kubectl kustomize with redis-cluster.yaml:"
+			cat "$tmp/k8s.err"
+		fi
+		# The Sentinel variant: redis-sentinel.yaml instead of redis.yaml.
+		mkdir -p "$tmp/variant-sentinel"
+		cp -r "$here/k8s" "$here/redis" "$here/kustomization.yaml" "$tmp/variant-sentinel/"
+		sed -i 's/^  - redis\.yaml$/  - redis-sentinel.yaml/' "$tmp/variant-sentinel/k8s/kustomization.yaml"
+		if kubectl kustomize "$tmp/variant-sentinel" >"$tmp/k8s-sentinel.yaml" 2>"$tmp/k8s.err" &&
+			grep -q 'sentinel.conf:' "$tmp/k8s-sentinel.yaml" && ! grep -q 'name: redis-config$' "$tmp/k8s-sentinel.yaml"; then
+			pass "kubectl kustomize with redis-sentinel.yaml ($(grep -c '^kind:' "$tmp/k8s-sentinel.yaml") objects, sentinel.conf in redis-config)"
+		else
+			fail "kubectl kustomize with redis-sentinel.yaml:"
 			cat "$tmp/k8s.err"
 		fi
 	else

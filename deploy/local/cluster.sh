@@ -282,16 +282,20 @@ start_redis_cluster() {
 # read from the primary Sentinel names) and redis_line.
 start_redis_sentinel() {
 	mkdir -m 0700 "$state/redis-primary" "$state/redis-replica"
+	# Each node runs a copy of primary.conf: Sentinel sends CONFIG REWRITE
+	# to the nodes it reconfigures, which would rewrite the file in deploy/.
+	cp "$root/deploy/redis/primary.conf" "$state/redis-primary/redis.conf"
+	cp "$root/deploy/redis/primary.conf" "$state/redis-replica/redis.conf"
 	free_port
 	local rp=$port
 	launch redis-primary redis-server "redis://127.0.0.1:$rp" \
-		redis-server "$root/deploy/redis/primary.conf" --port "$rp" --bind 127.0.0.1 \
+		redis-server "$state/redis-primary/redis.conf" --port "$rp" --bind 127.0.0.1 \
 		--dir "$state/redis-primary" --daemonize no --logfile ""
 	wait_ready redis-primary
 	free_port
 	local rr=$port
 	launch redis-replica redis-server "redis://127.0.0.1:$rr" \
-		redis-server "$root/deploy/redis/primary.conf" --port "$rr" --bind 127.0.0.1 \
+		redis-server "$state/redis-replica/redis.conf" --port "$rr" --bind 127.0.0.1 \
 		--dir "$state/redis-replica" --daemonize no --logfile "" --replicaof 127.0.0.1 "$rp"
 	wait_ready redis-replica
 	wait_replica 127.0.0.1 "$rr"
