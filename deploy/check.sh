@@ -8,7 +8,8 @@
 #   shell  bash -n and shellcheck (if installed) on the scripts; cluster.sh
 #          refuses to start without bin/flashgate, with a clear message.
 #   redis  primary.conf and replica.conf load in redis-server; the replica
-#          syncs, refuses writes; AOF on, noeviction on both.
+#          syncs, refuses writes; AOF on, noeviction on both; a Sentinel on
+#          sentinel.conf watches the primary and finds the replica.
 #   nginx  nginx -t on the configuration cluster.sh renders from
 #          nginx/flashgate.conf, then nginx in front of two stub gateways:
 #          the micro-cache serves GET /api/sales/{id} and /sales/{id} and
