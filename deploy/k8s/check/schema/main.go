@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -96,7 +97,7 @@ func run(out io.Writer, files []string, crds []string) (int, error) {
 				bad++
 				continue
 			}
-			if contains(crds, gv.Group) {
+			if slices.Contains(crds, gv.Group) {
 				fmt.Fprintf(out, "SKIP %s: a custom resource, not part of the Kubernetes API\n", what)
 				continue
 			}
@@ -128,15 +129,6 @@ func validate(strict runtime.Decoder, types *clienttesting.TypeConverter, doc []
 		return err
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // isEmpty reports whether a YAML document holds nothing but comments.
