@@ -28,7 +28,7 @@ test: ## go vet, then go test -race over everything against throwaway Redis and 
 	scripts/with-testenv.sh $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 .PHONY: test-edge
-test-edge: ## The edge under load: cluster.sh with nginx, 20,000 buyers from one address, --sale-rate over 2 gateways (about a minute; needs nginx).
+test-edge: ## The edge under load: cluster.sh with nginx, a Sentinel failover mid-crowd, 20,000 buyers from one address, --sale-rate over 2 gateways (about two minutes; needs nginx).
 	FLASHGATE_EDGE_TEST=1 $(GO) test -count=1 -timeout 5m -run '^TestEdge$$' -v ./systemtest
 
 .PHONY: test-short
@@ -62,7 +62,7 @@ faults: ## Fault suite: the split deployment as real processes under faults, int
 		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
 
 .PHONY: deploy-check
-deploy-check: ## Validate deploy/ (nginx -t, Redis configs, manifests, scripts) without a cluster.
+deploy-check: ## Validate deploy/ without a cluster: NetworkPolicy flows (cyclonus), strict Kubernetes 1.32 schemas, nginx (tokens, Debian's stock layout), Redis and Sentinel configs, Prometheus rules and scrape job, scripts.
 	deploy/check.sh
 
 .PHONY: clean

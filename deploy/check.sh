@@ -8,7 +8,8 @@
 #   shell  bash -n and shellcheck (if installed) on the scripts; cluster.sh
 #          refuses to start without bin/flashgate, with a clear message.
 #   redis  primary.conf and replica.conf load in redis-server; the replica
-#          syncs, refuses writes; AOF on, noeviction on both.
+#          syncs, refuses writes; AOF on, noeviction on both; a Sentinel on
+#          sentinel.conf watches the primary and finds the replica.
 #   nginx  nginx -t on the configuration cluster.sh renders from
 #          nginx/flashgate.conf, then nginx in front of two stub gateways:
 #          the micro-cache serves GET /api/sales/{id} and /sales/{id} and
@@ -16,16 +17,24 @@
 #          /admin and /metrics are refused; one buyer (token) always reaches
 #          the same gateway, many buyers reach both; the per-buyer purchase
 #          limit answers 429 in the API's JSON, while 300 buyers from one
-#          address get none; a dead upstream answers 503
-#          {"error":"unavailable"}.
+#          address get none; tokens in item-page URLs reach neither the
+#          access log nor the cache key; a dead upstream answers 503
+#          {"error":"unavailable"}; nginx -t on a copy of Debian's stock
+#          /etc/nginx with flashgate.conf installed as the README says.
 #   monitoring  deploy/prometheus: promtool check rules and promtool test
 #          rules (the alerts fire on the series they should); deploy/grafana:
 #          the dashboard is valid JSON with unique panel ids, every query is
 #          valid PromQL (promtool check rules on them as recording rules),
 #          and every flashgate_* metric a query or rule names is defined in
-#          the Go code. Without promtool (Debian: apt-get install
+#          the Go code; every alert has a test in which it fires;
+#          prometheus.yml passes promtool check config and, in a real
+#          Prometheus fed the pods as a file, labels one target per pod
+#          with pod, namespace, tier and job. Without promtool (Debian: apt-get install
 #          prometheus) the PromQL parts SKIP, or FAIL when $CI is set.
-#   k8s    every manifest parses (python3 yaml), has kind and name, both
+#   k8s    the NetworkPolicies against every flow of k8s/check/flows.yaml
+#          (cyclonus), and the same check refusing the policy of issue 20;
+#          every manifest strictly against the Kubernetes 1.32 API
+#          (k8s/check/schema); every manifest parses (python3 yaml), has kind and name, both
 #          kustomizations list existing files and never the Secret template,
 #          which holds only placeholders; the edge examples (k8s/edge:
 #          Ingress, Gateway API) parse and hash on the buyer's token with the
@@ -154,6 +163,22 @@ check_redis() {
 	if grep -q READONLY <<<"$got"; then pass "replica refuses writes"; else fail "replica write: got $got, want READONLY"; fi
 	if [ -d "$tmp/redis-p/appendonlydir" ]; then pass "primary writes its AOF"; else fail "primary has no appendonlydir"; fi
 
+	# sentinel.conf, with the monitor line cluster.sh writes: a Sentinel
+	# starts on it and finds the primary and its replica.
+	local sp
+	sp=$(free_port)
+	mkdir -p "$tmp/sentinel"
+	sed "s/^sentinel monitor flashgate .*/sentinel monitor flashgate 127.0.0.1 $p 2/" "$here/redis/sentinel.conf" >"$tmp/sentinel/sentinel.conf"
+	redis-server "$tmp/sentinel/sentinel.conf" --sentinel --port "$sp" --bind 127.0.0.1 --dir "$tmp/sentinel" >"$tmp/sentinel.log" 2>&1 &
+	started+=($!)
+	if await sh -c "redis-cli -p $sp sentinel master flashgate | tr -d '\r' | paste -sd' ' | grep -q ' num-slaves 1 '"; then
+		pass "sentinel.conf loads; the Sentinel watches the primary (quorum $(redis-cli -p "$sp" sentinel master flashgate | tr -d '\r' | sed -n '/^quorum$/{n;p}')) and finds its replica"
+	else
+		fail "sentinel.conf: the Sentinel did not find the primary and its replica:"
+		tail -n 20 "$tmp/sentinel.log"
+	fi
+	redis-cli -p "$sp" shutdown >/dev/null 2>&1 || true
+
 	redis-cli -p "$r" shutdown nosave >/dev/null 2>&1 || true
 	redis-cli -p "$p" shutdown >/dev/null 2>&1 || true
 }
@@ -232,6 +257,7 @@ EOF
 		cat "$tmp/nginx-t.log"
 		return
 	fi
+	check_nginx_debian "$here/nginx/flashgate.conf"
 	nginx -p "$nd" -c "$nd/nginx.conf" -e "$nd/logs/error.log" -g 'daemon off;' >"$tmp/nginx.log" 2>&1 &
 	started+=($!)
 	local base=http://127.0.0.1:$np
@@ -369,6 +395,49 @@ EOF
 )
 	if grep -q ' 429' <<<"$codes"; then fail "300 buyers from one address got 429s: $codes"; else pass "300 buyers from one address, one purchase each: $codes"; fi
 
+	# Tokens in item-page URLs reach neither the access log nor the cache:
+	# two buyers' links to one page share one cache entry (the second is a
+	# HIT), and neither token is in the log or in any cache file.
+	local jwt1 jwt2 log=$nd/logs/access.log
+	jwt1="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJsb2ctb25lIn0.c2lnLW9mLWxvZy1vbmUtdG9rZW4tMTExMTExMTExMTE"
+	jwt2="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJsb2ctdHdvIn0.c2lnLW9mLWxvZy10d28tdG9rZW4tMjIyMjIyMjIyMjI"
+	ok=0
+	for _ in 1 2 3 4 5; do
+		h1=$(curl -s -o /dev/null -D - "$base/sales/tokpage?token=$jwt1" | tr -d '\r' | grep -i '^x-cache-status' || true)
+		h2=$(curl -s -o /dev/null -D - "$base/sales/tokpage?token=$jwt2" | tr -d '\r' | grep -i '^x-cache-status' || true)
+		if grep -qi 'HIT' <<<"$h2"; then
+			ok=1
+			break
+		fi
+	done
+	if [ "$ok" = 1 ]; then
+		pass "two buyers' links to /sales/tokpage?token=… share one cache entry ($h1, then $h2)"
+	else
+		fail "/sales/tokpage with another token: $h2, want X-Cache-Status: HIT (the token must not be in the cache key)"
+	fi
+	curl -s -o /dev/null "$base/sales/tokpage?utm=mail&token=$jwt1&lang=de"
+	curl -s -o /dev/null "$base/sales/tokpage?token=$jwt1&Token=$jwt2"
+	curl -s -o /dev/null "$base/api/orders/o7?ref=$jwt2"
+	if await grep -q 'GET /sales/tokpage?utm=mail&lang=de HTTP' "$log" &&
+		await grep -q 'GET /api/orders/o7?\[redacted\] HTTP' "$log"; then
+		pass "the access log keeps the path and the query without the token: $(grep -m1 -o '"GET /sales/tokpage?utm[^"]*"' "$log")"
+	else
+		fail "the access log lacks 'GET /sales/tokpage?utm=mail&lang=de' or '/api/orders/o7?[redacted]':"
+		tail -n 5 "$log"
+	fi
+	# The cache files' keys (their "KEY:" header line; the bodies are the
+	# stub's, which echoes the URL it was sent, unlike a gateway's page).
+	local leaks keys
+	keys=$(grep -rah '^KEY: ' "$nd/cache" 2>/dev/null | sort -u || true)
+	leaks=$(grep -rlE "${jwt1##*.}|${jwt2##*.}|eyJ" "$nd/logs" 2>/dev/null || true)
+	if grep -qE "${jwt1##*.}|${jwt2##*.}|eyJ" <<<"$keys"; then leaks+=" cache keys"; fi
+	if [ -z "$leaks" ] && [ -s "$log" ] && grep -q 'tokpage' <<<"$keys"; then
+		pass "no token in the access log ($(wc -l <"$log") lines) or the cache keys ($(grep -c . <<<"$keys"), e.g. $(grep -m1 tokpage <<<"$keys"))"
+	else
+		fail "tokens found in: ${leaks:-an empty access log or no cache key for tokpage}"
+		grep -h 'tokpage\|o7' "$log" | tail -n 5
+	fi
+
 	# A dead gateway: nginx answers 503 in the API's JSON for what it cannot
 	# serve from the cache.
 	kill -TERM "$stub" 2>/dev/null || true  # both stub gateways
@@ -378,6 +447,173 @@ EOF
 		pass "no gateway: 503 {\"error\":\"unavailable\"}"
 	else
 		fail "no gateway: got $hdr"
+	fi
+}
+
+# check_nginx_debian CONF follows deploy/README.md's steps for Debian's
+# stock nginx (package nginx: /etc/nginx/nginx.conf includes conf.d/*.conf
+# and sites-enabled/*) on a copy of this machine's /etc/nginx, then runs
+# nginx -t on it: CONF into conf.d/, the default site out of sites-enabled,
+# worker_rlimit_nofile and worker_connections raised in nginx.conf. Every
+# path nginx writes (/var/log/nginx, /var/cache) points into the copy,
+# which holds only the directories that exist on this machine, so that a
+# directory Debian does not create (/var/cache/nginx) fails here as it
+# would in production. Debian's compiled-in temporary paths under
+# /var/lib/nginx are nginx's own and created by nginx -t as root.
+check_nginx_debian() {
+	local conf=$1 root=$tmp/debian
+	if [ ! -f /etc/nginx/nginx.conf ] || ! grep -q 'include /etc/nginx/conf.d/\*.conf' /etc/nginx/nginx.conf; then
+		skip "nginx -t on Debian's stock layout (no stock /etc/nginx/nginx.conf here)"
+		return
+	fi
+	if [ "$(id -u)" != 0 ]; then
+		skip "nginx -t on Debian's stock layout (needs root, as Debian's nginx does)"
+		return
+	fi
+	mkdir -p "$root/etc"
+	cp -a /etc/nginx "$root/etc/nginx"
+	local d
+	for d in /var/log/nginx /var/cache /run; do
+		if [ -d "$d" ]; then mkdir -p "$root$d"; fi
+	done
+	# The README's steps.
+	cp "$conf" "$root/etc/nginx/conf.d/flashgate.conf"
+	rm -f "$root/etc/nginx/sites-enabled/default"
+	sed -i 's/^worker_processes .*/&\nworker_rlimit_nofile 200000;/; s/^\([[:space:]]*\)worker_connections .*;/\1worker_connections 65535;/' "$root/etc/nginx/nginx.conf"
+	# Into the copy: every path under /etc/nginx, /var/log/nginx, /var/cache, /run.
+	grep -rlE '/etc/nginx|/var/log/nginx|/var/cache|/run/' "$root/etc/nginx" | while read -r f; do
+		sed -i "s|/etc/nginx|$root/etc/nginx|g; s|/var/log/nginx|$root/var/log/nginx|g; s|/var/cache/|$root/var/cache/|g; s|/run/|$root/run/|g" "$f"
+	done
+	if nginx -t -c "$root/etc/nginx/nginx.conf" -e "$root/var/log/nginx/error.log" >"$tmp/nginx-debian.log" 2>&1; then
+		pass "nginx -t on Debian's stock layout with nginx/flashgate.conf in conf.d, as deploy/README.md says ($(nginx -v 2>&1))"
+	else
+		fail "nginx -t on Debian's stock layout with nginx/flashgate.conf in conf.d:"
+		sed "s|$root||g" "$tmp/nginx-debian.log"
+	fi
+	if [ -d "$root/var/log/nginx" ] && grep -q 'access_log /var/log/nginx/flashgate.log flashgate;' "$conf"; then
+		if [ -e "$root/var/log/nginx/flashgate.log" ]; then pass "the flashgate server logs to /var/log/nginx/flashgate.log"; else fail "nginx -t did not open /var/log/nginx/flashgate.log"; fi
+	fi
+}
+
+# check_alert_tests DIR: every alert of DIR/*.rules.yaml is evaluated by a
+# test of DIR/*.test.yaml, once where it must fire (exp_alerts not empty).
+check_alert_tests() {
+	if python3 - "$1" <<'EOF'; then
+import glob, os, sys, yaml
+d = sys.argv[1]
+alerts = [r["alert"] for f in glob.glob(os.path.join(d, "*.rules.yaml"))
+          for g in yaml.safe_load(open(f))["groups"] for r in g["rules"] if "alert" in r]
+fired = set()
+for f in glob.glob(os.path.join(d, "*.test.yaml")):
+    for t in yaml.safe_load(open(f))["tests"]:
+        for a in t.get("alert_rule_test", []):
+            if a.get("exp_alerts"):
+                fired.add(a["alertname"])
+missing = [a for a in alerts if a not in fired]
+if missing:
+    print("FAIL alerts no test sees fire: " + ", ".join(missing))
+    sys.exit(1)
+print("PASS every alert (%d) has a test in which it fires" % len(alerts))
+EOF
+		:
+	else
+		fail "alert rule tests"
+	fi
+}
+
+# check_scrape_config DIR checks DIR/prometheus.yml with promtool and with a
+# real Prometheus. Debian's prometheus is built without Kubernetes service
+# discovery, so a copy whose kubernetes_sd_configs block is replaced by a
+# file of the targets Kubernetes would list (a gateway pod's two ports, an
+# order sink's admin port, a Redis pod; with the __meta_kubernetes_* labels
+# the pod role gives) runs on loopback: its targets must be one per
+# flashgate pod, on the metrics port, with the pod, namespace, tier and job
+# labels the rules rely on, and the rules must load.
+check_scrape_config() {
+	local prom=$1 cfg=$tmp/prom/prometheus.yml
+	mkdir -p "$tmp/prom"
+	if ! python3 - "$prom/prometheus.yml" "$cfg" <<'EOF'; then
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+jobs = [j for j in c["scrape_configs"] if "kubernetes_sd_configs" in j]
+if len(jobs) != 1:
+    sys.exit("prometheus.yml: want one job with kubernetes_sd_configs")
+del jobs[0]["kubernetes_sd_configs"]
+jobs[0]["file_sd_configs"] = [{"files": ["targets.json"]}]
+yaml.safe_dump(c, open(sys.argv[2], "w"))
+EOF
+		fail "prometheus.yml: no job with Kubernetes discovery to stand in for"
+		return
+	fi
+	cp "$prom"/*.rules.yaml "$tmp/prom/"
+	local mp ap pp
+	mp=$(free_port)
+	ap=$(free_port)
+	pp=$(free_port)
+	python3 - "$tmp/prom/targets.json" "$mp" "$ap" <<'EOF'
+import json, sys
+out, mp, ap = sys.argv[1:4]
+def pod(name, labels, port, port_name, ann=True):
+    l = {"__meta_kubernetes_namespace": "flashgate", "__meta_kubernetes_pod_name": name,
+         "__meta_kubernetes_pod_container_port_name": port_name}
+    for k, v in labels.items():
+        l["__meta_kubernetes_pod_label_" + k.replace(".", "_").replace("/", "_")] = v
+    if ann:
+        l.update({"__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
+                  "__meta_kubernetes_pod_annotation_prometheus_io_port": str(port),
+                  "__meta_kubernetes_pod_annotation_prometheus_io_path": "/metrics"})
+    return {"targets": ["127.0.0.1:%s" % port], "labels": l}
+fg = lambda c: {"app.kubernetes.io/name": "flashgate", "app.kubernetes.io/component": c}
+json.dump([
+    pod("gateway-7d9f-abcde", fg("gateway"), mp, "metrics"),
+    pod("gateway-7d9f-abcde", fg("gateway"), 8080, "http"),
+    pod("ordersink-0", fg("ordersink"), ap, "admin"),
+    pod("redis-primary-0", {"app.kubernetes.io/name": "redis"}, 6379, "redis", ann=False),
+], open(out, "w"))
+EOF
+	if promtool check config "$cfg" >"$tmp/promtool.log" 2>&1; then
+		pass "promtool check config prometheus/prometheus.yml (Kubernetes discovery stood in for by a file)"
+	else
+		fail "promtool check config prometheus/prometheus.yml:"
+		cat "$tmp/promtool.log"
+		return
+	fi
+	if ! command -v prometheus >/dev/null 2>&1; then
+		missing "prometheus" "Debian: apt-get install prometheus"
+		return
+	fi
+	(cd "$tmp/prom" && exec prometheus --config.file=prometheus.yml --web.listen-address="127.0.0.1:$pp" \
+		--storage.tsdb.path="$tmp/prom/data" >"$tmp/prom/log" 2>&1) &
+	started+=($!)
+	local api=http://127.0.0.1:$pp/api/v1
+	if ! await sh -c "curl -sf '$api/targets' | grep -q ordersink-0"; then
+		fail "prometheus with prometheus.yml did not list its targets:"
+		tail -n 20 "$tmp/prom/log"
+		return
+	fi
+	if python3 - "$api" "$mp" "$ap" <<'EOF'; then
+import json, sys, urllib.request
+api, mp, ap = sys.argv[1:4]
+t = json.load(urllib.request.urlopen(api + "/targets"))["data"]["activeTargets"]
+got = sorted((x["labels"].get("pod"), x["labels"].get("tier"), x["labels"].get("namespace"),
+              x["labels"].get("job"), x["scrapeUrl"]) for x in t)
+want = sorted([("gateway-7d9f-abcde", "gateway", "flashgate", "flashgate", "http://127.0.0.1:%s/metrics" % mp),
+               ("ordersink-0", "ordersink", "flashgate", "flashgate", "http://127.0.0.1:%s/metrics" % ap)])
+if got != want:
+    print("FAIL prometheus.yml targets (pod, tier, namespace, job, url): got %s, want %s" % (got, want))
+    sys.exit(1)
+g = json.load(urllib.request.urlopen(api + "/rules"))["data"]["groups"]
+rules = [r for x in g for r in x["rules"]]
+bad = [r["name"] for r in rules if r.get("health") not in ("ok", "unknown")]
+if not rules or bad:
+    print("FAIL prometheus loaded %d rules, unhealthy: %s" % (len(rules), bad))
+    sys.exit(1)
+print("PASS prometheus.yml in a real Prometheus: one target per flashgate pod, on its metrics port, labelled %s; %d rules loaded"
+      % (", ".join("%s=%s" % kv for kv in zip(("pod", "tier", "namespace", "job"), got[0][:4])), len(rules)))
+EOF
+		:
+	else
+		fail "prometheus.yml's targets or rules in a real Prometheus"
 	fi
 }
 
@@ -401,6 +637,8 @@ check_monitoring() {
 				cat "$tmp/promtool.log"
 			fi
 		done
+		check_alert_tests "$prom"
+		check_scrape_config "$prom"
 	elif [ -n "${CI:-}" ]; then
 		fail "monitoring: promtool not installed (Debian: apt-get install prometheus); CI must install it"
 	else
@@ -604,12 +842,29 @@ if os.path.exists(rc):
         if w not in create:
             fail("redis-cluster.yaml: the create Job lacks %s" % w)
     print("PASS redis-cluster.yaml: 6 cluster nodes, full coverage off, a create Job")
+# The optional Sentinel set-up (redis-sentinel.yaml, used instead of
+# redis.yaml): two data nodes on primary.conf that ask the Sentinels for
+# the primary, three Sentinels on a writable copy of sentinel.conf.
+rs = os.path.join(root, "redis-sentinel.yaml")
+if os.path.exists(rs):
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(rs)) if d}
+    data = docs.get(("StatefulSet", "redis"), {}).get("spec", {})
+    sen = docs.get(("StatefulSet", "redis-sentinel"), {}).get("spec", {})
+    dargs = " ".join(data.get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", []))
+    sargs = " ".join(sen.get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", []))
+    if data.get("replicas") != 2 or "cp /etc/redis/primary.conf /data/redis.conf" not in dargs or "get-master-addr-by-name flashgate" not in dargs:
+        fail("redis-sentinel.yaml: want StatefulSet redis of 2 on primary.conf, asking the Sentinels for the primary")
+    if sen.get("replicas") != 3 or "--sentinel" not in sargs or "sentinel monitor flashgate redis-0.redis 6379 2" not in sargs:
+        fail("redis-sentinel.yaml: want StatefulSet redis-sentinel of 3 monitoring redis-0.redis with quorum 2")
+    print("PASS redis-sentinel.yaml: 2 data nodes on primary.conf, 3 Sentinels, quorum 2")
 sys.exit(1 if bad else 0)
 EOF
 		pass "k8s manifests parse"
 	else
 		fail "k8s manifests"
 	fi
+	check_netpol
+	check_schemas
 	if command -v kubectl >/dev/null 2>&1; then
 		if kubectl kustomize "$here" >"$tmp/k8s.yaml" 2>"$tmp/k8s.err"; then
 			pass "kubectl kustomize deploy ($(grep -c '^kind:' "$tmp/k8s.yaml") objects)"
@@ -629,8 +884,104 @@ EOF
 			fail "kubectl kustomize with redis-cluster.yaml:"
 			cat "$tmp/k8s.err"
 		fi
+		# The Sentinel variant: redis-sentinel.yaml instead of redis.yaml.
+		mkdir -p "$tmp/variant-sentinel"
+		cp -r "$here/k8s" "$here/redis" "$here/kustomization.yaml" "$tmp/variant-sentinel/"
+		sed -i 's/^  - redis\.yaml$/  - redis-sentinel.yaml/' "$tmp/variant-sentinel/k8s/kustomization.yaml"
+		if kubectl kustomize "$tmp/variant-sentinel" >"$tmp/k8s-sentinel.yaml" 2>"$tmp/k8s.err" &&
+			grep -q 'sentinel.conf:' "$tmp/k8s-sentinel.yaml" && ! grep -q 'name: redis-config$' "$tmp/k8s-sentinel.yaml"; then
+			pass "kubectl kustomize with redis-sentinel.yaml ($(grep -c '^kind:' "$tmp/k8s-sentinel.yaml") objects, sentinel.conf in redis-config)"
+		else
+			fail "kubectl kustomize with redis-sentinel.yaml:"
+			cat "$tmp/k8s.err"
+		fi
 	else
 		skip "kubectl kustomize (kubectl not installed)"
+	fi
+}
+
+# tool NAME: the path of a Go tool, from PATH or where go install puts it.
+tool() {
+	if command -v "$1" >/dev/null 2>&1; then
+		command -v "$1"
+	elif [ -x "$(go env GOPATH 2>/dev/null)/bin/$1" ]; then
+		echo "$(go env GOPATH)/bin/$1"
+	else
+		return 1
+	fi
+}
+
+# missing WHAT HOW: SKIP, or FAIL under CI, which must install everything.
+missing() {
+	if [ -n "${CI:-}" ]; then fail "$1 not installed ($2); CI must install it"; else skip "$1 not installed ($2)"; fi
+}
+
+# check_netpol evaluates every flow of k8s/check/flows.yaml, allowed and
+# refused, against k8s/networkpolicy.yaml with a NetworkPolicy analyzer
+# (cyclonus), and makes sure the same evaluation refuses the policy of
+# issue 20 (k8s/check/networkpolicy-issue20.yaml: no way in to the
+# gateways), so that the check is known to catch a policy that cuts buyers
+# off.
+check_netpol() {
+	local cyc
+	if ! cyc=$(tool cyclonus); then
+		missing "cyclonus" "go install github.com/mattfenwick/cyclonus/cmd/cyclonus@v0.5.6"
+		return
+	fi
+	if CYCLONUS=$cyc python3 "$here/k8s/check/netpol.py" "$here/k8s/networkpolicy.yaml" "$here/k8s/check/flows.yaml" >"$tmp/netpol.log" 2>&1; then
+		grep '^PASS' "$tmp/netpol.log"
+		pass "NetworkPolicies (cyclonus): $(tail -n 1 "$tmp/netpol.log")"
+	else
+		grep -v '^PASS' "$tmp/netpol.log"
+		fail "NetworkPolicies: an intended flow is refused or a refused one allowed"
+	fi
+	local rc=0
+	CYCLONUS=$cyc python3 "$here/k8s/check/netpol.py" "$here/k8s/check/networkpolicy-issue20.yaml" "$here/k8s/check/flows.yaml" >"$tmp/netpol-old.log" 2>&1 || rc=$?
+	if [ "$rc" = 1 ] && grep -q '^FAIL netpol ingress-nginx -> gateway:8080 refused' "$tmp/netpol-old.log"; then
+		pass "the flow check catches the policy of issue 20 ($(tail -n 1 "$tmp/netpol-old.log"))"
+	else
+		fail "the flow check does not catch the policy of issue 20 (rc=$rc):"
+		cat "$tmp/netpol-old.log"
+	fi
+}
+
+# check_schemas validates every manifest (and, with kubectl, the rendered
+# kustomization) strictly against the Kubernetes 1.32 API: k8s/check/schema
+# decodes each object into its k8s.io/api type refusing unknown, duplicate
+# and mistyped fields, and checks it against the schema client-go v0.32
+# generates from the 1.32 OpenAPI description. The Gateway API and Envoy
+# Gateway objects (custom resources) are listed as skipped. A manifest with
+# a misspelt field must fail, so that the check is known to look.
+check_schemas() {
+	if ! command -v go >/dev/null 2>&1; then
+		missing "go" "the schema check is a Go program"
+		return
+	fi
+	if ! (cd "$here/k8s/check/schema" && go build -o "$tmp/k8s-schema" .) >"$tmp/schema-build.log" 2>&1; then
+		fail "building k8s/check/schema:"
+		cat "$tmp/schema-build.log"
+		return
+	fi
+	local files=() f
+	for f in "$here"/k8s/*.yaml "$here"/k8s/edge/*.yaml; do
+		[ "$(basename "$f")" = kustomization.yaml ] || files+=("$f")
+	done
+	if command -v kubectl >/dev/null 2>&1 && kubectl kustomize "$here" >"$tmp/rendered.yaml" 2>/dev/null; then
+		files+=("$tmp/rendered.yaml")
+	fi
+	if "$tmp/k8s-schema" -crd gateway.networking.k8s.io -crd gateway.envoyproxy.io "${files[@]}" >"$tmp/schema.log" 2>&1; then
+		sed "s|$here/||; s|$tmp/rendered.yaml|kubectl kustomize deploy|" "$tmp/schema.log"
+		pass "every manifest is valid against the Kubernetes 1.32 API ($(grep -c '^PASS' "$tmp/schema.log") objects, $(grep -c '^SKIP' "$tmp/schema.log") custom resources skipped)"
+	else
+		grep -v '^PASS' "$tmp/schema.log"
+		fail "manifests against the Kubernetes 1.32 API"
+	fi
+	sed 's/^  revisionHistoryLimit:/  revisionHistoryLimits:/' "$here/k8s/inventory.yaml" >"$tmp/misspelt.yaml"
+	if ! "$tmp/k8s-schema" "$tmp/misspelt.yaml" >"$tmp/schema-bad.log" 2>&1 && grep -q 'unknown field "spec.revisionHistoryLimits"' "$tmp/schema-bad.log"; then
+		pass "the schema check refuses a misspelt field (spec.revisionHistoryLimits)"
+	else
+		fail "the schema check accepted a misspelt field:"
+		cat "$tmp/schema-bad.log"
 	fi
 }
 

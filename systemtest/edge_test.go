@@ -44,6 +44,12 @@ type edgeCluster struct {
 // settings every process reads (FLASHGATE_SALE_RATE reaches the gateways).
 func startEdgeCluster(t *testing.T, bin, root, name string, env ...string) *edgeCluster {
 	t.Helper()
+	return startEdgeClusterArgs(t, bin, root, name, nil, env...)
+}
+
+// startEdgeClusterArgs is startEdgeCluster with arguments for cluster.sh up.
+func startEdgeClusterArgs(t *testing.T, bin, root, name string, args []string, env ...string) *edgeCluster {
+	t.Helper()
 	// Not t.TempDir: nginx workers run as nobody when the test runs as
 	// root, and must reach their cache directory inside.
 	parent, err := os.MkdirTemp("", "flashgate-edge-")
@@ -71,7 +77,7 @@ func startEdgeCluster(t *testing.T, bin, root, name string, env ...string) *edge
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.script, "up")
+	cmd := exec.CommandContext(ctx, c.script, append([]string{"up"}, args...)...)
 	cmd.Env = environ
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -281,6 +287,8 @@ func TestEdge(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// The Sentinel failover first and alone: its timing is the Sentinels'.
+	t.Run("sentinel", func(t *testing.T) { edgeSentinel(t, bin, root) })
 	// Two clusters side by side: the run takes as long as the longer one.
 	t.Run("crowd", func(t *testing.T) { t.Parallel(); edgeCrowd(t, bin, root) })
 	t.Run("sale-rate", func(t *testing.T) { t.Parallel(); edgeSaleRate(t, bin, root) })

@@ -173,7 +173,7 @@ func TestItemPage(t *testing.T) {
 	ctx := browsertest.New(t, s.ctx, 900, 800, 25*time.Second)
 
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(s.url+"/sales/"+id+"?token="+s.token(t, "alice")),
+		chromedp.Navigate(s.url+"/sales/"+id+"#token="+s.token(t, "alice")),
 		chromedp.WaitVisible(chromedp.CSS(`#buy`)),
 	); err != nil {
 		t.Fatalf("opening the item page: %v", err)
@@ -181,8 +181,8 @@ func TestItemPage(t *testing.T) {
 	if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || !strings.Contains(title, "Limited sneakers") {
 		t.Fatalf("title %q (%v), want the sale's name", title, err)
 	}
-	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "token=") {
-		t.Errorf("address bar %q (%v): the token should be moved out of it", loc, err)
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "token") || strings.Contains(loc, "#") {
+		t.Errorf("address bar %q (%v): the token (fragment) should be moved out of it", loc, err)
 	}
 
 	// Before the start: a ticking countdown about an hour long, and a
@@ -284,4 +284,40 @@ func TestItemPage(t *testing.T) {
 func jsString(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	return `"` + r.Replace(s) + `"`
+}
+
+// TestItemPageTokenInQuery opens an item page with the token in the query
+// string among other parameters, and with both a fragment and a query
+// token: the page keeps the token (the fragment's first) in sessionStorage
+// and leaves the address bar with the other parameters and no token.
+func TestItemPageTokenInQuery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	s := startPageSystem(t, nil)
+	const id = "query-drop"
+	if _, err := s.cp.CreateSale(s.ctx, flashgate.Sale{ID: id, Name: "Query socks", PriceCents: 900, Total: 5}); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := s.token(t, "alice"), s.token(t, "bob")
+	ctx := browsertest.New(t, s.ctx, 900, 800, 25*time.Second)
+	for _, c := range []struct{ suffix, wantToken, wantLoc string }{
+		{"?utm=mail&token=" + alice + "&lang=de", alice, "/sales/" + id + "?utm=mail&lang=de"},
+		{"?token=" + alice + "#token=" + bob + "&x=1", bob, "/sales/" + id + "#x=1"},
+	} {
+		if err := chromedp.Do(ctx,
+			chromedp.Navigate(s.url+"/sales/"+id+c.suffix),
+			chromedp.WaitVisible(chromedp.CSS(`#buy`)),
+		); err != nil {
+			t.Fatalf("opening %s: %v", c.suffix, err)
+		}
+		got := waitJS(t, ctx, "the token in sessionStorage", `sessionStorage.getItem("flashgate-token") || ""`, 5*time.Second)
+		if got != c.wantToken {
+			t.Errorf("%s: sessionStorage token …%s, want …%s", c.suffix, got[max(0, len(got)-12):], c.wantToken[len(c.wantToken)-12:])
+		}
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		if err != nil || loc != s.url+c.wantLoc {
+			t.Errorf("%s: address bar %q (%v), want %q", c.suffix, loc, err, s.url+c.wantLoc)
+		}
+	}
 }

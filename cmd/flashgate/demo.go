@@ -136,7 +136,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	visitor, _ := mintToken([]byte(cfg.JWTSecret), "visitor", time.Now().Add(24*time.Hour))
 	fmt.Fprintf(stdout, "\nserving until interrupted (Ctrl-C); the database is %s\n", filepath.Join(dir, "orders.db"))
 	for _, id := range []string{saleID, "try-me", "next-drop"} {
-		fmt.Fprintf(stdout, "  item page  %s/sales/%s?token=%s\n", base, id, visitor)
+		fmt.Fprintf(stdout, "  item page  %s/sales/%s#token=%s\n", base, id, visitor)
 	}
 	fmt.Fprintf(stdout, "  dashboard  %s/admin/  (admin token %s)\n", admin, cfg.AdminToken)
 	fmt.Fprintf(stdout, "  token      flashgate token --jwt-secret %s --user alice\n", cfg.JWTSecret)

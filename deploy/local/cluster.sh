@@ -4,11 +4,14 @@
 #
 #   redis primary + 1 replica     (deploy/redis/*.conf, AOF on, data in the state dir)
 #     or, with --redis-cluster, a Redis Cluster of 3 primaries + 3 replicas
+#     or, with --redis-sentinel, a primary, a replica (both primary.conf) and
+#     three Sentinels (deploy/redis/sentinel.conf, quorum 2); every tier then
+#     finds the primary through them (--redis redis+sentinel://…/flashgate)
 #   controlplane x1, ordersink x2, inventory x2, gateway x2   (bin/flashgate)
 #   nginx in front of the gateways (deploy/nginx/flashgate.conf), if installed
 #
 # Usage:
-#   deploy/local/cluster.sh up [--db URL] [--no-nginx] [--redis-cluster]
+#   deploy/local/cluster.sh up [--db URL] [--no-nginx] [--redis-cluster | --redis-sentinel]
 #   deploy/local/cluster.sh status
 #   deploy/local/cluster.sh down
 #
@@ -153,16 +156,17 @@ nginx_config() {
 	done
 	mkdir -p "$dir/cache" "$dir/temp" "$dir/logs"
 	dir=$(cd "$dir" && pwd)
-	awk -v servers="$servers" -v listen="$listen" -v cache="$dir/cache" '
+	awk -v servers="$servers" -v listen="$listen" -v cache="$dir/cache" -v logs="$dir/logs" '
 		/# BEGIN gateways/ { print; printf "%s", servers; skip = 1; next }
 		/# END gateways/ { skip = 0 }
 		skip { next }
 		/^[ \t]*listen 80 / { if (sub(/listen 80 [^;]*;/, "listen " listen ";")) n++ }
-		/^proxy_cache_path / { if (sub(/\/var\/cache\/nginx\/flashgate/, cache)) n++ }
+		/^proxy_cache_path / { if (sub(/\/var\/cache\/nginx-flashgate/, cache)) n++ }
+		/^[ \t]*access_log \/var\/log\/nginx\/flashgate.log / { if (sub(/\/var\/log\/nginx\/flashgate.log/, logs "/access.log")) n++ }
 		{ print }
-		END { if (n != 2) exit 3 }
+		END { if (n != 3) exit 3 }
 	' "$here/../nginx/flashgate.conf" >"$dir/flashgate.conf" ||
-		die "nginx-config: deploy/nginx/flashgate.conf no longer has the 'listen 80' line or the cache path this script rewrites"
+		die "nginx-config: deploy/nginx/flashgate.conf no longer has the 'listen 80' line, the cache path or the access_log line this script rewrites"
 	grep -q "server $1" "$dir/flashgate.conf" ||
 		die "nginx-config: deploy/nginx/flashgate.conf lost its '# BEGIN gateways' / '# END gateways' markers"
 
@@ -188,8 +192,8 @@ http {
     fastcgi_temp_path $dir/temp/fastcgi;
     uwsgi_temp_path $dir/temp/uwsgi;
     scgi_temp_path $dir/temp/scgi;
+    access_log $dir/logs/other.log;
     include $dir/flashgate.conf;
-    access_log $dir/logs/access.log flashgate;
 }
 EOF
 }
@@ -270,8 +274,67 @@ start_redis_cluster() {
 	redis_line="cluster ${addrs[*]} (3 primaries, 3 replicas)"
 }
 
+# start_redis_sentinel starts a Redis primary and a replica, both with
+# primary.conf (AOF on: either may be the primary after a failover), and
+# three Sentinels watching them (deploy/redis/sentinel.conf, quorum 2); it
+# waits until every Sentinel sees the replica and the two others, and sets
+# redis (redis+sentinel://s1,s2,s3/flashgate), replicas (empty: the gateways
+# read from the primary Sentinel names) and redis_line.
+start_redis_sentinel() {
+	mkdir -m 0700 "$state/redis-primary" "$state/redis-replica"
+	# Each node runs a copy of primary.conf: Sentinel sends CONFIG REWRITE
+	# to the nodes it reconfigures, which would rewrite the file in deploy/.
+	cp "$root/deploy/redis/primary.conf" "$state/redis-primary/redis.conf"
+	cp "$root/deploy/redis/primary.conf" "$state/redis-replica/redis.conf"
+	free_port
+	local rp=$port
+	launch redis-primary redis-server "redis://127.0.0.1:$rp" \
+		redis-server "$state/redis-primary/redis.conf" --port "$rp" --bind 127.0.0.1 \
+		--dir "$state/redis-primary" --daemonize no --logfile ""
+	wait_ready redis-primary
+	free_port
+	local rr=$port
+	launch redis-replica redis-server "redis://127.0.0.1:$rr" \
+		redis-server "$state/redis-replica/redis.conf" --port "$rr" --bind 127.0.0.1 \
+		--dir "$state/redis-replica" --daemonize no --logfile "" --replicaof 127.0.0.1 "$rp"
+	wait_ready redis-replica
+	wait_replica 127.0.0.1 "$rr"
+	local i sp addrs=()
+	for i in 1 2 3; do
+		free_port
+		sp=$port
+		mkdir -m 0700 "$state/sentinel-$i"
+		sed "s/^sentinel monitor flashgate .*/sentinel monitor flashgate 127.0.0.1 $rp 2/" \
+			"$root/deploy/redis/sentinel.conf" >"$state/sentinel-$i/sentinel.conf"
+		grep -q "^sentinel monitor flashgate 127.0.0.1 $rp 2$" "$state/sentinel-$i/sentinel.conf" ||
+			die "deploy/redis/sentinel.conf lost its 'sentinel monitor flashgate' line"
+		launch "sentinel-$i" redis-server "redis://127.0.0.1:$sp" \
+			redis-server "$state/sentinel-$i/sentinel.conf" --sentinel --port "$sp" --bind 127.0.0.1 \
+			--dir "$state/sentinel-$i"
+		addrs+=("127.0.0.1:$sp")
+	done
+	for i in 1 2 3; do wait_ready "sentinel-$i"; done
+	local a ok info
+	for i in $(seq 1 300); do
+		ok=1
+		for a in "${addrs[@]}"; do
+			info=$(redis-cli -h "${a%:*}" -p "${a##*:}" sentinel master flashgate 2>/dev/null | tr -d '\r' | paste -sd' ')
+			[[ " $info " == *" num-slaves 1 "* && " $info " == *" num-other-sentinels 2 "* ]] || ok=0
+		done
+		[ "$ok" = 1 ] && break
+		sleep 0.1
+	done
+	[ "$ok" = 1 ] || die "the Sentinels did not all see the replica and each other in 30 s; see $state/logs/sentinel-*.log"
+	redis="redis+sentinel://$(
+		IFS=,
+		echo "${addrs[*]}"
+	)/flashgate"
+	replicas=""
+	redis_line="primary 127.0.0.1:$rp, replica 127.0.0.1:$rr, Sentinels ${addrs[*]} (master flashgate, quorum 2)"
+}
+
 cmd_up() {
-	local db="" use_nginx=1 redis_cluster=0
+	local db="" use_nginx=1 redis_cluster=0 redis_sentinel=0
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--db)
@@ -289,6 +352,10 @@ cmd_up() {
 			;;
 		--redis-cluster)
 			redis_cluster=1
+			shift
+			;;
+		--redis-sentinel)
+			redis_sentinel=1
 			shift
 			;;
 		*) usage ;;
@@ -324,8 +391,11 @@ cmd_up() {
 	trap 'if [ "$up_done" = 0 ]; then echo "cluster.sh: start-up failed; stopping what was started (logs in $state/logs)" >&2; cmd_down >/dev/null 2>&1 || true; fi' EXIT
 
 	local redis replicas redis_line
+	[ "$redis_cluster$redis_sentinel" != 11 ] || die "--redis-cluster and --redis-sentinel exclude each other"
 	if [ "$redis_cluster" = 1 ]; then
 		start_redis_cluster
+	elif [ "$redis_sentinel" = 1 ]; then
+		start_redis_sentinel
 	else
 		start_redis_pair
 	fi

@@ -16,14 +16,20 @@
   var busy = false;
   var done = false;
 
-  // A token given in the query string is moved into sessionStorage and taken
-  // out of the address bar; the server never reads it from the query.
+  // A token given in the URL is moved into sessionStorage and taken out of
+  // the address bar (and so out of the history, bookmarks and Referer); the
+  // server never reads it from the URL. The fragment form (#token=...) is the
+  // one to hand out: browsers never send a fragment, so the token reaches no
+  // server's or proxy's log. The query form (?token=...) is still accepted.
   var params = new URLSearchParams(window.location.search);
-  if (params.get("token")) {
-    sessionStorage.setItem("flashgate-token", params.get("token"));
+  var frag = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+  var given = frag.get("token") || params.get("token");
+  if (given || params.has("token") || frag.has("token")) {
+    if (given) { sessionStorage.setItem("flashgate-token", given); }
     params.delete("token");
-    var q = params.toString();
-    history.replaceState(null, "", window.location.pathname + (q ? "?" + q : ""));
+    frag.delete("token");
+    var q = params.toString(), h = frag.toString();
+    history.replaceState(null, "", window.location.pathname + (q ? "?" + q : "") + (h ? "#" + h : ""));
   }
   function token() { return sessionStorage.getItem("flashgate-token") || ""; }
   if (token()) { tokenInput.value = token(); } else { tokenBox.open = true; }

@@ -1,0 +1,193 @@
+package systemtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// edgeSentinel runs the cluster on Sentinel (cluster.sh up --redis-sentinel:
+// a primary, a replica, three Sentinels, every tier on redis+sentinel://)
+// with the default flags, nginx in front. A crowd buys through nginx and
+// the primary is killed (SIGKILL) once the sale has booked its first units;
+// the Sentinels promote the replica, the tiers follow it, and buyers who
+// keep coming buy the rest. Exactly the stock is sold: as many rows as
+// units, as many 201s (but for one lost in the failover, which the default
+// --wait-replicas 0 allows), and later buyers are told sold_out.
+func edgeSentinel(t *testing.T, bin, root string) {
+	c := startEdgeClusterArgs(t, bin, root, "sentinel", []string{"--redis-sentinel"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const sale, units = "sentinel", 150
+	c.openSale(t, sale, units)
+	primary := c.pid(t, "redis-primary")
+
+	// The crowd before and during the failover: 40 buyers a second for
+	// 10 s. The primary dies once 30 units are booked.
+	killed := make(chan time.Time, 1)
+	go func() {
+		for ctx.Err() == nil {
+			f, err := c.saleFigures(sale)
+			if booked, _ := f["booked"].(float64); err == nil && booked >= 30 {
+				if err := syscall.Kill(primary, syscall.SIGKILL); err != nil {
+					t.Errorf("killing the primary (pid %d): %v", primary, err)
+				}
+				killed <- time.Now()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	first := purchases(ctx, t, c.target, "/api/sales/"+sale+"/orders", c.tokens(t, sentinelUsers("s1-", 400)), 40, 16)
+	var at time.Time
+	select {
+	case at = <-killed:
+	case <-ctx.Done():
+		t.Fatal("the primary was never killed")
+	}
+	sold := tallyAnswers(first)["201"]
+	t.Logf("crowd during the failover: %v", tallyAnswers(first))
+	if sold >= units {
+		t.Fatalf("the first crowd bought %d of %d units: the failover was not mid-crowd", sold, units)
+	}
+
+	// Buyers keep coming, 20 at a time, until they are told sold_out.
+	var after map[string]int
+	for batch := 0; after["409 sold_out"] == 0; batch++ {
+		if ctx.Err() != nil {
+			t.Fatalf("after the failover %v: %d 201s in all, never sold_out; gave up", after, sold)
+		}
+		ans := tallyAnswers(purchases(ctx, t, c.target, "/api/sales/"+sale+"/orders", c.tokens(t, sentinelUsers(fmt.Sprintf("s2-%d-", batch), 20)), 0, 4))
+		after = sentinelMerge(after, ans)
+		sold += ans["201"]
+		if ans["201"] == 0 && ans["409 sold_out"] == 0 {
+			time.Sleep(200 * time.Millisecond) // still failing over: every answer 503
+		}
+	}
+	t.Logf("after the kill (%.1f s until sold out): %v", time.Since(at).Seconds(), after)
+	// Without --wait-replicas (the default) a 201 answered just before the
+	// kill and not yet replicated is lost and its unit sold again: the
+	// rows below are the stock exactly either way; the 201s may exceed it
+	// by such losses, which a kill within milliseconds of replication
+	// makes rare.
+	if sold < units || sold > units+2 {
+		t.Errorf("201s: got %d, want %d (at most 2 more, lost in the failover)", sold, units)
+	} else if sold > units {
+		t.Logf("%d 201s for %d units: %d answered on the old primary and lost", sold, units, sold-units)
+	}
+	// The replica took over: the Sentinels promoted it.
+	if out, err := exec.Command("redis-cli", "-p", c.redisPort(t, "redis-replica"), "role").Output(); err != nil || !strings.HasPrefix(string(out), "master") {
+		t.Errorf("the replica's role after the failover: %q (%v), want master", out, err)
+	}
+	late := tallyAnswers(purchases(ctx, t, c.target, "/api/sales/"+sale+"/orders", c.tokens(t, sentinelUsers("s3-", 50)), 0, 8))
+	if late["409 sold_out"] != 50 {
+		t.Errorf("50 buyers after the sell-out: got %v, want 50 × 409 sold_out", late)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		f := c.adminCall(t, "GET", "/admin/sales/"+sale, "")
+		orders, _ := f["orders"].(map[string]any)
+		if f["booked"] == float64(units) && orders["persisted"] == float64(units) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sale figures after the failover: %v, want booked %d and %d rows", f, units, units)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sentinelSoldOut reports whether buyers have been told sold_out and the
+// sale has booked all its units.
+func sentinelSoldOut(c *edgeCluster, sale string, answers map[string]int, units int) bool {
+	if answers["409 sold_out"] == 0 {
+		return false
+	}
+	f, err := c.saleFigures(sale)
+	return err == nil && f["booked"] == float64(units)
+}
+
+// sentinelUsers returns n user names with the prefix.
+func sentinelUsers(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+func sentinelMerge(a, b map[string]int) map[string]int {
+	if a == nil {
+		a = map[string]int{}
+	}
+	for k, v := range b {
+		a[k] += v
+	}
+	return a
+}
+
+// saleFigures is GET /admin/sales/{id} without failing the test (for use
+// off the test's goroutine).
+func (c *edgeCluster) saleFigures(sale string) (map[string]any, error) {
+	req, err := http.NewRequest("GET", c.admin+"/admin/sales/"+sale, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(c.adminToken))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return nil, fmt.Errorf("GET /admin/sales/%s: %d: %w", sale, resp.StatusCode, err)
+	}
+	return v, nil
+}
+
+// redisPort returns the port of the Redis server cluster.sh recorded as name
+// (its check is redis://127.0.0.1:PORT).
+func (c *edgeCluster) redisPort(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[0] == name {
+			return f[3][strings.LastIndex(f[3], ":")+1:]
+		}
+	}
+	t.Fatalf("cluster.sh recorded no %s", name)
+	return ""
+}
+
+// pid returns the pid cluster.sh recorded for the process name.
+func (c *edgeCluster) pid(t *testing.T, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == name {
+			pid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("pids: %q", line)
+			}
+			return pid
+		}
+	}
+	t.Fatalf("cluster.sh recorded no %s", name)
+	return 0
+}
