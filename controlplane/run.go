@@ -74,7 +74,7 @@ func (s *Service) leadFor(ctx context.Context) bool {
 // schedule opens upcoming sales whose start time came and closes sales whose
 // end time came.
 func (s *Service) schedule(ctx context.Context) {
-	sales, err := s.store.Sales(ctx)
+	sales, err := s.store.LiveSales(ctx)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) { // not shutting down
 			s.log.Warn("scheduler: listing sales", "err", err)
@@ -105,7 +105,7 @@ func (s *Service) schedule(ctx context.Context) {
 // each sale under its own deadline (LeaderTTL).
 func (s *Service) resyncAll(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	sales, err := s.store.Sales(lctx)
+	sales, err := s.store.LiveSales(lctx)
 	cancel()
 	if ctx.Err() != nil {
 		return // shutting down
@@ -166,6 +166,7 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	done := s.settled[sale.ID]
 	s.mu.Unlock()
 	if done {
+		s.archiveIfOver(ctx, sale) // archive.go
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
