@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -22,6 +23,8 @@ type tickCost struct {
 	byName   map[string]int64   // commands by name
 	inSales  int64              // members of fg:sales
 	stats    map[string]float64 // commands per tick by name, for the log
+	// lookupCommands are the Redis commands of lookups of unknown orders.
+	lookupCommands int64
 }
 
 // measureTicks runs the leader's full tick (scheduling, failover watch,
@@ -94,8 +97,27 @@ func measureTicks(t *testing.T, archived, ticks int) tickCost {
 		c.stats[name] = float64(st.Calls) / float64(ticks)
 	}
 	c.inSales = e.rdb.SCard(e.ctx, lua.SalesKey()).Val()
+
+	// The lookup of an order not in the database reads the live sales'
+	// buyers, whatever the number of past sales.
+	if err := e.rdb.ConfigResetStat(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range lookups {
+		if _, err := e.svc.Order(e.ctx, "nosuchorder"+strconv.Itoa(i), "someone"); !errors.Is(err, flashgate.ErrNotFound) {
+			t.Fatalf("Order of an unknown id: %v", err)
+		}
+	}
+	for name, st := range redistest.Commands(t, e.srv.Client(t)) {
+		if name != "info" && !strings.HasPrefix(name, "config") {
+			c.lookupCommands += st.Calls
+		}
+	}
 	return c
 }
+
+// lookups is how many lookups of unknown orders measureTicks counts.
+const lookups = 10
 
 // TestTickCostFlat: the leader's tick costs as many Redis commands with
 // 10,000 past (archived) sales as with 10: the passes read only live sales.
@@ -134,6 +156,11 @@ func TestTickCostFlat(t *testing.T) {
 	if d := lots.commands - few.commands; d > ticks || d < -ticks {
 		t.Errorf("Redis commands over %d ticks: %d with %d past sales, %d with 10; want the same within %d",
 			ticks, lots.commands, many, few.commands, ticks)
+	}
+	t.Logf("a lookup of an order not in the database: %.1f Redis commands with 10 past sales, %.1f with %d",
+		float64(few.lookupCommands)/lookups, float64(lots.lookupCommands)/lookups, many)
+	if lots.lookupCommands != few.lookupCommands {
+		t.Errorf("Redis commands of %d lookups: %d with %d past sales, %d with 10; want the same", lookups, lots.lookupCommands, many, few.lookupCommands)
 	}
 	if lots.inSales != few.inSales {
 		t.Errorf("fg:sales: %d members with %d past sales, %d with 10; want the same", lots.inSales, many, few.inSales)
