@@ -131,7 +131,7 @@ func TestTickCostFlat(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FLASHGATE_TEST_PAST_N")); err == nil && v > 0 {
 		many = v
 	}
-	const ticks = 20
+	const ticks = 100
 	few := measureTicks(t, 10, ticks)
 	lots := measureTicks(t, many, ticks)
 	for _, c := range []struct {
