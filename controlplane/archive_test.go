@@ -19,15 +19,18 @@ import (
 // its orders' lookups and refunds (which sell nothing: the sale stays
 // closed and archived), and Start makes it live again, back in fg:sales
 // before it takes orders. A bucketed sale takes its buckets out of
-// fg:sales too. On SQLite and PostgreSQL.
+// fg:sales too. On SQLite and PostgreSQL, and on a Redis Cluster.
 func TestArchive(t *testing.T) {
-	for name, dsn := range map[string]func(*testing.T) string{"sqlite": sqliteDSN, "postgres": postgresDSN} {
-		t.Run(name, func(t *testing.T) { testArchive(t, dsn(t)) })
+	for _, c := range []struct {
+		name, backend string
+		dsn           func(*testing.T) string
+	}{{"sqlite", "single", sqliteDSN}, {"postgres", "single", postgresDSN}, {"cluster", "cluster", sqliteDSN}} {
+		t.Run(c.name, func(t *testing.T) { testArchive(t, c.backend, c.dsn(t)) })
 	}
 }
 
-func testArchive(t *testing.T, dsn string) {
-	e := newEnv(t, dsn, nil)
+func testArchive(t *testing.T, backend, dsn string) {
+	e := newEnvOn(t, backend, dsn, nil)
 	const plain, bkt, dead = "plain", "bkt", "dead"
 	e.openSale(plain, 10, 1)
 	e.openSale(dead, 10, 1)
