@@ -23,7 +23,7 @@ import (
 // order gives its units back to the closed sale's hash, which sells
 // nothing; its release stays queued in the database until the sale is
 // reopened (a re-sync delivers it then). Start reopens an archived sale:
-// it joins fg:sales again before it opens (unarchive).
+// it is live again and in fg:sales before it opens (unarchiveIfArchived).
 
 // archiveState is what the settlement pass of a closed sale found.
 type archiveState int
@@ -124,11 +124,15 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 	return archiveReady, nil
 }
 
-// archive marks the sale archived in the database, then takes it and its
-// buckets out of fg:sales. In that order: a sale reopened meanwhile is not
-// archived (the update is conditional on the closed state), and one that is
-// reopened after the update joins fg:sales again (unarchive); the next
-// re-sync of a live sale adds it back in any case.
+// archive marks the sale archived in the database, takes it and its
+// buckets out of fg:sales, and then checks again: a sale reopened since it
+// was checked (and perhaps closed again, with orders taken meanwhile) is
+// no longer archived, or no longer over, and goes back into fg:sales. The
+// update is conditional on the closed state, so a reopened sale is never
+// marked; setState clears a mark that landed between its read and its
+// update (unarchiveIfArchived), and its UPDATE comes before its SADD, so
+// whichever of the two SADDs and this SREM comes last, a live sale ends in
+// fg:sales.
 func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 	ok, err := s.store.ArchiveSale(ctx, sale.ID)
 	if err != nil {
@@ -137,16 +141,29 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 	if !ok {
 		return nil // reopened, or archived by another pass
 	}
-	members := []any{sale.ID}
-	if sale.Bucketed() {
-		for _, t := range saleLayout(sale).Tags() {
-			members = append(members, t)
-		}
-	}
+	members := saleMembers(sale)
 	if err := s.rdb.SRem(ctx, lua.SalesKey(), members...).Err(); err != nil {
 		// Archived all the same: an extra member of fg:sales costs the
 		// sinks one poll a second, nothing else.
 		return fmt.Errorf("leaving fg:sales: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	row, err := s.store.Sale(ctx, sale.ID)
+	st := archiveWait
+	if err == nil && row.Archived {
+		st, err = s.saleOver(ctx, row)
+	}
+	if err != nil || st != archiveReady {
+		// Not over after all (or not known): live again.
+		if uerr := s.store.UnarchiveSale(ctx, sale.ID); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		if jerr := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); jerr != nil {
+			err = errors.Join(err, jerr)
+		}
+		if err == nil {
+			err = errors.New("the sale was reopened while it was archived; it stays live")
+		}
+		return fmt.Errorf("archiving: %w", err)
 	}
 	s.mu.Lock()
 	delete(s.settled, sale.ID)
@@ -154,19 +171,44 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 	return nil
 }
 
-// unarchive makes an archived sale live again before it is reopened: it
-// joins fg:sales first (so the sinks drain every order it takes), then the
-// database forgets the mark.
-func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
-	var tags []string
+// saleMembers are the sale's members of fg:sales: its id and, bucketed,
+// its buckets' tags.
+func saleMembers(sale flashgate.Sale) []any {
+	members := []any{sale.ID}
 	if sale.Bucketed() {
-		tags = saleLayout(sale).Tags()
+		for _, t := range saleLayout(sale).Tags() {
+			members = append(members, t)
+		}
 	}
-	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
-		return fmt.Errorf("reopening an archived sale: %w: %w", flashgate.ErrUnavailable, err)
+	return members
+}
+
+// unarchiveIfArchived makes a sale that setState is opening live again if
+// it is archived: it reads the row again after setState's update, since
+// the leader may have archived the sale between setState's first read and
+// its update (after which it no longer can: it archives closed rows only).
+func (s *Service) unarchiveIfArchived(ctx context.Context, id string) error {
+	sale, err := s.store.Sale(ctx, id)
+	if err != nil {
+		return fmt.Errorf("reading sale: %w", err)
 	}
+	if !sale.Archived {
+		return nil
+	}
+	return s.unarchive(ctx, sale)
+}
+
+// unarchive makes an archived sale live again before it is reopened: the
+// database forgets the mark, then the sale joins fg:sales (so the sinks
+// drain every order it takes once it opens; and a concurrent archive's
+// SREM, which comes before its own re-check of the mark, cannot have the
+// last word).
+func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
 	if err := s.store.UnarchiveSale(ctx, sale.ID); err != nil {
 		return fmt.Errorf("reopening an archived sale: %w", err)
+	}
+	if err := s.rdb.SAdd(ctx, lua.SalesKey(), saleMembers(sale)...).Err(); err != nil {
+		return fmt.Errorf("reopening an archived sale: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	s.log.Info("archived sale made live again", "sale", sale.ID)
 	return nil

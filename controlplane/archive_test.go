@@ -215,6 +215,26 @@ func testArchive(t *testing.T, backend, dsn string) {
 			t.Errorf("%s not back in fg:sales once started", m)
 		}
 	}
+	// The leader's second look: a sale that is no longer over once it left
+	// fg:sales (reopened, sold and closed again meanwhile) is live again.
+	e.openSale("late", 5, 1)
+	if code, _ := e.reserve("late", "late-buyer"); code != lua.ReserveOK {
+		t.Fatalf("reserve on late: code %d", code)
+	}
+	if err := e.svc.Stop(e.ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	row, err := e.db.Sale(e.ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.archive(e.ctx, row); err == nil {
+		t.Error("archive of a sale with an order in its stream: got no error")
+	}
+	if archived("late") || !inSales("late") {
+		t.Errorf("late after its archiving was undone: archived %v, in fg:sales %v; want false, true", archived("late"), inSales("late"))
+	}
+
 	code, id := e.reserve(plain, "newcomer")
 	if code != lua.ReserveOK {
 		t.Fatalf("reserve on a reopened sale: code %d", code)

@@ -218,13 +218,14 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
 	}
-	if sale.Archived && st != flashgate.StateClosed {
-		if err := s.unarchive(ctx, sale); err != nil { // archive.go
-			return err
-		}
-	}
 	if err := s.store.SetSaleState(ctx, id, st); err != nil {
 		return fmt.Errorf("setting sale state: %w", err)
+	}
+	if st != flashgate.StateClosed {
+		// An archived sale is live again before it opens (archive.go).
+		if err := s.unarchiveIfArchived(ctx, id); err != nil {
+			return err
+		}
 	}
 	arg := stateArg(st)
 	missing := false
