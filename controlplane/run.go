@@ -12,7 +12,8 @@ import (
 // TickEvery it renews or takes the leader lease; while it leads it opens
 // sales at starts_at, closes them at ends_at, expires unpaid orders, and
 // every ResyncEvery re-syncs every upcoming, open and not yet settled closed
-// sale. Errors are logged, never fatal.
+// sale, and archives the settled ones that are over (archive.go). Errors are
+// logged, never fatal.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.resign()
 	tick := time.NewTicker(s.tickEvery)
@@ -160,7 +161,8 @@ func (s *Service) logResync(id string, err error) {
 
 // settle reports, once per close, the difference between Redis and the
 // database for a closed sale whose stream has drained, then re-syncs it.
-// Until the backlog drains it only re-syncs.
+// Until the backlog drains it only re-syncs; once reported, it archives the
+// sale when it is over.
 func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	s.mu.Lock()
 	done := s.settled[sale.ID]
