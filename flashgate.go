@@ -44,6 +44,10 @@ type Sale struct {
 	// sale is created so that the buckets fall on different Redis
 	// primaries; empty for an unbucketed sale.
 	BucketSalts []int `json:"bucket_salts,omitempty"`
+	// Archived is set once the sale ended and settled (closed, every order
+	// stored, none left unpaid): the control plane's periodic passes leave
+	// it out. Reopening the sale clears it.
+	Archived bool `json:"archived,omitempty"`
 }
 
 // MaxBuckets is the most buckets one sale may be split into.

@@ -193,7 +193,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 	}
 	l := saleLayout(sale)
 	tags := l.Tags()
-	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
+	if err := s.joinSalesUnlessArchived(ctx, sale, tags); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())

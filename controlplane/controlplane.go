@@ -31,6 +31,12 @@ type Store interface {
 	CreateSale(ctx context.Context, s flashgate.Sale) error
 	Sale(ctx context.Context, id string) (flashgate.Sale, error)
 	Sales(ctx context.Context) ([]flashgate.Sale, error)
+	// LiveSales lists the sales not archived; ArchiveSale archives a
+	// closed sale (reporting whether it did) and UnarchiveSale makes one
+	// live again (archive.go).
+	LiveSales(ctx context.Context) ([]flashgate.Sale, error)
+	ArchiveSale(ctx context.Context, id string) (bool, error)
+	UnarchiveSale(ctx context.Context, id string) error
 	SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error
 	Order(ctx context.Context, id string) (flashgate.Order, error)
 	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)

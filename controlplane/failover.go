@@ -71,7 +71,7 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 // recovery of each affected sale on by one step. It runs on the leader,
 // every tick.
 func (s *Service) watchFailover(ctx context.Context) {
-	sales, err := s.store.Sales(ctx)
+	sales, err := s.store.LiveSales(ctx) // an archived sale is checked once reopened
 	if ctx.Err() != nil {
 		return // shutting down: an interrupted pass is no failure
 	}

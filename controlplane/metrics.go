@@ -61,7 +61,7 @@ func (c *figuresCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	sales, err := c.s.store.Sales(ctx)
+	sales, err := c.s.store.LiveSales(ctx) // archived sales' figures no longer change
 	if err != nil {
 		c.s.log.Warn("metrics: listing sales", "err", err)
 		return

@@ -76,7 +76,7 @@ func (c *settlementCollector) Describe(ch chan<- *prometheus.Desc) { ch <- settl
 func (c *settlementCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	sales, err := c.s.store.Sales(ctx)
+	sales, err := c.s.store.LiveSales(ctx) // an archived sale settled with no difference
 	if err != nil {
 		return // metrics.go's collector logs it
 	}

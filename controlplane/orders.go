@@ -36,10 +36,17 @@ func (s *Service) Order(ctx context.Context, orderID, userID string) (flashgate.
 	return s.reservedOrder(ctx, orderID, userID)
 }
 
-// reservedOrder looks for orderID in the buyer hashes of every sale in the
-// catalog, in one pipelined round trip.
+// reservedOrder looks for orderID, reserved in Redis and not yet stored, in
+// the buyers hash of userID's home bucket of every live (not archived) sale,
+// in one pipelined round trip (per node, on a cluster). An archived sale's
+// streams are drained, so each of its orders is a row: its reserved orders
+// are never looked for, and the lookup costs the live sales, not every sale
+// ever made. On a bucketed sale the home bucket holds the order itself, the
+// final marker of an order spilled to another bucket, or the claim of a
+// spill in flight, whose order counts once another bucket's buyers hash
+// names it (README, "Buckets").
 func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
-	sales, err := s.store.Sales(ctx)
+	sales, err := s.store.LiveSales(ctx)
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("listing sales: %w", err)
 	}
@@ -49,15 +56,59 @@ func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (fl
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(sales))
 	for i, sale := range sales {
-		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(sale.ID), userID)
+		l := saleLayout(sale)
+		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(l.Tag(l.Home(userID))), userID)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return flashgate.Order{}, fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
 	}
+	reserved := func(sale flashgate.Sale) flashgate.Order {
+		return flashgate.Order{ID: orderID, SaleID: sale.ID, UserID: userID,
+			PriceCents: sale.PriceCents, Status: flashgate.StatusReserved}
+	}
+	var claimed []flashgate.Sale // sales whose home bucket holds a claim of orderID
 	for i, c := range cmds {
-		if c.Val() == orderID {
-			return flashgate.Order{ID: orderID, SaleID: sales[i].ID, UserID: userID,
-				PriceCents: sales[i].PriceCents, Status: flashgate.StatusReserved}, nil
+		v := c.Val()
+		if v == orderID {
+			return reserved(sales[i]), nil
+		}
+		if o, _, final, ok := lua.ParseMarker(v); ok && o == orderID {
+			if final {
+				return reserved(sales[i]), nil
+			}
+			claimed = append(claimed, sales[i])
+		}
+	}
+	if len(claimed) > 0 {
+		return s.claimedOrder(ctx, claimed, orderID, userID, reserved)
+	}
+	return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+}
+
+// claimedOrder looks for orderID in the buckets other than userID's home of
+// each sale in claimed, where a spill in flight may have reserved it before
+// finalising its claim.
+func (s *Service) claimedOrder(ctx context.Context, claimed []flashgate.Sale, orderID, userID string,
+	reserved func(flashgate.Sale) flashgate.Order) (flashgate.Order, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([][]*redis.StringCmd, len(claimed))
+	for i, sale := range claimed {
+		l := saleLayout(sale)
+		home := l.Home(userID)
+		for b := range l.N() {
+			if b != home {
+				cmds[i] = append(cmds[i], pipe.HGet(ctx, lua.BuyersKey(l.Tag(b)), userID))
+			}
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return flashgate.Order{}, fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	for i, cs := range cmds {
+		for _, c := range cs {
+			if c.Val() == orderID {
+				return reserved(claimed[i]), nil
+			}
 		}
 	}
 	return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)

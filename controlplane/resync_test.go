@@ -208,8 +208,12 @@ func testFlushAllResync(t *testing.T, backend string) {
 				t.Errorf("sale %s: %s = %d, want %d", c.sale, f, got, want)
 			}
 		}
+		// A closed sale with nothing left to settle is archived by the
+		// second pass, and leaves the set then (archive.go).
 		if ok, _ := e.rdb.SIsMember(e.ctx, lua.SalesKey(), c.sale).Result(); !ok {
-			t.Errorf("sale %s missing from %s", c.sale, lua.SalesKey())
+			if row, _ := e.db.Sale(e.ctx, c.sale); !row.Archived {
+				t.Errorf("sale %s missing from %s", c.sale, lua.SalesKey())
+			}
 		}
 	}
 	for _, o := range early[1:] {

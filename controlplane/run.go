@@ -12,7 +12,8 @@ import (
 // TickEvery it renews or takes the leader lease; while it leads it opens
 // sales at starts_at, closes them at ends_at, expires unpaid orders, and
 // every ResyncEvery re-syncs every upcoming, open and not yet settled closed
-// sale. Errors are logged, never fatal.
+// sale, and archives the settled ones that are over (archive.go). Errors are
+// logged, never fatal.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.resign()
 	tick := time.NewTicker(s.tickEvery)
@@ -74,7 +75,7 @@ func (s *Service) leadFor(ctx context.Context) bool {
 // schedule opens upcoming sales whose start time came and closes sales whose
 // end time came.
 func (s *Service) schedule(ctx context.Context) {
-	sales, err := s.store.Sales(ctx)
+	sales, err := s.store.LiveSales(ctx)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) { // not shutting down
 			s.log.Warn("scheduler: listing sales", "err", err)
@@ -105,7 +106,7 @@ func (s *Service) schedule(ctx context.Context) {
 // each sale under its own deadline (LeaderTTL).
 func (s *Service) resyncAll(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	sales, err := s.store.Sales(lctx)
+	sales, err := s.store.LiveSales(lctx)
 	cancel()
 	if ctx.Err() != nil {
 		return // shutting down
@@ -160,12 +161,14 @@ func (s *Service) logResync(id string, err error) {
 
 // settle reports, once per close, the difference between Redis and the
 // database for a closed sale whose stream has drained, then re-syncs it.
-// Until the backlog drains it only re-syncs.
+// Until the backlog drains it only re-syncs; once reported, it archives the
+// sale when it is over.
 func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	s.mu.Lock()
 	done := s.settled[sale.ID]
 	s.mu.Unlock()
 	if done {
+		s.archiveIfOver(ctx, sale) // archive.go
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)

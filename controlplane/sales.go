@@ -51,6 +51,8 @@ type Status struct {
 	Buckets       int            `json:"buckets,omitempty"`
 	BucketSalts   []int          `json:"bucket_salts,omitempty"`
 	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
+	// Archived is set once the sale ended and settled (archive.go).
+	Archived bool `json:"archived,omitempty"`
 }
 
 // Settlement is the end-of-sale comparison of Redis and the database.
@@ -219,6 +221,12 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if err := s.store.SetSaleState(ctx, id, st); err != nil {
 		return fmt.Errorf("setting sale state: %w", err)
 	}
+	if st != flashgate.StateClosed {
+		// An archived sale is live again before it opens (archive.go).
+		if err := s.unarchiveIfArchived(ctx, id); err != nil {
+			return err
+		}
+	}
 	arg := stateArg(st)
 	missing := false
 	if sale.Bucketed() {
@@ -296,6 +304,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		Buckets:       sale.Buckets,
 		BucketSalts:   sale.BucketSalts,
 		BucketFigures: buckets,
+		Archived:      sale.Archived,
 	}
 	if st.Remaining < 0 {
 		st.Remaining = 0
@@ -405,8 +414,10 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 		return s.resyncBuckets(ctx, sale)
 	}
 	// The sale joins fg:sales before its keys can be rebuilt: a sale with
-	// orders is never missing from the set the order sinks drain.
-	if err := s.joinSales(ctx, id, nil); err != nil {
+	// orders is never missing from the set the order sinks drain. An
+	// archived sale takes no orders (closed, and reopened only through
+	// unarchive), so it stays out.
+	if err := s.joinSalesUnlessArchived(ctx, sale, nil); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	// The snapshot comes first: every order released in it is then in the

@@ -131,6 +131,17 @@ type Config struct {
 	// SaleBurst is each sale's burst. Default: SaleRate rounded up, at
 	// least 1.
 	SaleBurst int
+	// OrderRate is each user's requests per second to the order routes
+	// (GET, pay and cancel of /api/orders/{id}), a limit of its own apart
+	// from purchases. Default: 5; negative: no limit.
+	OrderRate float64
+	// OrderBurst is each user's burst of order-route requests. Default: 10.
+	OrderBurst int
+	// OrderTimeout bounds the work of one order-route request (the
+	// database and Redis behind Orders); past it the answer is 503
+	// unavailable. It must stay above the 2 s a payment of an order not
+	// yet stored waits for the order sink. Default: 5s.
+	OrderTimeout time.Duration
 	// MaxUsers bounds the per-user rate limiters held at once (16 bytes of
 	// state each, at most 16 MB for the default, allocated as they fill);
 	// past it, users whose bucket is full again are forgotten first, then
@@ -230,6 +241,11 @@ func (c *Config) fill() error {
 	if c.SaleBurst < 1 {
 		c.SaleBurst = 1
 	}
+	if c.OrderRate == 0 {
+		c.OrderRate = 5
+	}
+	defInt(&c.OrderBurst, 10)
+	def(&c.OrderTimeout, 5*time.Second)
 	defInt(&c.MaxUsers, 1_000_000)
 	defInt(&c.MaxSales, 10_000)
 	defInt(&c.MaxPages, 10_000)
@@ -274,6 +290,13 @@ type Server struct {
 	hot [hotSales]atomic.Pointer[sale]
 
 	users *userLimits // nil without a per-user limit
+	// orderUsers limits each user's order-route requests (nil without a
+	// limit); orderRetryAfter is their Retry-After.
+	orderUsers      *userLimits
+	orderRetryAfter []byte
+	// orderLate counts order requests answered 503 past OrderTimeout.
+	orderLate unavailableLog
+
 	pages *lru.Cache[string, *page]
 	seed  maphash.Seed
 	jwt   *verifier
@@ -340,6 +363,11 @@ func New(cfg Config) (*Server, error) {
 		retry = int(math.Ceil(1 / cfg.UserRate))
 	}
 	s.userRetryAfter = []byte(strconv.Itoa(max(retry, 1)))
+	s.orderRetryAfter = []byte("1")
+	if cfg.OrderRate > 0 {
+		s.orderUsers = newUserLimits(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
+		s.orderRetryAfter = []byte(strconv.Itoa(max(int(math.Ceil(1/cfg.OrderRate)), 1)))
+	}
 	if s.m, err = newMetrics(cfg.Metrics); err != nil {
 		return nil, err
 	}

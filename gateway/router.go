@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -390,19 +391,35 @@ func (s *Server) order(ctx *fasthttp.RequestCtx, id []byte, action int) {
 		writeAnswer(ctx, ansUnavail)
 		return
 	}
+	// Each user's own bucket, apart from purchases: polling an order
+	// never spends a purchase attempt.
+	if !s.allowOrder(user, s.clock.Now()) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
+	// A stalled database or Redis answers 503 within OrderTimeout rather
+	// than holding the handler.
+	octx, cancel := context.WithTimeout(s.base, s.cfg.OrderTimeout)
+	defer cancel()
 	var (
 		o   flashgate.Order
 		err error
 	)
 	switch action {
 	case orderPay:
-		o, err = s.cfg.Orders.Pay(s.base, string(id), user)
+		o, err = s.cfg.Orders.Pay(octx, string(id), user)
 	case orderCancel:
-		o, err = s.cfg.Orders.Cancel(s.base, string(id), user)
+		o, err = s.cfg.Orders.Cancel(octx, string(id), user)
 	default:
-		o, err = s.cfg.Orders.Order(s.base, string(id), user)
+		o, err = s.cfg.Orders.Order(octx, string(id), user)
 	}
 	if err != nil {
+		if octx.Err() != nil && s.base.Err() == nil {
+			s.logOrderLate(err)
+			writeAnswer(ctx, ansUnavail)
+			return
+		}
 		s.writeError(ctx, err)
 		return
 	}

@@ -117,6 +117,18 @@ var migrations = []migration{
 		version: 4,
 		sqlite:  []string{`DROP TRIGGER IF EXISTS orders_count_insert`},
 	},
+	{
+		// Version 5 marks the sales that ended and settled (archived = 1):
+		// the control plane's periodic passes and the lookup of orders not
+		// yet stored read only the others, through the partial index, so
+		// their cost does not grow with past sales (docs/internals.md,
+		// "Archived sales").
+		version: 5,
+		both: []string{
+			`ALTER TABLE sales ADD COLUMN archived {int} NOT NULL DEFAULT 0`,
+			`CREATE INDEX IF NOT EXISTS sales_live ON sales (id) WHERE archived = 0`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -14,6 +14,9 @@ func nowUTC() time.Time { return time.Now().UTC() }
 
 const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts`
 
+// saleReadCols are the columns scanSale reads: saleCols and archived.
+const saleReadCols = saleCols + `, archived`
+
 type rowScanner interface {
 	Scan(dest ...any) error
 }
@@ -24,10 +27,12 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		st         string
 		start, end stamp
 		salts      string
+		archived   int64
 	)
-	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts); err != nil {
+	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts, &archived); err != nil {
 		return flashgate.Sale{}, err
 	}
+	s.Archived = archived != 0
 	if s.Buckets <= 1 {
 		s.Buckets = 0
 	} else {
@@ -109,7 +114,7 @@ func storedState(st flashgate.SaleState) error {
 
 // Sale returns the sale with id, or flashgate.ErrNotFound.
 func (d *DB) Sale(ctx context.Context, id string) (flashgate.Sale, error) {
-	s, err := scanSale(d.r.QueryRowContext(ctx, d.q(`SELECT `+saleCols+` FROM sales WHERE id = ?`), id))
+	s, err := scanSale(d.r.QueryRowContext(ctx, d.q(`SELECT `+saleReadCols+` FROM sales WHERE id = ?`), id))
 	if err != nil {
 		return flashgate.Sale{}, notFound(err, "sale "+id)
 	}
@@ -118,7 +123,7 @@ func (d *DB) Sale(ctx context.Context, id string) (flashgate.Sale, error) {
 
 // Sales returns every sale, ordered by id.
 func (d *DB) Sales(ctx context.Context) ([]flashgate.Sale, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT `+saleCols+` FROM sales ORDER BY id`)
+	rows, err := d.r.QueryContext(ctx, `SELECT `+saleReadCols+` FROM sales ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing sales: %w", err)
 	}

@@ -1,0 +1,226 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Archiving. A sale that ended and settled is archived: the database marks
+// it (sales.archived) and it leaves fg:sales, so that neither the leader's
+// passes (scheduling, failover watch, re-sync and settlement, all of which
+// list only live sales), the order sinks' polls nor the lookup of orders
+// not yet stored spend anything on it; their cost follows the live sales,
+// not every sale ever made. Its keys stay in Redis, so GET /api/sales/{id}
+// and the admin figures answer as before; its orders are all rows, so order
+// lookups, pay (of none: none is pending), expiry (of none) and refunds go
+// to the database as for any stored order. A refund of an archived sale's
+// order gives its units back to the closed sale's hash, which sells
+// nothing; its release stays queued in the database until the sale is
+// reopened (a re-sync delivers it then). Start reopens an archived sale:
+// it is live again and in fg:sales before it opens (unarchiveIfArchived).
+
+// archiveState is what the settlement pass of a closed sale found.
+type archiveState int
+
+const (
+	archiveWait   archiveState = iota // something is still to happen (orders unpaid, stream backlog, dead letters)
+	archiveResync                     // a re-sync has work to do first (releases to deliver, a difference to correct, a lost hash)
+	archiveReady                      // ended and settled: archive it
+)
+
+// archiveIfOver archives a closed sale whose settlement was reported once
+// it has ended for good (saleOver); when a re-sync has work to do first it
+// runs one. It runs on the leader at each re-sync pass of the sale.
+func (s *Service) archiveIfOver(ctx context.Context, sale flashgate.Sale) {
+	st, err := s.saleOver(ctx, sale)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving: checking the sale", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	switch st {
+	case archiveWait:
+		return
+	case archiveResync:
+		s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
+		return
+	}
+	if err := s.archive(ctx, sale); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	s.log.Info("sale archived: ended and settled", "sale", sale.ID)
+}
+
+// saleOver reports whether a closed sale has ended for good: closed in the
+// database and in Redis (its own hash and every bucket's, so no reserve can
+// be taken), every stream empty (the sinks trim what they commit and never
+// remove a pending entry, so every order is a row), no dead letter waiting
+// for a replay, no order pending payment (expiry would still move it), no
+// release queued for delivery, and Redis' booked equal to the live rows'
+// units.
+func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveState, error) {
+	if sale.State != flashgate.StateClosed {
+		return archiveWait, nil
+	}
+	fig, err := s.store.Figures(ctx, sale.ID)
+	if err != nil {
+		return archiveWait, fmt.Errorf("reading figures: %w", err)
+	}
+	if fig.PendingPayment > 0 {
+		return archiveWait, nil
+	}
+	queued, _, err := s.store.ReleaseQueue(ctx, sale.ID, 1)
+	if err != nil {
+		return archiveWait, fmt.Errorf("reading release queue: %w", err)
+	}
+	// Every hash tag of the sale: its own and, bucketed, each bucket's.
+	tags := []string{sale.ID}
+	if sale.Bucketed() {
+		tags = append(tags, saleLayout(sale).Tags()...)
+	}
+	hs := make([]*redis.SliceCmd, len(tags))
+	streams := make([]*redis.IntCmd, len(tags))
+	dead := make([]*redis.IntCmd, len(tags))
+	pipe := s.rdb.Pipeline()
+	for i, t := range tags {
+		hs[i] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldTotal, lua.FieldClosed, lua.FieldBooked)
+		streams[i] = pipe.XLen(ctx, lua.OrdersKey(t))
+		dead[i] = pipe.XLen(ctx, lua.DeadKey(t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return archiveWait, fmt.Errorf("reading the sale in redis: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	var booked int64
+	missing := false
+	for i := range tags {
+		v := hs[i].Val()
+		if len(v) != 3 || v[0] == nil {
+			missing = true
+			continue
+		}
+		if closed, _ := v[1].(string); closed != "1" {
+			return archiveWait, nil // not closed in Redis yet: the re-sync's state follows the row
+		}
+		if streams[i].Val() > 0 || dead[i].Val() > 0 {
+			return archiveWait, nil
+		}
+		if i > 0 || !sale.Bucketed() { // a bucketed sale's own booked stays 0
+			booked += num(v[2])
+		}
+	}
+	if missing || len(queued) > 0 || booked != fig.LiveUnits {
+		return archiveResync, nil
+	}
+	return archiveReady, nil
+}
+
+// archive marks the sale archived in the database, takes it and its
+// buckets out of fg:sales, and then checks again: a sale reopened since it
+// was checked (and perhaps closed again, with orders taken meanwhile) is
+// no longer archived, or no longer over, and goes back into fg:sales. The
+// update is conditional on the closed state, so a reopened sale is never
+// marked; setState clears a mark that landed between its read and its
+// update (unarchiveIfArchived), and its UPDATE comes before its SADD, so
+// whichever of the two SADDs and this SREM comes last, a live sale ends in
+// fg:sales.
+func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
+	ok, err := s.store.ArchiveSale(ctx, sale.ID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil // reopened, or archived by another pass
+	}
+	members := saleMembers(sale)
+	if err := s.rdb.SRem(ctx, lua.SalesKey(), members...).Err(); err != nil {
+		// Archived all the same: an extra member of fg:sales costs the
+		// sinks one poll a second, nothing else.
+		return fmt.Errorf("leaving fg:sales: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	row, err := s.store.Sale(ctx, sale.ID)
+	st := archiveWait
+	if err == nil && row.Archived {
+		st, err = s.saleOver(ctx, row)
+	}
+	if err != nil || st != archiveReady {
+		// Not over after all (or not known): live again.
+		if uerr := s.store.UnarchiveSale(ctx, sale.ID); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+		if jerr := s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err(); jerr != nil {
+			err = errors.Join(err, jerr)
+		}
+		if err == nil {
+			err = errors.New("the sale was reopened while it was archived; it stays live")
+		}
+		return fmt.Errorf("archiving: %w", err)
+	}
+	s.mu.Lock()
+	delete(s.settled, sale.ID)
+	s.mu.Unlock()
+	return nil
+}
+
+// saleMembers are the sale's members of fg:sales: its id and, bucketed,
+// its buckets' tags.
+func saleMembers(sale flashgate.Sale) []any {
+	members := []any{sale.ID}
+	if sale.Bucketed() {
+		for _, t := range saleLayout(sale).Tags() {
+			members = append(members, t)
+		}
+	}
+	return members
+}
+
+// unarchiveIfArchived makes a sale that setState is opening live again if
+// it is archived: it reads the row again after setState's update, since
+// the leader may have archived the sale between setState's first read and
+// its update (after which it no longer can: it archives closed rows only).
+func (s *Service) unarchiveIfArchived(ctx context.Context, id string) error {
+	sale, err := s.store.Sale(ctx, id)
+	if err != nil {
+		return fmt.Errorf("reading sale: %w", err)
+	}
+	if !sale.Archived {
+		return nil
+	}
+	return s.unarchive(ctx, sale)
+}
+
+// unarchive makes an archived sale live again before it is reopened: the
+// database forgets the mark, then the sale joins fg:sales (so the sinks
+// drain every order it takes once it opens; and a concurrent archive's
+// SREM, which comes before its own re-check of the mark, cannot have the
+// last word).
+func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
+	if err := s.store.UnarchiveSale(ctx, sale.ID); err != nil {
+		return fmt.Errorf("reopening an archived sale: %w", err)
+	}
+	if err := s.rdb.SAdd(ctx, lua.SalesKey(), saleMembers(sale)...).Err(); err != nil {
+		return fmt.Errorf("reopening an archived sale: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	s.log.Info("archived sale made live again", "sale", sale.ID)
+	return nil
+}
+
+// joinSalesUnlessArchived is joinSales for a re-sync: an archived sale
+// takes no orders (it is closed, and reopened only through unarchive), so
+// a re-sync of it (an admin's, or the rebuild of its hash) leaves it out of
+// fg:sales.
+func (s *Service) joinSalesUnlessArchived(ctx context.Context, sale flashgate.Sale, tags []string) error {
+	if sale.Archived {
+		return nil
+	}
+	return s.joinSales(ctx, sale.ID, tags)
+}
