@@ -7,8 +7,8 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate"
