@@ -123,6 +123,10 @@ type Drainer struct {
 	claimedAt   time.Time
 	polls       int            // polls for new entries so far
 	quiet       map[string]int // sale → consecutive polls that found nothing new
+	// failed counts, per sale, the failed inserts in a row of a batch,
+	// by the id of its first entry (see splitAfter); a sale's counts go
+	// when its pending list is found empty.
+	failed map[string]map[string]int
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -180,6 +184,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},
+		failed:      map[string]map[string]int{},
 	}
 }
 
@@ -323,12 +328,25 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			return 0, err
 		}
 	}
+	// One sale whose orders the store fails does not hold up the others:
+	// its error is kept (and returned, so that Run backs off) and the pass
+	// goes on; any other error (Redis) ends the pass.
+	var failed []error
+	defer func() {
+		if len(failed) > 0 {
+			err = errors.Join(append(failed, err)...)
+		}
+	}()
 	for _, s := range d.sales {
 		if blocking && !d.needPending[s] {
 			continue
 		}
 		n, err := d.drainPending(ctx, s)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -339,6 +357,10 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		for _, s := range d.sales {
 			n, err := d.claim(ctx, s)
 			total += n
+			if isStoreError(err) {
+				failed = append(failed, err)
+				continue
+			}
 			if err != nil {
 				return total, err
 			}
@@ -360,6 +382,10 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		polled := time.Now()
 		read, full, n, err := d.readNew(ctx, !blocking)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -411,6 +437,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 	for s := range d.quiet {
 		if !contains(sales, s) {
 			delete(d.quiet, s)
+		}
+	}
+	for s := range d.failed {
+		if !contains(sales, s) {
+			delete(d.failed, s)
 		}
 	}
 	d.sales, d.salesAt = sales, now
@@ -472,6 +503,7 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 			return total, fmt.Errorf("ordersink: reading pending entries of %s: %w", key, err)
 		}
 		if len(res) == 0 || len(res[0].Messages) == 0 {
+			delete(d.failed, sale)
 			return total, nil
 		}
 		n, err := d.commit(ctx, []batch{{sale, res[0].Messages}})
@@ -587,14 +619,19 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 		return 0, err
 	}
 	total := 0
+	var failed []error
 	for _, b := range batches {
 		n, err := d.process(ctx, b.sale, b.msgs)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
-			return total, err
+			return total, errors.Join(append(failed, err)...)
 		}
 	}
-	return total, nil
+	return total, errors.Join(failed...)
 }
 
 // awaitReplicas returns nil once WaitReplicas replicas hold everything the
@@ -690,10 +727,44 @@ type deadEntry struct {
 	reason string
 }
 
+// splitAfter is how many failed inserts in a row of one batch make the
+// drainer store its orders one at a time, so that one order the store
+// fails without calling it a refusal holds up only itself.
+const splitAfter = 3
+
+// storeError is a failure of the store (not of Redis) for one sale's
+// batch: the pass goes on with the other sales.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// isStoreError reports whether err is one or more storeErrors and nothing
+// else.
+func isStoreError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !isStoreError(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var se *storeError
+	return errors.As(err, &se)
+}
+
 // process stores the orders of msgs, read from sale's stream, and only then
 // acknowledges and removes their entries (ackDel). Malformed entries, and
-// those the store refuses, move to the sale's dead-letter stream at once, so
-// they never block the stream.
+// those the store refuses (flashgate.ErrBadRequest), move to the sale's
+// dead-letter stream at once, so they never block the stream: a batch the
+// store refuses is stored again one order at a time, and so is a batch
+// whose insert failed splitAfter times in a row for another reason. Other
+// failures are returned as a storeError; the batch stays pending and is
+// never dead-lettered for them.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
@@ -713,49 +784,95 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	if len(orders) == 0 {
 		return 0, nil
 	}
-	inserted, err := d.store.InsertOrders(ctx, orders)
-	if errors.Is(err, flashgate.ErrBadRequest) {
-		// The store refused the batch for one order's sake: store them one
-		// by one and dead-letter those it refuses.
-		orders, kept, inserted, err = d.oneByOne(ctx, sale, orders, kept)
+	first := msgs[0].ID
+	if d.failed[sale][first] < splitAfter {
+		inserted, err := d.store.InsertOrders(ctx, orders)
+		switch {
+		case err == nil:
+			delete(d.failed[sale], first)
+			d.m.batch("ok")
+			d.m.stored(inserted, orders, d.cfg.Clock.Now())
+			if err := d.ackDel(ctx, sale, ids(kept)); err != nil {
+				return 0, err
+			}
+			return len(kept), nil
+		case errors.Is(err, flashgate.ErrBadRequest):
+			// The store refused the batch for some order's sake.
+		default:
+			d.m.batch("error")
+			tries := d.fail(sale, first)
+			if tries < splitAfter {
+				return 0, &storeError{fmt.Errorf("ordersink: storing %d orders of sale %s: %w", len(orders), sale, err)}
+			}
+			d.log.Warn("storing a batch one order at a time after failed inserts", "sale", sale, "orders", len(orders), "tries", tries, "err", err)
+		}
+	}
+	// Store the orders one by one: dead-letter those the store refuses,
+	// keep those it fails pending.
+	stored, dead, inserted, err := d.oneByOne(ctx, orders, kept)
+	if err := d.deadLetter(ctx, sale, dead); err != nil {
+		return 0, err
+	}
+	if ackErr := d.ackDel(ctx, sale, ids(stored)); ackErr != nil {
+		return 0, ackErr
 	}
 	if err != nil {
 		d.m.batch("error")
-		return 0, fmt.Errorf("ordersink: storing %d orders: %w", len(orders), err)
+		return len(stored), &storeError{fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err)}
 	}
+	delete(d.failed[sale], first)
 	d.m.batch("ok")
 	d.m.stored(inserted, orders, d.cfg.Clock.Now())
-	ids := make([]string, len(kept))
-	for i, m := range kept {
-		ids[i] = m.ID
-	}
-	if err := d.ackDel(ctx, sale, ids); err != nil {
-		return 0, err
-	}
-	return len(ids), nil
+	return len(stored), nil
 }
 
-func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) ([]flashgate.Order, []redis.XMessage, int, error) {
-	var keptO []flashgate.Order
-	var keptM []redis.XMessage
-	var dead []deadEntry
-	total := 0
+// fail counts a failed insert of sale's batch whose first entry is first
+// and returns the failures in a row so far.
+func (d *Drainer) fail(sale, first string) int {
+	m := d.failed[sale]
+	if m == nil {
+		m = map[string]int{}
+		d.failed[sale] = m
+	}
+	m[first]++
+	return m[first]
+}
+
+func ids(msgs []redis.XMessage) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// oneByOne stores orders (read as msgs) one at a time and returns the
+// entries of those stored (to be acknowledged) and of those the store
+// refuses (to be dead-lettered). An order the store fails otherwise stays
+// pending, its error is returned, and the others are tried; after
+// splitAfter such failures in a row (the store is down, most likely) it
+// stops.
+func (d *Drainer) oneByOne(ctx context.Context, orders []flashgate.Order, msgs []redis.XMessage) (stored []redis.XMessage, dead []deadEntry, inserted int, err error) {
+	inARow := 0
 	for i, o := range orders {
-		n, err := d.store.InsertOrders(ctx, []flashgate.Order{o})
-		if errors.Is(err, flashgate.ErrBadRequest) {
-			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + err.Error()})
-			continue
+		n, ierr := d.store.InsertOrders(ctx, []flashgate.Order{o})
+		switch {
+		case ierr == nil:
+			inARow = 0
+			inserted += n
+			stored = append(stored, msgs[i])
+		case errors.Is(ierr, flashgate.ErrBadRequest):
+			inARow = 0
+			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + ierr.Error()})
+		default:
+			err = ierr
+			inARow++
 		}
-		if err != nil {
-			return orders, msgs, 0, err
+		if inARow >= splitAfter || ctx.Err() != nil {
+			break
 		}
-		total += n
-		keptO, keptM = append(keptO, o), append(keptM, msgs[i])
 	}
-	if err := d.deadLetter(ctx, sale, dead); err != nil {
-		return orders, msgs, 0, err
-	}
-	return keptO, keptM, total, nil
+	return stored, dead, inserted, err
 }
 
 // maxReason bounds the reason stored with a dead letter.
