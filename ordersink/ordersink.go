@@ -124,9 +124,11 @@ type Drainer struct {
 	polls       int            // polls for new entries so far
 	quiet       map[string]int // sale → consecutive polls that found nothing new
 	// failed counts, per sale, the failed inserts in a row of a batch,
-	// by the id of its first entry (see splitAfter); a sale's counts go
-	// when its pending list is found empty.
-	failed map[string]map[string]int
+	// by the id of its first entry (see splitAfter), and suspect holds the
+	// entries whose insert alone failed (not refused); a sale's go when
+	// its pending list is found empty.
+	failed  map[string]map[string]int
+	suspect map[string]map[string]bool
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -185,6 +187,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},
 		failed:      map[string]map[string]int{},
+		suspect:     map[string]map[string]bool{},
 	}
 }
 
@@ -444,6 +447,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 			delete(d.failed, s)
 		}
 	}
+	for s := range d.suspect {
+		if !contains(sales, s) {
+			delete(d.suspect, s)
+		}
+	}
 	d.sales, d.salesAt = sales, now
 	if d.m != nil {
 		if _, err := d.backlog(ctx, sales); err != nil {
@@ -504,6 +512,7 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 		}
 		if len(res) == 0 || len(res[0].Messages) == 0 {
 			delete(d.failed, sale)
+			delete(d.suspect, sale)
 			return total, nil
 		}
 		n, err := d.commit(ctx, []batch{{sale, res[0].Messages}})
@@ -785,7 +794,7 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 		return 0, nil
 	}
 	first := msgs[0].ID
-	if d.failed[sale][first] < splitAfter {
+	if d.failed[sale][first] < splitAfter && !d.holdsSuspect(sale, kept) {
 		inserted, err := d.store.InsertOrders(ctx, orders)
 		switch {
 		case err == nil:
@@ -809,7 +818,7 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	}
 	// Store the orders one by one: dead-letter those the store refuses,
 	// keep those it fails pending.
-	stored, dead, inserted, err := d.oneByOne(ctx, orders, kept)
+	stored, dead, inserted, err := d.oneByOne(ctx, sale, orders, kept)
 	if err := d.deadLetter(ctx, sale, dead); err != nil {
 		return 0, err
 	}
@@ -838,6 +847,21 @@ func (d *Drainer) fail(sale, first string) int {
 	return m[first]
 }
 
+// holdsSuspect reports whether msgs hold an entry of sale whose insert
+// alone failed before.
+func (d *Drainer) holdsSuspect(sale string, msgs []redis.XMessage) bool {
+	sus := d.suspect[sale]
+	if len(sus) == 0 {
+		return false
+	}
+	for _, m := range msgs {
+		if sus[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
 func ids(msgs []redis.XMessage) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -846,27 +870,47 @@ func ids(msgs []redis.XMessage) []string {
 	return out
 }
 
-// oneByOne stores orders (read as msgs) one at a time and returns the
-// entries of those stored (to be acknowledged) and of those the store
+// oneByOne stores orders (read as msgs) of sale one at a time and returns
+// the entries of those stored (to be acknowledged) and of those the store
 // refuses (to be dead-lettered). An order the store fails otherwise stays
-// pending, its error is returned, and the others are tried; after
-// splitAfter such failures in a row (the store is down, most likely) it
-// stops.
-func (d *Drainer) oneByOne(ctx context.Context, orders []flashgate.Order, msgs []redis.XMessage) (stored []redis.XMessage, dead []deadEntry, inserted int, err error) {
+// pending and becomes a suspect, its error is returned, and the others are
+// tried; suspects are tried last, so that orders that fail do not keep the
+// others out. After splitAfter such failures in a row (the store is down,
+// most likely) it stops.
+func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) (stored []redis.XMessage, dead []deadEntry, inserted int, err error) {
+	sus := d.suspect[sale]
+	if sus == nil {
+		sus = map[string]bool{}
+		d.suspect[sale] = sus
+	}
+	order := make([]int, 0, len(orders))
+	for i := range orders {
+		if !sus[msgs[i].ID] {
+			order = append(order, i)
+		}
+	}
+	for i := range orders {
+		if sus[msgs[i].ID] {
+			order = append(order, i)
+		}
+	}
 	inARow := 0
-	for i, o := range orders {
-		n, ierr := d.store.InsertOrders(ctx, []flashgate.Order{o})
+	for _, i := range order {
+		n, ierr := d.store.InsertOrders(ctx, []flashgate.Order{orders[i]})
 		switch {
 		case ierr == nil:
 			inARow = 0
 			inserted += n
 			stored = append(stored, msgs[i])
+			delete(sus, msgs[i].ID)
 		case errors.Is(ierr, flashgate.ErrBadRequest):
 			inARow = 0
 			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + ierr.Error()})
+			delete(sus, msgs[i].ID)
 		default:
 			err = ierr
 			inARow++
+			sus[msgs[i].ID] = true
 		}
 		if inARow >= splitAfter || ctx.Err() != nil {
 			break

@@ -152,14 +152,16 @@ func TestDatabaseRefusals(t *testing.T) {
 	})
 }
 
-// TestHeldOrder has the database fail (not refuse) the insert of one order
-// (dbfault.Hold) in a batch of ordinary ones, while a second sale sells:
-// the other sale's orders are stored in the same pass (the sale with the
-// held order is the one the drainer meets first); the batch is tried whole
-// splitAfter (3) times, then one order at a time, which stores the ordinary
-// ones; the held order stays pending, is never dead-lettered, and is
-// stored once the database lets it in. New orders of the sale are stored
-// meanwhile.
+// TestHeldOrder has the database fail (not refuse) the inserts of three
+// orders in a row (dbfault.Hold) amid ordinary ones, while a second sale
+// sells: the other sale's orders are stored in the same pass (the sale
+// with the held orders is the one the drainer meets first); the batch is
+// tried whole splitAfter (3) times, then one order at a time, which stores
+// the ordinary ones before the held orders, stops at the third failure in
+// a row, and the next pass stores the ordinary ones after them (held
+// orders are tried last); the held orders stay pending, are never
+// dead-lettered, and are stored once the database lets them in. New orders
+// of the sale are stored meanwhile.
 func TestHeldOrder(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -171,7 +173,7 @@ func TestHeldOrder(t *testing.T) {
 		held, calm := sales[0], sales[1] // the drainer's order
 		release := dbfault.Hold(t, e.dsn, "held-")
 		ids := len(e.reserveIn(t, held, "u", 3))
-		ids += len(e.reserveIn(t, held, "held-", 1))
+		ids += len(e.reserveIn(t, held, "held-", 3))
 		ids += len(e.reserveIn(t, held, "v", 3))
 		other := e.reserveIn(t, calm, "w", 4)
 		d := drainer(e, nil, ordersink.Config{})
@@ -184,7 +186,7 @@ func TestHeldOrder(t *testing.T) {
 			}
 			want := int64(0)
 			if try == 3 {
-				want = int64(ids - 1)
+				want = 3 // those before the held ones
 			}
 			if got := e.rowsOf(t, held); got != want {
 				t.Fatalf("DrainOnce %d: rows of %s: got %d, want %d", try, held, got, want)
@@ -194,14 +196,14 @@ func TestHeldOrder(t *testing.T) {
 		if _, err := d.DrainOnce(ctx); err == nil {
 			t.Fatal("DrainOnce 4: got nil error with an order held")
 		}
-		if got, want := e.rowsOf(t, held), int64(ids-1+more); got != want {
+		if got, want := e.rowsOf(t, held), int64(ids-3+more); got != want {
 			t.Errorf("DrainOnce 4: rows of %s: got %d, want %d (the new orders too)", held, got, want)
 		}
 		if n := e.rdb.XLen(ctx, lua.DeadKey(held)).Val(); n != 0 {
 			t.Fatalf("dead letters while held: got %d, want 0", n)
 		}
-		if p, err := e.rdb.XPending(ctx, lua.OrdersKey(held), lua.SinkGroup).Result(); err != nil || p.Count != 1 {
-			t.Fatalf("pending while held: got %+v, %v, want the held order's entry", p, err)
+		if p, err := e.rdb.XPending(ctx, lua.OrdersKey(held), lua.SinkGroup).Result(); err != nil || p.Count != 3 {
+			t.Fatalf("pending while held: got %+v, %v, want the held orders' 3 entries", p, err)
 		}
 		release()
 		if _, err := d.DrainOnce(ctx); err != nil {
