@@ -144,6 +144,8 @@ func FuzzVerifier(f *testing.F) {
 	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u00e9","exp":1900000060.5,"nbf":1,"aud":["x"]}`, true)
 	f.Add(`{"alg":"HS256"}`, `{"SUB":"x","sub":"y","exp":1900000060}`, true)
 	f.Add(`{"alg":"HS256"}`, `{"sub":"u1","exp":1900000060}`, false)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u0000b","exp":1900000060}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u0085\n","exp":1900000060}`, true)
 	v := newVerifier(testSecret)
 	f.Fuzz(func(t *testing.T, header, payload string, rightKey bool) {
 		key := testSecret
