@@ -129,6 +129,16 @@ type Drainer struct {
 	// its pending list is found empty.
 	failed  map[string]map[string]int
 	suspect map[string]map[string]bool
+	// retry holds the sales whose orders the store failed, and when Run
+	// tries them next (see backOff).
+	retry map[string]retry
+}
+
+// retry is when Run next tries a sale whose orders the store failed, and
+// how long it waited last.
+type retry struct {
+	at   time.Time
+	wait time.Duration
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -188,6 +198,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		quiet:       map[string]int{},
 		failed:      map[string]map[string]int{},
 		suspect:     map[string]map[string]bool{},
+		retry:       map[string]retry{},
 	}
 }
 
@@ -208,11 +219,13 @@ func DefaultConsumer(suffix string) string {
 
 // Run drains the streams until ctx is done, then returns nil. While the
 // database or Redis fails it retries with backoff and acknowledges nothing.
+// A sale whose orders the store fails backs off on its own (between
+// BackoffMin and BackoffMax), while the other sales are drained as usual.
 func (d *Drainer) Run(ctx context.Context) error {
 	wait := d.cfg.BackoffMin
 	for ctx.Err() == nil {
 		_, err := d.pass(ctx, true)
-		if err == nil {
+		if err == nil || isStoreError(err) {
 			wait = d.cfg.BackoffMin
 			continue
 		}
@@ -340,8 +353,20 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			err = errors.Join(append(failed, err)...)
 		}
 	}()
+	// A blocking pass leaves alone the sales whose backoff (backOff) has
+	// not ended when it starts; a sale whose backoff ends now is tried
+	// whole: its pending entries, and its new ones even if those fail.
+	var skip map[string]bool
+	if blocking && len(d.retry) > 0 {
+		skip = map[string]bool{}
+		for s, r := range d.retry {
+			if time.Now().Before(r.at) {
+				skip[s] = true
+			}
+		}
+	}
 	for _, s := range d.sales {
-		if blocking && !d.needPending[s] {
+		if blocking && (!d.needPending[s] || skip[s]) {
 			continue
 		}
 		n, err := d.drainPending(ctx, s)
@@ -358,6 +383,9 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 	now := time.Now()
 	if !blocking || now.Sub(d.claimedAt) >= min(d.cfg.ClaimIdle/2, time.Second) {
 		for _, s := range d.sales {
+			if skip[s] {
+				continue
+			}
 			n, err := d.claim(ctx, s)
 			total += n
 			if isStoreError(err) {
@@ -383,7 +411,7 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 	}
 	for round := 0; round < rounds; round++ {
 		polled := time.Now()
-		read, full, n, err := d.readNew(ctx, !blocking)
+		read, full, n, err := d.readNew(ctx, !blocking, skip)
 		total += n
 		if isStoreError(err) {
 			failed = append(failed, err)
@@ -452,6 +480,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 			delete(d.suspect, s)
 		}
 	}
+	for s := range d.retry {
+		if !contains(sales, s) {
+			delete(d.retry, s)
+		}
+	}
 	d.sales, d.salesAt = sales, now
 	if d.m != nil {
 		if _, err := d.backlog(ctx, sales); err != nil {
@@ -513,6 +546,7 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 		if len(res) == 0 || len(res[0].Messages) == 0 {
 			delete(d.failed, sale)
 			delete(d.suspect, sale)
+			delete(d.retry, sale)
 			return total, nil
 		}
 		n, err := d.commit(ctx, []batch{{sale, res[0].Messages}})
@@ -554,18 +588,20 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 }
 
 // readNew reads up to Batch entries never delivered to any consumer from
-// each sale's stream (all, or only those not quiet: see quietAfter), each
+// each sale's stream (all, or only those not quiet, see quietAfter, and not
+// in skip), each
 // stream by its own XREADGROUP (a cluster refuses one read over keys of
 // several slots), all in one pipeline: one round trip per node. It stores
 // what it read and reports how many entries it read, whether a stream
 // filled a batch, and how many it stored.
-func (d *Drainer) readNew(ctx context.Context, all bool) (read int, full bool, stored int, err error) {
+func (d *Drainer) readNew(ctx context.Context, all bool, skip map[string]bool) (read int, full bool, stored int, err error) {
 	d.polls++
 	sales := d.sales
-	if !all && d.polls%quietEvery != 0 {
+	if !all && (d.polls%quietEvery != 0 || len(skip) > 0) {
+		every := d.polls%quietEvery == 0
 		sales = make([]string, 0, len(d.sales))
 		for _, s := range d.sales {
-			if d.quiet[s] < quietAfter {
+			if (every || d.quiet[s] < quietAfter) && !skip[s] {
 				sales = append(sales, s)
 			}
 		}
@@ -811,7 +847,7 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 			d.m.batch("error")
 			tries := d.fail(sale, first)
 			if tries < splitAfter {
-				return 0, &storeError{fmt.Errorf("ordersink: storing %d orders of sale %s: %w", len(orders), sale, err)}
+				return 0, d.backOff(sale, fmt.Errorf("ordersink: storing %d orders of sale %s: %w", len(orders), sale, err))
 			}
 			d.log.Warn("storing a batch one order at a time after failed inserts", "sale", sale, "orders", len(orders), "tries", tries, "err", err)
 		}
@@ -827,12 +863,25 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	}
 	if err != nil {
 		d.m.batch("error")
-		return len(stored), &storeError{fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err)}
+		return len(stored), d.backOff(sale, fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err))
 	}
 	delete(d.failed[sale], first)
 	d.m.batch("ok")
 	d.m.stored(inserted, orders, d.cfg.Clock.Now())
 	return len(stored), nil
+}
+
+// backOff sets when Run tries sale again after the store failed its
+// orders with err (twice the last wait, between BackoffMin and
+// BackoffMax), logs it, and returns err as a storeError. A sale's backoff
+// ends when its pending list is found empty.
+func (d *Drainer) backOff(sale string, err error) error {
+	r := d.retry[sale]
+	r.wait = max(d.cfg.BackoffMin, min(2*r.wait, d.cfg.BackoffMax))
+	r.at = time.Now().Add(r.wait)
+	d.retry[sale] = r
+	d.log.Warn("storing orders failed; retrying the sale later", "sale", sale, "err", err, "wait", r.wait)
+	return &storeError{err}
 }
 
 // fail counts a failed insert of sale's batch whose first entry is first

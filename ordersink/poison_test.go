@@ -246,3 +246,54 @@ func TestRunRefusedOrders(t *testing.T) {
 		e.check(t, ids)
 	})
 }
+
+// TestRunHeldSaleLeavesOthers runs a drainer with a backoff of an hour:
+// once the database fails a held order of one sale, that sale waits, and
+// the other sale's orders, reserved after the failure, are stored all the
+// same (a drainer that backed off as a whole would store none of them).
+func TestRunHeldSaleLeavesOthers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.prepareSale(t, sale2, 100)
+		release := dbfault.Hold(t, e.dsn, "held-")
+		defer release()
+		e.reserve(t, "held-", 1)
+		reg := prometheus.NewRegistry()
+		d := drainer(e, nil, ordersink.Config{Block: 10 * time.Millisecond, BackoffMin: time.Hour, BackoffMax: time.Hour, Metrics: reg})
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		until(t, "the held order's insert to fail", func() bool { return failedBatches(t, reg) >= 1 })
+		other := e.reserveIn(t, sale2, "w", 5)
+		until(t, "the other sale's orders", func() bool { return e.rowsOf(t, sale2) == int64(len(other)) })
+		cancel()
+		<-done
+		if got := e.rowsOf(t, sale); got != 0 {
+			t.Errorf("rows of the held sale: got %d, want 0", got)
+		}
+		if n := e.rdb.XLen(context.Background(), lua.DeadKey(sale)).Val(); n != 0 {
+			t.Errorf("dead letters: got %d, want 0", n)
+		}
+	})
+}
+
+// failedBatches reads flashgate_sink_batches_total{result="error"}.
+func failedBatches(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flashgate_sink_batches_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "error" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
