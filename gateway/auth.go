@@ -11,13 +11,15 @@ import (
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
 )
 
 // maxTokenSize bounds the bearer tokens worth verifying.
 const maxTokenSize = 4096
 
 // maxSubject is the longest user id (the token's sub) accepted.
-const maxSubject = 128
+const maxSubject = flashgate.MaxUserID
 
 // hs256SigLen is the length of an HS256 signature in unpadded base64url.
 const hs256SigLen = 43
@@ -97,7 +99,7 @@ func newVerifier(secret []byte) *verifier {
 }
 
 // verify returns the token's sub if its signature and claims hold at now
-// (unix nanoseconds).
+// (unix nanoseconds) and the sub is a user id (flashgate.ValidUserID).
 func (v *verifier) verify(tok []byte, now int64) (string, bool) {
 	i := bytes.IndexByte(tok, '.')
 	if i < 0 {
@@ -140,7 +142,7 @@ func (v *verifier) verify(tok []byte, now int64) (string, bool) {
 		return "", false
 	}
 	c := &m.claims
-	if !parseClaims(m.payload[:n], c) || len(c.sub) == 0 || len(c.sub) > maxSubject || !c.hasExp {
+	if !parseClaims(m.payload[:n], c) || !flashgate.ValidUserID(c.sub) || !c.hasExp {
 		return "", false
 	}
 	sec := now / 1e9

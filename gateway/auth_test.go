@@ -12,16 +12,19 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
 )
 
 // refVerify is the reference: golang-jwt with the gateway's rules (HS256
-// only, exp required, a sub of 1–maxSubject bytes).
+// only, exp required, a sub that is a user id by flashgate.ValidUserID:
+// 1–maxSubject bytes, no control characters).
 func refVerify(tok string, now time.Time) (string, bool) {
 	p := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(func() time.Time { return now }))
 	var c jwt.RegisteredClaims
 	t, err := p.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return testSecret, nil })
-	if err != nil || !t.Valid || c.ExpiresAt == nil || c.Subject == "" || len(c.Subject) > maxSubject ||
+	if err != nil || !t.Valid || c.ExpiresAt == nil || !flashgate.ValidUserID(c.Subject) ||
 		now.Unix() >= c.ExpiresAt.Unix() {
 		return "", false
 	}
@@ -100,6 +103,13 @@ func TestVerifierMatchesJWT(t *testing.T) {
 		{"lone surrogate", hs, `{"sub":"a\ud800","exp":` + exp + `}`, testSecret, "", true},
 		{"invalid utf-8 sub", hs, "{\"sub\":\"a\xff\",\"exp\":" + exp + "}", testSecret, "", true},
 		{"control char", hs, "{\"sub\":\"a\x01\",\"exp\":" + exp + "}", testSecret, "", false},
+		{"escaped nul", hs, `{"sub":"a\u0000b","exp":` + exp + `}`, testSecret, "", false},
+		{"escaped control char", hs, `{"sub":"a\u0001","exp":` + exp + `}`, testSecret, "", false},
+		{"escaped line feed", hs, `{"sub":"a\nb","exp":` + exp + `}`, testSecret, "", false},
+		{"escaped del", hs, `{"sub":"a\u007f","exp":` + exp + `}`, testSecret, "", false},
+		{"escaped c1 control", hs, `{"sub":"a\u0085","exp":` + exp + `}`, testSecret, "", false},
+		{"e-mail sub", hs, `{"sub":"j\u00fcrgen@b\u00fccher.example","exp":` + exp + `}`, testSecret, "jürgen@bücher.example", false},
+		{"provider sub", hs, `{"sub":"auth0|64f1c2a9","exp":` + exp + `}`, testSecret, "auth0|64f1c2a9", false},
 		{"huge exp", hs, `{"sub":"u1","exp":1e300}`, testSecret, "", false},
 	}
 	v := newVerifier(testSecret)
@@ -134,6 +144,8 @@ func FuzzVerifier(f *testing.F) {
 	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u00e9","exp":1900000060.5,"nbf":1,"aud":["x"]}`, true)
 	f.Add(`{"alg":"HS256"}`, `{"SUB":"x","sub":"y","exp":1900000060}`, true)
 	f.Add(`{"alg":"HS256"}`, `{"sub":"u1","exp":1900000060}`, false)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u0000b","exp":1900000060}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a\u0085\n","exp":1900000060}`, true)
 	v := newVerifier(testSecret)
 	f.Fuzz(func(t *testing.T, header, payload string, rightKey bool) {
 		key := testSecret

@@ -24,14 +24,15 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// MaxUserIDLen is the longest user id, in bytes, that Reserve accepts.
-const MaxUserIDLen = 128
+// MaxUserIDLen is the longest user id, in bytes, that Reserve accepts; a
+// user id must also satisfy flashgate.ValidUserID.
+const MaxUserIDLen = flashgate.MaxUserID
 
 // The answers of Reserve that carry no data, made once so that turning
 // away a crowd allocates no errors.
 var (
 	errBadSaleID  = fmt.Errorf("reserving: sale id: %w", flashgate.ErrNotFound)
-	errBadUserID  = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "user_id", Reason: "must be 1-128 bytes"})
+	errBadUserID  = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "user_id", Reason: "must be 1-128 bytes of UTF-8 without control characters"})
 	errBadQty     = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "must be at least 1"})
 	errNoSale     = fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
 	errNotStarted = fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
@@ -224,7 +225,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		s.m.outcome(outNotFound)
 		return "", errBadSaleID
 	}
-	if userID == "" || len(userID) > MaxUserIDLen {
+	if !flashgate.ValidUserID(userID) {
 		s.m.outcome(outBadRequest)
 		return "", errBadUserID
 	}

@@ -488,6 +488,10 @@ func TestHandler(t *testing.T) {
 		{"bad json", "POST", "/v1/reserve", `{"sale_id":`, 400, `{"error":"bad_request"}`},
 		{"too large", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"` + strings.Repeat("u", 5000) + `"}`, 413, `{"error":"too_large"}`},
 		{"no sale", "POST", "/v1/reserve", `{"sale_id":"zz","user_id":"u","quantity":1}`, 404, `{"error":"not_found"}`},
+		{"user id with a NUL", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"a\u0000b","quantity":1}`, 400, ""},
+		{"user id with a control character", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"a\u001bb","quantity":1}`, 400, ""},
+		{"empty user id", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"","quantity":1}`, 400, ""},
+		{"user id too long", "POST", "/v1/reserve", `{"sale_id":"h","user_id":"` + strings.Repeat("u", 129) + `","quantity":1}`, 400, ""},
 		{"bad release", "POST", "/v1/release", `[]`, 400, `{"error":"bad_request"}`},
 	}
 	for _, tc := range cases {

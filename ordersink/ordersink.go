@@ -123,6 +123,22 @@ type Drainer struct {
 	claimedAt   time.Time
 	polls       int            // polls for new entries so far
 	quiet       map[string]int // sale → consecutive polls that found nothing new
+	// failed counts, per sale, the failed inserts in a row of a batch,
+	// by the id of its first entry (see splitAfter), and suspect holds the
+	// entries whose insert alone failed (not refused); a sale's go when
+	// its pending list is found empty.
+	failed  map[string]map[string]int
+	suspect map[string]map[string]bool
+	// retry holds the sales whose orders the store failed, and when Run
+	// tries them next (see backOff).
+	retry map[string]retry
+}
+
+// retry is when Run next tries a sale whose orders the store failed, and
+// how long it waited last.
+type retry struct {
+	at   time.Time
+	wait time.Duration
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -180,6 +196,9 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},
+		failed:      map[string]map[string]int{},
+		suspect:     map[string]map[string]bool{},
+		retry:       map[string]retry{},
 	}
 }
 
@@ -200,11 +219,13 @@ func DefaultConsumer(suffix string) string {
 
 // Run drains the streams until ctx is done, then returns nil. While the
 // database or Redis fails it retries with backoff and acknowledges nothing.
+// A sale whose orders the store fails backs off on its own (between
+// BackoffMin and BackoffMax), while the other sales are drained as usual.
 func (d *Drainer) Run(ctx context.Context) error {
 	wait := d.cfg.BackoffMin
 	for ctx.Err() == nil {
 		_, err := d.pass(ctx, true)
-		if err == nil {
+		if err == nil || isStoreError(err) {
 			wait = d.cfg.BackoffMin
 			continue
 		}
@@ -323,12 +344,37 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			return 0, err
 		}
 	}
+	// One sale whose orders the store fails does not hold up the others:
+	// its error is kept (and returned, so that Run backs off) and the pass
+	// goes on; any other error (Redis) ends the pass.
+	var failed []error
+	defer func() {
+		if len(failed) > 0 {
+			err = errors.Join(append(failed, err)...)
+		}
+	}()
+	// A blocking pass leaves alone the sales whose backoff (backOff) has
+	// not ended when it starts; a sale whose backoff ends now is tried
+	// whole: its pending entries, and its new ones even if those fail.
+	var skip map[string]bool
+	if blocking && len(d.retry) > 0 {
+		skip = map[string]bool{}
+		for s, r := range d.retry {
+			if time.Now().Before(r.at) {
+				skip[s] = true
+			}
+		}
+	}
 	for _, s := range d.sales {
-		if blocking && !d.needPending[s] {
+		if blocking && (!d.needPending[s] || skip[s]) {
 			continue
 		}
 		n, err := d.drainPending(ctx, s)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -337,8 +383,15 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 	now := time.Now()
 	if !blocking || now.Sub(d.claimedAt) >= min(d.cfg.ClaimIdle/2, time.Second) {
 		for _, s := range d.sales {
+			if skip[s] {
+				continue
+			}
 			n, err := d.claim(ctx, s)
 			total += n
+			if isStoreError(err) {
+				failed = append(failed, err)
+				continue
+			}
 			if err != nil {
 				return total, err
 			}
@@ -358,8 +411,12 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 	}
 	for round := 0; round < rounds; round++ {
 		polled := time.Now()
-		read, full, n, err := d.readNew(ctx, !blocking)
+		read, full, n, err := d.readNew(ctx, !blocking, skip)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -411,6 +468,21 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 	for s := range d.quiet {
 		if !contains(sales, s) {
 			delete(d.quiet, s)
+		}
+	}
+	for s := range d.failed {
+		if !contains(sales, s) {
+			delete(d.failed, s)
+		}
+	}
+	for s := range d.suspect {
+		if !contains(sales, s) {
+			delete(d.suspect, s)
+		}
+	}
+	for s := range d.retry {
+		if !contains(sales, s) {
+			delete(d.retry, s)
 		}
 	}
 	d.sales, d.salesAt = sales, now
@@ -472,6 +544,9 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 			return total, fmt.Errorf("ordersink: reading pending entries of %s: %w", key, err)
 		}
 		if len(res) == 0 || len(res[0].Messages) == 0 {
+			delete(d.failed, sale)
+			delete(d.suspect, sale)
+			delete(d.retry, sale)
 			return total, nil
 		}
 		n, err := d.commit(ctx, []batch{{sale, res[0].Messages}})
@@ -513,18 +588,20 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 }
 
 // readNew reads up to Batch entries never delivered to any consumer from
-// each sale's stream (all, or only those not quiet: see quietAfter), each
+// each sale's stream (all, or only those not quiet, see quietAfter, and not
+// in skip), each
 // stream by its own XREADGROUP (a cluster refuses one read over keys of
 // several slots), all in one pipeline: one round trip per node. It stores
 // what it read and reports how many entries it read, whether a stream
 // filled a batch, and how many it stored.
-func (d *Drainer) readNew(ctx context.Context, all bool) (read int, full bool, stored int, err error) {
+func (d *Drainer) readNew(ctx context.Context, all bool, skip map[string]bool) (read int, full bool, stored int, err error) {
 	d.polls++
 	sales := d.sales
-	if !all && d.polls%quietEvery != 0 {
+	if !all && (d.polls%quietEvery != 0 || len(skip) > 0) {
+		every := d.polls%quietEvery == 0
 		sales = make([]string, 0, len(d.sales))
 		for _, s := range d.sales {
-			if d.quiet[s] < quietAfter {
+			if (every || d.quiet[s] < quietAfter) && !skip[s] {
 				sales = append(sales, s)
 			}
 		}
@@ -587,14 +664,19 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 		return 0, err
 	}
 	total := 0
+	var failed []error
 	for _, b := range batches {
 		n, err := d.process(ctx, b.sale, b.msgs)
 		total += n
+		if isStoreError(err) {
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
-			return total, err
+			return total, errors.Join(append(failed, err)...)
 		}
 	}
-	return total, nil
+	return total, errors.Join(failed...)
 }
 
 // awaitReplicas returns nil once WaitReplicas replicas hold everything the
@@ -690,10 +772,44 @@ type deadEntry struct {
 	reason string
 }
 
+// splitAfter is how many failed inserts in a row of one batch make the
+// drainer store its orders one at a time, so that one order the store
+// fails without calling it a refusal holds up only itself.
+const splitAfter = 3
+
+// storeError is a failure of the store (not of Redis) for one sale's
+// batch: the pass goes on with the other sales.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// isStoreError reports whether err is one or more storeErrors and nothing
+// else.
+func isStoreError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !isStoreError(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var se *storeError
+	return errors.As(err, &se)
+}
+
 // process stores the orders of msgs, read from sale's stream, and only then
 // acknowledges and removes their entries (ackDel). Malformed entries, and
-// those the store refuses, move to the sale's dead-letter stream at once, so
-// they never block the stream.
+// those the store refuses (flashgate.ErrBadRequest), move to the sale's
+// dead-letter stream at once, so they never block the stream: a batch the
+// store refuses is stored again one order at a time, and so is a batch
+// whose insert failed splitAfter times in a row for another reason. Other
+// failures are returned as a storeError; the batch stays pending and is
+// never dead-lettered for them.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
@@ -713,49 +829,143 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	if len(orders) == 0 {
 		return 0, nil
 	}
-	inserted, err := d.store.InsertOrders(ctx, orders)
-	if errors.Is(err, flashgate.ErrBadRequest) {
-		// The store refused the batch for one order's sake: store them one
-		// by one and dead-letter those it refuses.
-		orders, kept, inserted, err = d.oneByOne(ctx, sale, orders, kept)
+	first := msgs[0].ID
+	if d.failed[sale][first] < splitAfter && !d.holdsSuspect(sale, kept) {
+		inserted, err := d.store.InsertOrders(ctx, orders)
+		switch {
+		case err == nil:
+			delete(d.failed[sale], first)
+			d.m.batch("ok")
+			d.m.stored(inserted, orders, d.cfg.Clock.Now())
+			if err := d.ackDel(ctx, sale, ids(kept)); err != nil {
+				return 0, err
+			}
+			return len(kept), nil
+		case errors.Is(err, flashgate.ErrBadRequest):
+			// The store refused the batch for some order's sake.
+		default:
+			d.m.batch("error")
+			tries := d.fail(sale, first)
+			if tries < splitAfter {
+				return 0, d.backOff(sale, fmt.Errorf("ordersink: storing %d orders of sale %s: %w", len(orders), sale, err))
+			}
+			d.log.Warn("storing a batch one order at a time after failed inserts", "sale", sale, "orders", len(orders), "tries", tries, "err", err)
+		}
+	}
+	// Store the orders one by one: dead-letter those the store refuses,
+	// keep those it fails pending.
+	stored, dead, inserted, err := d.oneByOne(ctx, sale, orders, kept)
+	if err := d.deadLetter(ctx, sale, dead); err != nil {
+		return 0, err
+	}
+	if ackErr := d.ackDel(ctx, sale, ids(stored)); ackErr != nil {
+		return 0, ackErr
 	}
 	if err != nil {
 		d.m.batch("error")
-		return 0, fmt.Errorf("ordersink: storing %d orders: %w", len(orders), err)
+		return len(stored), d.backOff(sale, fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err))
 	}
+	delete(d.failed[sale], first)
 	d.m.batch("ok")
 	d.m.stored(inserted, orders, d.cfg.Clock.Now())
-	ids := make([]string, len(kept))
-	for i, m := range kept {
-		ids[i] = m.ID
-	}
-	if err := d.ackDel(ctx, sale, ids); err != nil {
-		return 0, err
-	}
-	return len(ids), nil
+	return len(stored), nil
 }
 
-func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) ([]flashgate.Order, []redis.XMessage, int, error) {
-	var keptO []flashgate.Order
-	var keptM []redis.XMessage
-	var dead []deadEntry
-	total := 0
-	for i, o := range orders {
-		n, err := d.store.InsertOrders(ctx, []flashgate.Order{o})
-		if errors.Is(err, flashgate.ErrBadRequest) {
-			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + err.Error()})
-			continue
-		}
-		if err != nil {
-			return orders, msgs, 0, err
-		}
-		total += n
-		keptO, keptM = append(keptO, o), append(keptM, msgs[i])
+// backOff sets when Run tries sale again after the store failed its
+// orders with err (twice the last wait, between BackoffMin and
+// BackoffMax), logs it, and returns err as a storeError. A sale's backoff
+// ends when its pending list is found empty.
+func (d *Drainer) backOff(sale string, err error) error {
+	r := d.retry[sale]
+	r.wait = max(d.cfg.BackoffMin, min(2*r.wait, d.cfg.BackoffMax))
+	r.at = time.Now().Add(r.wait)
+	d.retry[sale] = r
+	d.log.Warn("storing orders failed; retrying the sale later", "sale", sale, "err", err, "wait", r.wait)
+	return &storeError{err}
+}
+
+// fail counts a failed insert of sale's batch whose first entry is first
+// and returns the failures in a row so far.
+func (d *Drainer) fail(sale, first string) int {
+	m := d.failed[sale]
+	if m == nil {
+		m = map[string]int{}
+		d.failed[sale] = m
 	}
-	if err := d.deadLetter(ctx, sale, dead); err != nil {
-		return orders, msgs, 0, err
+	m[first]++
+	return m[first]
+}
+
+// holdsSuspect reports whether msgs hold an entry of sale whose insert
+// alone failed before.
+func (d *Drainer) holdsSuspect(sale string, msgs []redis.XMessage) bool {
+	sus := d.suspect[sale]
+	if len(sus) == 0 {
+		return false
 	}
-	return keptO, keptM, total, nil
+	for _, m := range msgs {
+		if sus[m.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+func ids(msgs []redis.XMessage) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+// oneByOne stores orders (read as msgs) of sale one at a time and returns
+// the entries of those stored (to be acknowledged) and of those the store
+// refuses (to be dead-lettered). An order the store fails otherwise stays
+// pending and becomes a suspect, its error is returned, and the others are
+// tried; suspects are tried last, so that orders that fail do not keep the
+// others out. After splitAfter such failures in a row (the store is down,
+// most likely) it stops.
+func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) (stored []redis.XMessage, dead []deadEntry, inserted int, err error) {
+	sus := d.suspect[sale]
+	if sus == nil {
+		sus = map[string]bool{}
+		d.suspect[sale] = sus
+	}
+	order := make([]int, 0, len(orders))
+	for i := range orders {
+		if !sus[msgs[i].ID] {
+			order = append(order, i)
+		}
+	}
+	for i := range orders {
+		if sus[msgs[i].ID] {
+			order = append(order, i)
+		}
+	}
+	inARow := 0
+	for _, i := range order {
+		n, ierr := d.store.InsertOrders(ctx, []flashgate.Order{orders[i]})
+		switch {
+		case ierr == nil:
+			inARow = 0
+			inserted += n
+			stored = append(stored, msgs[i])
+			delete(sus, msgs[i].ID)
+		case errors.Is(ierr, flashgate.ErrBadRequest):
+			inARow = 0
+			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + ierr.Error()})
+			delete(sus, msgs[i].ID)
+		default:
+			err = ierr
+			inARow++
+			sus[msgs[i].ID] = true
+		}
+		if inARow >= splitAfter || ctx.Err() != nil {
+			break
+		}
+	}
+	return stored, dead, inserted, err
 }
 
 // maxReason bounds the reason stored with a dead letter.

@@ -76,7 +76,10 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // same batch again inserts nothing. An empty or reserved Status is stored as
 // pending_payment; a zero CreatedAt as now; a zero UpdatedAt as CreatedAt.
 // An order without id, sale or user, or with a quantity below 1, fails the
-// batch with flashgate.ErrBadRequest.
+// batch with flashgate.ErrBadRequest, and so does a value the database
+// refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint);
+// other errors (the database unreachable, say) are not ErrBadRequest and
+// may pass when tried again.
 //
 // The rows are inserted grouped by (sale, status, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
@@ -89,6 +92,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	if len(orders) == 0 {
 		return 0, nil
 	}
+	defer func() { err = refused(err) }()
 	for i := range orders {
 		o := &orders[i]
 		switch {

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -304,6 +306,12 @@ func (c *Config) validate(cmd string) error {
 		if c.User == "" && c.Count == 1 {
 			return fmt.Errorf("--user is required for token")
 		}
+		if c.Count == 1 && !flashgate.ValidUserID(c.User) {
+			return fmt.Errorf("--user: not a user id: want %s", userIDRule)
+		}
+		if c.Count > 1 && !flashgate.ValidUserID(c.UserPrefix+strconv.Itoa(c.Count-1)) {
+			return fmt.Errorf("--user-prefix: with --count %d it makes ids that are not user ids: want %s", c.Count, userIDRule)
+		}
 		if c.TTL <= 0 {
 			return fmt.Errorf("--ttl must be positive")
 		}
@@ -407,3 +415,7 @@ func checkListen(flagName, s string) error {
 	}
 	return nil
 }
+
+// userIDRule is docs/api.md's user id rule (flashgate.ValidUserID), for
+// error messages.
+var userIDRule = fmt.Sprintf("1–%d bytes of UTF-8 without control characters (docs/api.md, \"Buyer identity\")", flashgate.MaxUserID)
