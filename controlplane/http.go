@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/buildinfo"
+	"github.com/flashgate/flashgate/internal/noroute"
 	"github.com/flashgate/flashgate/static"
 )
 
@@ -41,7 +42,12 @@ func (s *Service) Handler() http.Handler {
 		dash = sub
 	}
 	files := http.StripPrefix("/admin/", http.FileServerFS(dash))
-	mux.HandleFunc("GET /admin/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(dashPattern, func(w http.ResponseWriter, r *http.Request) {
+		if !dashFile(dash, r.URL.Path) {
+			// Not a file: a route of another method (405) or nothing (404).
+			noroute.Answer(w, r, mux.ServeMux, dashPattern)
+			return
+		}
 		h := w.Header()
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -94,6 +100,7 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req saleRequest
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields() // the description's additionalProperties: false
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, decodeError(err))
 		return
@@ -146,6 +153,10 @@ func decodeError(err error) error {
 		return flashgate.ErrTooLarge
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		return &flashgate.FieldError{Field: typeErr.Field, Reason: "wrong type"}
+	}
+	// encoding/json names an unknown field only in its message.
+	if f, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		return &flashgate.FieldError{Field: strings.TrimSuffix(f, `"`), Reason: "unknown field"}
 	}
 	return &flashgate.FieldError{Field: "body", Reason: "not a JSON object"}
 }
@@ -216,7 +227,8 @@ func (s *Service) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeError(w, flashgate.ErrUnavailable)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, flashgate.ReadyBody)
 }
 
 // fail answers err through flashgate.ErrorStatus, logging what is not a
