@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"io/fs"
 	"net/http"
 	"strings"
 	"time"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/buildinfo"
-	"github.com/flashgate/flashgate/internal/noroute"
-	"github.com/flashgate/flashgate/static"
 )
 
 // maxBody is the largest admin request body accepted.
@@ -37,15 +34,11 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /admin/sales/{id}/dead-letters", s.auth(s.handleDeadLetters))
 	mux.Handle("POST /admin/sales/{id}/dead-letters/replay", s.auth(s.handleReplayDeadLetters))
 
-	var dash fs.FS = static.Admin
-	if sub, err := fs.Sub(static.Admin, "admin"); err == nil {
-		dash = sub
-	}
-	files := http.StripPrefix("/admin/", http.FileServerFS(dash))
+	files := http.StripPrefix("/admin/", http.FileServerFS(dashFS))
 	mux.HandleFunc(dashPattern, func(w http.ResponseWriter, r *http.Request) {
-		if !dashFile(dash, r.URL.Path) {
+		if !dashFile(r.URL.Path) {
 			// Not a file: a route of another method (405) or nothing (404).
-			noroute.Answer(w, r, mux.ServeMux, dashPattern)
+			mux.noRoute(w, r)
 			return
 		}
 		h := w.Header()

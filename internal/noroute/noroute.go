@@ -28,11 +28,10 @@ func Allowed(mux *http.ServeMux, r *http.Request, skip string) []string {
 	return out
 }
 
-// Answer answers r, which no route of mux takes: 405 method_not_allowed
-// with Allow when the path has routes for other methods, else 404
-// not_found. skip is as for Allowed.
-func Answer(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, skip string) {
-	if allow := Allowed(mux, r, skip); len(allow) > 0 {
+// Answer answers a request no route takes: 405 method_not_allowed with
+// Allow when its path has routes for the methods allow, else 404 not_found.
+func Answer(w http.ResponseWriter, allow []string) {
+	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		Error(w, flashgate.ErrMethodNotAllowed)
 		return
@@ -54,7 +53,7 @@ func Error(w http.ResponseWriter, err error) {
 func Handler(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, p := mux.Handler(r); p == "" {
-			Answer(w, r, mux, "")
+			Answer(w, Allowed(mux, r, ""))
 			return
 		}
 		mux.ServeHTTP(w, r)
