@@ -38,10 +38,10 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 }
 
 var (
-	ordersDesc  = prometheus.NewDesc("flashgate_orders", "Order rows in the database by status, over all sales.", []string{"status"}, nil)
-	bookedDesc  = prometheus.NewDesc("flashgate_sale_booked", "Units held by live orders, as Redis counts them.", []string{"sale"}, nil)
-	admitDesc   = prometheus.NewDesc("flashgate_sale_admitted", "Requests the gateways admitted to a sale.", []string{"sale"}, nil)
-	backlogDesc = prometheus.NewDesc("flashgate_stream_backlog", "Reserved orders not yet in the database.", []string{"sale"}, nil)
+	ordersDesc  = prometheus.NewDesc("flashgate_orders", "Order rows in the database by status, over all sales. Exported by the leading control plane only.", []string{"status"}, nil)
+	bookedDesc  = prometheus.NewDesc("flashgate_sale_booked", "Units held by live orders, as Redis counts them. Exported by the leading control plane only.", []string{"sale"}, nil)
+	admitDesc   = prometheus.NewDesc("flashgate_sale_admitted", "Requests the gateways admitted to a sale. Exported by the leading control plane only.", []string{"sale"}, nil)
+	backlogDesc = prometheus.NewDesc("flashgate_stream_backlog", "Reserved orders not yet in the database. Exported by the leading control plane only.", []string{"sale"}, nil)
 )
 
 // figuresCollector reads the database and Redis figures at scrape time,

@@ -18,7 +18,7 @@ type opsMetrics struct {
 }
 
 var settlementDesc = prometheus.NewDesc("flashgate_settlement_difference",
-	"Redis booked minus live units in the database minus the stream backlog, for each closed sale whose stream has drained; 0 when they agree.",
+	"Redis booked minus live units in the database minus the stream backlog, for each closed sale whose stream has drained; 0 when they agree. Exported by the leading control plane only.",
 	[]string{"sale"}, nil)
 
 func newOpsMetrics(s *Service, reg prometheus.Registerer) (*opsMetrics, error) {
