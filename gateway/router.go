@@ -167,6 +167,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		}
 		return routeStatic
 
+	case bytes.HasPrefix(path, pAPI):
+		writeAnswer(ctx, ansNotFound)
+		return routeOther
 	}
 	// Only item pages answer with pages; any other path is the API's 404.
 	writeAnswer(ctx, ansNotFound)
