@@ -101,3 +101,7 @@ func Errors() []error {
 	}
 	return errs
 }
+
+// ReadyBody is the body of every listener's 200 answer to GET /readyz; not
+// ready is 503 with the table's unavailable, like any other error.
+const ReadyBody = `{"status":"ready"}`

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"io/fs"
 	"net/http"
 	"strings"
 	"time"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/buildinfo"
-	"github.com/flashgate/flashgate/static"
 )
 
 // maxBody is the largest admin request body accepted.
@@ -36,12 +34,13 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /admin/sales/{id}/dead-letters", s.auth(s.handleDeadLetters))
 	mux.Handle("POST /admin/sales/{id}/dead-letters/replay", s.auth(s.handleReplayDeadLetters))
 
-	var dash fs.FS = static.Admin
-	if sub, err := fs.Sub(static.Admin, "admin"); err == nil {
-		dash = sub
-	}
-	files := http.StripPrefix("/admin/", http.FileServerFS(dash))
-	mux.HandleFunc("GET /admin/", func(w http.ResponseWriter, r *http.Request) {
+	files := http.StripPrefix("/admin/", http.FileServerFS(dashFS))
+	mux.HandleFunc(dashPattern, func(w http.ResponseWriter, r *http.Request) {
+		if !dashFile(r.URL.Path) {
+			// Not a file: a route of another method (405) or nothing (404).
+			mux.noRoute(w, r)
+			return
+		}
 		h := w.Header()
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -94,6 +93,7 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req saleRequest
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields() // the description's additionalProperties: false
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, decodeError(err))
 		return
@@ -146,6 +146,10 @@ func decodeError(err error) error {
 		return flashgate.ErrTooLarge
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		return &flashgate.FieldError{Field: typeErr.Field, Reason: "wrong type"}
+	}
+	// encoding/json names an unknown field only in its message.
+	if f, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		return &flashgate.FieldError{Field: strings.TrimSuffix(f, `"`), Reason: "unknown field"}
 	}
 	return &flashgate.FieldError{Field: "body", Reason: "not a JSON object"}
 }
@@ -216,7 +220,8 @@ func (s *Service) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeError(w, flashgate.ErrUnavailable)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, flashgate.ReadyBody)
 }
 
 // fail answers err through flashgate.ErrorStatus, logging what is not a

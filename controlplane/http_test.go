@@ -216,7 +216,17 @@ func TestAdminRoutes(t *testing.T) {
 	if st, _ := body["settlement"].(map[string]any); code != 200 || body["state"] != "closed" || st["settled"] != true || st["difference"] != 0.0 {
 		t.Errorf("status after stop: %d %s, want closed with a settled settlement", code, raw)
 	}
+	// The deployment's figures are the leader's alone (metrics.go).
 	_, _, metrics := c.do("GET", "/metrics", "", "")
+	for _, leaderOnly := range []string{"flashgate_orders{", "flashgate_sale_booked{", "flashgate_stream_backlog{", "flashgate_settlement_difference{"} {
+		if strings.Contains(metrics, leaderOnly) {
+			t.Errorf("/metrics of a control plane that does not lead has %s…}, want none", leaderOnly)
+		}
+	}
+	if ok, err := e.svc.lead(e.ctx); !ok || err != nil {
+		t.Fatalf("lead: %v, %v", ok, err)
+	}
+	_, _, metrics = c.do("GET", "/metrics", "", "")
 	for _, want := range []string{`flashgate_orders{status="refunded"} 1`, `flashgate_refunds_total 1`, `flashgate_sale_booked{sale="s1"} 0`,
 		`flashgate_sale_admitted{sale="s1"}`, `flashgate_stream_backlog{sale="s1"} 0`, `flashgate_resync_total`, `flashgate_expired_total 0`} {
 		if !strings.Contains(metrics, want) {

@@ -38,13 +38,17 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 }
 
 var (
-	ordersDesc  = prometheus.NewDesc("flashgate_orders", "Order rows in the database by status, over all sales.", []string{"status"}, nil)
-	bookedDesc  = prometheus.NewDesc("flashgate_sale_booked", "Units held by live orders, as Redis counts them.", []string{"sale"}, nil)
-	admitDesc   = prometheus.NewDesc("flashgate_sale_admitted", "Requests the gateways admitted to a sale.", []string{"sale"}, nil)
-	backlogDesc = prometheus.NewDesc("flashgate_stream_backlog", "Reserved orders not yet in the database.", []string{"sale"}, nil)
+	ordersDesc  = prometheus.NewDesc("flashgate_orders", "Order rows in the database by status, over all sales. Exported by the leading control plane only.", []string{"status"}, nil)
+	bookedDesc  = prometheus.NewDesc("flashgate_sale_booked", "Units held by live orders, as Redis counts them. Exported by the leading control plane only.", []string{"sale"}, nil)
+	admitDesc   = prometheus.NewDesc("flashgate_sale_admitted", "Requests the gateways admitted to a sale. Exported by the leading control plane only.", []string{"sale"}, nil)
+	backlogDesc = prometheus.NewDesc("flashgate_stream_backlog", "Reserved orders not yet in the database. Exported by the leading control plane only.", []string{"sale"}, nil)
 )
 
-// figuresCollector reads the database and Redis figures at scrape time.
+// figuresCollector reads the database and Redis figures at scrape time,
+// only while this control plane leads: the figures are the deployment's,
+// not the process's, so exactly one process exports them (a non-leader, and
+// a gateway's embedded control plane, exports none and queries nothing),
+// and summing or taking the max over any number of replicas reads the truth.
 type figuresCollector struct {
 	s *Service
 }
@@ -59,6 +63,9 @@ func (c *figuresCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect costs O(sales), never O(orders): the order counts are the
 // database's counters, the Redis figures one pipelined round trip.
 func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.s.Leading() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	sales, err := c.s.store.LiveSales(ctx) // archived sales' figures no longer change

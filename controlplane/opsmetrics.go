@@ -18,7 +18,7 @@ type opsMetrics struct {
 }
 
 var settlementDesc = prometheus.NewDesc("flashgate_settlement_difference",
-	"Redis booked minus live units in the database minus the stream backlog, for each closed sale whose stream has drained; 0 when they agree.",
+	"Redis booked minus live units in the database minus the stream backlog, for each closed sale whose stream has drained; 0 when they agree. Exported by the leading control plane only.",
 	[]string{"sale"}, nil)
 
 func newOpsMetrics(s *Service, reg prometheus.Registerer) (*opsMetrics, error) {
@@ -66,7 +66,8 @@ func (m *opsMetrics) resyncFailed(err error) {
 // so the gauge returns to 0 once a re-sync has corrected Redis. It reads
 // each closed sale's status (two database reads and one Redis round trip)
 // per scrape: cheap for the tens of closed sales a deployment keeps, to be
-// batched like the figures collector if that grows.
+// batched like the figures collector if that grows. Like the figures, only
+// the leader exports it, so an alert on it fires once.
 type settlementCollector struct {
 	s *Service
 }
@@ -74,6 +75,9 @@ type settlementCollector struct {
 func (c *settlementCollector) Describe(ch chan<- *prometheus.Desc) { ch <- settlementDesc }
 
 func (c *settlementCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.s.Leading() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	sales, err := c.s.store.LiveSales(ctx) // an archived sale settled with no difference

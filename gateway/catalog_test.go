@@ -61,6 +61,8 @@ func TestCatalogDownNeverNotFound(t *testing.T) {
 		{"fresh buy", req{method: "POST", path: "/api/sales/fresh/orders", token: token(t, "u2")}, 201, `"status":"reserved"`},
 		{"upcoming doc", req{method: "GET", path: "/api/sales/upcoming"}, 503, `"unavailable"`},
 		{"upcoming buy", req{method: "POST", path: "/api/sales/upcoming/orders", token: token(t, "u3")}, 503, `"unavailable"`},
+		// The item page says so too, with its own page, not the 404 one.
+		{"upcoming page", req{method: "GET", path: "/sales/upcoming"}, 503, `<h1>Temporarily unavailable</h1>`},
 	}
 	for _, tc := range tests {
 		r := do(h, tc.r)

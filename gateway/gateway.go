@@ -306,6 +306,8 @@ type Server struct {
 
 	assets   map[string]*page
 	notFound []byte
+	// unavailablePage and internalPage are the item page's 503 and 500.
+	unavailablePage, internalPage []byte
 
 	pageCacheControl []byte
 	userRetryAfter   []byte

@@ -82,13 +82,15 @@ func TestRoutes(t *testing.T) {
 		{"cancel", req{method: "POST", path: "/api/orders/ord-a/cancel", token: alice}, 200, `"status":"cancelled"`},
 		{"cancel not owner", req{method: "POST", path: "/api/orders/ord-a/cancel", token: bob}, 404, "not_found"},
 		{"healthz", req{method: "GET", path: "/healthz"}, 200, "ok"},
-		{"readyz", req{method: "GET", path: "/readyz"}, 200, "ok"},
+		{"readyz", req{method: "GET", path: "/readyz"}, 200, `{"status":"ready"}`},
 		{"static js", req{method: "GET", path: "/static/buy.js"}, 200, "sessionStorage"},
 		{"static css", req{method: "GET", path: "/static/style.css"}, 200, "button"},
-		{"static unknown", req{method: "GET", path: "/static/nope.js"}, 404, ""},
-		{"admin", req{method: "GET", path: "/admin/sales"}, 404, "Not found"},
+		{"static unknown", req{method: "GET", path: "/static/nope.js"}, 404, "not_found"},
+		{"admin", req{method: "GET", path: "/admin/sales"}, 404, "not_found"},
 		{"api admin", req{method: "GET", path: "/api/admin/sales"}, 404, "not_found"},
-		{"root", req{method: "GET", path: "/"}, 404, ""},
+		{"root", req{method: "GET", path: "/"}, 404, "not_found"},
+		{"buy unknown field", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "gina"), body: `{"quantity":1,"colour":"red"}`}, 400, "bad_request"},
+		{"buy trailing data", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "hank"), body: `{"quantity":1} {}`}, 400, "bad_request"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,13 +40,18 @@ var assetTypes = map[string]string{
 	"style.css": "text/css; charset=utf-8",
 }
 
-// loadAssets prepares the 404 page and the /static/ files.
+// loadAssets prepares the error pages and the /static/ files.
 func (s *Server) loadAssets() error {
-	nf, err := fs.ReadFile(static.Gateway, "gateway/404.html")
-	if err != nil {
-		return fmt.Errorf("gateway: reading the 404 page: %w", err)
+	for _, p := range []struct {
+		name string
+		dst  *[]byte
+	}{{"404.html", &s.notFound}, {"503.html", &s.unavailablePage}, {"500.html", &s.internalPage}} {
+		b, err := fs.ReadFile(static.Gateway, "gateway/"+p.name)
+		if err != nil {
+			return fmt.Errorf("gateway: reading the error page %s: %w", p.name, err)
+		}
+		*p.dst = b
 	}
-	s.notFound = nf
 	s.assets = make(map[string]*page, len(assetTypes))
 	for name, ct := range assetTypes {
 		b, err := fs.ReadFile(static.Gateway, "gateway/"+name)
@@ -90,10 +95,8 @@ func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
 	e := s.lookup(id)
 	m := e.meta.Load()
 	if m == nil {
-		ctx.Response.SetStatusCode(fasthttp.StatusServiceUnavailable)
-		ctx.Response.Header.SetContentTypeBytes(ctHTML)
-		ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-		ctx.Response.SetBodyRaw(s.notFound)
+		// The catalog never answered for this id: it may name a sale.
+		errorPage(ctx, fasthttp.StatusServiceUnavailable, s.unavailablePage)
 		return
 	}
 	if !m.found {
@@ -105,9 +108,7 @@ func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
 		var err error
 		if p, err = s.render(e.id, m); err != nil {
 			s.log.Error("gateway: rendering an item page", "sale", e.id, "err", err)
-			ctx.Response.SetStatusCode(fasthttp.StatusInternalServerError)
-			ctx.Response.Header.SetContentTypeBytes(ctHTML)
-			ctx.Response.SetBodyRaw(s.notFound)
+			errorPage(ctx, fasthttp.StatusInternalServerError, s.internalPage)
 			return
 		}
 		s.pages.Add(e.id, p)
@@ -188,10 +189,16 @@ func matchETag(inm, etag []byte) bool {
 
 // notFoundPage answers with the HTML 404 page.
 func (s *Server) notFoundPage(ctx *fasthttp.RequestCtx) {
-	ctx.Response.SetStatusCode(fasthttp.StatusNotFound)
+	errorPage(ctx, fasthttp.StatusNotFound, s.notFound)
+}
+
+// errorPage answers an item page's request with status and the HTML page
+// of that error (404.html, 503.html, 500.html), never cached.
+func errorPage(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.Response.SetStatusCode(status)
 	ctx.Response.Header.SetContentTypeBytes(ctHTML)
 	ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-	ctx.Response.SetBodyRaw(s.notFound)
+	ctx.Response.SetBodyRaw(body)
 }
 
 // newHead builds a constant response head: status, content type (unless

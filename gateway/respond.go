@@ -29,7 +29,7 @@ var (
 	vPost         = []byte("POST")
 	strGzip       = []byte("gzip")
 	bodyOKText    = []byte("ok\n")
-	bodyNotReady  = []byte("not ready\n")
+	bodyReady     = []byte(flashgate.ReadyBody)
 )
 
 // errBodies holds the constant body {"error":"<code>"} of every code in

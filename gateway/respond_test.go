@@ -71,7 +71,8 @@ func TestCannedHeads(t *testing.T) {
 		{"page 304", req{method: "GET", path: "/sales/soon", header: map[string]string{"If-None-Match": etag}}, 304, "", kv("Cache-Control", pageCC, "Etag", etag, "Vary", "Accept-Encoding")},
 		{"page gzip 304", req{method: "GET", path: "/sales/soon", header: map[string]string{"Accept-Encoding": "gzip", "If-None-Match": gzEtag}}, 304, "",
 			kv("Cache-Control", pageCC, "Etag", gzEtag, "Vary", "Accept-Encoding")},
-		{"404 page", req{method: "GET", path: "/nowhere"}, 404, "text/html; charset=utf-8", kv("Cache-Control", "no-store")},
+		{"404 page", req{method: "GET", path: "/sales/nowhere"}, 404, "text/html; charset=utf-8", kv("Cache-Control", "no-store")},
+		{"404 elsewhere", req{method: "GET", path: "/nowhere"}, 404, "application/json", kv("Cache-Control", "no-store")},
 	}
 	var ctx fasthttp.RequestCtx
 	var rq fasthttp.Request

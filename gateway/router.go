@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -138,19 +139,18 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		case !get:
 			methodNotAllowed(ctx, vGet)
 		case s.isReady():
+			ctx.Response.Header.SetContentTypeBytes(ctJSON)
 			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-			ctx.Response.SetBodyRaw(bodyOKText)
+			ctx.Response.SetBodyRaw(bodyReady)
 		default:
-			ctx.Response.Header.SetCanonical(hCacheControl, vNoStore)
-			ctx.Response.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			ctx.Response.SetBodyRaw(bodyNotReady)
+			writeAnswer(ctx, ansUnavail)
 		}
 		return routeReadyz
 
 	case bytes.HasPrefix(path, pStatic):
 		a := s.assets[string(path[len(pStatic):])]
 		if a == nil {
-			s.notFoundPage(ctx)
+			writeAnswer(ctx, ansNotFound)
 			return routeOther
 		}
 		if !get {
@@ -172,7 +172,8 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		writeAnswer(ctx, ansNotFound)
 		return routeOther
 	}
-	s.notFoundPage(ctx)
+	// Only item pages answer with pages; any other path is the API's 404.
+	writeAnswer(ctx, ansNotFound)
 	return routeOther
 }
 
@@ -354,6 +355,8 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 }
 
 // parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
+// Any other field is refused, as the description's additionalProperties:
+// false says, and so is anything after the object.
 func parseQuantity(body []byte) (int64, bool) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return 1, true
@@ -361,7 +364,12 @@ func parseQuantity(body []byte) (int64, bool) {
 	var req struct {
 		Quantity *int64 `json:"quantity"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return 0, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
 		return 0, false
 	}
 	if req.Quantity == nil {

@@ -32,6 +32,7 @@ const (
 var (
 	contentJSON   = []byte("application/json")
 	bodyOK        = []byte(`{"status":"ok"}`)
+	bodyReady     = []byte(flashgate.ReadyBody)
 	bodyReleasedT = []byte(`{"released":true}`)
 	bodyReleasedF = []byte(`{"released":false}`)
 )
@@ -60,7 +61,7 @@ type HandlerConfig struct {
 //
 //	POST /v1/reserve {"sale_id","user_id","quantity"[,"order_id"]} → 200 {"order_id"}
 //	POST /v1/release  a flashgate.Order                → 200 {"released":bool}
-//	GET  /healthz → 200;  GET /readyz → 200, or 503 when Redis does not answer
+//	GET  /healthz → 200;  GET /readyz → 200 {"status":"ready"}, or 503 when Redis does not answer
 //
 // Errors are {"error":code} with the status of flashgate.ErrorStatus, plus
 // "order_id" for already_purchased; internal error text never leaves.
@@ -129,7 +130,7 @@ func (h *handler) serve(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, flashgate.ErrUnavailable)
 			return
 		}
-		writeJSON(ctx, fasthttp.StatusOK, bodyOK)
+		writeJSON(ctx, fasthttp.StatusOK, bodyReady)
 	default:
 		writeError(ctx, flashgate.ErrNotFound)
 	}

@@ -482,7 +482,7 @@ func TestHandler(t *testing.T) {
 		wantBody                 string // "" = don't check
 	}{
 		{"healthz", "GET", "/healthz", "", 200, `{"status":"ok"}`},
-		{"readyz", "GET", "/readyz", "", 200, `{"status":"ok"}`},
+		{"readyz", "GET", "/readyz", "", 200, `{"status":"ready"}`},
 		{"unknown path", "GET", "/nope", "", 404, `{"error":"not_found"}`},
 		{"wrong method", "GET", "/v1/reserve", "", 405, `{"error":"method_not_allowed"}`},
 		{"bad json", "POST", "/v1/reserve", `{"sale_id":`, 400, `{"error":"bad_request"}`},

@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "flashgate_sink_backlog",
-			Help: "Reserved orders in all sale streams not yet in the database, as this sink last saw them (per sale: flashgate_stream_backlog from the control plane).",
+			Help: "Order entries delivered to this sink and not yet committed (its pending entries over all sale streams); the sum over the sinks counts each once. The streams' whole backlog, per sale: flashgate_stream_backlog.",
 		}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_sink_dead_letters_total",

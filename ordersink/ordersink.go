@@ -284,7 +284,6 @@ func (d *Drainer) backlog(ctx context.Context, sales []string) (int64, error) {
 	for _, l := range lens {
 		n += l
 	}
-	d.m.setBacklog(n)
 	return n, nil
 }
 
@@ -487,9 +486,11 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 	}
 	d.sales, d.salesAt = sales, now
 	if d.m != nil {
-		if _, err := d.backlog(ctx, sales); err != nil {
-			return fmt.Errorf("ordersink: backlog: %w", err)
+		n, err := d.pendingHere(ctx, sales)
+		if err != nil {
+			return fmt.Errorf("ordersink: pending entries: %w", err)
 		}
+		d.m.setBacklog(n)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
@@ -44,15 +45,23 @@ type conns struct {
 }
 
 // build wires the tiers that use c: inventory, control plane, gateway and
-// (when c.sinkReader is set) the order sink.
-func build(st *stack, cfg *Config, c conns) (*system, error) {
+// (when c.sinkReader is set) the order sink. A gateway process (gatewayOnly)
+// embeds a control plane for the buyer's order routes only: it runs none of
+// its loops, so its collectors go to a registry nobody scrapes and its
+// /metrics has the gateway's and the inventory's figures alone (each metric
+// has one owner: the deployment's figures are the leader's).
+func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 	s := &system{db: c.db}
+	cpReg := st.reg
+	if gatewayOnly {
+		cpReg = prometheus.NewRegistry()
+	}
 	s.inv = inventory.New(c.primary, inventory.Config{
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
 		MaxReserveBatch: cfg.ReserveBatch,
 	})
 	var err error
-	if s.cp, err = newControlplane(st, cfg, c.primary, c.db, s.inv); err != nil {
+	if s.cp, err = newControlplane(st, cfg, cpReg, c.primary, c.db, s.inv); err != nil {
 		return nil, err
 	}
 	var reserver gateway.Reserver = s.inv
@@ -110,12 +119,12 @@ func noLimitIfZero(r float64) float64 {
 }
 
 // newControlplane wires a control plane to the primary, the database and
-// the releaser of units.
-func newControlplane(st *stack, cfg *Config, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
+// the releaser of units; it registers its collectors in reg.
+func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
 	return controlplane.New(controlplane.Config{
 		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken,
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
-		ResyncEvery: cfg.ResyncEvery, Metrics: st.reg, Gatherer: st.reg,
+		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
 	})
 }
 
@@ -176,7 +185,7 @@ func serveAll(ctx context.Context, st *stack, cfg *Config) (s *system, c conns, 
 	if c, err = openConns(ctx, st, cfg, true); err != nil {
 		return nil, c, nil, "", "", err
 	}
-	if s, err = build(st, cfg, c); err != nil {
+	if s, err = build(st, cfg, c, false); err != nil {
 		return nil, c, nil, "", "", err
 	}
 	pub, adm, err := listenBoth(cfg)
@@ -211,7 +220,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s, err := build(st, cfg, c)
+	s, err := build(st, cfg, c, true)
 	if err != nil {
 		return err
 	}
@@ -310,7 +319,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 		return err
 	}
 	inv := inventory.New(primary, inventory.Config{Logger: st.log.With("tier", "inventory")})
-	cp, err := newControlplane(st, cfg, primary, db, inv)
+	cp, err := newControlplane(st, cfg, st.reg, primary, db, inv)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/buildinfo"
+	"github.com/flashgate/flashgate/internal/noroute"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -204,7 +206,8 @@ func httpURL(a net.Addr) string {
 }
 
 // metricsMux serves /metrics, /healthz and /readyz for tiers without an
-// admin API of their own.
+// admin API of their own; anything else is a JSON 404 or 405 like every
+// error.
 func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
@@ -218,13 +221,13 @@ func (s *stack) metricsMux(ready func(context.Context) error) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := ready(ctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"error":"unavailable"}`)
+			s.log.Warn("readyz", "err", err)
+			noroute.Error(w, flashgate.ErrUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
+		_, _ = io.WriteString(w, flashgate.ReadyBody)
 	})
-	return mux
+	return noroute.Handler(mux)
 }
 
 // withPprof adds /debug/pprof/ in front of h when on.

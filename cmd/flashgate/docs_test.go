@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/buildinfo"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/ordersink"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+var updateDocs = flag.Bool("update-docs", false, "rewrite the generated tables of docs/api.md (go generate ./cmd/flashgate)")
+
+// flagDoc is what docs/api.md says of a flag beyond its spec: the meaning
+// (markdown; default the spec's usage) and, for a flag whose default is
+// empty, what that means ("none", "primary", ...). Defaults that are not
+// empty always come from the spec.
+type flagDoc struct {
+	none, meaning string
+}
+
+// flagDocs holds the docs' wording of each flag. A flag missing here is
+// documented by its usage string.
+var flagDocs = map[string]flagDoc{
+	"listen":             {"", "public (gateway) listener; the inventory tier's HTTP face"},
+	"admin-listen":       {"", "control plane listener: admin API, dashboard, `/metrics`; the order sink's health and metrics"},
+	"redis":              {"(none)", "primary, `redis://host:port/db`; required except for `demo`"},
+	"redis-replicas":     {"primary", "comma-separated replica URLs, used for all gateway reads; each gateway reads from one (picked by process id, the next if that one does not answer at start-up) and falls back to the primary while its replica fails"},
+	"db":                 {"", "`postgres://…` or `sqlite://PATH`, PATH relative or absolute (`sqlite:///var/lib/flashgate/orders.db`)"},
+	"jwt-secret":         {"(none; required)", "HS256 secret for buyer tokens"},
+	"admin-token":        {"(none; required)", "bearer token for the admin API"},
+	"inventory":          {"in-process", "comma-separated `http://host:port` of inventory tiers (split mode)"},
+	"inventory-token":    {"none", "added: the bearer token an `inventory` process requires on `/v1/` and gateways send"},
+	"user-rate":          {"", "per-user purchase attempts per second reaching admission (0 = no limit)"},
+	"user-burst":         {"", "per-user burst of purchase attempts"},
+	"sale-rate":          {"", "per-sale attempts per second the whole deployment lets through to inventory (0 = no limit); the live gateways share it, each taking rate / n with n counted through Redis every second (deploy/README.md, \"Limits across gateways\")"},
+	"user-limiters":      {"", "added: per-user rate limiters a gateway holds at once (16 bytes each); past it, users whose bucket has refilled are forgotten first"},
+	"fast-conns":         {"", "added: open gateway connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request"},
+	"payment-window":     {"", "unpaid orders expire after this"},
+	"state-refresh":      {"", "added: how often a gateway re-reads sale state from its replica"},
+	"resync-every":       {"", "added: how often the leader re-syncs stock from the database"},
+	"wait-replicas":      {"", "added: replicas each reserve waits for (`WAIT`) before answering"},
+	"reserve-batch":      {"", "added (`serve`, `inventory`): most reserves of one sale (or bucket) sent in one script call; reserves that arrive while the sale's calls (two at most) are out wait and go together in the next; `1` sends each alone"},
+	"metrics-listen":     {"none", "added, `gateway` and `inventory` alone: a listener for their `/metrics`, `/healthz`, `/readyz`"},
+	"log-level":          {"", "added: `debug`, `info`, `warn`, `error` (`log/slog` text on stderr)"},
+	"pprof":              {"", "added: `/debug/pprof/` on the admin listener"},
+	"sink-name":          {"`<hostname>-<admin-listen port>`", "added, `serve` and `ordersink`: the order sink's consumer name, stable across restarts (in Kubernetes the pod name)"},
+	"sink-wait-replicas": {"", "added: replicas (`WAIT`) what the order sink read must reach before it commits it; 0 = none"},
+	"sink-wait-timeout":  {"", "added: bound of each such `WAIT`; a shortfall delays the batch"},
+	"sink-claim-idle":    {"", "added: how long another (dead) sink's entries sit before this sink claims them"},
+	"units":              {"", "units on sale"},
+	"users":              {"", "distinct buyers"},
+	"concurrency":        {"", "requests in flight"},
+	"progress":           {"", "draw a progress bar"},
+	"serve":              {"", "keep serving after the report (open the pages in a browser)"},
+	"target":             {"", "gateway base URL"},
+	"sale":               {"", "sale id"},
+	"rate":               {"", "arrival rate in requests per second (0 = as fast as answers come)"},
+	"quantity":           {"", "units per purchase"},
+	"timeout":            {"", "per-request timeout"},
+	"admin":              {"none", "control plane base URL for the cross-check (e.g. `http://127.0.0.1:8081`)"},
+	"source-addrs":       {"the system's choice", "added: local addresses the crowd dials from, in turn: IPs and ranges, e.g. `127.0.0.2-127.0.0.20`"},
+	"user":               {"none", "the buyer's user id (the token's `sub`); required unless `--count` > 1"},
+	"count":              {"", "print this many tokens, one a line, for users `<user-prefix>0…<count-1>`"},
+	"user-prefix":        {"", "with `--count`: user ids are this prefix and a number"},
+	"ttl":                {"", "token lifetime"},
+}
+
+// cmdOrder lists the commands in the order the tables name them.
+var cmdOrder = []string{"serve", "gateway", "inventory", "ordersink", "controlplane", "demo", "crowd", "token", "version"}
+
+// flagDefault is how the docs show f's default.
+func flagDefault(f flagSpec) string {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	f.bind(fs, &Config{}, f.name, f.usage)
+	fl := fs.Lookup(f.name)
+	def := fl.DefValue
+	if _, isBool := fl.Value.(interface{ IsBoolFlag() bool }); isBool {
+		if def == "true" {
+			return "on"
+		}
+		return "off"
+	}
+	if d, err := time.ParseDuration(def); err == nil && strings.ContainsAny(def, "hms") {
+		def = shortDuration(d)
+	}
+	if def == "" {
+		if n := flagDocs[f.name].none; n != "" {
+			return n
+		}
+		return "none"
+	}
+	return "`" + def + "`"
+}
+
+// shortDuration writes d as docs do: 15m, not 15m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// flagCommands lists the commands that take f.
+func flagCommands(f flagSpec) string {
+	var out []string
+	for _, c := range cmdOrder {
+		if f.cmds.has(c) {
+			out = append(out, c)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// flagTables renders the two flag tables: the servers' flags, and those
+// only the other commands take.
+func flagTables() (servers, others string) {
+	var a, b strings.Builder
+	a.WriteString("| flag | default | commands | meaning |\n|---|---|---|---|\n")
+	b.WriteString("| flag | commands | default | meaning |\n|---|---|---|---|\n")
+	for _, f := range flagSpecs {
+		meaning := flagDocs[f.name].meaning
+		if meaning == "" {
+			meaning = f.usage
+		}
+		if f.cmds&(cmdServe|cmdGateway|cmdInventory|cmdOrdersink|cmdControlplane) != 0 {
+			fmt.Fprintf(&a, "| `--%s` | %s | %s | %s |\n", f.name, flagDefault(f), flagCommands(f), meaning)
+		} else {
+			fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", f.name, flagCommands(f), flagDefault(f), meaning)
+		}
+	}
+	return a.String(), b.String()
+}
+
+// recorder is a Registerer that notes each collector a tier registers.
+type recorder struct {
+	reg  *prometheus.Registry
+	tier string
+	got  *[]tierCollector
+}
+
+type tierCollector struct {
+	tier string
+	c    prometheus.Collector
+}
+
+func (r recorder) Register(c prometheus.Collector) error {
+	if err := r.reg.Register(c); err != nil {
+		return err
+	}
+	*r.got = append(*r.got, tierCollector{r.tier, c})
+	return nil
+}
+
+func (r recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r recorder) Unregister(c prometheus.Collector) bool { return r.reg.Unregister(c) }
+
+var (
+	descRE       = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"), unit: "[^"]*", constLabels: \{(.*)\}, variableLabels: \{([^}]*)\}\}$`)
+	constLabelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"`)
+)
+
+// metricTable builds every tier as cmd/flashgate wires it, each with a
+// registry of its own, and renders what they register: name, labels,
+// tier and help.
+func metricTable(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	var got []tierCollector
+	rec := func(tier string) recorder { return recorder{prometheus.NewRegistry(), tier, &got} }
+	// Nothing here talks to Redis: the clients are never used.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "docs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	rec("every").MustRegister(buildinfo.Collector())
+	inv := inventory.New(rdb, inventory.Config{Logger: quiet, Metrics: rec("inventory")})
+	if _, err := gateway.New(gateway.Config{Primary: rdb, Replica: rdb, Reserver: inv, Catalog: db,
+		JWTSecret: []byte("x"), Logger: quiet, Metrics: rec("gateway")}); err != nil {
+		t.Fatal(err)
+	}
+	_ = ordersink.New(rdb, db, ordersink.Config{Logger: quiet, Metrics: rec("ordersink")})
+	if _, err := controlplane.New(controlplane.Config{Redis: rdb, Store: db, Releaser: inv, AdminToken: "x",
+		Logger: quiet, Metrics: rec("controlplane")}); err != nil {
+		t.Fatal(err)
+	}
+	// Tiers in the order docs/api.md lists them.
+	order := map[string]int{"every": 0, "gateway": 1, "inventory": 2, "ordersink": 3, "controlplane": 4}
+	type row struct {
+		tier, name, labels, help string
+	}
+	var rows []row
+	seen := map[string]bool{}
+	for _, tc := range got {
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { tc.c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descRE.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read %s", d)
+			}
+			name, _ := strconv.Unquote(m[1])
+			help, _ := strconv.Unquote(m[2])
+			if !strings.HasPrefix(name, "flashgate_") || seen[name] {
+				continue
+			}
+			seen[name] = true
+			var labels []string
+			for _, c := range constLabelRE.FindAllStringSubmatch(m[3], -1) {
+				labels = append(labels, c[1])
+			}
+			if m[4] != "" {
+				labels = append(labels, strings.Split(m[4], ",")...)
+			}
+			rows = append(rows, row{tc.tier, name, strings.Join(labels, ","), help})
+		}
+	}
+	// Stable: by tier, then in registration order.
+	for i := 1; i < len(rows); i++ {
+		for j := i; j > 0 && order[rows[j].tier] < order[rows[j-1].tier]; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| metric | tier | what |\n|---|---|---|\n")
+	for _, r := range rows {
+		name := r.name
+		if r.labels != "" {
+			name += "{" + r.labels + "}"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", name, r.tier, strings.ReplaceAll(r.help, "|", "\\|"))
+	}
+	return b.String()
+}
+
+// generated replaces the text between the markers named name in doc with
+// body, and reports whether the markers are there.
+func generated(doc []byte, name, body string) ([]byte, bool) {
+	begin := []byte("<!-- generated: " + name + " (go generate ./cmd/flashgate) -->\n")
+	end := []byte("<!-- end of generated: " + name + " -->")
+	i := bytes.Index(doc, begin)
+	j := bytes.Index(doc, end)
+	if i < 0 || j < i {
+		return doc, false
+	}
+	out := append([]byte(nil), doc[:i+len(begin)]...)
+	out = append(out, body...)
+	return append(out, doc[j:]...), true
+}
+
+// TestDocTables: docs/api.md's flag and metric tables are what the code
+// defines (flagSpecs, the collectors every tier registers). With
+// -update-docs (go generate ./cmd/flashgate) it rewrites them instead.
+func TestDocTables(t *testing.T) {
+	const path = "../../docs/api.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, others := flagTables()
+	want := doc
+	for _, g := range []struct{ name, body string }{
+		{"server flags", servers}, {"other flags", others}, {"metrics", metricTable(t)},
+	} {
+		var ok bool
+		if want, ok = generated(want, g.name, g.body); !ok {
+			t.Fatalf("docs/api.md has no markers for the generated %s table", g.name)
+		}
+	}
+	if bytes.Equal(doc, want) {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("docs/api.md's generated tables differ from the code: run go generate ./cmd/flashgate")
+}
+
+// TestReadmeFlagDefaults: README's flag table (its own wording, not
+// generated) has a row for every server flag, and each default it shows in
+// code font is the one the binary has.
+func TestReadmeFlagDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| (`--[a-z-]+`(?: / `--[a-z-]+`)*) \\| ([^|]*) \\|")
+	shown := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		names := strings.Split(m[1], " / ")
+		defs := strings.Split(strings.TrimSpace(m[2]), " / ")
+		for i, n := range names {
+			d := defs[0]
+			if len(defs) == len(names) {
+				d = defs[i]
+			}
+			shown[strings.Trim(n, "`-")] = d
+		}
+	}
+	for _, f := range flagSpecs {
+		if f.cmds&(cmdServe|cmdGateway|cmdInventory|cmdOrdersink|cmdControlplane) == 0 {
+			continue
+		}
+		got, ok := shown[f.name]
+		if !ok {
+			t.Errorf("README.md's flag table has no row for --%s", f.name)
+			continue
+		}
+		if want := flagDefault(f); strings.HasPrefix(want, "`") && got != want {
+			t.Errorf("README.md gives --%s the default %s; the binary has %s", f.name, got, want)
+		}
+	}
+}
