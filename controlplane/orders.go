@@ -178,18 +178,22 @@ const expireBudget = time.Second
 // time, until none is due or its time budget is spent; it returns how many
 // it expired. The leader calls it every tick. One pass logs one line,
 // whatever the number of orders; releases that failed are given back by the
-// next re-sync (the database queued them with the status change).
+// next re-sync (the database queued them with the status change). Its
+// expiries carry ctx's fencing token, or a fresh one (see fenced).
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	ctx, err := s.fenced(ctx)
+	if err != nil {
+		return 0, err
+	}
 	now := s.clock.Now()
 	start := time.Now()
 	var (
 		n, released, failed int // failed counts batches whose release erred
 		firstErr            error
-		err                 error
 	)
 	for {
 		var moved []flashgate.Order
-		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch)
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fenceOf(ctx))
 		if err != nil {
 			err = fmt.Errorf("expiring orders: %w", err)
 			break
