@@ -17,7 +17,12 @@ type fenceKey struct{}
 // fenceToken is a fencing token: a leadership term's (which lead raises
 // when the lease holds and a newer token was handed out meanwhile) or an
 // admin call's.
-type fenceToken struct{ v atomic.Int64 }
+type fenceToken struct {
+	v atomic.Int64
+	// term is the context of the leadership term that holds the token; nil
+	// for an admin call's.
+	term context.Context
+}
 
 // withFence returns ctx carrying token t.
 func withFence(ctx context.Context, t *fenceToken) context.Context {
@@ -30,6 +35,15 @@ func fenceOf(ctx context.Context) int64 {
 		return t.v.Load()
 	}
 	return 0
+}
+
+// termOf is the context of the leadership term whose token ctx carries,
+// nil when none.
+func termOf(ctx context.Context) context.Context {
+	if t, ok := ctx.Value(fenceKey{}).(*fenceToken); ok {
+		return t.term
+	}
+	return nil
 }
 
 // fenced returns ctx carrying a fencing token: ctx's own when it has one

@@ -115,7 +115,7 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 	t := s.term
 	if t == nil || t.ctx.Err() != nil {
 		ctx, cancel := context.WithCancelCause(parent)
-		t = &term{cancel: cancel, fence: &fenceToken{}}
+		t = &term{cancel: cancel, fence: &fenceToken{term: ctx}}
 		t.ctx = withFence(ctx, t.fence)
 		t.timer = time.AfterFunc(left, func() { cancel(errLeaseRanOut) })
 		s.term = t

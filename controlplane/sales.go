@@ -527,7 +527,8 @@ const restoreTimeout = 2 * time.Minute
 
 // restoreContext is ctx without its deadline, bounded by restoreTimeout
 // instead, and still ended when ctx is cancelled (the leader's term ended:
-// see lead). It keeps ctx's values, the fencing token among them.
+// see lead). It keeps ctx's values, the fencing token among them, and ends
+// with the leadership term that token belongs to, even after ctx's deadline.
 func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 	stop := context.AfterFunc(ctx, func() {
@@ -535,7 +536,11 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 			cancel()
 		}
 	})
-	return rctx, func() { stop(); cancel() }
+	stopTerm := func() bool { return true }
+	if t := termOf(ctx); t != nil {
+		stopTerm = context.AfterFunc(t, cancel)
+	}
+	return rctx, func() { stop(); stopTerm(); cancel() }
 }
 
 // restore puts every released and live row of a sale back into its
