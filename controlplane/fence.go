@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -46,24 +47,49 @@ func termOf(ctx context.Context) context.Context {
 	return nil
 }
 
-// fenced returns ctx carrying a fencing token: ctx's own when it has one
-// (the leader's loops), else a fresh one (an admin call's Start, Stop,
-// Resync or ExpireDue, on whichever control plane serves it). A fresh
-// token outranks every token before it, the leader's included: a leader
-// paused past its lease stays fenced off from what the call wrote, and the
-// current leader's writes there are refused until it takes a newer token at
-// its next renewal (lead), a tick later.
-func (s *Service) fenced(ctx context.Context) (context.Context, error) {
-	if fenceOf(ctx) > 0 {
-		return ctx, nil
-	}
-	tok, err := s.takeFence(ctx)
-	if err != nil {
-		return ctx, err
-	}
+// WithFencingToken returns ctx whose writes (Start, Stop, Resync,
+// ExpireDue) carry fencing token tok instead of one of their own, as the
+// leader's loops do with their lease's: for tools and tests that act as a
+// leader holding tok.
+func WithFencingToken(ctx context.Context, tok int64) context.Context {
 	t := &fenceToken{}
 	t.v.Store(tok)
-	return withFence(ctx, t), nil
+	return withFence(ctx, t)
+}
+
+// fenceAttempts bounds the tries of an admin call whose writes a newer
+// token refused.
+const fenceAttempts = 3
+
+// fencedCall runs f with a fencing token. Under ctx's own (the leader's
+// loops) f runs once. Otherwise (an admin call's Start, Stop, Resync or
+// ExpireDue) it runs with the lease's token when this control plane leads,
+// else with a fresh one (lua.TakeFence), and again, up to fenceAttempts
+// times, while a newer token refuses its writes.
+//
+// A fresh token outranks every token before it, the leader's included: a
+// leader paused past its lease stays fenced off from what the call wrote,
+// and the current leader's writes there are refused until it takes a newer
+// token at its next renewal (lead), a tick later; an admin call that meets
+// the leader's newer token then tries again.
+func (s *Service) fencedCall(ctx context.Context, f func(context.Context) error) error {
+	if fenceOf(ctx) > 0 {
+		return f(ctx)
+	}
+	var err error
+	for range fenceAttempts {
+		tok := s.fence.Load()
+		if !s.Leading() || tok < 1 {
+			var terr error
+			if tok, terr = s.takeFence(ctx); terr != nil {
+				return terr
+			}
+		}
+		if err = f(WithFencingToken(ctx, tok)); !errors.Is(err, flashgate.ErrFenced) {
+			return err
+		}
+	}
+	return err
 }
 
 // takeFence takes a fresh fencing token (lua.TakeFence).

@@ -179,17 +179,23 @@ const expireBudget = time.Second
 // it expired. The leader calls it every tick. One pass logs one line,
 // whatever the number of orders; releases that failed are given back by the
 // next re-sync (the database queued them with the status change). Its
-// expiries carry ctx's fencing token, or a fresh one (see fenced).
-func (s *Service) ExpireDue(ctx context.Context) (int, error) {
-	ctx, err := s.fenced(ctx)
-	if err != nil {
-		return 0, err
-	}
+// expiries carry ctx's fencing token, or one of their own (fencedCall).
+func (s *Service) ExpireDue(ctx context.Context) (n int, err error) {
+	err = s.fencedCall(ctx, func(ctx context.Context) error {
+		var e error
+		n, e = s.expireDue(ctx)
+		return e
+	})
+	return n, err
+}
+
+func (s *Service) expireDue(ctx context.Context) (int, error) {
 	now := s.clock.Now()
 	start := time.Now()
 	var (
 		n, released, failed int // failed counts batches whose release erred
 		firstErr            error
+		err                 error
 	)
 	for {
 		var moved []flashgate.Order

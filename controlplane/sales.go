@@ -198,8 +198,8 @@ func stateArg(st flashgate.SaleState) string {
 	return "open"
 }
 
-// Start opens a sale now. Start and Stop carry ctx's fencing token, or a
-// fresh one (see fenced).
+// Start opens a sale now. Start and Stop carry ctx's fencing token, or one
+// of their own (fencedCall).
 func (s *Service) Start(ctx context.Context, id string) error {
 	return s.setState(ctx, id, flashgate.StateOpen)
 }
@@ -213,10 +213,10 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if !flashgate.ValidSaleID(id) {
 		return fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
-	ctx, err := s.fenced(ctx)
-	if err != nil {
-		return err
-	}
+	return s.fencedCall(ctx, func(ctx context.Context) error { return s.setStateFenced(ctx, id, st) })
+}
+
+func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.SaleState) error {
 	tok := fenceOf(ctx)
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
@@ -400,17 +400,23 @@ var errReleaseBacklog = errors.New("release queue not yet delivered; the next pa
 // last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
 // Only a rebuild reads every row, a page at a time (Restore).
 //
-// Every write carries ctx's fencing token, or a fresh one (see fenced): a
-// pass of a control plane that lost its lease stops at its first write
+// Every write carries ctx's fencing token, or one of its own (fencedCall):
+// a pass of a control plane that lost its lease stops at its first write
 // after a newer token's, with flashgate.ErrFenced.
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
 	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
-	if ctx, err = s.fenced(ctx); err != nil {
-		return before, after, err
-	}
+	err = s.fencedCall(ctx, func(ctx context.Context) error {
+		var e error
+		before, after, e = s.resync(ctx, id)
+		return e
+	})
+	return before, after, err
+}
+
+func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
 	s.resyncMu.Lock()
 	defer s.resyncMu.Unlock()
 	sale, err := s.store.Sale(ctx, id)

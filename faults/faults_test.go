@@ -169,6 +169,7 @@ var scenarios = []scenario{
 		opts: clusterOpts{postgres: true}, inject: deadLetter},
 	{name: "ordersink-restart", fault: "ordersink-2 stalled, PostgreSQL frozen while ordersink-1 holds a batch, ordersink-1 kill -9 and restarted; its pending entries must be rows within 2s",
 		needs: "8.2 (sink)", opts: clusterOpts{postgres: true}, inject: sinkRestart},
+	pausedLeaderScenario, // leader_test.go
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.
