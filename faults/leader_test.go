@@ -126,13 +126,15 @@ func pausedLeader(ctx context.Context, x *run) {
 
 	// The old leader's late work: its next renewal fails and it stops
 	// leading; whatever it wrote before that was fenced.
-	if _, ok := waitFor(20*time.Second, func() bool {
+	stopped, ok := waitFor(20*time.Second, func() bool {
 		return strings.Contains(readLog(old.log)[logAt:], "control plane no longer leads")
-	}); !ok {
+	})
+	if !ok {
 		x.problem("%s, resumed, never logged that it stopped leading", old.name)
 	}
 	fenced := strings.Count(readLog(old.log)[logAt:], "a newer writer holds the fence")
-	x.notef("%s, resumed, had %d writes refused by the fence", old.name, fenced)
+	x.notef("%s, resumed, stopped leading within %v; %d of its writes were refused by the fence (the others never left: its term had ended)",
+		old.name, stopped.Round(100*time.Millisecond), fenced)
 
 	// No expiry or release twice: each due order expired once, its unit
 	// given back once (booked = live units), and no restored buyer entry of
