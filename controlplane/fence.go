@@ -63,9 +63,10 @@ const fenceAttempts = 3
 
 // fencedCall runs f with a fencing token. Under ctx's own (the leader's
 // loops) f runs once. Otherwise (an admin call's Start, Stop, Resync or
-// ExpireDue) it runs with the lease's token when this control plane leads,
-// else with a fresh one (lua.TakeFence), and again, up to fenceAttempts
-// times, while a newer token refuses its writes.
+// ExpireDue) it runs with the lease's token when this control plane leads
+// (its term is live), else with a fresh one (lua.TakeFence), and again with
+// a fresh one, up to fenceAttempts times in all, while a newer token
+// refuses its writes.
 //
 // A fresh token outranks every token before it, the leader's included: a
 // leader paused past its lease stays fenced off from what the call wrote,
@@ -77,9 +78,12 @@ func (s *Service) fencedCall(ctx context.Context, f func(context.Context) error)
 		return f(ctx)
 	}
 	var err error
-	for range fenceAttempts {
-		tok := s.fence.Load()
-		if !s.Leading() || tok < 1 {
+	for i := range fenceAttempts {
+		tok := int64(0)
+		if i == 0 {
+			tok = s.termFence()
+		}
+		if tok < 1 {
 			var terr error
 			if tok, terr = s.takeFence(ctx); terr != nil {
 				return terr

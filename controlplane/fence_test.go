@@ -208,6 +208,11 @@ func TestAdminResyncFences(t *testing.T) {
 	if _, _, err := leader.Resync(tl, sale); !errors.Is(err, flashgate.ErrFenced) {
 		t.Fatalf("leader's re-sync after the admin's: got %v, want ErrFenced", err)
 	}
+	// An admin re-sync on the leader tries the lease's token, refused here,
+	// then a fresh one.
+	if _, _, err := leader.Resync(e.ctx, sale); err != nil {
+		t.Fatalf("admin re-sync on the leader after the other's: %v", err)
+	}
 	old := fenceOf(tl)
 	if tc, err := leader.lead(e.ctx); tc != tl || err != nil {
 		t.Fatalf("renewal: got %v, %v; want the same term", tc, err)
@@ -217,5 +222,17 @@ func TestAdminResyncFences(t *testing.T) {
 	}
 	if _, _, err := leader.Resync(tl, sale); err != nil {
 		t.Errorf("leader's re-sync after its renewal: %v", err)
+	}
+	// Now an admin re-sync on the leader carries the lease's token: no
+	// token is taken, and the loops' next write is not refused.
+	before, _ := e.rdb.Get(e.ctx, lua.FenceKey()).Int64()
+	if _, _, err := leader.Resync(e.ctx, sale); err != nil {
+		t.Errorf("admin re-sync on the leader: %v", err)
+	}
+	if after, _ := e.rdb.Get(e.ctx, lua.FenceKey()).Int64(); after != before {
+		t.Errorf("tokens handed out by an admin re-sync on the leader: got %d, want 0", after-before)
+	}
+	if _, _, err := leader.Resync(tl, sale); err != nil {
+		t.Errorf("leader's re-sync after an admin re-sync on it: %v", err)
 	}
 }

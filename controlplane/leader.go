@@ -128,6 +128,17 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 	return t.ctx
 }
 
+// termFence is the fencing token of the current term, 0 when there is no
+// live term.
+func (s *Service) termFence() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.term == nil || s.term.ctx.Err() != nil {
+		return 0
+	}
+	return s.term.fence.v.Load()
+}
+
 // endTerm ends the current term, if any, with cause: every loop and
 // restore under it stops at its next step, and none of its writes is
 // accepted after a newer token's.
