@@ -83,13 +83,14 @@ func (s *Service) renew(ctx context.Context) (bool, error) {
 
 // refreshFence takes a newer fencing token for the lease this Service
 // holds when one was handed out after its own (an admin call's, or that of
-// a lease taker whose check failed), so that its writes are not refused.
+// a lease taker whose check failed), so that its writes are not refused,
+// or when it holds none (its last try to take one failed).
 func (s *Service) refreshFence(ctx context.Context) error {
 	cur, err := s.rdb.Get(ctx, lua.FenceKey()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("reading fencing token: %w", err)
 	}
-	if cur <= s.fence.Load() {
+	if mine := s.fence.Load(); mine > 0 && cur <= mine {
 		return nil
 	}
 	tok, err := s.takeFence(ctx)
