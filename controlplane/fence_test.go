@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -138,29 +141,63 @@ func TestStaleLeaderFenced(t *testing.T) {
 	}
 }
 
-// TestTermEnds: a term ends by itself when its lease's time runs out
-// without a renewal, and when a renewal fails; a restore that outlives its
-// pass's deadline still ends with its term.
+// TestTermEnds: a term lives on while its keeper renews the lease (here
+// without any tick loop), ends by itself when its lease's time runs out
+// because no renewal gets through (the leader's transport frozen), ends
+// when the lease is lost and when a renewal fails; a restore that outlives
+// its pass's deadline still ends with its term.
 func TestTermEnds(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.LeaderTTL = 300 * time.Millisecond })
-	ta, err := e.svc.lead(e.ctx)
+	e := newEnv(t, sqliteDSN(t), nil)
+	const ttl = 300 * time.Millisecond
+	proxy := redistest.StartProxy(t, e.srv.Addr)
+	frozen := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = frozen.Close() })
+	a := e.second("a", func(c *Config) { c.Redis, c.LeaderTTL, c.TickEvery = frozen, ttl, 20*time.Millisecond })
+	defer a.resign()
+
+	ta, err := a.lead(e.ctx)
 	if err != nil || ta == nil {
 		t.Fatalf("lead: %v, %v", ta, err)
 	}
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if ta.Err() != nil {
+			t.Fatalf("the term ended while its keeper renewed the lease: %v", context.Cause(ta))
+		}
+	}
+	proxy.Pause()
 	select {
 	case <-ta.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the term outlived its lease")
 	}
+	proxy.Resume()
 	if !errors.Is(context.Cause(ta), errLeaseRanOut) {
 		t.Errorf("cause: got %v, want errLeaseRanOut", context.Cause(ta))
 	}
+	eventually(t, "not leading after the term ran out", func() bool { return !a.Leading() })
 
-	tb, err := e.svc.lead(e.ctx)
+	// The lease is lost: the keeper ends the term.
+	tb, err := a.lead(e.ctx)
 	if err != nil || tb == nil {
 		t.Fatalf("lead again: %v, %v", tb, err)
 	}
-	pass, cancel := context.WithTimeout(tb, time.Millisecond)
+	if err := e.rdb.Del(e.ctx, lua.LeaderKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the term outlived its lost lease")
+	}
+	if !errors.Is(context.Cause(tb), errLeaseLost) {
+		t.Errorf("cause: got %v, want errLeaseLost", context.Cause(tb))
+	}
+
+	tc, err := a.lead(e.ctx)
+	if err != nil || tc == nil {
+		t.Fatalf("lead a third time: %v, %v", tc, err)
+	}
+	pass, cancel := context.WithTimeout(tc, time.Millisecond)
 	defer cancel()
 	rctx, rcancel := restoreContext(pass)
 	defer rcancel()
@@ -168,22 +205,22 @@ func TestTermEnds(t *testing.T) {
 	if rctx.Err() != nil {
 		t.Fatalf("the restore ended with its pass's deadline: %v", rctx.Err())
 	}
-	if fenceOf(rctx) != fenceOf(tb) || fenceOf(tb) < 1 {
-		t.Errorf("restore's token: got %d, want the term's %d", fenceOf(rctx), fenceOf(tb))
+	if fenceOf(rctx) != fenceOf(tc) || fenceOf(tc) < 1 {
+		t.Errorf("restore's token: got %d, want the term's %d", fenceOf(rctx), fenceOf(tc))
 	}
 	// A renewal that fails (here: its context is already done) ends the term.
 	dead, kill := context.WithCancel(e.ctx)
 	kill()
-	if tc, err := e.svc.lead(dead); tc != nil || err == nil {
-		t.Fatalf("renewal on a dead context: got %v, %v; want an error", tc, err)
+	if td, err := a.lead(dead); td != nil || err == nil {
+		t.Fatalf("renewal on a dead context: got %v, %v; want an error", td, err)
 	}
 	select {
 	case <-rctx.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restore outlived its term")
 	}
-	if !errors.Is(context.Cause(tb), errRenewFailed) {
-		t.Errorf("cause: got %v, want errRenewFailed", context.Cause(tb))
+	if !errors.Is(context.Cause(tc), errRenewFailed) {
+		t.Errorf("cause: got %v, want errRenewFailed", context.Cause(tc))
 	}
 }
 

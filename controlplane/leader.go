@@ -28,6 +28,7 @@ type term struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 	fence  *fenceToken
+	sent   time.Time // when the last renewal was sent; guarded by Service.mu
 }
 
 // lead renews the leader lease this Service holds, or takes a free one,
@@ -109,7 +110,8 @@ func (s *Service) refreshFence(ctx context.Context) error {
 
 // holdTerm starts a term, or extends the current one, after a renewal sent
 // at sent: the term ends by itself LeaderTTL after sent, before Redis lets
-// the lease go, unless a later renewal extends it.
+// the lease go, unless a later renewal extends it. A new term gets a
+// keeper (keepTerm).
 func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Context {
 	left := time.Until(sent.Add(s.leaderTTL))
 	s.mu.Lock()
@@ -118,15 +120,62 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 		ctx, cancel := context.WithCancelCause(parent)
 		t = &term{cancel: cancel, fence: &fenceToken{term: ctx}}
 		t.ctx = withFence(ctx, t.fence)
-		t.timer = time.AfterFunc(left, func() { cancel(errLeaseRanOut) })
+		t.timer = time.AfterFunc(left, func() { s.endTermOf(t, errLeaseRanOut) })
 		s.term = t
+		go s.keepTerm(t)
 	} else {
 		t.timer.Reset(left)
 	}
+	t.sent = sent
 	t.fence.v.Store(s.fence.Load())
 	s.mu.Unlock()
 	s.setLeading(true)
 	return t.ctx
+}
+
+// keepTerm renews the lease of term t whenever no renewal was sent for a
+// tick (TickEvery): the tick loop renews it between rounds, this keeps it
+// while one round takes long (a restore of a big sale, a storm of
+// expiries), so that the term's work goes on while the lease holds. A
+// renewal that fails or finds the lease gone ends t.
+func (s *Service) keepTerm(t *term) {
+	tick := time.NewTicker(s.tickEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		last := t.sent
+		s.mu.Unlock()
+		if time.Since(last) < s.tickEvery {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, s.leaderTTL)
+		sent := time.Now()
+		ok, err := s.renew(ctx)
+		cancel()
+		if t.ctx.Err() != nil {
+			return
+		}
+		if err != nil || !ok {
+			cause := errLeaseLost
+			if err != nil {
+				cause = errRenewFailed
+				s.log.Warn("leader lease", "err", fmt.Errorf("renewing leader lease: %w", err))
+			}
+			s.endTermOf(t, cause)
+			return
+		}
+		s.mu.Lock()
+		if s.term == t && t.ctx.Err() == nil {
+			t.timer.Reset(time.Until(sent.Add(s.leaderTTL)))
+			t.sent = sent
+		}
+		s.mu.Unlock()
+	}
 }
 
 // termFence is the fencing token of the current term, 0 when there is no
@@ -150,6 +199,20 @@ func (s *Service) endTerm(cause error) {
 		t.cancel(cause)
 		s.term = nil
 	}
+	s.mu.Unlock()
+	s.setLeading(false)
+}
+
+// endTermOf ends term t with cause if it is still the current one.
+func (s *Service) endTermOf(t *term, cause error) {
+	s.mu.Lock()
+	if s.term != t {
+		s.mu.Unlock()
+		return
+	}
+	t.timer.Stop()
+	t.cancel(cause)
+	s.term = nil
 	s.mu.Unlock()
 	s.setLeading(false)
 }
