@@ -71,8 +71,8 @@ func pausedLeader(ctx context.Context, x *run) {
 
 	// Redis loses the sale's stock, buyers and releases: the leader's next
 	// re-sync restores them from every row. It is frozen as soon as its
-	// restore has written (the sale hash's fence field comes back before
-	// its stock).
+	// restore has written (the released set and buyers come back before
+	// the stock).
 	keys := []string{lua.SaleKey(x.sale), lua.BuyersKey(x.sale), lua.ReleasedKey(x.sale)}
 	if err := x.c.rdb.Del(ctx, keys...).Err(); err != nil {
 		x.problem("deleting the sale's keys: %v", err)
@@ -81,9 +81,11 @@ func pausedLeader(ctx context.Context, x *run) {
 	x.event("the sale's hash, buyers and released set deleted from Redis (booked was %d)", before)
 	midRestore, began := false, false
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		h, err := x.c.rdb.HMGet(ctx, lua.SaleKey(x.sale), lua.FieldFence, lua.FieldTotal).Result()
-		if err == nil && h[0] != nil {
-			began, midRestore = true, h[1] == nil
+		r, err := x.c.rdb.SCard(ctx, lua.ReleasedKey(x.sale)).Result()
+		b, berr := x.c.rdb.HLen(ctx, lua.BuyersKey(x.sale)).Result()
+		if err == nil && berr == nil && r+b > 0 {
+			total, err := x.c.rdb.HExists(ctx, lua.SaleKey(x.sale), lua.FieldTotal).Result()
+			began, midRestore = true, err == nil && !total
 			break
 		}
 	}
@@ -119,18 +121,45 @@ func pausedLeader(ctx context.Context, x *run) {
 	}); !ok {
 		x.problem("the new leader never rebuilt the sale")
 	}
+	// The new leader's work settles: booked is the database's live units.
+	var live int64
+	if _, ok := waitFor(20*time.Second, func() bool {
+		fig, err := x.c.db.Figures(ctx, x.sale)
+		b, berr := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64()
+		live = fig.LiveUnits
+		return err == nil && berr == nil && b == live
+	}); !ok {
+		x.problem("booked never matched the %d live units after the new leader's expiries", live)
+	}
 	// The freeze lasts 8s in all.
 	time.Sleep(time.Until(frozeAt.Add(8 * time.Second)))
 	logAt := len(readLog(old.log))
 	x.repair("SIGCONT "+old.name, func() error { return old.signal(syscall.SIGCONT) })
 
 	// The old leader's late work: its next renewal fails and it stops
-	// leading; whatever it wrote before that was fenced.
-	stopped, ok := waitFor(20*time.Second, func() bool {
-		return strings.Contains(readLog(old.log)[logAt:], "control plane no longer leads")
-	})
-	if !ok {
+	// leading; whatever it wrote before that was fenced. Meanwhile, and for
+	// a re-sync period after, nothing may change the stock the new leader
+	// set (a stale restore and re-sync would set booked from the old
+	// leader's snapshot, before the expiries).
+	var stopped time.Duration
+	var changed []int64
+	resumed := time.Now()
+	for deadline := resumed.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != live && len(changed) < 5 {
+			changed = append(changed, b)
+		}
+		if stopped == 0 && strings.Contains(readLog(old.log)[logAt:], "control plane no longer leads") {
+			stopped = time.Since(resumed)
+		}
+		if stopped > 0 && time.Since(resumed) > stopped+1500*time.Millisecond {
+			break
+		}
+	}
+	if stopped == 0 {
 		x.problem("%s, resumed, never logged that it stopped leading", old.name)
+	}
+	if len(changed) > 0 {
+		x.problem("FENCE: after %s resumed, booked left the %d live units: %v", old.name, live, changed)
 	}
 	fenced := strings.Count(readLog(old.log)[logAt:], "a newer writer holds the fence")
 	x.notef("%s, resumed, stopped leading within %v; %d of its writes were refused by the fence (the others never left: its term had ended)",
