@@ -2,6 +2,7 @@ package flashgate
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -23,6 +24,11 @@ var (
 	// ErrMethodNotAllowed is a request whose route exists but not for its
 	// method; HTTP servers add an Allow header.
 	ErrMethodNotAllowed = errors.New("flashgate: method not allowed")
+	// ErrFenced is a write of the control plane's loops (or of an admin
+	// call that does their work) refused because a newer writer holds a
+	// higher fencing token (docs/internals.md); a client sees it as
+	// ErrUnavailable and may retry.
+	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
 )
 
 // PurchasedError is ErrAlreadyPurchased carrying the user's live order id.

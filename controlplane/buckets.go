@@ -118,10 +118,14 @@ func bucketShare(total int64, n, b int) int64 {
 // setBucketsState opens or closes every bucket of a bucketed sale; it
 // reports whether some bucket (or the sale's own hash) is missing.
 func (s *Service) setBucketsState(ctx context.Context, sale flashgate.Sale, arg string) (missing bool, err error) {
+	tok := fenceOf(ctx)
 	for _, t := range saleLayout(sale).Tags() {
-		n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(t), arg).Int()
+		n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(t), arg, tok).Int()
 		if err != nil {
 			return false, err
+		}
+		if n == lua.SetStateFenced {
+			return false, errFenced("setting bucket state", tok)
 		}
 		if n == -1 {
 			missing = true
@@ -210,8 +214,12 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if created == 1 && sale.State != flashgate.StateUpcoming {
-		if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State)).Err(); err != nil {
+		n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State), fenceOf(ctx)).Int()
+		if err != nil {
 			return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+		}
+		if n == lua.SetStateFenced {
+			return before, after, errFenced("re-syncing sale "+sale.ID, fenceOf(ctx))
 		}
 	}
 	before.Missing = created == 1
@@ -254,7 +262,7 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		run := func(restore string) ([]int64, error) {
 			return lua.Resync.Run(ctx, s.rdb, keys, figs[b].LiveUnits, figs[b].PersistedUnits,
 				rebuild[b], perUser(sale), sale.PriceCents,
-				string(sale.State), ratio, 0, restore).Int64Slice()
+				string(sale.State), ratio, 0, restore, fenceOf(ctx)).Int64Slice()
 		}
 		v, err := run("0")
 		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
@@ -268,6 +276,9 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 		}
 		if err != nil {
 			return before, after, fmt.Errorf("re-syncing bucket %s: %w: %w", t, flashgate.ErrUnavailable, err)
+		}
+		if len(v) == 1 && v[0] == lua.ResyncFenced {
+			return before, after, errFenced("re-syncing bucket "+t, fenceOf(ctx))
 		}
 		if len(v) != 10 {
 			return before, after, fmt.Errorf("re-syncing bucket %s: script returned %d values", t, len(v))
@@ -299,8 +310,8 @@ func (s *Service) resyncBuckets(ctx context.Context, sale flashgate.Sale) (befor
 	if rem := sale.Total - after.Booked; rem > 0 {
 		want := access + int64(float64(rem)*admitRatio(sale)+0.999999)
 		if want > count {
-			if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldCount, want).Err(); err != nil {
-				return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+			if err := s.mark(ctx, sale.ID, lua.FieldCount, want); err != nil {
+				return before, after, fmt.Errorf("re-syncing: %w", err)
 			}
 			after.AdmissionCap = want
 		}
@@ -338,7 +349,7 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 				continue
 			}
 			if byBucket[o.Bucket] == nil {
-				byBucket[o.Bucket] = []any{""}
+				byBucket[o.Bucket] = []any{":" + strconv.FormatInt(fenceOf(ctx), 10)}
 			}
 			byBucket[o.Bucket] = append(byBucket[o.Bucket], o.ID, o.UserID, o.Quantity)
 		}
@@ -350,6 +361,9 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 			res, err := lua.ReleaseBatch.Run(ctx, s.rdb, lua.ReleaseKeys(t), args...).Int64Slice()
 			if err != nil {
 				return fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if len(res) == 3 && res[0] == lua.ReleaseBatchFenced {
+				return errFenced("delivering releases", fenceOf(ctx))
 			}
 			if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
 				// The bucket is gone: its rebuild restores the released set
@@ -364,7 +378,7 @@ func (s *Service) deliverBucketReleases(ctx context.Context, l lua.Layout) error
 		if err := s.unmarkSpilled(ctx, l, queue); err != nil {
 			return err
 		}
-		if _, err := s.store.ReleasesDelivered(ctx, l.Sale, ids); err != nil {
+		if _, err := s.store.ReleasesDelivered(ctx, l.Sale, ids, fenceOf(ctx)); err != nil {
 			return fmt.Errorf("acknowledging releases: %w", err)
 		}
 		if len(queue) < releaseChunk {
@@ -401,7 +415,7 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 					continue
 				}
 				if byBucket[o.Bucket] == nil {
-					byBucket[o.Bucket] = []any{0}
+					byBucket[o.Bucket] = []any{fenceOf(ctx), 0}
 				}
 				byBucket[o.Bucket] = append(byBucket[o.Bucket], o.UserID, o.ID)
 				// A spilled order's marker in its buyer's home bucket
@@ -409,7 +423,7 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 				// lets the user buy again) and goes with a released one.
 				if h := l.Home(o.UserID); h != o.Bucket {
 					if byBucket[h] == nil {
-						byBucket[h] = []any{0}
+						byBucket[h] = []any{fenceOf(ctx), 0}
 					}
 					byBucket[h] = append(byBucket[h], o.UserID, lua.SpillMarker(o.ID, o.Bucket))
 				}
@@ -419,11 +433,15 @@ func (s *Service) restoreBuckets(ctx context.Context, l lua.Layout) error {
 					continue
 				}
 				if released {
-					args[0] = (len(args) - 1) / 2
+					args[1] = (len(args) - 2) / 2
 				}
 				t := l.Tag(b)
-				if err := lua.Restore.Run(ctx, s.rdb, lua.RestoreKeys(t), args...).Err(); err != nil {
+				n, err := lua.Restore.Run(ctx, s.rdb, lua.RestoreKeys(t), args...).Int()
+				if err != nil {
 					return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+				}
+				if n == lua.RestoreFenced {
+					return errFenced("restoring buyers", fenceOf(ctx))
 				}
 			}
 			if len(page) < releaseChunk {
@@ -452,10 +470,10 @@ func (s *Service) markRebuilt(ctx context.Context, l lua.Layout, b int, led ledg
 	if led.inFlight && led.phase == "shrink" && int(led.from) == b && !granted {
 		sseq--
 	}
-	err = s.rdb.HSet(ctx, lua.SaleKey(l.Tag(b)), lua.FieldGrantSeq, gseq, lua.FieldShrinkSeq, sseq,
-		lua.FieldShrinkFreed, 0, lua.FieldFence, fence).Err()
+	err = s.mark(ctx, l.Tag(b), lua.FieldGrantSeq, gseq, lua.FieldShrinkSeq, sseq,
+		lua.FieldShrinkFreed, 0, lua.FieldFence, max(fence, fenceOf(ctx)))
 	if err != nil {
-		return fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+		return fmt.Errorf("re-syncing: %w", err)
 	}
 	return nil
 }

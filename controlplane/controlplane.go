@@ -37,10 +37,13 @@ type Store interface {
 	LiveSales(ctx context.Context) ([]flashgate.Sale, error)
 	ArchiveSale(ctx context.Context, id string) (bool, error)
 	UnarchiveSale(ctx context.Context, id string) error
-	SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error
+	// SetSaleState, ExpireDue and ReleasesDelivered are the writes of the
+	// leader's loops: each carries a fencing token and changes nothing,
+	// answering flashgate.ErrFenced, when a higher one wrote before it.
+	SetSaleState(ctx context.Context, id string, st flashgate.SaleState, fence int64) error
 	Order(ctx context.Context, id string) (flashgate.Order, error)
 	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
-	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Order, error)
+	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int, fence int64) ([]flashgate.Order, error)
 	// Figures and AllFigures read counters kept with the rows: O(1) per
 	// sale, whatever its size.
 	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
@@ -51,7 +54,7 @@ type Store interface {
 	// ReleaseQueue and ReleasesDelivered are the releases a re-sync has not
 	// yet delivered to Redis, and their acknowledgement.
 	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
-	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string) (delivered int64, err error)
+	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
 	Ping(ctx context.Context) error
 }
 
@@ -134,8 +137,9 @@ type Service struct {
 	spillClaimAge time.Duration
 	nodeID        string
 	leaseToken    string
-	// fence is the fencing token of this Service's lease (lua.FenceKey's
-	// count when it took the lease); 0 when it holds none.
+	// fence is the fencing token of this Service's lease (lua.TakeFence's
+	// answer when it took the lease, or a newer one: see lead); 0 when it
+	// holds none. The term's context carries it to every write.
 	fence atomic.Int64
 
 	// resyncMu serialises re-syncs in this process, so that two of them
@@ -145,10 +149,11 @@ type Service struct {
 	// being recovered after a failover (failoverbuckets.go).
 	recoveringSales sync.Map
 
-	// mu guards settled and leading.
+	// mu guards settled, leading and term.
 	mu      sync.Mutex
 	settled map[string]bool // closed sales whose settlement was reported
 	leading bool
+	term    *term // the current leadership term (leader.go), nil when none
 }
 
 // New checks cfg, fills in the defaults and registers the metrics.

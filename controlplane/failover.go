@@ -138,9 +138,12 @@ func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker 
 // recoverSale moves the recovery of sale on a new primary on by one step:
 // pause, then, once the stream has drained, rebuild and mark.
 func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
-	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID)).Int64()
+	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fenceOf(ctx)).Int64()
 	if err != nil {
 		return fmt.Errorf("pausing after a failover: %w", err)
+	}
+	if paused == lua.PauseFenced {
+		return errFenced("pausing after a failover", fenceOf(ctx))
 	}
 	if paused == 1 {
 		s.log.Warn("new redis primary: sale paused until rebuilt from the database",
@@ -153,7 +156,7 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 	// Reserved below every row sends the re-sync down its restore path
 	// (buyers and releases from the rows, booked from the snapshot) without
 	// deleting the hash, so gateways go on answering from it (paused).
-	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldReserved, -1).Err(); err != nil {
+	if err := s.mark(ctx, sale.ID, lua.FieldReserved, -1); err != nil {
 		return fmt.Errorf("marking the sale for its rebuild: %w", err)
 	}
 	_, after, err := s.Resync(ctx, sale.ID)
@@ -162,7 +165,7 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 	}
 	if sale.State == flashgate.StateOpen {
 		// Open again at the next re-sync, as a rebuilt sale does.
-		if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldResume, 1).Err(); err != nil {
+		if err := s.mark(ctx, sale.ID, lua.FieldResume, 1); err != nil {
 			return fmt.Errorf("resuming after the rebuild: %w", err)
 		}
 	}

@@ -123,9 +123,12 @@ func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks [
 // open bucket answers "paused" until its rebuild reopens it).
 func (s *Service) pauseBuckets(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) error {
 	for _, b := range buckets {
-		paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(b))).Int64()
+		paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(l.Tag(b)), fenceOf(ctx)).Int64()
 		if err != nil {
 			return fmt.Errorf("pausing bucket %d after a failover: %w", b, err)
+		}
+		if paused == lua.PauseFenced {
+			return errFenced(fmt.Sprintf("pausing bucket %d after a failover", b), fenceOf(ctx))
 		}
 		if paused == 1 {
 			s.log.Warn("new redis primary: bucket paused until rebuilt from the database", "sale", sale.ID, "bucket", b)
@@ -142,8 +145,12 @@ func (s *Service) recoverSaleHash(ctx context.Context, sale flashgate.Sale) erro
 	if sale.State == flashgate.StateUpcoming {
 		return nil
 	}
-	if err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State)).Err(); err != nil {
+	n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), stateArg(sale.State), fenceOf(ctx)).Int()
+	if err != nil {
 		return fmt.Errorf("setting the sale's state again after a failover: %w", err)
+	}
+	if n == lua.SetStateFenced {
+		return errFenced("setting the sale's state again after a failover", fenceOf(ctx))
 	}
 	return nil
 }
@@ -153,7 +160,7 @@ func (s *Service) recoverSaleHash(ctx context.Context, sale flashgate.Sale) erro
 // freed and none was credited with is recorded in flight to its own giver,
 // so the next Rebalance credits them back.
 func (s *Service) repairLedger(ctx context.Context, l lua.Layout) error {
-	token := s.fence.Load()
+	token := fenceOf(ctx)
 	if token < 1 {
 		return errors.New("repairing the ledger: no fencing token (not leading)")
 	}
@@ -244,7 +251,7 @@ func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua
 		// reserved below every row sends the re-sync down its restore path
 		// for this bucket (buyers and releases from the rows, booked from
 		// the snapshot).
-		if err := s.rdb.HSet(ctx, lua.SaleKey(l.Tag(b)), lua.FieldTotal, totals[b], lua.FieldReserved, -1).Err(); err != nil {
+		if err := s.mark(ctx, l.Tag(b), lua.FieldTotal, totals[b], lua.FieldReserved, -1); err != nil {
 			return false, fmt.Errorf("marking bucket %d for its rebuild: %w", b, err)
 		}
 		if err := s.markRebuilt(ctx, l, b, led, granted); err != nil {
@@ -258,7 +265,7 @@ func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua
 	if sale.State == flashgate.StateOpen {
 		for _, b := range buckets {
 			// Open again at the next re-sync, as a rebuilt sale does.
-			if err := s.rdb.HSet(ctx, lua.SaleKey(l.Tag(b)), lua.FieldResume, 1).Err(); err != nil {
+			if err := s.mark(ctx, l.Tag(b), lua.FieldResume, 1); err != nil {
 				return false, fmt.Errorf("resuming bucket %d after the rebuild: %w", b, err)
 			}
 		}

@@ -223,8 +223,8 @@ func TestAdminRoutes(t *testing.T) {
 			t.Errorf("/metrics of a control plane that does not lead has %s…}, want none", leaderOnly)
 		}
 	}
-	if ok, err := e.svc.lead(e.ctx); !ok || err != nil {
-		t.Fatalf("lead: %v, %v", ok, err)
+	if term, err := e.svc.lead(e.ctx); term == nil || err != nil {
+		t.Fatalf("lead: %v, %v", term, err)
 	}
 	_, _, metrics = c.do("GET", "/metrics", "", "")
 	for _, want := range []string{`flashgate_orders{status="refunded"} 1`, `flashgate_refunds_total 1`, `flashgate_sale_booked{sale="s1"} 0`,

@@ -2,43 +2,219 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/lua"
 )
 
-// lead reports whether this Service holds the leader lease now: it renews
-// the lease it holds (the fencing check before each round of actions) or
-// takes a free one.
-func (s *Service) lead(ctx context.Context) (bool, error) {
-	ttl := s.leaderTTL
-	ok, err := lua.Extend.Run(ctx, s.rdb, lua.LeaderKeys(), s.leaseToken, ttl.Milliseconds()).Int()
+// Causes of the end of a leadership term.
+var (
+	errLeaseLost     = errors.New("leader lease lost")
+	errRenewFailed   = errors.New("leader lease renewal failed")
+	errLeaseRanOut   = errors.New("leader lease ran out before a renewal")
+	errLeaseResigned = errors.New("leader lease given up")
+)
+
+// term is one leadership term. Its context carries the lease's fencing
+// token and ends when a renewal fails, when the lease is lost, or when the
+// lease's time runs out by the local clock before a renewal; every loop of
+// the term, and a restore that outlives its pass, runs under it.
+type term struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	fence  *fenceToken
+	sent   time.Time // when the last renewal was sent; guarded by Service.mu
+}
+
+// lead renews the leader lease this Service holds, or takes a free one,
+// and returns the term's context (nil when it does not lead). The term is
+// the parent's child: it ends with it.
+//
+// A new lease gets a new fencing token (lua.TakeFence), which counts only
+// once a renewal after it succeeded: every leader after that one takes its
+// token later, so a higher one. A lease holder that finds a newer token
+// handed out (an admin call's) takes a newer one the same way.
+func (s *Service) lead(parent context.Context) (context.Context, error) {
+	ctx, cancel := context.WithTimeout(parent, s.leaderTTL)
+	defer cancel()
+	sent := time.Now()
+	ok, err := s.renew(ctx)
 	if err != nil {
-		s.setLeading(false)
-		return false, fmt.Errorf("renewing leader lease: %w", err)
+		s.endTerm(errRenewFailed)
+		return nil, fmt.Errorf("renewing leader lease: %w", err)
 	}
-	if ok == 1 {
-		s.setLeading(true)
-		return true, nil
-	}
-	took, err := s.rdb.SetNX(ctx, lua.LeaderKey(), s.leaseToken, ttl).Result()
-	if err != nil {
-		s.setLeading(false)
-		return false, fmt.Errorf("taking leader lease: %w", err)
-	}
-	if took {
-		// A fresh lease gets a fresh fencing token: every token a
-		// stale leader holds is lower (see rebalance.go).
-		f, err := s.rdb.Incr(ctx, lua.FenceKey()).Result()
-		if err != nil {
-			s.log.Warn("taking a fencing token; no bucket moves until the next lease", "err", err)
-			f = 0
+	if ok {
+		if err := s.refreshFence(ctx); err != nil {
+			s.endTerm(errRenewFailed)
+			return nil, err
 		}
-		s.fence.Store(f)
+		return s.holdTerm(parent, sent), nil
 	}
-	s.setLeading(took)
-	return took, nil
+	s.endTerm(errLeaseLost)
+	took, err := s.rdb.SetNX(ctx, lua.LeaderKey(), s.leaseToken, s.leaderTTL).Result()
+	if err != nil {
+		return nil, fmt.Errorf("taking leader lease: %w", err)
+	}
+	if !took {
+		return nil, nil
+	}
+	tok, err := s.takeFence(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The token counts only if the lease is still this Service's after it
+	// was taken.
+	if ok, err := s.renew(ctx); err != nil || !ok {
+		return nil, err
+	}
+	s.fence.Store(tok)
+	return s.holdTerm(parent, sent), nil
+}
+
+// renew extends the lease if this Service holds it (lua.Extend).
+func (s *Service) renew(ctx context.Context) (bool, error) {
+	n, err := lua.Extend.Run(ctx, s.rdb, lua.LeaderKeys(), s.leaseToken, s.leaderTTL.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// refreshFence takes a newer fencing token for the lease this Service
+// holds when one was handed out after its own (an admin call's, or that of
+// a lease taker whose check failed), so that its writes are not refused,
+// or when it holds none (its last try to take one failed).
+func (s *Service) refreshFence(ctx context.Context) error {
+	cur, err := s.rdb.Get(ctx, lua.FenceKey()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading fencing token: %w", err)
+	}
+	if mine := s.fence.Load(); mine > 0 && cur <= mine {
+		return nil
+	}
+	tok, err := s.takeFence(ctx)
+	if err != nil {
+		return err
+	}
+	if ok, err := s.renew(ctx); err != nil || !ok {
+		if err == nil {
+			err = errLeaseLost
+		}
+		return fmt.Errorf("renewing leader lease: %w", err)
+	}
+	s.fence.Store(tok)
+	return nil
+}
+
+// holdTerm starts a term, or extends the current one, after a renewal sent
+// at sent: the term ends by itself LeaderTTL after sent, before Redis lets
+// the lease go, unless a later renewal extends it. A new term gets a
+// keeper (keepTerm).
+func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Context {
+	left := time.Until(sent.Add(s.leaderTTL))
+	s.mu.Lock()
+	t := s.term
+	if t == nil || t.ctx.Err() != nil {
+		ctx, cancel := context.WithCancelCause(parent)
+		t = &term{cancel: cancel, fence: &fenceToken{term: ctx}}
+		t.ctx = withFence(ctx, t.fence)
+		t.timer = time.AfterFunc(left, func() { s.endTermOf(t, errLeaseRanOut) })
+		s.term = t
+		go s.keepTerm(t)
+	} else {
+		t.timer.Reset(left)
+	}
+	t.sent = sent
+	t.fence.v.Store(s.fence.Load())
+	s.mu.Unlock()
+	s.setLeading(true)
+	return t.ctx
+}
+
+// keepTerm renews the lease of term t whenever no renewal was sent for a
+// tick (TickEvery): the tick loop renews it between rounds, this keeps it
+// while one round takes long (a restore of a big sale, a storm of
+// expiries), so that the term's work goes on while the lease holds. A
+// renewal that fails or finds the lease gone ends t.
+func (s *Service) keepTerm(t *term) {
+	tick := time.NewTicker(s.tickEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		last := t.sent
+		s.mu.Unlock()
+		if time.Since(last) < s.tickEvery {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, s.leaderTTL)
+		sent := time.Now()
+		ok, err := s.renew(ctx)
+		cancel()
+		if t.ctx.Err() != nil {
+			return
+		}
+		if err != nil || !ok {
+			cause := errLeaseLost
+			if err != nil {
+				cause = errRenewFailed
+				s.log.Warn("leader lease", "err", fmt.Errorf("renewing leader lease: %w", err))
+			}
+			s.endTermOf(t, cause)
+			return
+		}
+		s.mu.Lock()
+		if s.term == t && t.ctx.Err() == nil {
+			t.timer.Reset(time.Until(sent.Add(s.leaderTTL)))
+			t.sent = sent
+		}
+		s.mu.Unlock()
+	}
+}
+
+// termFence is the fencing token of the current term, 0 when there is no
+// live term.
+func (s *Service) termFence() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.term == nil || s.term.ctx.Err() != nil {
+		return 0
+	}
+	return s.term.fence.v.Load()
+}
+
+// endTerm ends the current term, if any, with cause: every loop and
+// restore under it stops at its next step, and none of its writes is
+// accepted after a newer token's.
+func (s *Service) endTerm(cause error) {
+	s.mu.Lock()
+	if t := s.term; t != nil {
+		t.timer.Stop()
+		t.cancel(cause)
+		s.term = nil
+	}
+	s.mu.Unlock()
+	s.setLeading(false)
+}
+
+// endTermOf ends term t with cause if it is still the current one.
+func (s *Service) endTermOf(t *term, cause error) {
+	s.mu.Lock()
+	if s.term != t {
+		s.mu.Unlock()
+		return
+	}
+	t.timer.Stop()
+	t.cancel(cause)
+	s.term = nil
+	s.mu.Unlock()
+	s.setLeading(false)
 }
 
 func (s *Service) setLeading(v bool) {
@@ -51,7 +227,7 @@ func (s *Service) setLeading(v bool) {
 	s.mu.Unlock()
 	if v != was {
 		if v {
-			s.log.Info("control plane leads the loops", "node", s.nodeID)
+			s.log.Info("control plane leads the loops", "node", s.nodeID, "fence", s.fence.Load())
 		} else {
 			s.log.Info("control plane no longer leads", "node", s.nodeID)
 		}
@@ -68,8 +244,8 @@ func (s *Service) Leading() bool {
 
 // resign gives the lease up, if this Service holds it.
 func (s *Service) resign() {
+	s.endTerm(errLeaseResigned)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = lua.Unlock.Run(ctx, s.rdb, lua.LeaderKeys(), s.leaseToken).Err()
-	s.setLeading(false)
 }

@@ -46,8 +46,8 @@ func TestOpsMetrics(t *testing.T) {
 	if v, ok := gauge(t, reg, "flashgate_controlplane_leader", ""); !ok || v != 0 {
 		t.Errorf("leader before the first tick: got %v (present %v), want 0", v, ok)
 	}
-	if ok, err := e.svc.lead(e.ctx); !ok || err != nil {
-		t.Fatalf("lead: %v, %v", ok, err)
+	if tctx, err := e.svc.lead(e.ctx); tctx == nil || err != nil {
+		t.Fatalf("lead: %v, %v", tctx, err)
 	}
 	if v, _ := gauge(t, reg, "flashgate_controlplane_leader", ""); v != 1 {
 		t.Errorf("leader after taking the lease: got %v, want 1", v)

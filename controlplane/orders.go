@@ -229,8 +229,18 @@ const expireBudget = time.Second
 // time, until none is due or its time budget is spent; it returns how many
 // it expired. The leader calls it every tick. One pass logs one line,
 // whatever the number of orders; releases that failed are given back by the
-// next re-sync (the database queued them with the status change).
-func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+// next re-sync (the database queued them with the status change). Its
+// expiries carry ctx's fencing token, or one of their own (fencedCall).
+func (s *Service) ExpireDue(ctx context.Context) (n int, err error) {
+	err = s.fencedCall(ctx, func(ctx context.Context) error {
+		var e error
+		n, e = s.expireDue(ctx)
+		return e
+	})
+	return n, err
+}
+
+func (s *Service) expireDue(ctx context.Context) (int, error) {
 	now := s.clock.Now()
 	start := time.Now()
 	var (
@@ -240,7 +250,7 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	)
 	for {
 		var moved []flashgate.Order
-		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch)
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fenceOf(ctx))
 		if err != nil {
 			err = fmt.Errorf("expiring orders: %w", err)
 			break

@@ -85,13 +85,18 @@ func TestRebalanceEndGame(t *testing.T) {
 		n, _ := e.rdb.HGet(e.ctx, lua.SaleKey(l.Tag(b)), lua.FieldTotal).Int64()
 		return n
 	}
-	if moved, err := e.svc.Rebalance(e.ctx, sale, 5); err != nil || moved != 0 {
+	// The newest token: Start's writes raised the buckets' fences.
+	tok, err := e.svc.takeFence(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := e.svc.Rebalance(e.ctx, sale, tok); err != nil || moved != 0 {
 		t.Fatalf("without demand: got %d moved, %v; want 0, nil", moved, err)
 	}
 	if err := e.rdb.HSet(e.ctx, lua.SaleKey(tag), lua.FieldWant, 3).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if moved, err := e.svc.Rebalance(e.ctx, sale, 5); err != nil || moved != 1 {
+	if moved, err := e.svc.Rebalance(e.ctx, sale, tok); err != nil || moved != 1 {
 		t.Fatalf("with demand: got %d moved, %v; want 1, nil", moved, err)
 	}
 	if got := []int64{total(0), total(1), total(2)}; got[0] != 2 || got[0]+got[1]+got[2] != 3 {
@@ -108,7 +113,7 @@ func TestRebalanceEndGame(t *testing.T) {
 	if err := e.rdb.HSet(e.ctx, lua.SaleKey(l.Tag(empty)), lua.FieldWant, 2).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if moved, err := e.svc.Rebalance(e.ctx, sale, 4); err == nil || moved != 0 {
+	if moved, err := e.svc.Rebalance(e.ctx, sale, tok-1); err == nil || moved != 0 {
 		t.Fatalf("stale token: got %d moved, %v; want 0 and an error", moved, err)
 	}
 	if w, _ := e.rdb.HGet(e.ctx, lua.SaleKey(l.Tag(empty)), lua.FieldWant).Int64(); w != 2 {

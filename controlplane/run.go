@@ -32,11 +32,15 @@ func (s *Service) Run(ctx context.Context) error {
 // tick is one round of the loops; lastResync is when the last re-sync round
 // ran (wall time, not the sale clock). Each loop runs under its own deadline
 // (LeaderTTL), so that one slow loop (a storm of expiries) never leaves the
-// next without time; expiry and deliveries also bound their own work.
+// next without time; expiry and deliveries also bound their own work. Every
+// loop runs in the leadership term (lead): it stops when the term ends, and
+// its writes carry the term's fencing token.
 func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
-	if !s.leadFor(ctx) {
+	tctx, ok := s.leadFor(ctx)
+	if !ok {
 		return
 	}
+	ctx = tctx
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
 	s.watchFailover(lctx) // see failover.go
 	cancel()
@@ -51,25 +55,23 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	if time.Since(*lastResync) >= s.resyncEvery {
 		*lastResync = time.Now()
 		// Renew the lease first: the loops above may have taken a while.
-		if s.leadFor(ctx) {
-			s.resyncAll(ctx)
+		if tctx, ok := s.leadFor(ctx); ok {
+			s.resyncAll(tctx)
 		}
 	}
 }
 
 // leadFor renews or takes the leader lease and reports whether this
-// process leads.
-func (s *Service) leadFor(ctx context.Context) bool {
-	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	defer cancel()
-	leading, err := s.lead(lctx)
+// process leads, with the context of its term.
+func (s *Service) leadFor(ctx context.Context) (context.Context, bool) {
+	tctx, err := s.lead(ctx)
 	if err != nil {
 		if ctx.Err() == nil { // not shutting down
 			s.log.Warn("leader lease", "err", err)
 		}
-		return false
+		return nil, false
 	}
-	return leading
+	return tctx, tctx != nil
 }
 
 // schedule opens upcoming sales whose start time came and closes sales whose
@@ -129,7 +131,7 @@ func (s *Service) resyncAll(ctx context.Context) {
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
 		err := s.resyncOnly(sctx, sale.ID)
-		if fence := s.fence.Load(); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
+		if fence := fenceOf(ctx); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
 			if _, rerr := s.Rebalance(sctx, sale.ID, fence); rerr != nil && ctx.Err() == nil {
 				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", rerr)
 			}

@@ -20,9 +20,9 @@ type countingStore struct {
 	sets atomic.Int64
 }
 
-func (c *countingStore) SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error {
+func (c *countingStore) SetSaleState(ctx context.Context, id string, st flashgate.SaleState, fence int64) error {
 	c.sets.Add(1)
-	return c.Store.SetSaleState(ctx, id, st)
+	return c.Store.SetSaleState(ctx, id, st, fence)
 }
 
 // TestScheduleOneLeader: with two Services running, the sale opens when the

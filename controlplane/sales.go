@@ -200,7 +200,8 @@ func stateArg(st flashgate.SaleState) string {
 	return "open"
 }
 
-// Start opens a sale now.
+// Start opens a sale now. Start and Stop carry ctx's fencing token, or one
+// of their own (fencedCall).
 func (s *Service) Start(ctx context.Context, id string) error {
 	return s.setState(ctx, id, flashgate.StateOpen)
 }
@@ -214,11 +215,16 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 	if !flashgate.ValidSaleID(id) {
 		return fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
+	return s.fencedCall(ctx, func(ctx context.Context) error { return s.setStateFenced(ctx, id, st) })
+}
+
+func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.SaleState) error {
+	tok := fenceOf(ctx)
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
 	}
-	if err := s.store.SetSaleState(ctx, id, st); err != nil {
+	if err := s.store.SetSaleState(ctx, id, st, tok); err != nil {
 		return fmt.Errorf("setting sale state: %w", err)
 	}
 	if st != flashgate.StateClosed {
@@ -235,9 +241,12 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 			return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
-	n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(id), arg).Int()
+	n, err := lua.SetState.Run(ctx, s.rdb, lua.SaleKeys(id), arg, tok).Int()
 	if err != nil {
 		return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if n == lua.SetStateFenced {
+		return errFenced("setting sale state in redis", tok)
 	}
 	if n == -1 || missing {
 		// Redis lost the sale: rebuild it from the row, which now has st.
@@ -399,11 +408,24 @@ var errReleaseBacklog = errors.New("release queue not yet delivered; the next pa
 // kept with the rows, and only the releases the database queued since the
 // last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
 // Only a rebuild reads every row, a page at a time (Restore).
+//
+// Every write carries ctx's fencing token, or one of its own (fencedCall):
+// a pass of a control plane that lost its lease stops at its first write
+// after a newer token's, with flashgate.ErrFenced.
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
 	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
+	err = s.fencedCall(ctx, func(ctx context.Context) error {
+		var e error
+		before, after, e = s.resync(ctx, id)
+		return e
+	})
+	return before, after, err
+}
+
+func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
 	s.resyncMu.Lock()
 	defer s.resyncMu.Unlock()
 	sale, err := s.store.Sale(ctx, id)
@@ -431,9 +453,10 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, err
 	}
 	keys := lua.SaleKeys(id)
+	tok := fenceOf(ctx)
 	resync := func(restored string) ([]int64, error) {
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored).Int64Slice()
+			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored, tok).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
@@ -451,6 +474,9 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if len(v) == 1 && v[0] == lua.ResyncFenced {
+		return before, after, errFenced("re-syncing sale "+id, tok)
 	}
 	if len(v) != 10 {
 		return before, after, fmt.Errorf("re-syncing: script returned %d values", len(v))
@@ -474,6 +500,7 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 // database): the Resync call that follows then asks for a restore.
 func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
 	keys := lua.ReleaseKeys(id)
+	tok := fenceOf(ctx)
 	deadline := time.Now().Add(deliverBudget)
 	for {
 		queue, base, err := s.store.ReleaseQueue(ctx, id, releaseChunk)
@@ -485,7 +512,7 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 		}
 		args := make([]any, 0, 1+3*len(queue))
 		ids := make([]string, len(queue))
-		args = append(args, base)
+		args = append(args, strconv.FormatInt(base, 10)+":"+strconv.FormatInt(tok, 10))
 		for i, o := range queue {
 			args = append(args, o.ID, o.UserID, o.Quantity)
 			ids[i] = o.ID
@@ -494,10 +521,13 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 		if err != nil {
 			return 0, fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
 		}
+		if len(res) == 3 && res[0] == lua.ReleaseBatchFenced {
+			return 0, errFenced("delivering releases", tok)
+		}
 		if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
 			return base, nil
 		}
-		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids); err != nil {
+		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids, tok); err != nil {
 			return 0, fmt.Errorf("acknowledging releases: %w", err)
 		}
 		if len(queue) < releaseChunk {
@@ -513,7 +543,9 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 const restoreTimeout = 2 * time.Minute
 
 // restoreContext is ctx without its deadline, bounded by restoreTimeout
-// instead, and still ended when ctx is cancelled.
+// instead, and still ended when ctx is cancelled (the leader's term ended:
+// see lead). It keeps ctx's values, the fencing token among them, and ends
+// with the leadership term that token belongs to, even after ctx's deadline.
 func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 	stop := context.AfterFunc(ctx, func() {
@@ -521,13 +553,18 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 			cancel()
 		}
 	})
-	return rctx, func() { stop(); cancel() }
+	stopTerm := func() bool { return true }
+	if t := termOf(ctx); t != nil {
+		stopTerm = context.AfterFunc(t, cancel)
+	}
+	return rctx, func() { stop(); stopTerm(); cancel() }
 }
 
 // restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first.
 func (s *Service) restore(ctx context.Context, id string) error {
 	keys := lua.RestoreKeys(id)
+	tok := fenceOf(ctx)
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
 		released := !st.Live()
@@ -540,7 +577,8 @@ func (s *Service) restore(ctx context.Context, id string) error {
 			if len(page) == 0 {
 				break
 			}
-			args := make([]any, 0, 1+2*len(page))
+			args := make([]any, 0, 2+2*len(page))
+			args = append(args, tok)
 			if released {
 				args = append(args, len(page))
 			} else {
@@ -549,8 +587,12 @@ func (s *Service) restore(ctx context.Context, id string) error {
 			for _, o := range page {
 				args = append(args, o.UserID, o.ID)
 			}
-			if err := lua.Restore.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
+			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
+			if err != nil {
 				return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if n == lua.RestoreFenced {
+				return errFenced("restoring buyers", tok)
 			}
 			if len(page) < releaseChunk {
 				break

@@ -152,6 +152,7 @@ type cluster struct {
 	primary  *proc
 	replica  *proc
 	cp       *proc
+	cp2      *proc // the second control plane (clusterOpts.controlPlanes 2), else nil
 	sinks    []*proc
 	invs     []*proc
 	gws      []*proc
@@ -173,6 +174,9 @@ type cluster struct {
 type clusterOpts struct {
 	postgres    bool
 	fsyncAlways bool // appendfsync always instead of everysec
+	// controlPlanes is how many control planes run (default 1); a second
+	// one has an admin listener of its own and stands by for the lease.
+	controlPlanes int
 }
 
 // startCluster starts the whole deployment for t and tears it down in
@@ -248,6 +252,13 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: httpReady(c.adminURL + "/readyz"),
 		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
 	c.must(c.cp.start(30 * time.Second))
+	if o.controlPlanes >= 2 {
+		ap2 := port()
+		c.cp2 = &proc{name: "controlplane-2", bin: s.bin, env: env, log: logf("controlplane-2"),
+			ready: httpReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", ap2)),
+			args:  []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap2), "--redis", redisURL, "--db", c.dbURL}}
+		c.must(c.cp2.start(30 * time.Second))
+	}
 
 	for i := 1; i <= 2; i++ {
 		p := port()
@@ -296,7 +307,7 @@ func (c *cluster) all() []*proc {
 	ps := append([]*proc{}, c.gws...)
 	ps = append(ps, c.invs...)
 	ps = append(ps, c.sinks...)
-	for _, p := range []*proc{c.cp, c.replica, c.primary} {
+	for _, p := range []*proc{c.cp, c.cp2, c.replica, c.primary} {
 		if p != nil {
 			ps = append(ps, p)
 		}

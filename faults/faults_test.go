@@ -170,6 +170,7 @@ var scenarios = []scenario{
 	{name: "ordersink-restart", fault: "ordersink-2 stalled, PostgreSQL frozen while ordersink-1 holds a batch, ordersink-1 kill -9 and restarted; its pending entries must be rows within 2s",
 		needs: "8.2 (sink)", opts: clusterOpts{postgres: true}, inject: sinkRestart},
 	poisonSubjects,
+	pausedLeaderScenario, // leader_test.go
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.

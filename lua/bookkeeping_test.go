@@ -149,7 +149,7 @@ func TestRestore(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		rdb.HSet(ctx, lua.BuyersKey(saleID), "u1", "o1", "u2", "o2-old")
 		keys := lua.RestoreKeys(saleID)
-		n, err := lua.Restore.Run(ctx, rdb, keys, 2, "u1", "o1", "u2", "o2", "u3", "o3", "u4", "o1", "u2", "o2-new").Int64()
+		n, err := lua.Restore.Run(ctx, rdb, keys, 0, 2, "u1", "o1", "u2", "o2", "u3", "o3", "u4", "o1", "u2", "o2-new").Int64()
 		if err != nil || n != 5 {
 			t.Fatalf("Restore: got %d, %v; want 5", n, err)
 		}

@@ -27,13 +27,15 @@ const EntryBucket = "bucket"
 // slot of its own.
 func LedgerKey(sale string) string { return "fg:{" + sale + "~ledger}:ledger" }
 
-// FenceKey counts the times a control plane took the leader lease; the
-// count it got is its fencing token for the ledgers and grants.
+// FenceKey counts the fencing tokens handed out (lua.TakeFence): one to
+// each leader lease, and one to each admin call that writes what the
+// leader's loops write. A token is refused by every hash (fence field),
+// ledger and database row (leader_fence) that saw a higher one.
 func FenceKey() string { return "fg:fence" }
 
 // Fields of a bucket's hash that the moves between buckets keep.
 const (
-	FieldFence       = "fence"  // the highest fencing token a grant carried
+	FieldFence       = "fence"  // the highest fencing token a write carried
 	FieldGrantSeq    = "gseq"   // the last move credited to the bucket
 	FieldShrinkSeq   = "sseq"   // the last move that shrank the bucket
 	FieldShrinkFreed = "sfreed" // the units that shrink freed

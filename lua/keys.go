@@ -144,7 +144,7 @@ const (
 // bucket's tag (see Layout).
 
 // SaleKeys is KEYS of the scripts that touch the sale hash alone: Prepare,
-// SetState, Resync, Pause, Tally, Shrink, Grant.
+// SetState, Resync, Pause, Tally, Shrink, Grant, Mark.
 func SaleKeys(tag string) []string { return []string{SaleKey(tag)} }
 
 // ReserveKeys is Reserve's KEYS: sale hash, buyers hash, orders stream.
@@ -158,8 +158,13 @@ func ReleaseKeys(tag string) []string {
 	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag)}
 }
 
-// RestoreKeys is Restore's KEYS: buyers hash, released set.
-func RestoreKeys(tag string) []string { return []string{BuyersKey(tag), ReleasedKey(tag)} }
+// RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash.
+func RestoreKeys(tag string) []string {
+	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag)}
+}
+
+// FenceKeys is TakeFence's KEYS: the fencing token counter.
+func FenceKeys() []string { return []string{FenceKey()} }
 
 // LeaderKeys is the KEYS of Extend and Unlock: the leader lock.
 func LeaderKeys() []string { return []string{LeaderKey()} }

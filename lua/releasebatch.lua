@@ -9,6 +9,9 @@
 --         delivered before these (d): the batch is refused when the hash's
 --         delivered is below d (Redis lost releases it had), else the hash's
 --         delivered becomes max(delivered, d + number of orders).
+--         It passes "d:t" (or ":t" without a count), t its fencing token:
+--         the batch is refused when t is below the hash's fence field,
+--         which it raises.
 -- ARGV[2 ..] triples order id, user id, quantity
 --
 -- Returns {code, released, units}:
@@ -16,6 +19,8 @@
 --              below 0, u units in all), the others were released before
 --   {-1, 0, 0} no such sale in Redis (no total); nothing changed
 --   {-2, 0, 0} the hash's delivered is below ARGV[1]; nothing changed
+--   {-3, 0, 0} refused: a newer writer's token is in the hash; nothing
+--              changed
 -- A quantity that is not a whole number >= 1 is an error reply, before any
 -- write.
 for i = 4, #ARGV, 3 do
@@ -27,7 +32,19 @@ end
 if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return {-1, 0, 0}
 end
-local base = tonumber(ARGV[1])
+local base, token = string.match(ARGV[1], '^(%d*):(%d+)$')
+if token then
+  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
+  if tonumber(token) < fence then
+    return {-3, 0, 0}
+  end
+  if tonumber(token) > fence then
+    redis.call('HSET', KEYS[1], 'fence', token)
+  end
+  base = tonumber(base)
+else
+  base = tonumber(ARGV[1])
+end
 if base then
   local d = tonumber(redis.call('HGET', KEYS[1], 'delivered') or '0') or 0
   if d < base then

@@ -5,18 +5,31 @@
 --
 -- KEYS[1] buyers hash   fg:{<sale>}:buyers
 -- KEYS[2] released set  fg:{<sale>}:released
--- ARGV[1] r: how many released pairs follow
--- ARGV[2 .. 1+2r] pairs user id, order id of released rows (cancelled,
+-- KEYS[3] sale hash (only its fence field)  fg:{<sale>}:sale
+-- ARGV[1] the caller's fencing token: refused below the sale hash's fence
+--         field, which it raises (creating the field when Redis lost the
+--         hash: a stale restore then stops at its next page)
+-- ARGV[2] r: how many released pairs follow
+-- ARGV[3 .. 2+2r] pairs user id, order id of released rows (cancelled,
 --         expired, refunded): the order joins the released set, so that a
 --         late Release of it changes nothing, and the buyer entry goes if it
 --         names that order
--- ARGV[2+2r ..] pairs user id, order id of live rows (pending_payment,
+-- ARGV[3+2r ..] pairs user id, order id of live rows (pending_payment,
 --         paid): the buyer entry is set if the user has none and the order
 --         was not released
 --
--- Returns the number of pairs read.
-local r = tonumber(ARGV[1]) or 0
-local i = 2
+-- Returns the number of pairs read, or -1 refused (a newer writer's token
+-- is in the sale hash; nothing changed).
+local token = tonumber(ARGV[1]) or 0
+local fence = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') or 0
+if token < fence then
+  return -1
+end
+if token > fence then
+  redis.call('HSET', KEYS[3], 'fence', ARGV[1])
+end
+local r = tonumber(ARGV[2]) or 0
+local i = 3
 for _ = 1, r do
   local user, order = ARGV[i], ARGV[i + 1]
   redis.call('SADD', KEYS[2], order)
@@ -32,4 +45,4 @@ while i + 1 <= #ARGV do
   end
   i = i + 2
 end
-return (#ARGV - 1) / 2
+return (#ARGV - 2) / 2

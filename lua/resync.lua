@@ -17,6 +17,11 @@
 --         the caller just before this call
 -- ARGV[9] "1" when the caller has just restored the released set and the
 --         buyers from every row of the sale (Restore), else "0"
+-- ARGV[10] the caller's fencing token (the leader's, or an admin call's):
+--         refused below the hash's fence field, which it raises
+--
+-- Returns {-2} refused (a newer writer's token is in the hash; nothing
+-- changed).
 --
 -- Unless ARGV[9] is "1", returns {-1} when Redis cannot be trusted to hold
 -- the sale's releases and buyers: the hash has no total (a Redis loss), or
@@ -43,7 +48,15 @@ end
 local D = tonumber(ARGV[8]) or 0
 local restored = ARGV[9] == '1'
 
+local token = tonumber(ARGV[10]) or 0
+local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
+if token < fence then
+  return {-2}
+end
 local exists = redis.call('HEXISTS', KEYS[1], 'total') == 1
+if token > fence and (exists or restored) then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[10])
+end
 if not restored then
   if not exists then
     return {-1}

@@ -47,6 +47,10 @@ var (
 	reserveManySrc string
 	//go:embed acktrim.lua
 	ackTrimSrc string
+	//go:embed mark.lua
+	markSrc string
+	//go:embed takefence.lua
+	takeFenceSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -82,6 +86,24 @@ var (
 	// AckTrim is the order sink's acknowledgement of committed entries,
 	// which also removes them from the stream.
 	AckTrim = redis.NewScript(ackTrimSrc)
+
+	// Mark sets fields of a sale hash under the leader's fencing token;
+	// TakeFence hands out fencing tokens (see docs/internals.md).
+	Mark      = redis.NewScript(markSrc)
+	TakeFence = redis.NewScript(takeFenceSrc)
+)
+
+// Refusals of a write whose fencing token is below the highest its sale's
+// hash has seen (its fence field): SetState's answer, Resync's one-value
+// answer, ReleaseBatch's first value, and the answer of Restore, Pause and
+// Mark.
+const (
+	SetStateFenced     = -2
+	ResyncFenced       = -2
+	ReleaseBatchFenced = -3
+	RestoreFenced      = -1
+	PauseFenced        = -1
+	MarkFenced         = -1
 )
 
 // Return codes of Reserve.

@@ -72,7 +72,7 @@ func TestCountersFollowRows(t *testing.T) {
 		for i := 0; i < 20; i++ {
 			_, _ = db.Transition(ctx, fmt.Sprintf("o%03d", i), []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded, t0)
 		}
-		if _, err := db.ExpireDue(ctx, t0.Add(200*time.Second), t0, 50); err != nil {
+		if _, err := db.ExpireDue(ctx, t0.Add(200*time.Second), t0, 50, 1); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'refunded' WHERE order_id IN ('o298', 'o299') AND status = 'paid'`)); err != nil {
@@ -134,7 +134,7 @@ func TestReleaseQueueDelivered(t *testing.T) {
 			t.Fatalf("ReleaseQueue(3): got %v, %d, %v; want r0..r2, 0", q, delivered, err)
 		}
 		for i := 0; i < 2; i++ { // a second re-sync delivers the same three
-			if n, err := db.ReleasesDelivered(ctx, "s", []string{"r0", "r1", "r2"}); err != nil || n != 3 {
+			if n, err := db.ReleasesDelivered(ctx, "s", []string{"r0", "r1", "r2"}, 1); err != nil || n != 3 {
 				t.Fatalf("ReleasesDelivered #%d: got %d, %v; want 3", i, n, err)
 			}
 		}

@@ -129,6 +129,19 @@ var migrations = []migration{
 			`CREATE INDEX IF NOT EXISTS sales_live ON sales (id) WHERE archived = 0`,
 		},
 	},
+	{
+		// Version 6 holds the leader fence: the highest fencing token a
+		// write of the control plane's loops carried (see raiseFence). A
+		// write with a lower token changes nothing.
+		version: 6,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS leader_fence (
+				id    {int} PRIMARY KEY,
+				token {int} NOT NULL
+			)`,
+			`INSERT INTO leader_fence (id, token) VALUES (1, 0) ON CONFLICT (id) DO NOTHING`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -365,12 +365,22 @@ func placeholders(n int) string {
 // createdBefore to expired (updated_at = now) and returns them, oldest first.
 // Every returned order was moved by this call: on PostgreSQL the rows are
 // picked with FOR UPDATE SKIP LOCKED, so two control planes never expire the
-// same row; SQLite serialises writers. A limit below 1 means 100.
-func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Order, error) {
+// same row; SQLite serialises writers. A limit below 1 means 100. It runs
+// under fencing token fence (see raiseFence): with a stale one it expires
+// nothing and returns flashgate.ErrFenced.
+func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int, fence int64) ([]flashgate.Order, error) {
 	if limit < 1 {
 		limit = 100
 	}
-	rows, err := d.w.QueryContext(ctx, d.expireDueSQL(),
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("expiring orders: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := d.raiseFence(ctx, tx, fence); err != nil {
+		return nil, fmt.Errorf("expiring orders: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, d.expireDueSQL(),
 		string(flashgate.StatusExpired), d.ts(now),
 		string(flashgate.StatusPendingPayment), d.ts(createdBefore), limit,
 		string(flashgate.StatusPendingPayment))
@@ -379,6 +389,9 @@ func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit 
 	}
 	out, err := scanOrders(rows)
 	if err != nil {
+		return nil, fmt.Errorf("expiring orders: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("expiring orders: %w", err)
 	}
 	sortOrders(out)
@@ -602,12 +615,16 @@ func (d *DB) ReleaseQueue(ctx context.Context, saleID string, limit int) (queued
 // queue, once Redis holds their releases, and adds how many it removed to
 // the sale's delivered count, in one transaction. It returns the new count.
 // Orders already removed (by a concurrent re-sync) are not counted twice.
-func (d *DB) ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string) (delivered int64, err error) {
+// It runs under fencing token fence (see raiseFence).
+func (d *DB) ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error) {
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := d.raiseFence(ctx, tx, fence); err != nil {
+		return 0, fmt.Errorf("delivering releases of sale %s: %w", saleID, err)
+	}
 	var removed int64
 	for start := 0; start < len(orderIDs); start += deleteChunk {
 		chunk := orderIDs[start:min(start+deleteChunk, len(orderIDs))]

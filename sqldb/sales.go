@@ -143,12 +143,21 @@ func (d *DB) Sales(ctx context.Context) ([]flashgate.Sale, error) {
 }
 
 // SetSaleState stores the lifecycle state of sale id (upcoming, open or
-// closed); an unknown id is flashgate.ErrNotFound.
-func (d *DB) SetSaleState(ctx context.Context, id string, st flashgate.SaleState) error {
+// closed) under fencing token fence (see raiseFence); an unknown id is
+// flashgate.ErrNotFound.
+func (d *DB) SetSaleState(ctx context.Context, id string, st flashgate.SaleState, fence int64) error {
 	if err := storedState(st); err != nil {
 		return err
 	}
-	res, err := d.w.ExecContext(ctx, d.q(`UPDATE sales SET state = ? WHERE id = ?`), string(st), id)
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("setting state of sale %s: %w", id, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := d.raiseFence(ctx, tx, fence); err != nil {
+		return fmt.Errorf("setting state of sale %s: %w", id, err)
+	}
+	res, err := tx.ExecContext(ctx, d.q(`UPDATE sales SET state = ? WHERE id = ?`), string(st), id)
 	if err != nil {
 		return fmt.Errorf("setting state of sale %s: %w", id, err)
 	}
@@ -156,6 +165,9 @@ func (d *DB) SetSaleState(ctx context.Context, id string, st flashgate.SaleState
 		return fmt.Errorf("setting state of sale %s: %w", id, err)
 	} else if n == 0 {
 		return fmt.Errorf("sale %s: %w", id, flashgate.ErrNotFound)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("setting state of sale %s: %w", id, err)
 	}
 	return nil
 }

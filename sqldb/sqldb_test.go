@@ -162,16 +162,16 @@ func TestSales(t *testing.T) {
 		if len(all) != 2 || all[0].ID != "a" || all[1].ID != "b" {
 			t.Errorf("Sales: got %+v, want a then b", all)
 		}
-		if err := db.SetSaleState(ctx, "a", flashgate.StateOpen); err != nil {
+		if err := db.SetSaleState(ctx, "a", flashgate.StateOpen, 1); err != nil {
 			t.Fatal(err)
 		}
 		if ga, _ := db.Sale(ctx, "a"); ga.State != flashgate.StateOpen {
 			t.Errorf("state after SetSaleState: got %q, want open", ga.State)
 		}
-		if err := db.SetSaleState(ctx, "zz", flashgate.StateOpen); !errors.Is(err, flashgate.ErrNotFound) {
+		if err := db.SetSaleState(ctx, "zz", flashgate.StateOpen, 1); !errors.Is(err, flashgate.ErrNotFound) {
 			t.Errorf("SetSaleState(zz): got %v, want ErrNotFound", err)
 		}
-		if err := db.SetSaleState(ctx, "a", flashgate.StateSoldOut); !errors.Is(err, flashgate.ErrBadRequest) {
+		if err := db.SetSaleState(ctx, "a", flashgate.StateSoldOut, 1); !errors.Is(err, flashgate.ErrBadRequest) {
 			t.Errorf("SetSaleState(sold_out): got %v, want ErrBadRequest", err)
 		}
 	})
@@ -329,7 +329,7 @@ func TestExpireDue(t *testing.T) {
 		cut := t0.Add(6 * time.Minute) // e0..e5 are due; e1 is paid.
 		var got []string
 		for i := 0; i < 4; i++ {
-			os, err := db.ExpireDue(ctx, cut, now, 2)
+			os, err := db.ExpireDue(ctx, cut, now, 2, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -362,7 +362,7 @@ func TestExpireDue(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 50; i++ {
-					os, err := db.ExpireDue(ctx, cut, now, 7)
+					os, err := db.ExpireDue(ctx, cut, now, 7, 1)
 					if err != nil {
 						t.Errorf("ExpireDue: %v", err)
 						return

@@ -242,7 +242,7 @@ func (m *bucketModel) payRefund(t *rapid.T) {
 
 func (m *bucketModel) expire(t *rapid.T) {
 	m.clock.Add(16 * time.Minute)
-	if _, err := m.cp.ExpireDue(m.ctx); err != nil {
+	if _, err := m.cp.ExpireDue(controlplane.WithFencingToken(m.ctx, m.token)); err != nil {
 		t.Fatalf("expire: %v", err)
 	}
 }
@@ -254,7 +254,7 @@ func (m *bucketModel) drain(t *rapid.T) {
 }
 
 func (m *bucketModel) resync(t *rapid.T) {
-	if _, _, err := m.cp.Resync(m.ctx, m.sale); err != nil {
+	if _, _, err := m.cp.Resync(controlplane.WithFencingToken(m.ctx, m.token), m.sale); err != nil {
 		t.Fatalf("resync: %v", err)
 	}
 	// The release queue went to Redis again: markers a crashed release
