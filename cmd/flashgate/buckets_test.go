@@ -245,10 +245,14 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 	if err := waitFor(ctx, 30*time.Second, func() bool {
 		cc.ReloadState(ctx)
 		marker, _ := cc.Get(ctx, lua.PrimaryKey(tag0)).Result()
+		// Rebuilt is not enough: the bucket reopens one re-sync later,
+		// and a crowd sent before that finds it paused (503) while the
+		// other buckets sell out, leaving its units unsold.
+		open, _ := cc.HGet(ctx, lua.SaleKey(tag0), "start").Result()
 		f, err := getAdminFigures(admin, cfg.AdminToken, sale)
-		return marker != "" && marker != old && err == nil && f.StreamBacklog == 0
+		return marker != "" && marker != old && open == "1" && err == nil && f.StreamBacklog == 0
 	}); err != nil {
-		t.Fatalf("bucket 0 not rebuilt on its new primary: %v\n%s", err, errb.String())
+		t.Fatalf("bucket 0 not rebuilt and reopened on its new primary: %v\n%s", err, errb.String())
 	}
 	r2, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
 		UserPrefix: "f2-", Users: 17000, Concurrency: 64, Quantity: 1, Timeout: 10 * time.Second})
