@@ -127,8 +127,8 @@ func fenceCases(other string) []fenceCase {
 		// a bad quantity, sold out; the one that would take a unit is
 		// fenced.
 		{name: "another primary, answers that take nothing", marker: other, before: []call{{"o0", "u0", "2"}},
-			calls: []call{{"o1", "u0", "1"}, {"o2", "u2", "9"}, {"o3", "u3", "2"}, {"o4", "u4", "1"}},
-			want:  []any{int64(lua.ReservePurchased), "o0", int64(lua.ReserveBadQuantity), "", int64(lua.ReserveSoldOut), "", paused, ""},
+			calls:    []call{{"o1", "u0", "1"}, {"o2", "u2", "9"}, {"o3", "u3", "2"}, {"o4", "u4", "1"}},
+			want:     []any{int64(lua.ReservePurchased), "o0", int64(lua.ReserveBadQuantity), "", int64(lua.ReserveSoldOut), "", paused, ""},
 			wantMini: []any{int64(lua.ReservePurchased), "o0", int64(lua.ReserveBadQuantity), "", int64(lua.ReserveSoldOut), "", ok, "o4"},
 			fenced:   true},
 	}
