@@ -10,10 +10,10 @@
 // Redis Cluster refuses when they hash to different slots): one pipeline of
 // non-blocking XREADGROUPs per poll, one round trip per Redis node whatever
 // the number of sales, each stream read up to Batch so that no sale starves
-// another; a stream quiet for a while is polled about once a second. With
-// Config.WaitReplicas, what was read is made to reach the replicas (WAIT)
-// before it is committed, so a failover cannot lose a reservation the
-// database already holds.
+// another; a stream quiet for a while is polled about once a second. What
+// was read is made to reach the replicas its primary has (WAIT, see
+// Config.WaitReplicas) before it is committed, so a failover cannot lose a
+// reservation the database already holds.
 package ordersink
 
 import (
@@ -82,16 +82,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock tells the time for lag figures; default flashgate.SystemClock.
 	Clock flashgate.Clock
-	// WaitReplicas, when > 0, makes the drainer send `WAIT WaitReplicas
-	// WaitTimeout` after reading a batch and before committing it, on one
-	// connection to the stream's primary right after re-claiming the batch's
-	// entries (XCLAIM JUSTID, a write replicated after the entries
-	// themselves). When fewer replicas acknowledge, the batch is not
-	// committed: it stays pending and is tried again after a backoff.
-	// Default: 0, no WAIT.
+	// WaitReplicas is how many replicas must hold a batch before it is
+	// committed: the drainer re-claims the batch's entries (XCLAIM JUSTID, a
+	// write replicated after the entries themselves) and sends `WAIT n
+	// WaitTimeout` on that same connection to the stream's primary. When
+	// fewer replicas acknowledge, the batch is not committed: it stays
+	// pending and is tried again after a backoff.
+	//
+	// Default (0, WaitAuto): n is the number of replicas the stream's
+	// primary reports online (INFO replication), read at most once a
+	// second per primary and again after a WAIT fell short; a lagging
+	// replica holds the commit, a primary without replicas (or a store
+	// that cannot tell, as miniredis) needs no WAIT. A number > 0 waits
+	// for exactly that many; WaitOff (< 0) never waits.
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; default 500ms (only used when
-	// WaitReplicas > 0).
+	// WaitTimeout bounds each WAIT; default 500ms.
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,
@@ -100,8 +105,16 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
+// Values of Config.WaitReplicas besides a count.
+const (
+	// WaitAuto waits for the replicas the stream's primary has online.
+	WaitAuto = 0
+	// WaitOff never waits for replicas.
+	WaitOff = -1
+)
+
 // ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than
-// Config.WaitReplicas replicas acknowledged a batch within WaitTimeout: the
+// the replicas it waits for (Config.WaitReplicas) acknowledged a batch within WaitTimeout: the
 // batch was not committed and stays pending.
 var ErrReplicasBehind = errors.New("ordersink: replicas did not acknowledge the batch")
 
@@ -121,8 +134,10 @@ type Drainer struct {
 	groups      map[string]bool // streams whose group is known to exist
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
-	polls       int            // polls for new entries so far
-	quiet       map[string]int // sale → consecutive polls that found nothing new
+	polls       int                     // polls for new entries so far
+	quiet       map[string]int          // sale → consecutive polls that found nothing new
+	replicas    map[string]replicaCount // primary address → its online replicas (WaitAuto)
+	blind       bool                    // noted that the store cannot tell its replicas
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -180,6 +195,7 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},
+		replicas:    map[string]replicaCount{},
 	}
 }
 
@@ -597,8 +613,9 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 	return total, nil
 }
 
-// awaitReplicas returns nil once WaitReplicas replicas hold everything the
-// batches hold, or at once without WaitReplicas. On each primary concerned
+// awaitReplicas returns nil once the replicas it waits for (WaitReplicas)
+// hold everything the batches hold, or at once when there are none. On each
+// primary concerned
 // it re-claims the batches' entries for this consumer (XCLAIM JUSTID: a
 // write, replicated after the entries themselves, which sets the
 // connection's replication offset even when the entries were read by an
@@ -606,7 +623,7 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 // connection. Replication is ordered: once a replica acknowledged the
 // XCLAIM it holds the entries.
 func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
-	if d.cfg.WaitReplicas <= 0 {
+	if d.cfg.WaitReplicas < 0 {
 		return nil
 	}
 	type nodeBatches struct {
@@ -627,7 +644,21 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 		nodes[i].bs = append(nodes[i].bs, b)
 	}
 	for _, n := range nodes {
-		if err := d.waitOn(ctx, n.node, n.bs); err != nil {
+		want := d.cfg.WaitReplicas
+		if want == WaitAuto {
+			var err error
+			if want, err = d.onlineReplicas(ctx, n.node); err != nil {
+				return err
+			}
+			if want == 0 {
+				continue
+			}
+		}
+		if err := d.waitOn(ctx, n.node, n.bs, want); err != nil {
+			if d.cfg.WaitReplicas == WaitAuto && errors.Is(err, ErrReplicasBehind) {
+				// A replica may have gone: count them again next time.
+				delete(d.replicas, n.node.Options().Addr)
+			}
 			return err
 		}
 	}
@@ -636,7 +667,7 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 
 // waitOn re-claims the batches' entries and sends WAIT on one connection of
 // node.
-func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
+func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch, want int) error {
 	conn := node.Conn()
 	defer conn.Close()
 	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -657,13 +688,13 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 	}
 	// A WAIT of its own, not in the pipeline: go-redis gives it a read
 	// deadline of WaitTimeout plus a margin, whatever the client's.
-	acked, err := conn.Wait(ctx, d.cfg.WaitReplicas, d.cfg.WaitTimeout).Result()
+	acked, err := conn.Wait(ctx, want, d.cfg.WaitTimeout).Result()
 	if err != nil {
 		return fmt.Errorf("ordersink: WAIT: %w", err)
 	}
-	if acked < int64(d.cfg.WaitReplicas) {
+	if acked < int64(want) {
 		return fmt.Errorf("%w: %d of %d replicas within %v; not committing %d streams' batches yet",
-			ErrReplicasBehind, acked, d.cfg.WaitReplicas, d.cfg.WaitTimeout, len(bs))
+			ErrReplicasBehind, acked, want, d.cfg.WaitTimeout, len(bs))
 	}
 	return nil
 }
