@@ -90,11 +90,12 @@ type Config struct {
 	// pending and is tried again after a backoff.
 	//
 	// Default (0, WaitAuto): n is the number of replicas the stream's
-	// primary reports online (INFO replication), read at most once a
-	// second per primary and again after a WAIT fell short; a lagging
-	// replica holds the commit, a primary without replicas (or a store
-	// that cannot tell, as miniredis) needs no WAIT. A number > 0 waits
-	// for exactly that many; WaitOff (< 0) never waits.
+	// primary reports online (INFO replication, sent with the re-claims, in
+	// the same round trip); a lagging replica holds the commit. A primary
+	// without replicas needs no WAIT and is asked again at most once a
+	// second (a replica that came online within that second may miss a
+	// batch); a store that cannot tell (miniredis) is taken to have none. A
+	// number > 0 waits for exactly that many; WaitOff (< 0) never waits.
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT; default 500ms.
 	WaitTimeout time.Duration
@@ -644,21 +645,18 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 		nodes[i].bs = append(nodes[i].bs, b)
 	}
 	for _, n := range nodes {
-		want := d.cfg.WaitReplicas
-		if want == WaitAuto {
-			var err error
-			if want, err = d.onlineReplicas(ctx, n.node); err != nil {
+		if d.cfg.WaitReplicas == WaitAuto {
+			// A primary that had no replica a moment ago is not asked
+			// again for every batch; one that had is, in waitOn.
+			had, err := d.onlineReplicas(ctx, n.node)
+			if err != nil {
 				return err
 			}
-			if want == 0 {
+			if had == 0 {
 				continue
 			}
 		}
-		if err := d.waitOn(ctx, n.node, n.bs, want); err != nil {
-			if d.cfg.WaitReplicas == WaitAuto && errors.Is(err, ErrReplicasBehind) {
-				// A replica may have gone: count them again next time.
-				delete(d.replicas, n.node.Options().Addr)
-			}
+		if err := d.waitOn(ctx, n.node, n.bs); err != nil {
 			return err
 		}
 	}
@@ -666,11 +664,18 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 }
 
 // waitOn re-claims the batches' entries and sends WAIT on one connection of
-// node.
-func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch, want int) error {
+// node. With WaitAuto the re-claims' pipeline also reads INFO replication,
+// so the WAIT asks for the replicas the primary has online now (none: no
+// WAIT), at no extra round trip.
+func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
 	conn := node.Conn()
 	defer conn.Close()
+	want := d.cfg.WaitReplicas
+	var info *redis.StringCmd
 	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if want == WaitAuto {
+			defer func() { info = p.Info(ctx, "replication") }()
+		}
 		for _, b := range bs {
 			ids := make([]string, len(b.msgs))
 			for i, m := range b.msgs {
@@ -685,6 +690,13 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch, wa
 	})
 	if err != nil {
 		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
+	}
+	if info != nil {
+		if want = countOnline(info.Val()); want == 0 {
+			d.replicas[node.Options().Addr] = replicaCount{at: time.Now()}
+			return nil
+		}
+		d.replicas[node.Options().Addr] = replicaCount{online: want, at: time.Now()}
 	}
 	// A WAIT of its own, not in the pipeline: go-redis gives it a read
 	// deadline of WaitTimeout plus a margin, whatever the client's.
