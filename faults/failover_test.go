@@ -308,6 +308,8 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 	go func() { defer wg.Done(); lateOuts = late.run(ctx) }()
 	go func() { defer wg.Done(); againOuts = again.run(ctx) }()
 	wg.Wait()
+	t.Logf("round %d after the failover: new buyers ended with %s; the first ones again with %s", round,
+		countList(stats(lateOuts).finals), countList(stats(againOuts).finals))
 
 	// Every order sold on the new primary reaches the database.
 	if _, ok := waitFor(20*time.Second, func() bool {

@@ -29,7 +29,8 @@ func replID(ctx context.Context, rdb *redis.Client) string {
 
 // TestReserveFence covers the failover fence of Reserve, ReserveMany and a
 // spill reserve: a marker naming another primary (what a promoted replica
-// carries) stops every reserve that would take units, and nothing changes;
+// carries) stops every reserve that would take units and pauses the sale as
+// lua.Pause does, and nothing else changes;
 // no marker, this primary's marker, or a store that cannot tell its
 // replication id (miniredis) lets them through; answers that take nothing
 // are given as before.
@@ -95,6 +96,11 @@ func TestReserveFence(t *testing.T) {
 					if n := rdb.XLen(ctx, lua.OrdersKey(saleID)).Val(); n != entries {
 						t.Errorf("stream entries while fenced: got %d, want %d", n, entries)
 					}
+					start := hget(t, ctx, rdb, lua.SaleKey(saleID), lua.FieldStart)
+					resume := hget(t, ctx, rdb, lua.SaleKey(saleID), lua.FieldResume)
+					if start != "0" || resume != "2" {
+						t.Errorf("start, resume once fenced: got %q, %q; want \"0\", \"2\" (paused as lua.Pause pauses)", start, resume)
+					}
 				}
 			})
 		}
@@ -111,7 +117,7 @@ type fenceCase struct {
 	// wantMini, when set, on miniredis (which cannot tell its replication
 	// id, so the fence never trips).
 	want, wantMini []any
-	fenced         bool // nothing may change
+	fenced         bool // only start and resume may change (paused)
 }
 
 func fenceCases(other string) []fenceCase {
@@ -135,7 +141,8 @@ func fenceCases(other string) []fenceCase {
 }
 
 // TestSpillReserveFence: a spill reserve in a bucket whose marker names
-// another primary is fenced like any other.
+// another primary is fenced like any other, and sells again once the
+// marker names this primary and the bucket is reopened.
 func TestSpillReserveFence(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -148,7 +155,15 @@ func TestSpillReserveFence(t *testing.T) {
 	if want := []any{int64(lua.ReservePaused), ""}; err != nil || !reflect.DeepEqual(res, want) {
 		t.Errorf("spill reserve while fenced: got %v, %v; want %v", res, err, want)
 	}
+	if start := hget(t, ctx, rdb, lua.SaleKey(saleID), lua.FieldStart); start != "0" {
+		t.Errorf("start once fenced: got %q, want \"0\" (paused)", start)
+	}
+	// The control plane's rebuild sets the marker to this primary's id and
+	// reopens the sale.
 	if err := rdb.Set(ctx, lua.PrimaryKey(saleID), replID(ctx, rdb), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(saleID), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
 	res, err = lua.Reserve.Run(ctx, rdb, lua.SpillReserveKeys(saleID), "o1", "u1", 1, 1700000000123, saleID, 0, lua.SpillArg).Slice()

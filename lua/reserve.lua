@@ -25,9 +25,10 @@
 -- the replication id the control plane last checked the sale on, with this
 -- primary's own (INFO replication, master_replid). A replica promoted by a
 -- failover carries the old primary's marker but has an id of its own, and
--- may lack reserves whose orders already are rows: it answers {7, ""}
--- (paused) until the control plane has rebuilt the sale from the database
--- and set the marker to the new id. No marker (a sale the control plane has
+-- may lack reserves whose orders already are rows: the script pauses the
+-- sale as lua.Pause does (start = 0, resume = 2) and answers {7, ""}; the
+-- control plane rebuilds it from the database, sets the marker to the new
+-- id and reopens it. No marker (a sale the control plane has
 -- not looked at yet), or a store that cannot tell its replication id (no
 -- INFO replication, as miniredis), is no fence.
 --
@@ -84,6 +85,9 @@ if marker then
   local info = redis.pcall('INFO', 'replication')
   if type(info) == 'string' and string.find(info, 'master_replid:', 1, true)
     and not string.find(info, 'master_replid:' .. marker .. '\r', 1, true) then
+    -- Paused as lua.Pause pauses it, so gateways answer 503 without
+    -- admitting anyone until the control plane has rebuilt it.
+    redis.call('HSET', KEYS[1], 'start', 0, 'resume', 2)
     return {7, ''}
   end
 end

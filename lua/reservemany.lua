@@ -11,8 +11,9 @@
 -- KEYS[4] primary mark  fg:{<sale>}:primary
 --         (lua.PrimaryKey): the failover fence, checked as Reserve
 --         checks it (see reserve.lua), once per call and only when an
---         order would take units; fenced, each such order is answered
---         {7, ""} and nothing is taken
+--         order would take units; fenced, the sale is paused as Reserve
+--         pauses it, each such order is answered {7, ""} and nothing is
+--         taken
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
@@ -84,6 +85,9 @@ for i = 1, n do
           local info = redis.pcall('INFO', 'replication')
           fenced = type(info) == 'string' and string.find(info, 'master_replid:', 1, true) ~= nil
             and not string.find(info, 'master_replid:' .. marker .. '\r', 1, true)
+        end
+        if fenced then
+          redis.call('HSET', KEYS[1], 'start', 0, 'resume', 2)
         end
       end
       if fenced then
