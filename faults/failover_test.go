@@ -193,6 +193,9 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 		if st.live > lagUnits {
 			oversold = append(oversold, fmt.Sprintf("round %d: %d live orders for %d units", round, st.live, lagUnits))
 		}
+		if st.live < lagUnits && len(st.problems) == 0 {
+			r.problems = append(r.problems, fmt.Sprintf("UNSOLD: round %d: %d of %d units sold to %d buyers after the failover", round, st.live, lagUnits, 30+lagUnits/2))
+		}
 		doubled = append(doubled, st.doubled...)
 		r.problems = append(r.problems, st.problems...)
 		t.Logf("round %d: %d live orders of %d units; early 201s committed before the kill %d, lost %d; first sale %v after the failover",

@@ -28,9 +28,10 @@
 -- may lack reserves whose orders already are rows: the script pauses the
 -- sale as lua.Pause does (start = 0, resume = 2) and answers {7, ""}; the
 -- control plane rebuilds it from the database, sets the marker to the new
--- id and reopens it. No marker (a sale the control plane has
--- not looked at yet), or a store that cannot tell its replication id (no
--- INFO replication, as miniredis), is no fence.
+-- id and reopens it. No marker (a sale the control plane has not looked at
+-- yet), or a store that cannot tell its replication id (no INFO
+-- replication, as miniredis), is no fence. Answers that take nothing are
+-- given before the fence is looked at.
 --
 -- Returns {code, order id}:
 --   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry
