@@ -114,9 +114,9 @@ const (
 	WaitOff = -1
 )
 
-// ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than
-// the replicas it waits for (Config.WaitReplicas) acknowledged a batch within WaitTimeout: the
-// batch was not committed and stays pending.
+// ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than the
+// replicas it waits for (Config.WaitReplicas) acknowledged a batch within
+// WaitTimeout: the batch was not committed and stays pending.
 var ErrReplicasBehind = errors.New("ordersink: replicas did not acknowledge the batch")
 
 // Drainer moves reserved orders from the sale streams into a Store. Its
@@ -616,11 +616,10 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 
 // awaitReplicas returns nil once the replicas it waits for (WaitReplicas)
 // hold everything the batches hold, or at once when there are none. On each
-// primary concerned
-// it re-claims the batches' entries for this consumer (XCLAIM JUSTID: a
-// write, replicated after the entries themselves, which sets the
-// connection's replication offset even when the entries were read by an
-// earlier connection or process) and then sends WAIT on that same
+// primary concerned it re-claims the batches' entries for this consumer
+// (XCLAIM JUSTID: a write, replicated after the entries themselves, which
+// sets the connection's replication offset even when the entries were read
+// by an earlier connection or process) and then sends WAIT on that same
 // connection. Replication is ordered: once a replica acknowledged the
 // XCLAIM it holds the entries.
 func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
@@ -674,7 +673,7 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 	var info *redis.StringCmd
 	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if want == WaitAuto {
-			defer func() { info = p.Info(ctx, "replication") }()
+			info = p.Info(ctx, "replication")
 		}
 		for _, b := range bs {
 			ids := make([]string, len(b.msgs))
