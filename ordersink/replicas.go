@@ -36,7 +36,7 @@ func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) (int, 
 	case errors.As(err, &refused) || (err == nil && !strings.Contains(info, "connected_slaves:")):
 		if !d.blind {
 			d.blind = true
-			d.log.Warn("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
+			d.log.Info("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
 		}
 		d.replicas[addr] = replicaCount{at: time.Now()}
 		return 0, nil
