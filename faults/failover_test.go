@@ -267,11 +267,7 @@ type lagStats struct {
 
 func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, pair *lagPair, round int) (st lagStats) {
 	sale := "lag" + strconv.Itoa(round)
-	// The pair is new behind the same address: the sink's count of the
-	// primary's replicas (none, the last round's promoted replica had) is
-	// kept up to a second. A real primary has had its replica for longer
-	// than that when a sale sells.
-	switched := time.Now()
+	switched := time.Now() // the pair is new behind the front proxy
 	c.openSale(ctx, sale, lagUnits)
 	pc := pair.primary.Client(t)
 	if _, ok := waitFor(10*time.Second, func() bool {
@@ -287,6 +283,9 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 		return st
 	}
 
+	// The sink keeps its count of a primary's replicas up to a second when
+	// it was none (the last round's promoted replica had none): a real
+	// primary has had its replica for longer than that when a sale sells.
 	time.Sleep(time.Until(switched.Add(1100 * time.Millisecond)))
 
 	// The replica lags: half the stock sold; the sink commits what it may.
