@@ -37,6 +37,12 @@ const (
 	lagUnits  = 20
 )
 
+// laggingReplicaFailover is the scenario of the fault suite.
+var laggingReplicaFailover = scenario{name: "lagging-replica-failover",
+	fault: "lagging-replica failover with default flags, 20 rounds: the replica's link held back, half of a 20-unit sale sold, kill -9 of the primary, " +
+		"the replica promoted, 30 new buyers and the first ones again (SQLite)",
+	needs: "18.1 (safe defaults)", own: lagFailover}
+
 // frontProxy forwards TCP connections to the address it is pointed at;
 // pointing it elsewhere drops every connection, as a failover does.
 type frontProxy struct {

@@ -154,6 +154,7 @@ var scenarios = []scenario{
 		opts: clusterOpts{postgres: true}, inject: redisKill},
 	{name: "redis-kill9-always", fault: "kill -9 the Redis primary (appendfsync always), restart from its AOF 1s later (SQLite)",
 		opts: clusterOpts{fsyncAlways: true}, inject: redisKill},
+	laggingReplicaFailover, // failover_test.go
 	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started", opts: clusterOpts{postgres: true}, inject: postgresStop},
 	{name: "postgres-freeze", fault: "PostgreSQL frozen (SIGSTOP, every process) for 3s", opts: clusterOpts{postgres: true}, inject: postgresFreeze},
 	{name: "replica-freeze", fault: "Redis replica frozen (SIGSTOP) for 3s (SQLite)", inject: replicaFreeze},
@@ -171,7 +172,6 @@ var scenarios = []scenario{
 		opts: clusterOpts{postgres: true}, inject: deadLetter},
 	{name: "ordersink-restart", fault: "ordersink-2 stalled, PostgreSQL frozen while ordersink-1 holds a batch, ordersink-1 kill -9 and restarted; its pending entries must be rows within 2s",
 		needs: "8.2 (sink)", opts: clusterOpts{postgres: true}, inject: sinkRestart},
-	{name: "lagging-replica-failover", fault: "lagging-replica failover with default flags, 20 rounds: the replica's link held back, half of a 20-unit sale sold, kill -9 of the primary, the replica promoted, 30 new buyers and the first ones again (SQLite)", needs: "18.1 (safe defaults)", own: lagFailover},
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.

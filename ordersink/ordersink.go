@@ -135,10 +135,14 @@ type Drainer struct {
 	groups      map[string]bool // streams whose group is known to exist
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
-	polls       int                     // polls for new entries so far
-	quiet       map[string]int          // sale → consecutive polls that found nothing new
-	replicas    map[string]replicaCount // primary address → its online replicas (WaitAuto)
-	blind       bool                    // noted that the store cannot tell its replicas
+	polls       int            // polls for new entries so far
+	quiet       map[string]int // sale → consecutive polls that found nothing new
+
+	// replicas is what each primary (by address) last said of its online
+	// replicas (WaitAuto); blind is set once the drainer has noted that
+	// the store cannot tell.
+	replicas map[string]replicaCount
+	blind    bool
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
@@ -196,7 +200,6 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
 		groups:      map[string]bool{},
 		needPending: map[string]bool{},
 		quiet:       map[string]int{},
-		replicas:    map[string]replicaCount{},
 	}
 }
 
@@ -691,11 +694,11 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
 	}
 	if info != nil {
-		if want = countOnline(info.Val()); want == 0 {
-			d.replicas[node.Options().Addr] = replicaCount{at: time.Now()}
+		want = countOnline(info.Val())
+		d.noteReplicas(node.Options().Addr, want)
+		if want == 0 {
 			return nil
 		}
-		d.replicas[node.Options().Addr] = replicaCount{online: want, at: time.Now()}
 	}
 	// A WAIT of its own, not in the pipeline: go-redis gives it a read
 	// deadline of WaitTimeout plus a margin, whatever the client's.

@@ -38,17 +38,26 @@ func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) (int, 
 			d.blind = true
 			d.log.Info("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
 		}
-		d.replicas[addr] = replicaCount{at: time.Now()}
+		d.noteReplicas(addr, 0)
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("ordersink: counting the replicas of %s: %w", addr, err)
 	}
 	n := countOnline(info)
-	if ok && n != last.online {
+	d.noteReplicas(addr, n)
+	return n, nil
+}
+
+// noteReplicas keeps what the primary at addr said of its online replicas,
+// and logs a change.
+func (d *Drainer) noteReplicas(addr string, n int) {
+	if d.replicas == nil {
+		d.replicas = map[string]replicaCount{}
+	}
+	if last, ok := d.replicas[addr]; ok && n != last.online {
 		d.log.Info("the primary's online replicas changed; the sink waits for each", "primary", addr, "was", last.online, "now", n)
 	}
 	d.replicas[addr] = replicaCount{online: n, at: time.Now()}
-	return n, nil
 }
 
 // countOnline counts the replicas in state online in the text of INFO
