@@ -128,6 +128,12 @@ type Drainer struct {
 	log   *slog.Logger
 	m     *metrics
 
+	// replicas is what each primary (by address) last said of its online
+	// replicas (WaitAuto); blind is set once the drainer has noted that
+	// the store cannot tell. Only passes use them, under mu.
+	replicas map[string]replicaCount
+	blind    bool
+
 	// mu serialises passes and guards the fields below.
 	mu          sync.Mutex
 	sales       []string
@@ -137,12 +143,6 @@ type Drainer struct {
 	claimedAt   time.Time
 	polls       int            // polls for new entries so far
 	quiet       map[string]int // sale → consecutive polls that found nothing new
-
-	// replicas is what each primary (by address) last said of its online
-	// replicas (WaitAuto); blind is set once the drainer has noted that
-	// the store cannot tell.
-	replicas map[string]replicaCount
-	blind    bool
 }
 
 // A stream whose last quietAfter polls found nothing is polled only every
