@@ -148,6 +148,9 @@ type Service struct {
 	// recoveringSales holds the ids of bucketed sales a slot of which is
 	// being recovered after a failover (failoverbuckets.go).
 	recoveringSales sync.Map
+	// replBlind is set once the failover watch has noted that Redis cannot
+	// tell its replication state (failover.go), until it can again.
+	replBlind atomic.Bool
 
 	// mu guards settled, leading and term.
 	mu      sync.Mutex

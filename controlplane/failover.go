@@ -108,12 +108,31 @@ func (s *Service) watchFailover(ctx context.Context) {
 			}
 			err = s.checkPrimary(ctx, sale, marker, ids)
 		}
+		if errors.Is(err, errNoReplicationState) {
+			s.noteBlind(err)
+			return // the same store for every sale: nothing to check
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
 		}
+	}
+	s.replBlind.Store(false)
+}
+
+// errNoReplicationState is returned (wrapped) by replicationID when Redis
+// answers but cannot tell its replication id: a store without INFO
+// replication, as the demo's embedded one, or one with INFO renamed.
+var errNoReplicationState = errors.New("redis cannot tell its replication id")
+
+// noteBlind logs once, until Redis can tell its replication state again,
+// that failovers go unnoticed: the watch, and the reserve scripts' fence
+// (which cannot tell either), are off.
+func (s *Service) noteBlind(err error) {
+	if !s.replBlind.Swap(true) {
+		s.log.Warn("failover watch off: redis cannot tell its replication state (INFO replication); a promoted replica would not be noticed", "err", err)
 	}
 }
 
@@ -219,6 +238,10 @@ func (s *Service) replicationID(ctx context.Context, key string, ids map[string]
 		return v, nil
 	}
 	info, err := node.Info(ctx, "replication").Result()
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return "", fmt.Errorf("%w: %w", errNoReplicationState, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("reading the primary's replication id: %w", err)
 	}
@@ -231,5 +254,5 @@ func (s *Service) replicationID(ctx context.Context, key string, ids map[string]
 			return v, nil
 		}
 	}
-	return "", errors.New("no master_replid in INFO replication")
+	return "", fmt.Errorf("%w: no master_replid in INFO replication", errNoReplicationState)
 }

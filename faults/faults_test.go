@@ -39,6 +39,8 @@ type scenario struct {
 	// reported but do not fail the scenario, provided that it recovered in
 	// time (run.recoveredInTime).
 	lossesOK string
+	// own, when set, runs the scenario in place of the crowds above.
+	own func(t *testing.T, s *suite, sc scenario) result
 }
 
 // run is one scenario's run: its cluster, clock and findings.
@@ -152,6 +154,7 @@ var scenarios = []scenario{
 		opts: clusterOpts{postgres: true}, inject: redisKill},
 	{name: "redis-kill9-always", fault: "kill -9 the Redis primary (appendfsync always), restart from its AOF 1s later (SQLite)",
 		opts: clusterOpts{fsyncAlways: true}, inject: redisKill},
+	laggingReplicaFailover, // failover_test.go
 	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started", opts: clusterOpts{postgres: true}, inject: postgresStop},
 	{name: "postgres-freeze", fault: "PostgreSQL frozen (SIGSTOP, every process) for 3s", opts: clusterOpts{postgres: true}, inject: postgresFreeze},
 	{name: "replica-freeze", fault: "Redis replica frozen (SIGSTOP) for 3s (SQLite)", inject: replicaFreeze},
@@ -252,6 +255,9 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	}
 	if sc.buyers == 0 {
 		sc.buyers = 2000
+	}
+	if sc.own != nil {
+		return sc.own(t, s, sc)
 	}
 	r = result{name: sc.name, fault: sc.fault, needs: sc.needs}
 	x := &run{t: t, s: s, sc: sc, sale: "fault-" + regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(sc.name, "")}

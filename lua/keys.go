@@ -147,9 +147,10 @@ const (
 // SetState, Resync, Pause, Tally, Shrink, Grant, Mark.
 func SaleKeys(tag string) []string { return []string{SaleKey(tag)} }
 
-// ReserveKeys is Reserve's KEYS: sale hash, buyers hash, orders stream.
+// ReserveKeys is the KEYS of Reserve and ReserveMany: sale hash, buyers
+// hash, orders stream, primary marker (the failover fence).
 func ReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag)}
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), PrimaryKey(tag)}
 }
 
 // ReleaseKeys is the KEYS of Release and ReleaseBatch: sale hash, buyers
@@ -173,9 +174,10 @@ func LeaderKeys() []string { return []string{LeaderKey()} }
 func LedgerKeys(sale string) []string { return []string{LedgerKey(sale)} }
 
 // SpillReserveKeys is the KEYS of a spill reserve (Reserve with ARGV[7]):
-// sale hash, buyers hash, orders stream, released set of the spill bucket.
+// sale hash, buyers hash, orders stream, primary marker, released set of the
+// spill bucket.
 func SpillReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), ReleasedKey(tag)}
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), PrimaryKey(tag), ReleasedKey(tag)}
 }
 
 // ClaimKeys is Claim's KEYS: sale hash, buyers hash, claims of the home

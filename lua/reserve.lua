@@ -5,7 +5,10 @@
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] orders stream fg:{<sale>}:orders
--- KEYS[4] released set  fg:{<sale>}:released
+-- KEYS[4] primary mark  fg:{<sale>}:primary
+--         (lua.PrimaryKey: the failover fence, see below)
+-- KEYS[5] released set  fg:{<sale>}:released
+--         (read only with ARGV[7])
 -- ARGV[1] order id (minted by the caller)
 -- ARGV[2] user id
 -- ARGV[3] quantity
@@ -13,11 +16,22 @@
 -- ARGV[5] sale id
 -- ARGV[6] optional: the bucket index, when KEYS are a bucket's of a bucketed
 --         sale; the entry then carries it
--- (KEYS[4] is read only with ARGV[7].)
 -- ARGV[7] optional: "spill" when the bucket is not the user's home (the
 --         home holds the user's claim, lua.Claim): an order the leader
---         fenced in KEYS[4] (lua.SpillCheck) is refused, and a sold-out
+--         fenced in KEYS[5] (lua.SpillCheck) is refused, and a sold-out
 --         answer counts no want
+--
+-- The failover fence: before it takes units the script compares KEYS[4],
+-- the replication id the control plane last checked the sale on, with this
+-- primary's own (INFO replication, master_replid). A replica promoted by a
+-- failover carries the old primary's marker but has an id of its own, and
+-- may lack reserves whose orders already are rows: the script pauses the
+-- sale as lua.Pause does (start = 0, resume = 2) and answers {7, ""}; the
+-- control plane rebuilds it from the database, sets the marker to the new
+-- id and reopens it. No marker (a sale the control plane has not looked at
+-- yet), or a store that cannot tell its replication id (no INFO
+-- replication, as miniredis), is no fence. Answers that take nothing are
+-- given before the fence is looked at.
 --
 -- Returns {code, order id}:
 --   {0, order}    reserved: booked += qty, reserved += qty, buyer set, entry
@@ -29,8 +43,9 @@
 --                 without ARGV[7], want += 1
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
---   {7, ""}       paused while a re-sync rebuilds it (resume set): an open
---                 sale that sells again shortly, so the buyer should retry
+--   {7, ""}       paused while a re-sync rebuilds it (resume set), or
+--                 fenced (see above): an open sale that sells again
+--                 shortly, so the buyer should retry
 --   {8, ""}       spill only: the order was fenced here by the leader
 --                 settling its stale claim; nothing changed
 local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
@@ -46,7 +61,7 @@ if f[3] ~= '1' then
   end
   return {2, ''}
 end
-if ARGV[7] and redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+if ARGV[7] and redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then
   return {8, ''}
 end
 local existing = redis.call('HGET', KEYS[2], ARGV[2])
@@ -65,6 +80,17 @@ if tonumber(f[2] or '0') + n > tonumber(f[1]) then
     redis.call('HINCRBY', KEYS[1], 'want', 1)
   end
   return {4, ''}
+end
+local marker = redis.call('GET', KEYS[4])
+if marker then
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) == 'string' and string.find(info, 'master_replid:', 1, true)
+    and not string.find(info, 'master_replid:' .. marker .. '\r', 1, true) then
+    -- Paused as lua.Pause pauses it, so gateways answer 503 without
+    -- admitting anyone until the control plane has rebuilt it.
+    redis.call('HSET', KEYS[1], 'start', 0, 'resume', 2)
+    return {7, ''}
+  end
 end
 redis.call('HINCRBY', KEYS[1], 'booked', n)
 redis.call('HINCRBY', KEYS[1], 'reserved', n)

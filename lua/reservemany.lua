@@ -8,6 +8,12 @@
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] orders stream fg:{<sale>}:orders
+-- KEYS[4] primary mark  fg:{<sale>}:primary
+--         (lua.PrimaryKey): the failover fence, checked as Reserve
+--         checks it (see reserve.lua), once per call and only when an
+--         order would take units; fenced, the sale is paused as Reserve
+--         pauses it, each such order is answered {7, ""} and nothing is
+--         taken
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
@@ -46,6 +52,7 @@ local perUser = tonumber(f[5] or '1') or 1
 local price = f[6] or '0'
 local bucket = ARGV[3]
 local taken, want = 0, 0
+local fenced = nil -- the failover fence, looked at when first needed
 local mine = {} -- user → order reserved by this call
 local buyers = {} -- user, order, ... for one HSET
 local users = {}
@@ -71,14 +78,30 @@ for i = 1, n do
         want = want + 1
       end
     else
-      booked = booked + q
-      taken = taken + q
-      mine[user] = order
-      buyers[#buyers + 1] = user
-      buyers[#buyers + 1] = order
-      redis.call('XADD', KEYS[3], '*', 'e',
-        order .. ' ' .. string.format('%d', q) .. ' ' .. price .. ' ' .. ARGV[1] .. ' ' .. bucket .. ' ' .. user)
-      existing = order
+      if fenced == nil then
+        fenced = false
+        local marker = redis.call('GET', KEYS[4])
+        if marker then
+          local info = redis.pcall('INFO', 'replication')
+          fenced = type(info) == 'string' and string.find(info, 'master_replid:', 1, true) ~= nil
+            and not string.find(info, 'master_replid:' .. marker .. '\r', 1, true)
+        end
+        if fenced then
+          redis.call('HSET', KEYS[1], 'start', 0, 'resume', 2)
+        end
+      end
+      if fenced then
+        code = 7
+      else
+        booked = booked + q
+        taken = taken + q
+        mine[user] = order
+        buyers[#buyers + 1] = user
+        buyers[#buyers + 1] = order
+        redis.call('XADD', KEYS[3], '*', 'e',
+          order .. ' ' .. string.format('%d', q) .. ' ' .. price .. ' ' .. ARGV[1] .. ' ' .. bucket .. ' ' .. user)
+        existing = order
+      end
     end
   end
   out[2 * i - 1] = code

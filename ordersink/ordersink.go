@@ -10,10 +10,10 @@
 // Redis Cluster refuses when they hash to different slots): one pipeline of
 // non-blocking XREADGROUPs per poll, one round trip per Redis node whatever
 // the number of sales, each stream read up to Batch so that no sale starves
-// another; a stream quiet for a while is polled about once a second. With
-// Config.WaitReplicas, what was read is made to reach the replicas (WAIT)
-// before it is committed, so a failover cannot lose a reservation the
-// database already holds.
+// another; a stream quiet for a while is polled about once a second. What
+// was read is made to reach the replicas its primary has (WAIT, see
+// Config.WaitReplicas) before it is committed, so a failover cannot lose a
+// reservation the database already holds.
 package ordersink
 
 import (
@@ -82,16 +82,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock tells the time for lag figures; default flashgate.SystemClock.
 	Clock flashgate.Clock
-	// WaitReplicas, when > 0, makes the drainer send `WAIT WaitReplicas
-	// WaitTimeout` after reading a batch and before committing it, on one
-	// connection to the stream's primary right after re-claiming the batch's
-	// entries (XCLAIM JUSTID, a write replicated after the entries
-	// themselves). When fewer replicas acknowledge, the batch is not
-	// committed: it stays pending and is tried again after a backoff.
-	// Default: 0, no WAIT.
+	// WaitReplicas is how many replicas must hold a batch before it is
+	// committed: the drainer re-claims the batch's entries (XCLAIM JUSTID, a
+	// write replicated after the entries themselves) and sends `WAIT n
+	// WaitTimeout` on that same connection to the stream's primary. When
+	// fewer replicas acknowledge, the batch is not committed: it stays
+	// pending and is tried again after a backoff.
+	//
+	// Default (0, WaitAuto): n is the number of replicas the stream's
+	// primary reports online (INFO replication, sent with the re-claims, in
+	// the same round trip); a lagging replica holds the commit. A primary
+	// without replicas needs no WAIT and is asked again at most once a
+	// second (a replica that came online within that second may miss a
+	// batch); a store that cannot tell (miniredis) is taken to have none. A
+	// number > 0 waits for exactly that many; WaitOff (< 0) never waits.
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; default 500ms (only used when
-	// WaitReplicas > 0).
+	// WaitTimeout bounds each WAIT; default 500ms.
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,
@@ -100,9 +106,17 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
-// ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than
-// Config.WaitReplicas replicas acknowledged a batch within WaitTimeout: the
-// batch was not committed and stays pending.
+// Values of Config.WaitReplicas besides a count.
+const (
+	// WaitAuto waits for the replicas the stream's primary has online.
+	WaitAuto = 0
+	// WaitOff never waits for replicas.
+	WaitOff = -1
+)
+
+// ErrReplicasBehind is returned (wrapped) by DrainOnce when fewer than the
+// replicas it waits for (Config.WaitReplicas) acknowledged a batch within
+// WaitTimeout: the batch was not committed and stays pending.
 var ErrReplicasBehind = errors.New("ordersink: replicas did not acknowledge the batch")
 
 // Drainer moves reserved orders from the sale streams into a Store. Its
@@ -113,6 +127,12 @@ type Drainer struct {
 	cfg   Config
 	log   *slog.Logger
 	m     *metrics
+
+	// replicas is what each primary (by address) last said of its online
+	// replicas (WaitAuto); blind is set once the drainer has noted that
+	// the store cannot tell. Only passes use them, under mu.
+	replicas map[string]replicaCount
+	blind    bool
 
 	// mu serialises passes and guards the fields below.
 	mu          sync.Mutex
@@ -680,16 +700,16 @@ func (d *Drainer) commit(ctx context.Context, batches []batch) (int, error) {
 	return total, errors.Join(failed...)
 }
 
-// awaitReplicas returns nil once WaitReplicas replicas hold everything the
-// batches hold, or at once without WaitReplicas. On each primary concerned
-// it re-claims the batches' entries for this consumer (XCLAIM JUSTID: a
-// write, replicated after the entries themselves, which sets the
-// connection's replication offset even when the entries were read by an
-// earlier connection or process) and then sends WAIT on that same
+// awaitReplicas returns nil once the replicas it waits for (WaitReplicas)
+// hold everything the batches hold, or at once when there are none. On each
+// primary concerned it re-claims the batches' entries for this consumer
+// (XCLAIM JUSTID: a write, replicated after the entries themselves, which
+// sets the connection's replication offset even when the entries were read
+// by an earlier connection or process) and then sends WAIT on that same
 // connection. Replication is ordered: once a replica acknowledged the
 // XCLAIM it holds the entries.
 func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
-	if d.cfg.WaitReplicas <= 0 {
+	if d.cfg.WaitReplicas < 0 {
 		return nil
 	}
 	type nodeBatches struct {
@@ -710,6 +730,17 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 		nodes[i].bs = append(nodes[i].bs, b)
 	}
 	for _, n := range nodes {
+		if d.cfg.WaitReplicas == WaitAuto {
+			// A primary that had no replica a moment ago is not asked
+			// again for every batch; one that had is, in waitOn.
+			had, err := d.onlineReplicas(ctx, n.node)
+			if err != nil {
+				return err
+			}
+			if had == 0 {
+				continue
+			}
+		}
 		if err := d.waitOn(ctx, n.node, n.bs); err != nil {
 			return err
 		}
@@ -718,11 +749,18 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 }
 
 // waitOn re-claims the batches' entries and sends WAIT on one connection of
-// node.
+// node. With WaitAuto the re-claims' pipeline also reads INFO replication,
+// so the WAIT asks for the replicas the primary has online now (none: no
+// WAIT), at no extra round trip.
 func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
 	conn := node.Conn()
 	defer conn.Close()
+	want := d.cfg.WaitReplicas
+	var info *redis.StringCmd
 	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if want == WaitAuto {
+			info = p.Info(ctx, "replication")
+		}
 		for _, b := range bs {
 			ids := make([]string, len(b.msgs))
 			for i, m := range b.msgs {
@@ -738,15 +776,22 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 	if err != nil {
 		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
 	}
+	if info != nil {
+		want = countOnline(info.Val())
+		d.noteReplicas(node.Options().Addr, want)
+		if want == 0 {
+			return nil
+		}
+	}
 	// A WAIT of its own, not in the pipeline: go-redis gives it a read
 	// deadline of WaitTimeout plus a margin, whatever the client's.
-	acked, err := conn.Wait(ctx, d.cfg.WaitReplicas, d.cfg.WaitTimeout).Result()
+	acked, err := conn.Wait(ctx, want, d.cfg.WaitTimeout).Result()
 	if err != nil {
 		return fmt.Errorf("ordersink: WAIT: %w", err)
 	}
-	if acked < int64(d.cfg.WaitReplicas) {
+	if acked < int64(want) {
 		return fmt.Errorf("%w: %d of %d replicas within %v; not committing %d streams' batches yet",
-			ErrReplicasBehind, acked, d.cfg.WaitReplicas, d.cfg.WaitTimeout, len(bs))
+			ErrReplicasBehind, acked, want, d.cfg.WaitTimeout, len(bs))
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ type Config struct {
 
 	// order sink
 	SinkName         string        // consumer name; "" = <hostname>-<admin-listen port>
-	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit; 0
+	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit, as ordersink.Config.WaitReplicas; auto
 	SinkWaitTimeout  time.Duration // bound of each such WAIT; 500ms
 	SinkClaimIdle    time.Duration // idle time before another sink's entries are claimed; 30s
 
@@ -165,7 +165,7 @@ var flagSpecs = []flagSpec{
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
 	{"reserve-batch", "most reserves of one sale (or bucket) the inventory sends in one script call; reserves arriving while the sale's calls are out wait for the next (1 = one call each)", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.ReserveBatch }, 128)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
-	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it; 0 = none", cmdServe | cmdOrdersink, intFlag(func(c *Config) *int { return &c.SinkWaitReplicas }, 0)},
+	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it: auto = those the stream's primary has online, n = exactly n, 0 = none", cmdServe | cmdOrdersink, waitFlag(func(c *Config) *int { return &c.SinkWaitReplicas })},
 	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
 	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, 30*time.Second)},
 	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
@@ -336,8 +336,8 @@ func (c *Config) validate(cmd string) error {
 	if cmd == "demo" && c.Units < 1 {
 		return fmt.Errorf("--units must be at least 1")
 	}
-	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 || c.SinkWaitReplicas < 0 {
-		return fmt.Errorf("rates, bursts, --wait-replicas and --sink-wait-replicas must not be negative")
+	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 || c.WaitReplicas < 0 {
+		return fmt.Errorf("rates, bursts and --wait-replicas must not be negative")
 	}
 	if (cmdServe | cmdInventory).has(cmd) && (c.ReserveBatch < 1 || c.ReserveBatch > 1000) {
 		// A call of 1,000 reserves holds redis-server for a few milliseconds.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -150,7 +152,8 @@ func TestSinkFlags(t *testing.T) {
 		env  map[string]string
 		want string // substring of the error; "" = valid
 	}{
-		{[]string{"--sink-wait-replicas", "-1"}, nil, "--sink-wait-replicas must not be negative"},
+		{[]string{"--sink-wait-replicas", "-1"}, nil, "sink-wait-replicas"},
+		{[]string{"--sink-wait-replicas", "some"}, nil, "sink-wait-replicas"},
 		{[]string{"--sink-wait-timeout", "0s"}, nil, "--sink-wait-timeout must be positive"},
 		{[]string{"--sink-claim-idle", "-1s"}, nil, "--sink-claim-idle must be positive"},
 		{[]string{"--sink-name", "two words"}, nil, "--sink-name"},
@@ -164,6 +167,32 @@ func TestSinkFlags(t *testing.T) {
 			t.Errorf("%v: got name %q, wait %d, claim %v; want ordersink-0, 1, 30s", tc.env, cfg.SinkName, cfg.SinkWaitReplicas, cfg.SinkClaimIdle)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%q: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestSinkWaitReplicasFlag: --sink-wait-replicas defaults to auto (the
+// replicas the primary has), 0 turns WAIT off, a number asks for exactly
+// that many.
+func TestSinkWaitReplicasFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, ordersink.WaitAuto},
+		{[]string{"--sink-wait-replicas", "auto"}, ordersink.WaitAuto},
+		{[]string{"--sink-wait-replicas", "0"}, ordersink.WaitOff},
+		{[]string{"--sink-wait-replicas", "2"}, 2},
+	} {
+		cfg, err := parseConfig("ordersink", append([]string{"--redis", "redis://127.0.0.1:1/0"}, tc.args...), &bytes.Buffer{}, env(nil))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if cfg.SinkWaitReplicas != tc.want {
+			t.Errorf("%q: got %d, want %d", tc.args, cfg.SinkWaitReplicas, tc.want)
+		}
+		if got := sinkConfig(&stack{log: slog.New(slog.DiscardHandler)}, cfg).WaitReplicas; got != tc.want {
+			t.Errorf("%q: ordersink.Config.WaitReplicas: got %d, want %d", tc.args, got, tc.want)
 		}
 	}
 }
