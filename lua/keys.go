@@ -147,9 +147,11 @@ const (
 // SetState, Resync, Pause, Tally, Shrink, Grant.
 func SaleKeys(tag string) []string { return []string{SaleKey(tag)} }
 
-// ReserveKeys is Reserve's KEYS: sale hash, buyers hash, orders stream.
+// ReserveKeys is the KEYS of Reserve and ReserveMany: sale hash, buyers
+// hash, orders stream, released set (read by a spill only), queue hash
+// (read in a fair queue only).
 func ReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag)}
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), ReleasedKey(tag), QueueKey(tag)}
 }
 
 // ReleaseKeys is the KEYS of Release and ReleaseBatch: sale hash, buyers
@@ -169,9 +171,7 @@ func LedgerKeys(sale string) []string { return []string{LedgerKey(sale)} }
 
 // SpillReserveKeys is the KEYS of a spill reserve (Reserve with ARGV[7]):
 // sale hash, buyers hash, orders stream, released set of the spill bucket.
-func SpillReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), ReleasedKey(tag)}
-}
+func SpillReserveKeys(tag string) []string { return ReserveKeys(tag) }
 
 // ClaimKeys is Claim's KEYS: sale hash, buyers hash, claims of the home
 // bucket.

@@ -8,6 +8,8 @@
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] orders stream fg:{<sale>}:orders
+-- KEYS[4] released set  (not read: lua.ReserveKeys) fg:{<sale>}:released
+-- KEYS[5] queue hash    (read in a fair queue only) fg:{<sale>}:queue
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
@@ -53,12 +55,33 @@ for i = 1, n do
   users[i] = ARGV[3 * i + 2]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
+-- A fair queue (lua/queueenter.lua): only a buyer whose position is
+-- admitted and whose window has not ended buys (code 9 otherwise).
+local admitted = nil
+local fq = redis.call('HMGET', KEYS[1], 'queue', 'q_pre', 'q_k', 'q_e')
+if fq[1] == 'fair' then
+  admitted = {}
+  local pre, k, e = tonumber(fq[2] or '0') or 0, tonumber(fq[3] or '0') or 0, tonumber(fq[4] or '0') or 0
+  local entries = redis.call('HMGET', KEYS[5], unpack(users))
+  for i = 1, n do
+    local v = entries[i] or ''
+    local kind, pos = string.sub(v, 1, 1), tonumber(string.sub(v, 2))
+    if pos and kind == 'l' then
+      pos = pos + pre
+    elseif kind ~= 'r' then
+      pos = nil
+    end
+    admitted[i] = pos ~= nil and pos <= k and pos > e
+  end
+end
 for i = 1, n do
   local order, user, qty = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
   local existing = mine[user] or held[i]
   local code = 0
   if existing then
     code = 5
+  elseif admitted and not admitted[i] then
+    code = 9
   else
     local q = tonumber(qty)
     if not q or q < 1 or q > perUser or q ~= math.floor(q) then

@@ -47,6 +47,16 @@ var (
 	reserveManySrc string
 	//go:embed acktrim.lua
 	ackTrimSrc string
+	//go:embed queueenter.lua
+	queueEnterSrc string
+	//go:embed queueopen.lua
+	queueOpenSrc string
+	//go:embed queuestart.lua
+	queueStartSrc string
+	//go:embed queuerank.lua
+	queueRankSrc string
+	//go:embed queueadvance.lua
+	queueAdvanceSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -82,6 +92,13 @@ var (
 	// AckTrim is the order sink's acknowledgement of committed entries,
 	// which also removes them from the stream.
 	AckTrim = redis.NewScript(ackTrimSrc)
+
+	// The fair queue (queuekeys.go).
+	QueueEnter   = redis.NewScript(queueEnterSrc)
+	QueueOpen    = redis.NewScript(queueOpenSrc)
+	QueueStart   = redis.NewScript(queueStartSrc)
+	QueueRank    = redis.NewScript(queueRankSrc)
+	QueueAdvance = redis.NewScript(queueAdvanceSrc)
 )
 
 // Return codes of Reserve.
