@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -25,6 +26,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/inventory"
@@ -627,4 +629,56 @@ func checkDrop(t *testing.T, s *dropSystem, id string, total int64, crowd []*ent
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestItemPageFairQueue drives the item page of a fair sale in headless
+// Chromium against every tier in-process, the control plane's loops on the
+// wall clock: the page shows the queue, joins it after solving the proof
+// of work in a Web Worker, polls its place, turns the buy button on once
+// the buyer is admitted after the start (no reload), and buys.
+func TestItemPageFairQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	s := startPageSystem(t, nil)
+	const id = "fair-drop"
+	startsAt := time.Now().Add(6 * time.Second)
+	if _, err := s.cp.CreateSale(s.ctx, flashgate.Sale{ID: id, Name: "Fair sneakers", PriceCents: 12900, Total: 2,
+		StartsAt: &startsAt, Queue: flashgate.QueueFair, ChallengeMaxNumber: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browsertest.New(t, s.ctx, 900, 900, 40*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/sales/"+id+"?token="+s.token(t, "alice")),
+		chromedp.WaitVisible(chromedp.CSS(`#buy`)),
+	); err != nil {
+		t.Fatalf("opening the item page: %v", err)
+	}
+	waitJS(t, ctx, "the join button", `!document.getElementById('queue').hidden && !document.getElementById('enter').hidden`, 10*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#enter`))); err != nil {
+		t.Fatalf("clicking join: %v", err)
+	}
+	waitJS(t, ctx, "the entry", `sessionStorage.getItem('flashgate-ticket-`+id+`') &&
+		document.getElementById('queue-line').textContent.indexOf('You are in the queue') === 0`, 15*time.Second)
+	if disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('buy').disabled`)); err != nil || !disabled {
+		t.Fatalf("buy button disabled = %v (%v) while queued, want true", disabled, err)
+	}
+	// The entry spent one proof-of-work solution.
+	if keys, err := s.rdb.Keys(s.ctx, "fg:{"+id+"}:pow:*").Result(); err != nil || len(keys) != 1 {
+		t.Errorf("solutions marked used: %v (%v), want 1", keys, err)
+	}
+	waitJS(t, ctx, "admission and the buy button", `!document.getElementById('buy').disabled &&
+		document.getElementById('queue-line').textContent.indexOf("It's your turn") === 0 &&
+		document.getElementById('queue-bar').value === 100`, 20*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#buy`))); err != nil {
+		t.Fatalf("clicking buy: %v", err)
+	}
+	got := waitJS(t, ctx, "the order id", `(function(){ var s = document.getElementById('status');
+		return s.className === "status ok" && s.textContent.indexOf("Got it!") === 0 ? s.textContent : ""; })()`, 5*time.Second)
+	m := orderRe.FindStringSubmatch(got)
+	held, err := s.rdb.HGet(s.ctx, lua.BuyersKey(id), "alice").Result()
+	if m == nil || err != nil || held != m[1] {
+		t.Fatalf("page says %q; Redis holds %q (%v) for alice", got, held, err)
+	}
+	waitJS(t, ctx, "the purchased state", `document.getElementById('queue-line').textContent === "You bought your unit."`, 5*time.Second)
 }
