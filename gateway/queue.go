@@ -108,7 +108,30 @@ func applyQueue(cmds []*redis.SliceCmd, out []*saleState) {
 // Config.QueueSecret.
 type queueKeys struct {
 	ticket, pow []byte
-	tickets     sync.Pool // of hash.Hash keyed with ticket
+	tickets     sync.Pool // of *macBuf keyed with ticket
+}
+
+// macBuf is a keyed HMAC with scratch space for its message and sum, pooled
+// so that judging a ticket or a rank key allocates nothing.
+type macBuf struct {
+	h   hash.Hash
+	msg []byte
+	sum [sha256.Size]byte
+}
+
+// mac returns the HMAC of parts joined by sep (sep < 0: none).
+func (m *macBuf) mac(sep int, parts ...string) [sha256.Size]byte {
+	m.msg = m.msg[:0]
+	for i, p := range parts {
+		if i > 0 && sep >= 0 {
+			m.msg = append(m.msg, byte(sep))
+		}
+		m.msg = append(m.msg, p...)
+	}
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.h.Sum(m.sum[:0])
+	return m.sum
 }
 
 func newQueueKeys(secret []byte) *queueKeys {
@@ -118,7 +141,7 @@ func newQueueKeys(secret []byte) *queueKeys {
 		return m.Sum(nil)
 	}
 	k := &queueKeys{ticket: derive("ticket"), pow: derive("pow")}
-	k.tickets.New = func() any { return hmac.New(sha256.New, k.ticket) }
+	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
 	return k
 }
 
@@ -138,23 +161,22 @@ const ticketMACLen = 16
 // appendTicket appends the ticket of user's entry in sale to b:
 // "<entry>.<base64url HMAC(sale 0 user 0 entry)[:16]>".
 func (k *queueKeys) appendTicket(b []byte, sale, user string, entry []byte) []byte {
-	var sum [sha256.Size]byte
-	k.ticketMAC(&sum, sale, user, entry)
+	sum := k.ticketMAC(sale, user, entry)
 	b = append(b, entry...)
 	b = append(b, '.')
 	return base64.RawURLEncoding.AppendEncode(b, sum[:ticketMACLen])
 }
 
-func (k *queueKeys) ticketMAC(sum *[sha256.Size]byte, sale, user string, entry []byte) {
-	m := k.tickets.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(sale))
-	m.Write([]byte{0})
-	m.Write([]byte(user))
-	m.Write([]byte{0})
-	m.Write(entry)
-	m.Sum(sum[:0])
+func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte {
+	m := k.tickets.Get().(*macBuf)
+	m.msg = append(append(append(append(m.msg[:0], sale...), 0), user...), 0)
+	m.msg = append(m.msg, entry...)
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.h.Sum(m.sum[:0])
+	sum := m.sum
 	k.tickets.Put(m)
+	return sum
 }
 
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
@@ -176,8 +198,7 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 	if n, err := base64.RawURLEncoding.Decode(mac[:], t[dot+1:]); err != nil || n != ticketMACLen {
 		return ticket{}, false
 	}
-	var sum [sha256.Size]byte
-	k.ticketMAC(&sum, sale, user, entry)
+	sum := k.ticketMAC(sale, user, entry)
 	if !hmac.Equal(sum[:ticketMACLen], mac[:]) {
 		return ticket{}, false
 	}
@@ -218,15 +239,11 @@ func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
 	if rm == nil || rm.seed != q.seedHex {
 		seed := q.seed
 		rm = &rankMacs{seed: q.seedHex}
-		rm.pool.New = func() any { return hmac.New(sha256.New, seed) }
+		rm.pool.New = func() any { return &macBuf{h: hmac.New(sha256.New, seed)} }
 		e.fair.macs.Store(rm)
 	}
-	m := rm.pool.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(e.id))
-	m.Write([]byte{'/'})
-	m.Write([]byte(user))
-	m.Sum(out[:0])
+	m := rm.pool.Get().(*macBuf)
+	*out = m.mac('/', e.id, user)
 	rm.pool.Put(m)
 }
 

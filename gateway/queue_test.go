@@ -17,7 +17,10 @@ import (
 )
 
 // fairEnv is a gateway with one fair sale whose queue is open.
-func fairEnv(t *testing.T, maxnum int64) (*env, *testclock.Clock) {
+func fairEnv(t *testing.T, maxnum int64) (*env, *testclock.Clock) { return fairEnvTB(t, maxnum) }
+
+// fairEnvTB is fairEnv for benchmarks too.
+func fairEnvTB(t testing.TB, maxnum int64) (*env, *testclock.Clock) {
 	t.Helper()
 	clock := testclock.New(time.Now())
 	e := newEnv(t, func(c *Config) { c.UserRate = -1; c.Clock = clock })
@@ -138,5 +141,28 @@ func TestQueueTicketAndCache(t *testing.T) {
 	}
 	if n := c.n.Load(); n != 0 {
 		t.Errorf("status polls and a not-admitted answer sent %d Redis commands, want 0", n)
+	}
+}
+
+// TestQueueAllocs: a status poll and a not-admitted answer allocate no more
+// than the token's user id (as the purchase path does).
+func TestQueueAllocs(t *testing.T) {
+	e, tok, ticket := waitingEnv(t)
+	h := e.s.Handler()
+	for _, c := range []struct {
+		name, method, path string
+		want               int
+	}{
+		{"status", "GET", "/api/sales/fq/queue", 200},
+		{"not admitted", "POST", "/api/sales/fq/orders", 409},
+	} {
+		ctx := benchCtx(c.method, c.path, tok, map[string]string{"X-Queue-Ticket": ticket})
+		h(ctx)
+		if ctx.Response.StatusCode() != c.want {
+			t.Fatalf("%s: got %d %s", c.name, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if n := testing.AllocsPerRun(200, func() { ctx.Response.Reset(); h(ctx) }); n > 1 {
+			t.Errorf("%s: %.1f allocations per request, want at most 1", c.name, n)
+		}
 	}
 }
