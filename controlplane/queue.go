@@ -193,6 +193,11 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	}
 	now := s.clock.Now()
 	run := s.queues.run(sale.ID)
+	if run.ranked && !f.ranked {
+		// Redis lost the queue (its sale was rebuilt): what this process
+		// remembers belongs to a queue that is gone.
+		*run = queueRun{}
+	}
 	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
 	if !f.open {
 		if now.Before(opensAt) {
@@ -200,7 +205,7 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		}
 		return s.openQueue(ctx, sale)
 	}
-	s.tuneChallenge(ctx, sale, run, f, now)
+	f.maxnum = s.tuneChallenge(ctx, sale, run, f, now)
 	if !f.started {
 		if now.Before(*sale.StartsAt) {
 			return nil
@@ -448,11 +453,11 @@ func (r *queueRun) theta(k int64) string {
 // tuneChallenge sets the proof-of-work's maxnumber: the sale's
 // challenge_maxnumber, raised with challenge_auto by one step per
 // autoRatePerStep entries per second the queue grows by (at most
-// maxAutoFactor times).
-func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) {
+// maxAutoFactor times). It returns the maxnumber now in force.
+func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
 	base := sale.ChallengeMaxNumber
 	if base <= 0 || !sale.ChallengeAutoOn() {
-		return
+		return f.maxnum
 	}
 	entrants := f.pre + f.late
 	if !run.seenAt.IsZero() {
@@ -465,11 +470,15 @@ func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *q
 	factor := min(1+int64(run.growth/autoRatePerStep), maxAutoFactor)
 	want := base * factor
 	if want == f.maxnum {
-		return
+		return want
 	}
-	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQMaxNumber, want).Err(); err != nil && ctx.Err() == nil {
-		s.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
+	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQMaxNumber, want).Err(); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
+		}
+		return f.maxnum
 	}
+	return want
 }
 
 // QueueStatus is a fair queue's figures for GET /admin/sales/{id}.
