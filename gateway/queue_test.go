@@ -161,7 +161,8 @@ func TestQueueAllocs(t *testing.T) {
 		if ctx.Response.StatusCode() != c.want {
 			t.Fatalf("%s: got %d %s", c.name, ctx.Response.StatusCode(), ctx.Response.Body())
 		}
-		if n := testing.AllocsPerRun(200, func() { ctx.Response.Reset(); h(ctx) }); n > 1 {
+		// Under -race sync.Pool drops what it holds at random.
+		if n := testing.AllocsPerRun(200, func() { ctx.Response.Reset(); h(ctx) }); n > 1 && !raceEnabled {
 			t.Errorf("%s: %.1f allocations per request, want at most 1", c.name, n)
 		}
 	}
