@@ -630,11 +630,13 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
-	var rnd [12]byte
+	// The salt and the secret number come from crypto/rand: a number a
+	// client could predict would cost it no work.
+	var rnd [20]byte
 	_, _ = rand.Read(rnd[:])
 	maxnum := max(q.maxnum, 0)
-	number := mrand.Int64N(maxnum + 1)
-	salt := hex.EncodeToString(rnd[:]) + "?expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&sale=" + e.id
+	number := int64(binary.BigEndian.Uint64(rnd[12:]) % uint64(maxnum+1))
+	salt := hex.EncodeToString(rnd[:12]) + "?expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&sale=" + e.id
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
 	m := hmac.New(sha256.New, s.qkeys.pow)
