@@ -27,7 +27,13 @@
     fair: function () { return fair; },
     admitted: function () { return state === "admitted"; },
     ticket: ticket,
-    bought: function (t) { if (t) { sessionStorage.setItem(key, t); } state = "purchased"; show(); },
+    bought: function (t) {
+      if (t) { sessionStorage.setItem(key, t); }
+      state = "purchased";
+      line.textContent = words.purchased;
+      bar.value = 100;
+      ahead.textContent = eta.textContent = "";
+    },
     onSale: onSale
   };
 
