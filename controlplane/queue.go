@@ -217,7 +217,13 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		f.started, f.pre = true, pre
 	}
 	if !run.ranked {
-		if err := s.rankQueue(ctx, sale.ID, run, f, fence); err != nil {
+		// A big queue takes longer to read and rank than a tick may: the
+		// ranking goes on past the tick's deadline (not past a
+		// cancellation), bounded like a restore.
+		rctx, cancel := restoreContext(ctx)
+		err := s.rankQueue(rctx, sale.ID, run, f, fence)
+		cancel()
+		if err != nil {
 			return err
 		}
 		f.ranked = true

@@ -54,9 +54,11 @@ type dropResult struct {
 	FairRounds                        int
 	FairElapsed                       time.Duration
 	Entrants                          int
-	BytesPerEntrant                   float64 // INFO used_memory delta / entrants
-	HashBytesPerEntrant               float64 // MEMORY USAGE of the queue hash / entrants
-	LateBytesPerEntrant               float64 // the same, entering after the start (hash + arrival list)
+	BytesPerEntrant                   float64       // INFO used_memory delta / entrants
+	HashBytesPerEntrant               float64       // MEMORY USAGE of the queue hash / entrants
+	LateBytesPerEntrant               float64       // the same, entering after the start (hash + arrival list)
+	RankElapsed                       time.Duration // the leader's start step over Entrants: read, rank, write ranks
+	RankedBytesPerEntrant             float64       // used_memory per entrant once ranked
 }
 
 // dropAccount is one account of the crowd.
@@ -249,6 +251,30 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	if res.BytesPerEntrant, res.HashBytesPerEntrant, err = d.memory("drop-mem", entrants, false); err != nil {
 		return err
 	}
+	// The start of that queue: the leader reads, ranks and writes every
+	// entrant's rank.
+	past := clock.Now().Add(-time.Second)
+	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &past, Queue: flashgate.QueueFair}); err != nil {
+		return err
+	}
+	memSale, err := db.Sale(ctx, "drop-mem")
+	if err != nil {
+		return err
+	}
+	before, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if err := cp.QueueStep(ctx, memSale, fence); err != nil {
+		return fmt.Errorf("ranking %d entrants: %w", entrants, err)
+	}
+	res.RankElapsed = time.Since(t1)
+	after, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	res.RankedBytesPerEntrant = res.BytesPerEntrant + float64(after-before)/float64(entrants)
 	if _, res.LateBytesPerEntrant, err = d.memory("drop-mem-late", min(entrants, 100_000), true); err != nil {
 		return err
 	}
@@ -383,19 +409,7 @@ func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntran
 	if err := lua.QueueEnter.Load(ctx, d.rdb).Err(); err != nil {
 		return 0, 0, err
 	}
-	used := func() (int64, error) {
-		info, err := d.rdb.Info(ctx, "memory").Result()
-		if err != nil {
-			return 0, err
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				return strconv.ParseInt(v, 10, 64)
-			}
-		}
-		return 0, errors.New("no used_memory in INFO memory")
-	}
-	before, err := used()
+	before, err := d.usedMemory()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -408,7 +422,7 @@ func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntran
 			return 0, 0, fmt.Errorf("entering: %w", err)
 		}
 	}
-	after, err := used()
+	after, err := d.usedMemory()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -421,6 +435,20 @@ func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntran
 		keys += m
 	}
 	return float64(after-before) / float64(n), float64(keys) / float64(n), nil
+}
+
+// usedMemory is INFO memory's used_memory.
+func (d *dropRun) usedMemory() (int64, error) {
+	info, err := d.rdb.Info(d.ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no used_memory in INFO memory")
 }
 
 // dropSection is the report's section of the drop phase.
@@ -437,7 +465,8 @@ func (r *report) dropSection() string {
 	p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
 	p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)
 	p("| first come, the same crowd | %d of %d | **%.1f%%** | %.1f%% |\n", d.FCScalperUnits, d.FCSoldOut, 100*float64(d.FCScalperUnits)/float64(max(d.FCSoldOut, 1)), 100*d.ScalperShareEntrants)
-	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (10 minutes).\n",
-		num(float64(d.Entrants)), d.BytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant)
+	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (10 minutes). At the start the leader read, ranked and wrote the ranks of those %s entrants in **%s** (%.0f bytes per entrant once ranked).\n",
+		num(float64(d.Entrants)), d.BytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant,
+		num(float64(d.Entrants)), d.RankElapsed.Round(time.Millisecond), d.RankedBytesPerEntrant)
 	return sb.String()
 }
