@@ -30,8 +30,10 @@ import (
 const (
 	maxChallengeNumber = 100_000_000
 	maxAdmitSeconds    = 3600
-	// queueRankChunk is how many ranks one QueueRank call writes.
-	queueRankChunk = 500
+	// queueRankChunk is how many ranks one QueueRank call writes, and
+	// queueRankPipeline how many calls go in one round trip.
+	queueRankChunk    = 500
+	queueRankPipeline = 16
 	// queueScanCount is the COUNT of one HSCAN of the queue hash.
 	queueScanCount = 1000
 	// maxAutoFactor bounds how far challenge_auto raises the difficulty.
@@ -299,23 +301,35 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 		return fmt.Errorf("sale %s: %d pre-start entrants in the queue, q_pre says %d", id, len(pre), f.pre)
 	}
 	if !f.ranked {
-		for i := 0; i == 0 || i < len(pre); i += queueRankChunk {
-			chunk := pre[i:min(i+queueRankChunk, len(pre))]
-			last := "0"
-			if i+queueRankChunk >= len(pre) {
-				last = "1"
+		if err := lua.QueueRank.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
+		}
+		// queueRankPipeline chunks per round trip, in order: the last
+		// chunk, which marks the queue ranked, goes last.
+		for i := 0; i == 0 || i < len(pre); {
+			pipe := s.rdb.Pipeline()
+			var cmds []*redis.Cmd
+			for c := 0; c < queueRankPipeline && (i == 0 || i < len(pre)); c++ {
+				chunk := pre[i:min(i+queueRankChunk, len(pre))]
+				last := "0"
+				if i+queueRankChunk >= len(pre) {
+					last = "1"
+				}
+				args := make([]any, 0, 2+2*len(chunk))
+				args = append(args, fence, last)
+				for j, e := range chunk {
+					args = append(args, e.user, i+j+1)
+				}
+				cmds = append(cmds, lua.QueueRank.EvalSha(ctx, pipe, lua.QueueRankKeys(id), args...))
+				i += queueRankChunk
 			}
-			args := make([]any, 0, 2+2*len(chunk))
-			args = append(args, fence, last)
-			for j, e := range chunk {
-				args = append(args, e.user, i+j+1)
-			}
-			n, err := lua.QueueRank.Run(ctx, s.rdb, lua.QueueRankKeys(id), args...).Int()
-			if err != nil {
+			if _, err := pipe.Exec(ctx); err != nil {
 				return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
 			}
-			if n < 0 {
-				return fmt.Errorf("ranking the queue: a newer leader's fencing token: %w", flashgate.ErrUnavailable)
+			for _, c := range cmds {
+				if n, _ := c.Int(); n < 0 {
+					return fmt.Errorf("ranking the queue: a newer leader's fencing token: %w", flashgate.ErrUnavailable)
+				}
 			}
 		}
 		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
