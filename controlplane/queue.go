@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -318,7 +319,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 				args := make([]any, 0, 2+2*len(chunk))
 				args = append(args, fence, last)
 				for j, e := range chunk {
-					args = append(args, e.user, i+j+1)
+					args = append(args, e.user, "r"+strconv.Itoa(i+j+1))
 				}
 				cmds = append(cmds, lua.QueueRank.EvalSha(ctx, pipe, lua.QueueRankKeys(id), args...))
 				i += queueRankChunk

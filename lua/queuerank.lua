@@ -1,13 +1,13 @@
 -- QueueRank writes the ranks of pre-start entrants in the seed's order
--- ("r<rank>" over "p"), a chunk at a time; the last chunk marks the queue
--- ranked, and only then does the leader admit positions. An entry that is
--- not "p" is left as it is.
+-- (their entries become "r<rank>"), a chunk at a time, in one HSET; the
+-- last chunk marks the queue ranked, and only then does the leader admit
+-- positions. The caller passes pre-start entrants only.
 --
 -- KEYS[1] sale hash   fg:{<sale>}:sale
 -- KEYS[2] queue hash  fg:{<sale>}:queue
 -- ARGV[1] the leader's fencing token (refused when below q_fence)
 -- ARGV[2] "1" when this chunk is the last
--- ARGV[3+2i], ARGV[4+2i]: user id, rank of the i-th entrant
+-- ARGV[3+2i], ARGV[4+2i]: user id, "r<rank>" of the i-th entrant
 --
 -- Returns the entries written, or -1 when the fencing token is stale.
 local fence = tonumber(redis.call('HGET', KEYS[1], 'q_fence') or '0') or 0
@@ -18,12 +18,9 @@ end
 if token > fence then
   redis.call('HSET', KEYS[1], 'q_fence', token)
 end
-local n = 0
-for i = 3, #ARGV, 2 do
-  if redis.call('HGET', KEYS[2], ARGV[i]) == 'p' then
-    redis.call('HSET', KEYS[2], ARGV[i], 'r' .. ARGV[i + 1])
-    n = n + 1
-  end
+local n = (#ARGV - 2) / 2
+if n > 0 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 3))
 end
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 'q_ranked', 1)
