@@ -221,6 +221,26 @@ func (b *bench) dropPhase(ctx context.Context) error {
 		}
 	}
 	res.FairElapsed = time.Since(t0)
+	// The winners are the first units in the revealed seed's order.
+	_, body, _ := d.call("GET", "/api/sales/drop-fair", "", "", "")
+	var pub struct {
+		Queue struct {
+			Seed string `json:"seed"`
+		} `json:"queue"`
+	}
+	seed, err := hex.DecodeString(func() string { _ = json.Unmarshal(body, &pub); return pub.Queue.Seed }())
+	if err != nil || len(seed) != 32 {
+		return fmt.Errorf("fair drop: no revealed seed in %s", body)
+	}
+	order := slices.Clone(crowd)
+	slices.SortFunc(order, func(a, b *dropAccount) int {
+		return strings.Compare(flashgate.QueueRank(seed, "drop-fair", a.user), flashgate.QueueRank(seed, "drop-fair", b.user))
+	})
+	for i, a := range order {
+		if a.bought != (i < res.FairSoldOut) {
+			return fmt.Errorf("fair drop: %s at seed position %d bought=%v; the first %d should have", a.user, i+1, a.bought, res.FairSoldOut)
+		}
+	}
 
 	// First come on the same crowd: everyone fires at the open plus their
 	// reaction time; the gateway answers them in that order.
