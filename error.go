@@ -21,6 +21,9 @@ var (
 	ErrUnavailable      = errors.New("flashgate: unavailable")
 	ErrNotPayable       = errors.New("flashgate: not payable")
 	ErrExists           = errors.New("flashgate: exists")
+	// ErrNotAdmitted is a purchase in a fair queue by a buyer whose
+	// position is not admitted (or whose window has passed).
+	ErrNotAdmitted = errors.New("flashgate: not admitted")
 	// ErrMethodNotAllowed is a request whose route exists but not for its
 	// method; HTTP servers add an Allow header.
 	ErrMethodNotAllowed = errors.New("flashgate: method not allowed")
@@ -73,6 +76,7 @@ var errorTable = []struct {
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{ErrNotPayable, http.StatusConflict, "not_payable"},
 	{ErrExists, http.StatusConflict, "exists"},
+	{ErrNotAdmitted, http.StatusConflict, "not_admitted"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
 }
 

@@ -48,6 +48,25 @@ type Sale struct {
 	// stored, none left unpaid): the control plane's periodic passes leave
 	// it out. Reopening the sale clears it.
 	Archived bool `json:"archived,omitempty"`
+
+	// Queue is "fair" for a sale sold through a fair queue (queue.go);
+	// "" (the default) sells first come, first served.
+	Queue string `json:"queue,omitempty"`
+	// PrequeueSeconds is how long before StartsAt a fair queue opens;
+	// 0 means DefaultPrequeueSeconds.
+	PrequeueSeconds int `json:"prequeue_seconds,omitempty"`
+	// ChallengeMaxNumber is the proof-of-work's difficulty (the largest
+	// secret number of a challenge); 0 means no proof of work.
+	ChallengeMaxNumber int64 `json:"challenge_maxnumber,omitempty"`
+	// ChallengeAuto lets the difficulty rise with the queue's growth
+	// rate; nil means true.
+	ChallengeAuto *bool `json:"challenge_auto,omitempty"`
+	// AdmitPerMinute caps the positions admitted per minute; 0 means no
+	// cap beyond the stock.
+	AdmitPerMinute int64 `json:"admit_per_minute,omitempty"`
+	// AdmitSeconds is how long an admitted buyer may buy before the slot
+	// passes on; 0 means DefaultAdmitSeconds.
+	AdmitSeconds int `json:"admit_seconds,omitempty"`
 }
 
 // MaxBuckets is the most buckets one sale may be split into.

@@ -114,6 +114,12 @@ type Config struct {
 	// AuditLogger receives one line per admin action (audit.go); default
 	// Logger with the attribute log=audit.
 	AuditLogger *slog.Logger
+	// QueueBacklog holds a fair queue's admission while a sale's order
+	// stream holds more entries than this; default 10,000.
+	QueueBacklog int64
+	// QueueLatency holds a fair queue's admission while reading the sale
+	// from Redis takes longer than this; default 100ms.
+	QueueLatency time.Duration
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -141,6 +147,11 @@ type Service struct {
 	// answer when it took the lease, or a newer one: see lead); 0 when it
 	// holds none. The term's context carries it to every write.
 	fence atomic.Int64
+
+	// queues is the leader's memory of the fair queues (queue.go).
+	queues       queueState
+	queueBacklog int64
+	queueLatency time.Duration
 
 	// resyncMu serialises re-syncs in this process, so that two of them
 	// (the loop and an admin call) never deliver the same releases at once.
@@ -186,6 +197,11 @@ func New(cfg Config) (*Service, error) {
 		spillClaimAge: cfg.SpillClaimAge,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
+		queueBacklog:  cfg.QueueBacklog,
+		queueLatency:  orDefault(cfg.QueueLatency, 100*time.Millisecond),
+	}
+	if s.queueBacklog <= 0 {
+		s.queueBacklog = 10_000
 	}
 	if s.clock == nil {
 		s.clock = flashgate.SystemClock{}

@@ -87,6 +87,13 @@ type saleRequest struct {
 	PerUser    int64   `json:"per_user"`
 	// Buckets splits the stock over 1..64 buckets; absent means 1.
 	Buckets int `json:"buckets"`
+	// The fair queue's settings (queue.go).
+	Queue              string `json:"queue"`
+	PrequeueSeconds    int    `json:"prequeue_seconds"`
+	ChallengeMaxNumber int64  `json:"challenge_maxnumber"`
+	ChallengeAuto      *bool  `json:"challenge_auto"`
+	AdmitPerMinute     int64  `json:"admit_per_minute"`
+	AdmitSeconds       int    `json:"admit_seconds"`
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +122,9 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 	sale, err := s.CreateSale(r.Context(), flashgate.Sale{
 		ID: req.ID, Name: req.Name, PriceCents: req.PriceCents, Total: req.Total,
 		StartsAt: startsAt, EndsAt: endsAt, AdmitRatio: req.AdmitRatio, PerUser: req.PerUser,
-		Buckets: req.Buckets,
+		Buckets: req.Buckets, Queue: req.Queue, PrequeueSeconds: req.PrequeueSeconds,
+		ChallengeMaxNumber: req.ChallengeMaxNumber, ChallengeAuto: req.ChallengeAuto,
+		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds,
 	})
 	if err != nil {
 		s.fail(w, r, err)

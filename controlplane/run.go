@@ -48,6 +48,9 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	s.schedule(lctx)
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+	s.queueTick(lctx) // queue.go
+	cancel()
+	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ExpireDue(lctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("expiry", "err", err)
 	}

@@ -53,6 +53,8 @@ type Status struct {
 	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
 	// Archived is set once the sale ended and settled (archive.go).
 	Archived bool `json:"archived,omitempty"`
+	// Queue is a fair queue's figures (queue.go); absent first come.
+	Queue *QueueStatus `json:"queue,omitempty"`
 }
 
 // Settlement is the end-of-sale comparison of Redis and the database.
@@ -102,7 +104,7 @@ func validateSale(s flashgate.Sale) error {
 	case s.StartsAt != nil && s.EndsAt != nil && !s.EndsAt.After(*s.StartsAt):
 		return &flashgate.FieldError{Field: "ends_at", Reason: "not after starts_at"}
 	}
-	return nil
+	return validateQueue(s) // queue.go
 }
 
 func perUser(s flashgate.Sale) int64 {
@@ -176,6 +178,8 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
 		args = append(args, l.String())
+	} else if sale.Fair() {
+		args = append(args, "", flashgate.QueueFair)
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }
@@ -323,6 +327,11 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	}
 	if sale.State == flashgate.StateClosed {
 		st.Settlement = settlement(rf, fig)
+	}
+	if sale.Fair() {
+		if st.Queue, err = s.queueStatus(ctx, id); err != nil {
+			return Status{}, err
+		}
 	}
 	return st, nil
 }

@@ -35,6 +35,8 @@ type saleState struct {
 	// base is sale.flushed when the reading started: admissions counted
 	// locally after it are not in access yet.
 	base int64
+	// q is a fair queue's reading (queue.go); nil for a first-come sale.
+	q *queueView
 }
 
 // saleMeta is one reading of a sale's catalog entry; immutable once stored.
@@ -69,6 +71,8 @@ type sale struct {
 	// the flusher's share of it.
 	rejected        atomic.Int64
 	rejectedFlushed atomic.Int64
+
+	fair fairCache // queue.go
 
 	asked   atomic.Bool // someone asked since the last refresh
 	idle    int         // refreshes since someone asked (refresher only)
@@ -275,11 +279,13 @@ func (s *Server) confirmMissing(parent context.Context, list []*sale, states []*
 func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
 	bases := make([]int64, len(list))
 	cmds := make([]*redis.SliceCmd, len(list))
+	var qcmds []*redis.SliceCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range list {
 			bases[i] = e.flushed.Load()
 			cmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), stateFields...)
 		}
+		qcmds = queueReads(ctx, p, list) // queue.go
 		return nil
 	})
 	if err != nil {
@@ -302,6 +308,7 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 		}
 		out[i] = st
 	}
+	applyQueue(qcmds, out)
 	if err := s.sumBuckets(ctx, c, list, cmds, out); err != nil {
 		return nil, err
 	}
@@ -524,7 +531,8 @@ func judge(st *saleState, admitted int64) int {
 		return verdictNotStarted
 	case st.booked >= st.total:
 		return verdictSoldOut
-	case st.access+admitted-st.base >= st.count:
+	case st.q == nil && st.access+admitted-st.base >= st.count:
+		// A fair queue's frontier is its cap (queue.go).
 		return verdictSoldOut
 	}
 	return verdictAdmit
@@ -621,6 +629,7 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
+	b = appendQueueJSON(b, st, m) // queue.go
 	return append(b, '}')
 }
 

@@ -81,6 +81,10 @@ type Config struct {
 	Orders Orders
 	// JWTSecret is the HS256 secret of buyer tokens. Required.
 	JWTSecret []byte
+	// QueueSecret keys the fair queue's tickets and proof-of-work
+	// challenges (queue.go); every gateway of a deployment needs the same.
+	// Default: DeriveQueueSecret(JWTSecret).
+	QueueSecret []byte
 	// Logger receives errors and notable events. Default: slog.Default().
 	Logger *slog.Logger
 	// Clock tells the time for tokens and rate limits. Default:
@@ -197,6 +201,9 @@ func (c *Config) fill() error {
 	if c.Replica == nil {
 		c.Replica = c.Primary
 	}
+	if len(c.QueueSecret) == 0 {
+		c.QueueSecret = DeriveQueueSecret(c.JWTSecret)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -300,6 +307,7 @@ type Server struct {
 	pages *lru.Cache[string, *page]
 	seed  maphash.Seed
 	jwt   *verifier
+	qkeys *queueKeys // queue.go
 
 	// unavail counts purchases answered 503 for the Reserver's failure.
 	unavail unavailableLog
@@ -352,6 +360,7 @@ func New(cfg Config) (*Server, error) {
 		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
 	s.jwt = newVerifier(cfg.JWTSecret)
+	s.qkeys = newQueueKeys(cfg.QueueSecret)
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
 	}

@@ -25,12 +25,14 @@ const (
 	routeHealthz
 	routeReadyz
 	routeStatic
+	routeQueue
+	routeChallenge
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "other",
+	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "other",
 }
 
 // The status codes the gateway answers with; anything else counts as
@@ -66,11 +68,12 @@ const (
 	decSoldOut
 	decRateLimited
 	decUnavailable
+	decNotAdmitted
 	numDecisions
 )
 
 var decisionNames = [numDecisions]string{
-	"admitted", "not_found", "not_started", "closed", "sold_out", "rate_limited", "unavailable",
+	"admitted", "not_found", "not_started", "closed", "sold_out", "rate_limited", "unavailable", "not_admitted",
 }
 
 // metrics counts the gateway's requests, latencies and admission

@@ -38,6 +38,8 @@ var (
 var assetTypes = map[string]string{
 	"buy.js":    "text/javascript; charset=utf-8",
 	"style.css": "text/css; charset=utf-8",
+	"queue.js":  "text/javascript; charset=utf-8",
+	"pow.js":    "text/javascript; charset=utf-8",
 }
 
 // loadAssets prepares the error pages and the /static/ files.

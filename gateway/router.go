@@ -78,6 +78,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 
 	case bytes.HasPrefix(path, pAPISales):
 		rest := path[len(pAPISales):]
+		if r, ok := s.routeQueue(ctx, rest, get, post); ok { // queue.go
+			return r
+		}
 		if bytes.HasSuffix(rest, sOrders) {
 			id := rest[:len(rest)-len(sOrders)]
 			if !flashgate.ValidID(id) {
@@ -333,7 +336,12 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansBadRequest)
 		return
 	}
-	if v := e.admit(); v != verdictAdmit {
+	st := e.state.Load()
+	if q := st.fairQueue(); q != nil {
+		if !s.fairAdmit(ctx, e, st, q, user) { // queue.go
+			return
+		}
+	} else if v := e.admit(); v != verdictAdmit {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
@@ -350,6 +358,9 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 		s.writeError(ctx, err)
 		return
+	}
+	if st.fairQueue() != nil {
+		s.setBoughtTicket(ctx, e, user)
 	}
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved})
 }

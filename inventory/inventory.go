@@ -39,6 +39,7 @@ var (
 	errClosed     = fmt.Errorf("reserving: %w", flashgate.ErrClosed)
 	errPaused     = fmt.Errorf("reserving: sale paused for a rebuild: %w", flashgate.ErrUnavailable)
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
+	errUnadmitted = fmt.Errorf("reserving: %w", flashgate.ErrNotAdmitted)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
 	errBadOrderID = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "order_id", Reason: "not a valid order id"})
 	errBadBucket  = fmt.Errorf("releasing: %w", &flashgate.FieldError{Field: "bucket", Reason: "not a bucket of the sale"})
@@ -300,6 +301,9 @@ func (s *Service) answer(code int64) (string, error) {
 	case lua.ReservePaused:
 		s.m.outcome(outPaused)
 		return "", errPaused
+	case lua.ReserveNotAdmitted:
+		s.m.outcome(outNotAdmitted)
+		return "", errUnadmitted
 	default:
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unknown script code %d", code)

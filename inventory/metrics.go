@@ -22,10 +22,11 @@ const (
 	outError
 	outPaused
 	outPending // a spill of the user's is in flight (bucketed sales)
+	outNotAdmitted
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused", "pending"}
+var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused", "pending", "not_admitted"}
 
 // The ops of flashgate_redis_call_seconds.
 const (

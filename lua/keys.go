@@ -148,9 +148,10 @@ const (
 func SaleKeys(tag string) []string { return []string{SaleKey(tag)} }
 
 // ReserveKeys is the KEYS of Reserve and ReserveMany: sale hash, buyers
-// hash, orders stream, primary marker (the failover fence).
+// hash, orders stream, primary marker (the failover fence), released set
+// (read by a spill only), queue hash (read in a fair queue only).
 func ReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), PrimaryKey(tag)}
+	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), PrimaryKey(tag), ReleasedKey(tag), QueueKey(tag)}
 }
 
 // ReleaseKeys is the KEYS of Release and ReleaseBatch: sale hash, buyers
@@ -175,10 +176,8 @@ func LedgerKeys(sale string) []string { return []string{LedgerKey(sale)} }
 
 // SpillReserveKeys is the KEYS of a spill reserve (Reserve with ARGV[7]):
 // sale hash, buyers hash, orders stream, primary marker, released set of the
-// spill bucket.
-func SpillReserveKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), OrdersKey(tag), PrimaryKey(tag), ReleasedKey(tag)}
-}
+// spill bucket, queue hash: the same as ReserveKeys.
+func SpillReserveKeys(tag string) []string { return ReserveKeys(tag) }
 
 // ClaimKeys is Claim's KEYS: sale hash, buyers hash, claims of the home
 // bucket.

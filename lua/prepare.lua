@@ -8,7 +8,9 @@
 -- ARGV[3] per_user
 -- ARGV[4] price in cents
 -- ARGV[5] optional: the layout of a bucketed sale (lua.FieldLayout), written
---         with the rest so that no reader sees the hash without it
+--         with the rest so that no reader sees the hash without it; "" none
+-- ARGV[6] optional: "fair" for a sale sold through a fair queue
+--         (lua.FieldQueue), so that reserves check admission from the start
 --
 -- Returns 1 created, 0 it existed already (nothing changed). A hash without
 -- total (what a Redis loss leaves once some other field was written) does not
@@ -19,7 +21,10 @@ end
 redis.call('HSET', KEYS[1], 'total', ARGV[1], 'booked', 0, 'reserved', 0,
   'start', 0, 'closed', 0, 'count', ARGV[2], 'access', 0,
   'per_user', ARGV[3], 'price', ARGV[4])
-if ARGV[5] then
+if ARGV[5] and ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'layout', ARGV[5])
+end
+if ARGV[6] == 'fair' then
+  redis.call('HSET', KEYS[1], 'queue', 'fair')
 end
 return 1

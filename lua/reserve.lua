@@ -9,6 +9,7 @@
 --         (lua.PrimaryKey: the failover fence, see below)
 -- KEYS[5] released set  fg:{<sale>}:released
 --         (read only with ARGV[7])
+-- KEYS[6] queue hash    (read in a fair queue only) fg:{<sale>}:queue
 -- ARGV[1] order id (minted by the caller)
 -- ARGV[2] user id
 -- ARGV[3] quantity
@@ -48,7 +49,9 @@
 --                 shortly, so the buyer should retry
 --   {8, ""}       spill only: the order was fenced here by the leader
 --                 settling its stale claim; nothing changed
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
+--   {9, ""}       fair queue: the user's position is not admitted, or its
+--                 window ended (lua.ReserveNotAdmitted)
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'q_pre', 'q_k', 'q_e')
 if not f[1] then
   return {1, ''}
 end
@@ -67,6 +70,21 @@ end
 local existing = redis.call('HGET', KEYS[2], ARGV[2])
 if existing then
   return {5, existing}
+end
+-- A fair queue (lua/queueenter.lua): only a buyer whose position is
+-- admitted and whose window has not ended buys.
+local fq = {f[8], f[9], f[10], f[11]} -- read with the sale's other fields
+if fq[1] == 'fair' then
+  local v = redis.call('HGET', KEYS[6], ARGV[2]) or ''
+  local kind, pos = string.sub(v, 1, 1), tonumber(string.sub(v, 2))
+  if pos and kind == 'l' then
+    pos = pos + (tonumber(fq[2] or '0') or 0)
+  elseif kind ~= 'r' then
+    pos = nil
+  end
+  if not pos or pos > (tonumber(fq[3] or '0') or 0) or pos <= (tonumber(fq[4] or '0') or 0) then
+    return {9, ''}
+  end
 end
 local n = tonumber(ARGV[3])
 local perUser = tonumber(f[5] or '1') or 1

@@ -14,6 +14,8 @@
 --         order would take units; fenced, the sale is paused as Reserve
 --         pauses it, each such order is answered {7, ""} and nothing is
 --         taken
+-- KEYS[5] released set  (not read: lua.ReserveKeys) fg:{<sale>}:released
+-- KEYS[6] queue hash    (read in a fair queue only) fg:{<sale>}:queue
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
@@ -28,7 +30,7 @@
 -- orders after it.
 local n = (#ARGV - 3) / 3
 local out = {}
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume')
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'q_pre', 'q_k', 'q_e')
 if not f[1] or f[3] ~= '1' then
   local code = 1
   if f[1] then
@@ -60,12 +62,33 @@ for i = 1, n do
   users[i] = ARGV[3 * i + 2]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
+-- A fair queue (lua/queueenter.lua): only a buyer whose position is
+-- admitted and whose window has not ended buys (code 9 otherwise).
+local admitted = nil
+local fq = {f[8], f[9], f[10], f[11]} -- read with the sale's other fields
+if fq[1] == 'fair' then
+  admitted = {}
+  local pre, k, e = tonumber(fq[2] or '0') or 0, tonumber(fq[3] or '0') or 0, tonumber(fq[4] or '0') or 0
+  local entries = redis.call('HMGET', KEYS[6], unpack(users))
+  for i = 1, n do
+    local v = entries[i] or ''
+    local kind, pos = string.sub(v, 1, 1), tonumber(string.sub(v, 2))
+    if pos and kind == 'l' then
+      pos = pos + pre
+    elseif kind ~= 'r' then
+      pos = nil
+    end
+    admitted[i] = pos ~= nil and pos <= k and pos > e
+  end
+end
 for i = 1, n do
   local order, user, qty = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
   local existing = mine[user] or held[i]
   local code = 0
   if existing then
     code = 5
+  elseif admitted and not admitted[i] then
+    code = 9
   else
     local q = tonumber(qty)
     if not q or q < 1 or q > perUser or q ~= math.floor(q) then

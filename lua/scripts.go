@@ -51,6 +51,16 @@ var (
 	markSrc string
 	//go:embed takefence.lua
 	takeFenceSrc string
+	//go:embed queueenter.lua
+	queueEnterSrc string
+	//go:embed queueopen.lua
+	queueOpenSrc string
+	//go:embed queuestart.lua
+	queueStartSrc string
+	//go:embed queuerank.lua
+	queueRankSrc string
+	//go:embed queueadvance.lua
+	queueAdvanceSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -91,6 +101,13 @@ var (
 	// TakeFence hands out fencing tokens (see docs/internals.md).
 	Mark      = redis.NewScript(markSrc)
 	TakeFence = redis.NewScript(takeFenceSrc)
+
+	// The fair queue (queuekeys.go).
+	QueueEnter   = redis.NewScript(queueEnterSrc)
+	QueueOpen    = redis.NewScript(queueOpenSrc)
+	QueueStart   = redis.NewScript(queueStartSrc)
+	QueueRank    = redis.NewScript(queueRankSrc)
+	QueueAdvance = redis.NewScript(queueAdvanceSrc)
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's

@@ -142,6 +142,28 @@ var migrations = []migration{
 			`INSERT INTO leader_fence (id, token) VALUES (1, 0) ON CONFLICT (id) DO NOTHING`,
 		},
 	},
+	{
+		// Version 7 stores a sale's fair-queue settings (docs/api.md, "Fair
+		// queue"): queue is "" (first come) or "fair"; zeros mean defaults,
+		// challenge_auto is 1 (true) or 0.
+		version: 7,
+		postgres: []string{
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS queue TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS prequeue_seconds INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS challenge_maxnumber BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS challenge_auto INTEGER NOT NULL DEFAULT 1`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS admit_per_minute BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN IF NOT EXISTS admit_seconds INTEGER NOT NULL DEFAULT 0`,
+		},
+		sqlite: []string{
+			`ALTER TABLE sales ADD COLUMN queue TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE sales ADD COLUMN prequeue_seconds INTEGER NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN challenge_maxnumber BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN challenge_auto INTEGER NOT NULL DEFAULT 1`,
+			`ALTER TABLE sales ADD COLUMN admit_per_minute BIGINT NOT NULL DEFAULT 0`,
+			`ALTER TABLE sales ADD COLUMN admit_seconds INTEGER NOT NULL DEFAULT 0`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

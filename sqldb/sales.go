@@ -12,7 +12,8 @@ import (
 
 func nowUTC() time.Time { return time.Now().UTC() }
 
-const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts`
+const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts,
+	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds`
 
 // saleReadCols are the columns scanSale reads: saleCols and archived.
 const saleReadCols = saleCols + `, archived`
@@ -28,11 +29,17 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		start, end stamp
 		salts      string
 		archived   int64
+		auto       int64
 	)
-	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts, &archived); err != nil {
+	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts,
+		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &archived); err != nil {
 		return flashgate.Sale{}, err
 	}
 	s.Archived = archived != 0
+	if auto == 0 {
+		off := false
+		s.ChallengeAuto = &off
+	}
 	if s.Buckets <= 1 {
 		s.Buckets = 0
 	} else {
@@ -89,9 +96,10 @@ func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 		s.PerUser = 1
 	}
 	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
 		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
-		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts))
+		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts),
+		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds)
 	if err != nil {
 		return fmt.Errorf("creating sale %s: %w", s.ID, err)
 	}
@@ -170,4 +178,11 @@ func (d *DB) SetSaleState(ctx context.Context, id string, st flashgate.SaleState
 		return fmt.Errorf("setting state of sale %s: %w", id, err)
 	}
 	return nil
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

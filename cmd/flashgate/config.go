@@ -24,6 +24,7 @@ type Config struct {
 	RedisReplicas string        // comma-separated replica URLs; default the primary
 	DB            string        // "sqlite://flashgate.db"
 	JWTSecret     string        // HS256 secret for buyer tokens; required
+	QueueSecret   string        // fair queue tickets and challenges; "" = derived from JWTSecret
 	AdminToken    string        // bearer token of the admin API; required
 	Inventory     string        // comma-separated inventory tiers; "" = in-process
 	InventoryTok  string        // bearer token between gateways and inventory tiers; "" = none
@@ -151,6 +152,7 @@ var flagSpecs = []flagSpec{
 	{"redis-replicas", "comma-separated Redis replica URLs for gateway reads (default: the primary)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.RedisReplicas }, "")},
 	{"db", "database: postgres://… or sqlite://PATH", cmdServe | cmdGateway | cmdOrdersink | cmdControlplane, strFlag(func(c *Config) *string { return &c.DB }, "sqlite://flashgate.db")},
 	{"jwt-secret", "HS256 secret for buyer tokens (required)", cmdServe | cmdGateway | cmdCrowd | cmdToken | cmdDemo, strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
+	{"queue-secret", "key of fair-queue tickets and proof-of-work challenges, the same on every gateway (default: derived from --jwt-secret)", gwLike, strFlag(func(c *Config) *string { return &c.QueueSecret }, "")},
 	{"admin-token", "bearer token for the admin API (required)", cpLike | cmdCrowd, strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
 	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.Inventory }, "")},
 	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", cmdServe | cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},

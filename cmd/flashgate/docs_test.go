@@ -46,6 +46,7 @@ var flagDocs = map[string]flagDoc{
 	"db":                 {"", "`postgres://…` or `sqlite://PATH`, PATH relative or absolute (`sqlite:///var/lib/flashgate/orders.db`)"},
 	"jwt-secret":         {"(none; required)", "HS256 secret for buyer tokens"},
 	"admin-token":        {"(none; required)", "bearer token for the admin API"},
+	"queue-secret":       {"derived from `--jwt-secret`", "added: key of fair-queue tickets and proof-of-work challenges, the same on every gateway; unset: HMAC-SHA256(key = the JWT secret, message = `flashgate fair queue v1`)"},
 	"inventory":          {"in-process", "comma-separated `http://host:port` of inventory tiers (split mode)"},
 	"inventory-token":    {"none", "added: the bearer token an `inventory` process requires on `/v1/` and gateways send"},
 	"user-rate":          {"", "per-user purchase attempts per second reaching admission (0 = no limit)"},

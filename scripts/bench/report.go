@@ -17,6 +17,7 @@ type report struct {
 	crowd    *crowdResult
 	storm    *stormResult
 	buckets  *bucketsResult // buckets.go
+	drop     *dropResult    // drop.go
 	failures []string
 	commands []string
 	elapsed  time.Duration
@@ -353,6 +354,7 @@ func (b *bench) markdown() []byte {
 	}
 
 	p("%s", r.bucketsSection())
+	p("%s", r.dropSection())
 
 	if len(r.goBench) > 0 {
 		p("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -count %d` over the packages that have benchmarks (real redis-server where the benchmark needs one); ns/op as median (min–max).\n\n| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n", cfg.GoBench)

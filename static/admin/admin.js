@@ -95,6 +95,17 @@
       name.textContent = s.name || '';
       first.appendChild(strong);
       first.appendChild(name);
+      if (s.queue) {
+        // A fair queue: entrants, the admitted position, the admission rate
+        // and the last entrant's estimated wait.
+        var q = s.queue, qd = document.createElement('div');
+        qd.className = 'name c-queue';
+        qd.textContent = 'Fair queue: ' + fmt(q.entrants) + ' entrants · admitted ' + fmt(q.admitted_position) +
+          ' · ' + fmt(q.rate_per_minute) + '/min · wait ' +
+          (q.eta_seconds == null ? '—' : Math.ceil(q.eta_seconds / 60) + ' min') +
+          (q.open ? '' : ' · not open yet');
+        first.appendChild(qd);
+      }
       var st = cell(tr, '');
       var badge = document.createElement('span');
       badge.className = 'state ' + s.state;

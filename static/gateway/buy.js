@@ -55,8 +55,13 @@
       pad(Math.floor(s / 3600) % 24) + ":" + pad(Math.floor(s / 60) % 60) + ":" + pad(s % 60);
   }
 
+  // A fair queue (queue.js) holds the button until the buyer is admitted.
+  var fq = window.flashgateQueue;
+  function held() { return !!(fq && fq.fair() && !fq.admitted()); }
+  window.addEventListener("fq-change", function () { render(); });
+
   function render() {
-    buy.disabled = done || busy || state !== "open";
+    buy.disabled = done || busy || state !== "open" || held();
     if (done || busy) { return; }
     switch (state) {
       case "open": say(token() ? "The sale is open." : "The sale is open: paste your token below to buy."); countdown.textContent = "On sale now"; break;
@@ -75,6 +80,7 @@
         state = s.state;
         startsAt = s.starts_at ? Date.parse(s.starts_at) : null;
         remaining.textContent = String(s.remaining);
+        if (fq) { fq.onSale(s); }
         render();
       })
       .catch(function () { /* The next poll tries again. */ });
@@ -88,7 +94,8 @@
     unauthorized: "Your token was not accepted: paste a valid one below.",
     not_found: "This sale does not exist.",
     bad_request: "The request was not understood.",
-    unavailable: "The shop is busy: press again in a moment."
+    unavailable: "The shop is busy: press again in a moment.",
+    not_admitted: "Not your turn yet: wait for the queue."
   };
 
   buy.addEventListener("click", function () {
@@ -98,14 +105,16 @@
     say("Buying…");
     fetch("/api/sales/" + encodeURIComponent(saleID) + "/orders", {
       method: "POST",
-      headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
+      headers: fq && fq.ticket() ? { "Authorization": "Bearer " + token(), "Content-Type": "application/json", "X-Queue-Ticket": fq.ticket() } :
+        { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
       body: JSON.stringify({ quantity: 1 })
     }).then(function (r) {
-      return r.json().then(function (b) { return { status: r.status, body: b }; });
+      return r.json().then(function (b) { return { status: r.status, body: b, ticket: r.headers.get("X-Queue-Ticket") }; });
     }).then(function (res) {
       busy = false;
       if (res.status === 201) {
         done = true;
+        if (fq && fq.fair()) { fq.bought(res.ticket); }
         say("Got it! Your order is " + res.body.order_id + ".", "ok");
       } else if (res.body.error === "already_purchased") {
         done = true;
@@ -114,7 +123,7 @@
         if (res.body.error === "unauthorized") { tokenBox.open = true; }
         say(messages[res.body.error] || "Something went wrong: " + res.body.error, "err");
       }
-      buy.disabled = done || state !== "open";
+      buy.disabled = done || state !== "open" || held();
     }).catch(function () {
       busy = false;
       say("The network failed: press again.", "err");

@@ -1,0 +1,119 @@
+package lua_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/lua"
+)
+
+// TestQueueScripts walks a fair queue through its scripts on both
+// backends: entry before the queue opens, pre-start and late entries,
+// idempotence, a solution used twice, ranks, fenced frontier moves and the
+// reserve's admission check.
+func TestQueueScripts(t *testing.T) {
+	forEach(t, backends(t), "queue", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		const sale = "fq"
+		enter := func(user, challenge string, ttl int64) []any {
+			t.Helper()
+			v, err := lua.QueueEnter.Run(ctx, rdb, lua.QueueEnterKeys(sale, challenge), user, ttl).Slice()
+			if err != nil {
+				t.Fatalf("QueueEnter %s: %v", user, err)
+			}
+			return v
+		}
+		want := func(what string, got, want []any) {
+			t.Helper()
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: got %v, want %v", what, got, want)
+			}
+		}
+		if got := enter("alice", "c0", 0); got[0] != int64(lua.EnterNoSale) {
+			t.Errorf("no sale: got %v", got)
+		}
+		if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), 3, 4, 1, 100, "", "fair").Err(); err != nil {
+			t.Fatal(err)
+		}
+		want("before the queue opens", enter("alice", "c0", 0), []any{int64(lua.EnterNotOpen), "", int64(0)})
+		if n, err := lua.QueueOpen.Run(ctx, rdb, lua.SaleKeys(sale), "00", "11", 0, 60).Int(); err != nil || n != 1 {
+			t.Fatalf("QueueOpen: %d %v", n, err)
+		}
+		want("alice enters", enter("alice", "c1", 60000), []any{int64(0), "p", int64(1)})
+		want("alice again", enter("alice", "c2", 60000), []any{int64(0), "p", int64(0)})
+		want("bob reuses c1", enter("bob", "c1", 60000), []any{int64(lua.EnterSolveUsed), "", int64(0)})
+		want("bob enters", enter("bob", "c3", 60000), []any{int64(0), "p", int64(1)})
+		if v, err := lua.QueueStart.Run(ctx, rdb, lua.SaleKeys(sale)).Slice(); err != nil || !reflect.DeepEqual(v, []any{int64(2), "00"}) {
+			t.Fatalf("QueueStart: %v %v", v, err)
+		}
+		want("carol enters late", enter("carol", "c4", 60000), []any{int64(0), "l1", int64(1)})
+		want("dave enters late", enter("dave", "", 0), []any{int64(0), "l2", int64(1)})
+
+		// The frontier moves only once ranked, only forward, only with the
+		// newest fencing token.
+		adv := func(fence, from, k, e int64) int64 {
+			t.Helper()
+			n, err := lua.QueueAdvance.Run(ctx, rdb, lua.SaleKeys(sale), fence, from, k, "t", e, "et", 0, 0).Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if got := adv(5, 0, 1, 0); got != -3 {
+			t.Errorf("advance before ranking: got %d, want -3", got)
+		}
+		if n, err := lua.QueueRank.Run(ctx, rdb, lua.QueueRankKeys(sale), 5, "1", "bob", "r1", "alice", "r2").Int(); err != nil || n != 2 {
+			t.Fatalf("QueueRank: %d %v, want 2", n, err)
+		}
+		if got := adv(4, 0, 1, 0); got != -1 {
+			t.Errorf("advance with a stale fencing token: got %d, want -1", got)
+		}
+		if got := adv(5, 1, 2, 0); got != 0 {
+			t.Errorf("advance from a q_k that is not Redis's: got %d, want 0", got)
+		}
+		reserve := func(user string) int64 {
+			t.Helper()
+			v, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(sale), "o-"+user, user, 1, 1, sale).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v[0].(int64)
+		}
+		if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale), "open").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := reserve("bob"); got != lua.ReserveNotAdmitted {
+			t.Errorf("bob before admission: got %d, want %d", got, lua.ReserveNotAdmitted)
+		}
+		if got := adv(5, 0, 1, 0); got != 1 {
+			t.Errorf("advance to 1: got %d, want 1", got)
+		}
+		if got := reserve("alice"); got != lua.ReserveNotAdmitted {
+			t.Errorf("alice (position 2) with 1 admitted: got %d, want not admitted", got)
+		}
+		if got := reserve("mallory"); got != lua.ReserveNotAdmitted {
+			t.Errorf("mallory never entered: got %d, want not admitted", got)
+		}
+		if got := reserve("bob"); got != lua.ReserveOK {
+			t.Errorf("bob (position 1) admitted: got %d, want OK", got)
+		}
+		if got := adv(6, 1, 3, 0); got != 1 { // alice and carol (2 + 1)
+			t.Errorf("advance to 3: got %d, want 1", got)
+		}
+		if got := adv(6, 3, 2, 0); got != -2 {
+			t.Errorf("advance backwards: got %d, want -2", got)
+		}
+		if got := adv(6, 3, 3, 2); got != 1 { // alice's window ends
+			t.Errorf("expire to 2: got %d, want 1", got)
+		}
+		// ReserveMany answers as Reserve would for each.
+		v, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(sale), 1, sale, "",
+			"o-a", "alice", 1, "o-c", "carol", 1, "o-d", "dave", 1).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want("ReserveMany", v, []any{int64(9), "", int64(0), "o-c", int64(9), ""})
+	})
+}

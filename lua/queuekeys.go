@@ -1,0 +1,65 @@
+package lua
+
+// Keys and fields of a fair queue (the sale's Queue is "fair"); every key
+// carries the sale's hash tag.
+
+// QueueKey is the hash of a fair queue's entrants: user id → entry. An
+// entry is "p" (entered before the start, not ranked yet), "r<rank>" (a
+// pre-start entrant's place in the seed's order, 1-based, written by the
+// leader at the start) or "l<n>" (the n-th entrant after the start).
+func QueueKey(sale string) string { return "fg:{" + sale + "}:queue" }
+
+// QueueLateKey is the list of the users who entered after the start, in
+// arrival order (index n-1 holds arrival n).
+func QueueLateKey(sale string) string { return "fg:{" + sale + "}:qlate" }
+
+// QueuePowKey marks one proof-of-work challenge as used until its salt
+// expires.
+func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:" + challenge }
+
+// Fields of the sale hash that a fair queue adds. Positions count from 1:
+// the pre-start entrants in the seed's order, then the later ones in
+// arrival order (position q_pre + n for arrival n).
+const (
+	FieldQueue      = "queue"     // "fair" for a fair queue
+	FieldQOpen      = "q_open"    // "1" once the queue takes entries
+	FieldQSecret    = "q_secret"  // the seed, hex, until the start (never published)
+	FieldQSeedSHA   = "q_seedsha" // hex SHA-256 of the seed bytes
+	FieldQStarted   = "q_started" // "1" from the start: entries are late ones
+	FieldQSeed      = "q_seed"    // the seed, hex, revealed at the start
+	FieldQPre       = "q_pre"     // entrants before the start
+	FieldQLate      = "q_late"    // entrants after the start
+	FieldQRanked    = "q_ranked"  // "1" once the leader wrote every rank
+	FieldQAdmitted  = "q_k"       // positions admitted (1..q_k)
+	FieldQTheta     = "q_theta"   // rank key of pre-start position min(q_k, q_pre), or ""
+	FieldQExpired   = "q_e"       // positions whose window ended (1..q_e)
+	FieldQETheta    = "q_etheta"  // rank key of pre-start position min(q_e, q_pre), or ""
+	FieldQRate      = "q_rate"    // positions admitted per minute, recently
+	FieldQMaxNumber = "q_maxnum"  // the proof-of-work's maxnumber now
+	FieldQWindow    = "q_window"  // admit_seconds
+	FieldQFence     = "q_fence"   // the fencing token of the last frontier write
+)
+
+// QueueEnterKeys is QueueEnter's KEYS: sale hash, queue hash, late list,
+// the proof-of-work marker (any key of the sale when there is none).
+func QueueEnterKeys(sale, challenge string) []string {
+	return []string{SaleKey(sale), QueueKey(sale), QueueLateKey(sale), QueuePowKey(sale, challenge)}
+}
+
+// QueueRankKeys is QueueRank's KEYS: sale hash, queue hash.
+func QueueRankKeys(sale string) []string { return []string{SaleKey(sale), QueueKey(sale)} }
+
+// Return codes of QueueEnter (the first value of its answer).
+const (
+	EnterOK        = 0
+	EnterNoSale    = 1
+	EnterNotOpen   = 2
+	EnterClosed    = 3
+	EnterNotFair   = 4
+	EnterSolveUsed = 5
+)
+
+// ReserveNotAdmitted answers Reserve (and each order of ReserveMany) in a
+// fair queue for a buyer whose position is not admitted, or whose window
+// has ended.
+const ReserveNotAdmitted = 9

@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+// The drop phase: the issue's drop, run twice on the same crowd — through a
+// fair queue and first come — against a real redis-server and SQLite, with
+// the gateway's handler called in-process and the control plane's queue
+// stepped on a simulated clock (so ten minutes of pre-queue take seconds).
+// People (DROP_PEOPLE, default 10,000) open the item page at a random
+// moment of the pre-queue and react to the open after a human reaction
+// time (log-normal, median 0.7 s); scalpers (DROP_SCALPERS × DROP_ACCOUNTS,
+// default 20 × 50) enter every account when the queue opens and fire the
+// moment the sale says open. Everyone has a token and pays a proof of work
+// (DROP_MAXNUMBER, default 1,000). Then Redis's bytes per entrant with
+// DROP_ENTRANTS (default 1,000,000) entrants of one fair queue.
+
+// dropResult is what the drop phase measured.
+type dropResult struct {
+	People, Scalpers, Accounts, Units int
+	MaxNumber                         int64
+	ScalperShareEntrants              float64 // accounts / all entrants
+	FairScalperUnits, FCScalperUnits  int
+	FairSoldOut, FCSoldOut            int // units sold
+	FairRounds                        int
+	FairElapsed                       time.Duration
+	Entrants                          int
+	BytesPerEntrant                   float64       // INFO used_memory delta / entrants
+	HashBytesPerEntrant               float64       // MEMORY USAGE of the queue hash / entrants
+	LateBytesPerEntrant               float64       // the same, entering after the start (hash + arrival list)
+	RankElapsed                       time.Duration // the leader's start step over Entrants: read, rank, write ranks
+	RankedBytesPerEntrant             float64       // used_memory per entrant once ranked
+}
+
+// dropAccount is one account of the crowd.
+type dropAccount struct {
+	user    string
+	token   string
+	ticket  string
+	scalper bool
+	arrive  time.Duration // into the pre-queue
+	react   time.Duration // after the open (first come) or the admission
+	bought  bool
+}
+
+func (b *bench) dropPhase(ctx context.Context) error {
+	people, err := envInt("DROP_PEOPLE", 10000)
+	if err != nil {
+		return err
+	}
+	scalpers, err := envInt("DROP_SCALPERS", 20)
+	if err != nil {
+		return err
+	}
+	accounts, err := envInt("DROP_ACCOUNTS", 50)
+	if err != nil {
+		return err
+	}
+	units, err := envInt("DROP_UNITS", 500)
+	if err != nil {
+		return err
+	}
+	maxnum, err := envInt("DROP_MAXNUMBER", 1000)
+	if err != nil {
+		return err
+	}
+	entrants, err := envInt("DROP_ENTRANTS", 1_000_000)
+	if err != nil {
+		return err
+	}
+	bin, err := lookPath("redis-server")
+	if err != nil {
+		return err
+	}
+	srv, err := redistest.StartServer(bin, b.dir)
+	if err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 8})
+	defer rdb.Close()
+	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(b.dir, "drop.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	opens := time.Now().Truncate(time.Second)
+	clock := testclock.New(opens)
+	inv := inventory.New(rdb, inventory.Config{Logger: quiet, Clock: clock})
+	cp, err := controlplane.New(controlplane.Config{Redis: rdb, Store: db, Releaser: inv, AdminToken: b.adminTok, Logger: quiet, Clock: clock})
+	if err != nil {
+		return err
+	}
+	secret := []byte(b.secret)
+	gw, err := gateway.New(gateway.Config{Primary: rdb, Reserver: inv, Catalog: db, Orders: cp, JWTSecret: secret,
+		Logger: quiet, Clock: clock, UserRate: -1, SaleRate: -1, StateRefresh: 5 * time.Millisecond,
+		CatalogRefresh: 20 * time.Millisecond, ShutdownDelay: -1})
+	if err != nil {
+		return err
+	}
+	gw.Start()
+	defer gw.Close()
+	fence, err := rdb.Incr(ctx, lua.FenceKey()).Result()
+	if err != nil {
+		return err
+	}
+	d := &dropRun{ctx: ctx, rdb: rdb, db: db, cp: cp, gw: gw, clock: clock, fence: fence}
+	res := &dropResult{People: people, Scalpers: scalpers, Accounts: scalpers * accounts, Units: units, MaxNumber: int64(maxnum)}
+	b.rep.drop = res
+
+	// The crowd, the same for both sales.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))
+	prequeue := 600 * time.Second
+	var crowd []*dropAccount
+	mint := func(user string) string {
+		tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": user, "exp": opens.Add(48 * time.Hour).Unix()}).SignedString(secret)
+		return tok
+	}
+	for i := range people {
+		u := fmt.Sprintf("person-%06d", i)
+		crowd = append(crowd, &dropAccount{user: u, token: mint(u), arrive: time.Duration(rng.Int64N(int64(prequeue))),
+			react: time.Duration(0.7 * math.Exp(0.4*rng.NormFloat64()) * float64(time.Second))})
+	}
+	for s := range scalpers {
+		for a := range accounts {
+			u := fmt.Sprintf("scalper-%02d-%03d", s, a)
+			// They watch GET /api/sales/{id} (every 100 ms) and fire at once.
+			crowd = append(crowd, &dropAccount{user: u, token: mint(u), scalper: true, arrive: time.Duration(rng.Int64N(int64(time.Second))),
+				react: time.Duration(rng.Int64N(int64(100 * time.Millisecond)))})
+		}
+	}
+	res.ScalperShareEntrants = float64(res.Accounts) / float64(len(crowd))
+
+	// The fair queue.
+	t0 := time.Now()
+	starts := opens.Add(prequeue)
+	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-fair", Name: "Drop", PriceCents: 100, Total: int64(units), StartsAt: &starts,
+		Queue: flashgate.QueueFair, ChallengeMaxNumber: int64(maxnum)}); err != nil {
+		return err
+	}
+	if err := d.step("drop-fair"); err != nil {
+		return err
+	}
+	slices.SortFunc(crowd, func(a, b *dropAccount) int { return int(a.arrive - b.arrive) })
+	for _, a := range crowd {
+		clock.Set(opens.Add(a.arrive))
+		if err := d.enter("drop-fair", a); err != nil {
+			return err
+		}
+	}
+	clock.Set(starts)
+	if err := cp.Start(ctx, "drop-fair"); err != nil {
+		return err
+	}
+	for round := 0; round < 1000; round++ {
+		if err := d.step("drop-fair"); err != nil {
+			return err
+		}
+		sold, err := rdb.HGet(ctx, lua.SaleKey("drop-fair"), lua.FieldBooked).Int()
+		if err != nil {
+			return err
+		}
+		if sold >= units {
+			res.FairRounds = round
+			break
+		}
+		// Everyone admitted buys after their reaction time: all of them
+		// within the window, so their order does not matter.
+		for _, a := range crowd {
+			if a.bought {
+				continue
+			}
+			code, _, h := d.call("POST", "/api/sales/drop-fair/orders", a.token, a.ticket, "")
+			switch code {
+			case 201:
+				a.bought = true
+				a.ticket = string(h.Peek("X-Queue-Ticket"))
+			case 409:
+			default:
+				return fmt.Errorf("fair drop: %s buys: %d", a.user, code)
+			}
+		}
+		clock.Add(5 * time.Second)
+	}
+	for _, a := range crowd {
+		if a.bought {
+			res.FairSoldOut++
+			if a.scalper {
+				res.FairScalperUnits++
+			}
+		}
+	}
+	res.FairElapsed = time.Since(t0)
+	// The winners are the first units in the revealed seed's order.
+	_, body, _ := d.call("GET", "/api/sales/drop-fair", "", "", "")
+	var pub struct {
+		Queue struct {
+			Seed string `json:"seed"`
+		} `json:"queue"`
+	}
+	seed, err := hex.DecodeString(func() string { _ = json.Unmarshal(body, &pub); return pub.Queue.Seed }())
+	if err != nil || len(seed) != 32 {
+		return fmt.Errorf("fair drop: no revealed seed in %s", body)
+	}
+	order := slices.Clone(crowd)
+	slices.SortFunc(order, func(a, b *dropAccount) int {
+		return strings.Compare(flashgate.QueueRank(seed, "drop-fair", a.user), flashgate.QueueRank(seed, "drop-fair", b.user))
+	})
+	for i, a := range order {
+		if a.bought != (i < res.FairSoldOut) {
+			return fmt.Errorf("fair drop: %s at seed position %d bought=%v; the first %d should have", a.user, i+1, a.bought, res.FairSoldOut)
+		}
+	}
+
+	// First come on the same crowd: everyone fires at the open plus their
+	// reaction time; the gateway answers them in that order.
+	fcStart := clock.Now().Add(time.Minute)
+	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-fc", Name: "Drop", PriceCents: 100, Total: int64(units), StartsAt: &fcStart}); err != nil {
+		return err
+	}
+	clock.Set(fcStart)
+	if err := cp.Start(ctx, "drop-fc"); err != nil {
+		return err
+	}
+	if err := d.waitOpen("drop-fc"); err != nil {
+		return err
+	}
+	slices.SortFunc(crowd, func(a, b *dropAccount) int { return int(a.react - b.react) })
+	for _, a := range crowd {
+		code, _, _ := d.call("POST", "/api/sales/drop-fc/orders", a.token, "", "")
+		if code == 201 {
+			res.FCSoldOut++
+			if a.scalper {
+				res.FCScalperUnits++
+			}
+		}
+	}
+
+	// Redis bytes per entrant at scale.
+	res.Entrants = entrants
+	if res.BytesPerEntrant, res.HashBytesPerEntrant, err = d.memory("drop-mem", entrants, false); err != nil {
+		return err
+	}
+	// The start of that queue: the leader reads, ranks and writes every
+	// entrant's rank.
+	past := clock.Now().Add(-time.Second)
+	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &past, Queue: flashgate.QueueFair}); err != nil {
+		return err
+	}
+	memSale, err := db.Sale(ctx, "drop-mem")
+	if err != nil {
+		return err
+	}
+	before, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if err := cp.QueueStep(ctx, memSale, fence); err != nil {
+		return fmt.Errorf("ranking %d entrants: %w", entrants, err)
+	}
+	res.RankElapsed = time.Since(t1)
+	after, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	res.RankedBytesPerEntrant = res.BytesPerEntrant + float64(after-before)/float64(entrants)
+	if _, res.LateBytesPerEntrant, err = d.memory("drop-mem-late", min(entrants, 100_000), true); err != nil {
+		return err
+	}
+	b.logf("drop: fair %d of %d units to scalpers (%.1f%% of entrants); first come %d of %d; %.0f bytes per entrant",
+		res.FairScalperUnits, res.FairSoldOut, 100*res.ScalperShareEntrants, res.FCScalperUnits, res.FCSoldOut, res.BytesPerEntrant)
+	// The 1.5× bound is checked where chance alone rarely breaks it: at
+	// least 30 scalpers' units expected (the default crowd expects 45).
+	expected := res.ScalperShareEntrants * float64(res.FairSoldOut)
+	if share := float64(res.FairScalperUnits) / float64(max(res.FairSoldOut, 1)); expected >= 30 && (share > 1.5*res.ScalperShareEntrants || share < res.ScalperShareEntrants/1.5) {
+		return fmt.Errorf("fair drop: scalpers' share of units %.3f is not within 1.5× of their share of entrants %.3f", share, res.ScalperShareEntrants)
+	}
+	return nil
+}
+
+// dropRun is the drop phase's tiers.
+type dropRun struct {
+	ctx   context.Context
+	rdb   *redis.Client
+	db    *sqldb.DB
+	cp    *controlplane.Service
+	gw    *gateway.Server
+	clock *testclock.Clock
+	fence int64
+}
+
+func (d *dropRun) call(method, path, token, ticket, body string) (int, []byte, *fasthttp.ResponseHeader) {
+	var rq fasthttp.Request
+	rq.Header.SetMethod(method)
+	rq.SetRequestURI(path)
+	if token != "" {
+		rq.Header.Set("Authorization", "Bearer "+token)
+	}
+	if ticket != "" {
+		rq.Header.Set("X-Queue-Ticket", ticket)
+	}
+	if body != "" {
+		rq.SetBodyString(body)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&rq, nil, nil)
+	d.gw.Handler()(&ctx)
+	h := &fasthttp.ResponseHeader{}
+	ctx.Response.Header.CopyTo(h)
+	return ctx.Response.StatusCode(), append([]byte(nil), ctx.Response.Body()...), h
+}
+
+// step runs one QueueStep and waits (bounded) until the gateway's cache
+// holds the frontier it wrote.
+func (d *dropRun) step(id string) error {
+	sale, err := d.db.Sale(d.ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := d.cp.QueueStep(d.ctx, sale, d.fence); err != nil {
+		return err
+	}
+	k, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Result()
+	open, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQOpen).Result()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		_, body, _ := d.call("GET", "/api/sales/"+id, "", "", "")
+		var v struct {
+			Queue struct {
+				Open             bool  `json:"open"`
+				AdmittedPosition int64 `json:"admitted_position"`
+			} `json:"queue"`
+		}
+		if json.Unmarshal(body, &v) == nil && strconv.FormatInt(v.Queue.AdmittedPosition, 10) == orZero(k) && v.Queue.Open == (open == "1") {
+			return nil
+		}
+	}
+	return errors.New("the gateway's cache never caught up with the queue")
+}
+
+func orZero(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+func (d *dropRun) waitOpen(id string) error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if _, body, _ := d.call("GET", "/api/sales/"+id, "", "", ""); strings.Contains(string(body), `"state":"open"`) {
+			return nil
+		}
+	}
+	return fmt.Errorf("sale %s never open at the gateway", id)
+}
+
+// enter solves a challenge and enters a.
+func (d *dropRun) enter(id string, a *dropAccount) error {
+	code, body, _ := d.call("GET", "/api/sales/"+id+"/challenge", "", "", "")
+	var c struct {
+		Algorithm, Challenge, Salt, Signature string
+		MaxNumber                             int64 `json:"maxnumber"`
+	}
+	if code != 200 || json.Unmarshal(body, &c) != nil {
+		return fmt.Errorf("challenge: %d %s", code, body)
+	}
+	n := int64(-1)
+	for i := int64(0); i <= c.MaxNumber; i++ {
+		sum := sha256.Sum256([]byte(c.Salt + strconv.FormatInt(i, 10)))
+		if hex.EncodeToString(sum[:]) == c.Challenge {
+			n = i
+			break
+		}
+	}
+	p, _ := json.Marshal(map[string]any{"algorithm": c.Algorithm, "challenge": c.Challenge, "number": n, "salt": c.Salt, "signature": c.Signature})
+	code, body, _ = d.call("POST", "/api/sales/"+id+"/queue", a.token, "", `{"payload":"`+base64.StdEncoding.EncodeToString(p)+`"}`)
+	var st struct{ Ticket string }
+	if code != 201 || json.Unmarshal(body, &st) != nil {
+		return fmt.Errorf("%s enters: %d %s", a.user, code, body)
+	}
+	a.ticket = st.Ticket
+	return nil
+}
+
+// memory enters n synthetic entrants into a fresh fair sale (after its
+// start when late) with lua.QueueEnter, 1,000 per pipeline, and returns
+// INFO memory's used_memory delta and the queue keys' MEMORY USAGE, each
+// per entrant.
+func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntrant float64, err error) {
+	ctx := d.ctx
+	if err := lua.Prepare.Run(ctx, d.rdb, lua.SaleKeys(id), 100, 150, 1, 100, "", "fair").Err(); err != nil {
+		return 0, 0, err
+	}
+	if err := lua.QueueOpen.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32), "00", 0, 60).Err(); err != nil {
+		return 0, 0, err
+	}
+	if late {
+		if err := lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id)).Err(); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := lua.QueueEnter.Load(ctx, d.rdb).Err(); err != nil {
+		return 0, 0, err
+	}
+	before, err := d.usedMemory()
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := 0; i < n; i += 1000 {
+		pipe := d.rdb.Pipeline()
+		for j := i; j < min(i+1000, n); j++ {
+			lua.QueueEnter.EvalSha(ctx, pipe, lua.QueueEnterKeys(id, "none"), fmt.Sprintf("user-%08d", j), 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, 0, fmt.Errorf("entering: %w", err)
+		}
+	}
+	after, err := d.usedMemory()
+	if err != nil {
+		return 0, 0, err
+	}
+	var keys int64
+	for _, k := range []string{lua.QueueKey(id), lua.QueueLateKey(id)} {
+		m, err := d.rdb.MemoryUsage(ctx, k, 0).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, 0, err
+		}
+		keys += m
+	}
+	return float64(after-before) / float64(n), float64(keys) / float64(n), nil
+}
+
+// usedMemory is INFO memory's used_memory.
+func (d *dropRun) usedMemory() (int64, error) {
+	info, err := d.rdb.Info(d.ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no used_memory in INFO memory")
+}
+
+// dropSection is the report's section of the drop phase.
+func (r *report) dropSection() string {
+	d := r.drop
+	if d == nil {
+		return ""
+	}
+	var sb strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
+	p("\n## Drop: a fair queue against first come\n\n")
+	p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`scripts/bench/drop.go`).\n\n",
+		num(float64(d.People)), d.Scalpers, d.Accounts/max(d.Scalpers, 1), num(float64(d.MaxNumber)), num(float64(d.Units)))
+	p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
+	p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)
+	p("| first come, the same crowd | %d of %d | **%.1f%%** | %.1f%% |\n", d.FCScalperUnits, d.FCSoldOut, 100*float64(d.FCScalperUnits)/float64(max(d.FCSoldOut, 1)), 100*d.ScalperShareEntrants)
+	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (10 minutes). At the start the leader read, ranked and wrote the ranks of those %s entrants in **%s** (%.0f bytes per entrant once ranked).\n",
+		num(float64(d.Entrants)), d.BytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant,
+		num(float64(d.Entrants)), d.RankElapsed.Round(time.Millisecond), d.RankedBytesPerEntrant)
+	return sb.String()
+}
