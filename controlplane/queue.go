@@ -158,7 +158,7 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 // queueTick runs one step of every fair sale's queue; the leader calls it
 // every tick.
 func (s *Service) queueTick(ctx context.Context) {
-	sales, err := s.store.Sales(ctx)
+	sales, err := s.store.LiveSales(ctx) // archived sales are closed: nothing to run
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("fair queue: listing sales", "err", err)
