@@ -1,17 +1,21 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate/lua"
 )
 
 // waitingEnv is a started fair queue with one pre-start entrant, bob, not
-// admitted; it returns bob's token and ticket.
+// admitted; it returns bob's token and ticket. No rate limit applies: a
+// benchmark's millions of purchases a second would otherwise measure 429s.
 func waitingEnv(b testing.TB) (*env, string, string) {
-	e, _ := fairEnvTB(b, 0)
+	e, _ := fairEnvTB(b, 0, func(c *Config) { c.SaleRate = -1 })
 	tok := token(b, "bob")
 	r := do(e.s.Handler(), req{method: "POST", path: "/api/sales/fq/queue", token: tok})
 	var st struct{ Ticket string }
@@ -31,12 +35,24 @@ func waitingEnv(b testing.TB) (*env, string, string) {
 // rank key checked, answered from the cache.
 func BenchmarkQueueStatus(b *testing.B) {
 	e, tok, ticket := waitingEnv(b)
-	runBench(b, e.s.Handler(), benchCtx("GET", "/api/sales/fq/queue", tok, map[string]string{"X-Queue-Ticket": ticket}), 200)
+	ctx := benchCtx("GET", "/api/sales/fq/queue", tok, map[string]string{"X-Queue-Ticket": ticket})
+	runBench(b, e.s.Handler(), ctx, 200)
+	wantLast(b, ctx, 200, `"state":"waiting"`)
 }
 
 // BenchmarkNotAdmitted is a purchase by a buyer not yet admitted, answered
 // 409 not_admitted from the cache.
 func BenchmarkNotAdmitted(b *testing.B) {
 	e, tok, ticket := waitingEnv(b)
-	runBench(b, e.s.Handler(), benchCtx("POST", "/api/sales/fq/orders", tok, map[string]string{"X-Queue-Ticket": ticket}), 409)
+	ctx := benchCtx("POST", "/api/sales/fq/orders", tok, map[string]string{"X-Queue-Ticket": ticket})
+	runBench(b, e.s.Handler(), ctx, 409)
+	wantLast(b, ctx, 409, `"error":"not_admitted"`)
+}
+
+// wantLast fails a benchmark whose last answer was not the one measured.
+func wantLast(b *testing.B, ctx *fasthttp.RequestCtx, status int, body string) {
+	b.Helper()
+	if got := ctx.Response.StatusCode(); got != status || !bytes.Contains(ctx.Response.Body(), []byte(body)) {
+		b.Fatalf("last answer: got %d %s, want %d with %s", got, ctx.Response.Body(), status, body)
+	}
 }

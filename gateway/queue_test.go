@@ -19,11 +19,18 @@ import (
 // fairEnv is a gateway with one fair sale whose queue is open.
 func fairEnv(t *testing.T, maxnum int64) (*env, *testclock.Clock) { return fairEnvTB(t, maxnum) }
 
-// fairEnvTB is fairEnv for benchmarks too.
-func fairEnvTB(t testing.TB, maxnum int64) (*env, *testclock.Clock) {
+// fairEnvTB is fairEnv for benchmarks too; mods change the gateway's
+// Config further.
+func fairEnvTB(t testing.TB, maxnum int64, mods ...func(*Config)) (*env, *testclock.Clock) {
 	t.Helper()
 	clock := testclock.New(time.Now())
-	e := newEnv(t, func(c *Config) { c.UserRate = -1; c.Clock = clock })
+	e := newEnv(t, func(c *Config) {
+		c.UserRate = -1
+		c.Clock = clock
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	ctx := context.Background()
 	if err := lua.Prepare.Run(ctx, e.primary, lua.SaleKeys("fq"), 10, 15, 1, 100, "", "fair").Err(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -17,8 +18,12 @@ type scenario struct {
 	Path       string
 	Headers    []string // besides the token of Tokens scenarios
 	Tokens     bool     // a new buyer token on every request (purchase.lua)
+	Entrants   bool     // the next waiting entrant of the fair queue on every request: token and ticket (queue.lua)
 	Sale       string   // a purchase scenario's sale, whose units sold are counted
 }
+
+// httpSaleRate is the http phase's --sale-rate.
+const httpSaleRate = 1_000_000
 
 // maxUnits is the largest sale the control plane accepts: each purchase
 // scenario has its own.
@@ -28,6 +33,7 @@ func (b *bench) scenarios(tok string) []scenario {
 	auth := []string{"Authorization: Bearer " + tok}
 	gz := []string{"Accept-Encoding: gzip"}
 	const so, ns, page = "/api/sales/soldout/orders", "/api/sales/page/orders", "/sales/page"
+	const qs, na = "/api/sales/" + fairSale + "/queue", "/api/sales/" + fairSale + "/orders" // queue.go
 	return []scenario{
 		{Key: "a64", Label: "(a) sold-out purchase, one buyer's token", Conns: 64, Method: "POST", Path: so, Headers: auth},
 		{Key: "a256", Label: "(a) sold-out purchase, one buyer's token", Conns: 256, Method: "POST", Path: so, Headers: auth},
@@ -37,6 +43,10 @@ func (b *bench) scenarios(tok string) []scenario {
 		{Key: "n256", Label: "(a) not-started purchase, one buyer's token", Conns: 256, Method: "POST", Path: ns, Headers: auth},
 		{Key: "n64new", Label: "(a) not-started purchase, a new buyer every request", Conns: 64, Method: "POST", Path: ns, Tokens: true},
 		{Key: "n256new", Label: "(a) not-started purchase, a new buyer every request", Conns: 256, Method: "POST", Path: ns, Tokens: true},
+		{Key: "q64", Label: "(q) fair queue status poll, a new entrant every request", Conns: 64, Method: "GET", Path: qs, Entrants: true},
+		{Key: "q256", Label: "(q) fair queue status poll, a new entrant every request", Conns: 256, Method: "GET", Path: qs, Entrants: true},
+		{Key: "na64", Label: "(q) purchase by an entrant not yet admitted (`409 not_admitted`), a new entrant every request", Conns: 64, Method: "POST", Path: na, Entrants: true},
+		{Key: "na256", Label: "(q) purchase by an entrant not yet admitted (`409 not_admitted`), a new entrant every request", Conns: 256, Method: "POST", Path: na, Entrants: true},
 		{Key: "b64", Label: "(b) item page, gzip", Conns: 64, Method: "GET", Path: page, Headers: gz},
 		{Key: "b256", Label: "(b) item page, gzip", Conns: 256, Method: "GET", Path: page, Headers: gz},
 		{Key: "c64", Label: "(c) purchase, large stock, a new buyer every request", Conns: 64, Method: "POST", Path: "/api/sales/c64/orders", Tokens: true, Sale: "c64"},
@@ -50,7 +60,8 @@ type httpResult struct {
 	sizes     [][3]string // path, flashgate bytes, bare bytes
 	wrkCheck  []wrkCheck
 	open      *openRun
-	purchaseN int64 // units the (c) rounds sold
+	purchaseN int64     // units the (c) rounds sold
+	queue     *queueEnv // the (q) scenarios' entrants, or nil
 }
 
 // wrkCheck is the bare server driven by one wrk thread or two, on the (c)
@@ -76,9 +87,30 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := b.startStack(ctx, "http", db)
+	// The per-sale rate limit (50,000/s by default) judges a purchase
+	// before admission: at a million a second it runs as always but turns
+	// nobody away, so that (na) measures the not-admitted answer and not
+	// 429s. No other scenario comes near the default: a rejection is
+	// answered before the limit, a purchase of (c) is slower than it.
+	st, err := b.startStack(ctx, "http", db, "--sale-rate", strconv.Itoa(httpSaleRate))
 	if err != nil {
 		return err
+	}
+	// The fair queue's entrants first (queue.go): its start waits for them.
+	var qenv *queueEnv
+	if b.wantQueue() {
+		n, maxnum, err := b.queueSettings()
+		if err != nil {
+			return err
+		}
+		starts, err := b.createFairSale(st, n, maxnum)
+		if err != nil {
+			return err
+		}
+		if qenv, err = b.enterQueue(ctx, st, n, starts); err != nil {
+			return err
+		}
+		res.queue = qenv
 	}
 	for _, s := range []struct {
 		id    string
@@ -115,18 +147,31 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		path, name, method string
 		hdr                []string
 		want               int
+		body               string // what the answer must hold, or ""
+	}
+	capts := []capt{
+		{"/api/sales/soldout/orders", "soldout", "POST", []string{"Authorization: Bearer " + tok}, 409, ""},
+		{"/api/sales/page/orders", "notstarted", "POST", []string{"Authorization: Bearer " + tok}, 409, ""},
+		{"/sales/page", "page", "GET", []string{"Accept-Encoding: gzip"}, 200, ""},
+		{"/api/sales/c64/orders", "purchase", "POST", []string{"Authorization: Bearer " + capTok}, 201, ""},
+	}
+	if qenv != nil {
+		// A waiting entrant's answers (each entrant's differ from another's
+		// only in their figures).
+		qhdr := []string{"Authorization: Bearer " + qenv.token, "X-Queue-Ticket: " + qenv.ticket}
+		capts = append(capts,
+			capt{"/api/sales/" + fairSale + "/queue", "queuestatus", "GET", qhdr, 200, `"state":"waiting"`},
+			capt{"/api/sales/" + fairSale + "/orders", "notadmitted", "POST", qhdr, 409, `"error":"not_admitted","state":"waiting"`})
 	}
 	var bareArgs []string
 	sizes := map[string]int{}
-	for _, c := range []capt{
-		{"/api/sales/soldout/orders", "soldout", "POST", []string{"Authorization: Bearer " + tok}, 409},
-		{"/api/sales/page/orders", "notstarted", "POST", []string{"Authorization: Bearer " + tok}, 409},
-		{"/sales/page", "page", "GET", []string{"Accept-Encoding: gzip"}, 200},
-		{"/api/sales/c64/orders", "purchase", "POST", []string{"Authorization: Bearer " + capTok}, 201},
-	} {
+	for _, c := range capts {
 		file, n, err := b.capture(c.name, st.gw, c.method, c.path, c.hdr, c.want)
 		if err != nil {
 			return err
+		}
+		if raw, err := os.ReadFile(file); err != nil || !bytes.Contains(raw, []byte(c.body)) {
+			return fmt.Errorf("capturing %s: the answer lacks %s: %.300s", c.name, c.body, raw)
 		}
 		sizes[c.path] = n
 		bareArgs = append(bareArgs, c.path+"="+file)
@@ -144,15 +189,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	if err := waitTCP(ctx, bareAddr, bare, 10*time.Second); err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		path, method string
-		hdr          []string
-	}{
-		{"/api/sales/soldout/orders", "POST", []string{"Authorization: Bearer " + tok}},
-		{"/api/sales/page/orders", "POST", []string{"Authorization: Bearer " + tok}},
-		{"/sales/page", "GET", []string{"Accept-Encoding: gzip"}},
-		{"/api/sales/c64/orders", "POST", []string{"Authorization: Bearer " + capTok}},
-	} {
+	for _, c := range capts {
 		raw, _, err := exchange(bareAddr, rawRequest(c.method, bareAddr, c.path, c.hdr))
 		if err != nil {
 			return fmt.Errorf("bare server: %w", err)
@@ -162,6 +199,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 
 	postLua := b.root + "/scripts/post.lua"
 	purchaseLua := b.root + "/scripts/purchase.lua"
+	queueLua := b.root + "/scripts/queue.lua"
 	b.r.alias(b.root+"/", "")
 	for _, sc := range b.scenarios(tok) {
 		if ctx.Err() != nil {
@@ -182,6 +220,8 @@ func (b *bench) httpPhase(ctx context.Context) error {
 					break
 				}
 				spec.Script, spec.ScriptArgs = purchaseLua, []string{tokFile, strconv.Itoa(b.cfg.Threads)}
+			} else if sc.Entrants {
+				spec.Script, spec.ScriptArgs = queueLua, []string{qenv.file, strconv.Itoa(b.cfg.Threads), sc.Method}
 			} else if sc.Method == "POST" {
 				spec.Script = postLua
 			}
@@ -195,11 +235,31 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			if sc.Sale != "" {
 				before, _ = b.figures(st, sc.Sale)
 			}
+			var decBefore map[string]float64
+			if sc.Entrants && sc.Method == "POST" {
+				decBefore, _ = b.admissionCounts(st)
+			}
 			spec.URL = "http://" + st.gw + sc.Path
 			gw, err := b.runWrk(ctx, st.serve.pid(), spec)
 			if err != nil {
 				p.Err = err
 				break
+			}
+			if sc.Entrants && sc.Method == "GET" && gw.Non2xx > 0 {
+				p.Notes = append(p.Notes, fmt.Sprintf("round %d: %d requests, %d answers not 200", r, gw.Requests, gw.Non2xx))
+			}
+			if decBefore != nil {
+				// Every purchase should have been judged not_admitted: the
+				// entrants are many enough for the user rate limit.
+				after, err := b.admissionCounts(st)
+				if err != nil {
+					p.Notes = append(p.Notes, fmt.Sprintf("round %d: reading the admission counts: %v", r, err))
+				}
+				for d, n := range after {
+					if n -= decBefore[d]; d != "not_admitted" && n > 0 {
+						p.Notes = append(p.Notes, fmt.Sprintf("round %d: %s of %s purchases judged %s", r, num(n), num(float64(gw.Requests)), d))
+					}
+				}
 			}
 			p.Bare, p.Gate = append(p.Bare, bw), append(p.Gate, gw)
 			if sc.Sale != "" {

@@ -219,8 +219,12 @@ func (b *bench) markdown() []byte {
 
 	if h := r.http; h != nil {
 		p("\n## HTTP paths against a bare server sending the same bytes\n\n")
-		p("`flashgate serve` (redis-server without persistence, %s) next to `scripts/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, bare first, alternating, %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings.\n\n",
-			cfg.DB, plural(cfg.Rounds, "round"), fmtSeconds(cfg.Duration))
+		p("`flashgate serve --sale-rate %s` (redis-server without persistence, %s) next to `scripts/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, bare first, alternating, %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings. The per-sale rate limit is on but far above these rates (the default, 50,000/s, would answer part of the not-admitted purchases `429`; a rejection is judged before it).\n\n",
+			num(httpSaleRate), cfg.DB, plural(cfg.Rounds, "round"), fmtSeconds(cfg.Duration))
+		if q := h.queue; q != nil {
+			p("The (q) requests are a fair queue's entrants', token and `X-Queue-Ticket` (`scripts/queue.lua`, built in `init` likewise): %s buyers entered a one-unit fair sale through the API before its start, each with a proof of work (maxnumber %d); at the start the control plane admitted position %d and held there (`admit_seconds` 3,600), and the %s entrants the gateway then answered `waiting` are the requests (%s before the start).\n\n",
+				num(float64(q.all)), q.maxnum, q.admitted, num(float64(q.waiting)), num(float64(q.pre)))
+		}
 		p("| scenario | wrk | flashgate req/s | bare req/s | ratio | flashgate p50 / p99 | bare p50 / p99 |\n|---|---|---|---|---|---|---|\n")
 		for _, pr := range h.pairs {
 			if len(pr.Gate) == 0 {
