@@ -46,7 +46,7 @@ bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, 
 	scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: bench-http
-bench-http: ## Only bench's wrk part (sold out, item page, purchase vs a bare server), printed, no files written.
+bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase, fair-queue poll and not admitted vs a bare server), printed, no files written.
 	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: fuzz
