@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"sort"
@@ -64,20 +65,36 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &fasthttp.HostClient{
-		Addr:                          u.Host,
-		IsTLS:                         u.Scheme == "https",
-		MaxConns:                      s.Concurrency,
-		ReadTimeout:                   s.Timeout,
-		WriteTimeout:                  s.Timeout,
-		MaxIdemponentCallAttempts:     1,
-		NoDefaultUserAgentHeader:      true,
-		DisableHeaderNamesNormalizing: true,
+	// clients holds one client per source address (one in all without
+	// --source-addrs), and request i goes through clients[i mod n]: the
+	// requests, not only the connections, take the addresses in turn, so
+	// every address is used however few connections a slow rate needs.
+	newClient := func(conns int) *fasthttp.HostClient {
+		return &fasthttp.HostClient{
+			Addr:                          u.Host,
+			IsTLS:                         u.Scheme == "https",
+			MaxConns:                      conns,
+			ReadTimeout:                   s.Timeout,
+			WriteTimeout:                  s.Timeout,
+			MaxIdemponentCallAttempts:     1,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+		}
 	}
-	if len(sources) > 0 {
-		client.Dial = sourceDialer(sources, s.Timeout)
+	var clients []*fasthttp.HostClient
+	if len(sources) == 0 {
+		clients = []*fasthttp.HostClient{newClient(s.Concurrency)}
 	}
-	defer client.CloseIdleConnections()
+	for _, a := range sources {
+		c := newClient(s.Concurrency/len(sources) + 1)
+		c.Dial = sourceDialer([]netip.Addr{a}, s.Timeout)
+		clients = append(clients, c)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
 	path := "/api/sales/" + s.Sale + "/orders"
 	var body []byte
 	if s.Quantity > 1 {
@@ -128,7 +145,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 				if !due.IsZero() && due.Before(t0) {
 					t0 = due
 				}
-				err := client.DoTimeout(req, resp, s.Timeout)
+				err := clients[i%len(clients)].DoTimeout(req, resp, s.Timeout)
 				lat[i] = time.Since(t0)
 				done.Add(1)
 				if err != nil {
