@@ -35,17 +35,17 @@ func edgeSentinel(t *testing.T, bin, root string) {
 	// 10 s. The primary dies once 30 units are booked.
 	killed := make(chan time.Time, 1)
 	go func() {
-		for ctx.Err() == nil {
+		if !waitUntil(60*time.Second, func() bool {
 			f, err := c.saleFigures(sale)
-			if booked, _ := f["booked"].(float64); err == nil && booked >= 30 {
-				if err := syscall.Kill(primary, syscall.SIGKILL); err != nil {
-					t.Errorf("killing the primary (pid %d): %v", primary, err)
-				}
-				killed <- time.Now()
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+			booked, _ := f["booked"].(float64)
+			return ctx.Err() != nil || err == nil && booked >= 30
+		}) || ctx.Err() != nil {
+			return
 		}
+		if err := syscall.Kill(primary, syscall.SIGKILL); err != nil {
+			t.Errorf("killing the primary (pid %d): %v", primary, err)
+		}
+		killed <- time.Now()
 	}()
 	first := purchases(ctx, t, c.target, "/api/sales/"+sale+"/orders", c.tokens(t, sentinelUsers("s1-", 400)), 40, 16)
 	var at time.Time
@@ -92,17 +92,13 @@ func edgeSentinel(t *testing.T, bin, root string) {
 	if late["409 sold_out"] != 50 {
 		t.Errorf("50 buyers after the sell-out: got %v, want 50 × 409 sold_out", late)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		f := c.adminCall(t, "GET", "/admin/sales/"+sale, "")
+	var f map[string]any
+	if !waitUntil(30*time.Second, func() bool {
+		f = c.adminCall(t, "GET", "/admin/sales/"+sale, "")
 		orders, _ := f["orders"].(map[string]any)
-		if f["booked"] == float64(units) && orders["persisted"] == float64(units) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sale figures after the failover: %v, want booked %d and %d rows", f, units, units)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return f["booked"] == float64(units) && orders["persisted"] == float64(units)
+	}) {
+		t.Fatalf("sale figures after the failover: %v, want booked %d and %d rows", f, units, units)
 	}
 }
 

@@ -156,17 +156,11 @@ func (s *dropSystem) saleQueue(t *testing.T, id string) saleQueue {
 // waitQueue waits (bounded) until the gateway's cached queue satisfies ok.
 func (s *dropSystem) waitQueue(t *testing.T, id, what string, ok func(saleQueue) bool) saleQueue {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		q := s.saleQueue(t, id)
-		if ok(q) {
-			return q
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sale %s: waiting for %s: last queue %+v", id, what, q)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var q saleQueue
+	if !waitUntil(10*time.Second, func() bool { q = s.saleQueue(t, id); return ok(q) }) {
+		t.Fatalf("sale %s: waiting for %s: last queue %+v", id, what, q)
 	}
+	return q
 }
 
 // step runs one QueueStep and waits until the gateways' cache has its
@@ -321,12 +315,12 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 		t.Fatal(err)
 	}
 	s.step(t, spec.id)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, body, _ := s.call("GET", "/api/sales/"+spec.id, "", "", ""); jsonHas(body, `"state":"open"`) {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("sale never open at the gateway: %s", body)
-		}
+	var body []byte
+	if !waitUntil(10*time.Second, func() bool {
+		_, body, _ = s.call("GET", "/api/sales/"+spec.id, "", "", "")
+		return jsonHas(body, `"state":"open"`)
+	}) {
+		t.Fatalf("sale never open at the gateway: %s", body)
 	}
 	q = s.waitQueue(t, spec.id, "the seed", func(q saleQueue) bool { return q.Seed != nil })
 	seed, err := hex.DecodeString(*q.Seed)
@@ -615,19 +609,12 @@ func checkDrop(t *testing.T, s *dropSystem, id string, total int64, crowd []*ent
 		}
 	}
 	// The order sink stores every order once.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fig, err := s.db.Figures(s.ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fig.Persisted == total {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d orders in the database, want %d", id, fig.Persisted, total)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var fig flashgate.SaleFigures
+	if !waitUntil(10*time.Second, func() bool {
+		fig, err = s.db.Figures(s.ctx, id)
+		return err != nil || fig.Persisted == total
+	}) || err != nil {
+		t.Fatalf("%s: %d orders in the database (%v), want %d", id, fig.Persisted, err, total)
 	}
 }
 

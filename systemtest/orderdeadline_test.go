@@ -119,15 +119,12 @@ func TestOrderRoutesStalledDatabase(t *testing.T) {
 		}
 	}
 	proxy.Resume()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, code, _ := call("POST", "/api/orders/stalled-order/pay")
-		if status == 200 && code == "paid" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the stall: pay got %d %s, want 200 paid", status, code)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var status int
+	var code string
+	if !waitUntil(30*time.Second, func() bool {
+		status, code, _ = call("POST", "/api/orders/stalled-order/pay")
+		return status == 200 && code == "paid"
+	}) {
+		t.Fatalf("after the stall: pay got %d %s, want 200 paid", status, code)
 	}
 }
