@@ -278,6 +278,15 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 		AdmitSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
+	// The gateway answers a queue route 503 until its caches have read the
+	// new sale from the catalog (a fair sale) and its queue from Redis; a
+	// buyer's client retries that, so wait for it here.
+	if !waitUntil(10*time.Second, func() bool {
+		code, _, _ := s.call("GET", "/api/sales/"+spec.id+"/challenge", "", "", "")
+		return code == 200
+	}) {
+		t.Fatalf("sale %s: the gateway never read it from Redis", spec.id)
+	}
 	// Before the queue opens: no entry.
 	s.clock.Set(opens.Add(-time.Second))
 	s.step(t, spec.id)
