@@ -1,0 +1,43 @@
+// Package testwait is the one way tests wait: for a state, never for a
+// fixed time. Every package's tests (and the fault and bench harnesses)
+// use it instead of sleeping.
+package testwait
+
+import (
+	"testing"
+	"time"
+)
+
+// Poll bounds the pause between two checks of a condition: the first
+// pause is Poll.Min, each later one doubles up to Poll.Max.
+var Poll = struct{ Min, Max time.Duration }{time.Millisecond, 20 * time.Millisecond}
+
+// For calls cond until it returns true or timeout has passed, and returns
+// how long that took and whether cond held. cond runs on the caller's
+// goroutine; it is called at least once, and once more after the timeout
+// if the last call was before it.
+func For(timeout time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	pause := Poll.Min
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return time.Since(start), false
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, Poll.Max)
+	}
+}
+
+// Eventually waits up to timeout for cond and fails the test with the
+// given message if it never held.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	if _, ok := For(timeout, cond); !ok {
+		t.Fatalf("waited %v for "+format, append([]any{timeout}, args...)...)
+	}
+}
