@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestFor(t *testing.T) {
@@ -66,3 +68,5 @@ func TestEventually(t *testing.T) {
 		t.Errorf("Eventually on a false condition: got %q, want %q", got, want)
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
