@@ -129,3 +129,41 @@ func TestBucketedOrderLookup(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupDuringRebuild: an order in neither the database nor Redis is
+// not_found, except while a live sale is lost from Redis or paused for its
+// rebuild: an order sink may then still hold an order read before the loss,
+// so pay, cancel and reading the order answer unavailable (a retry finds
+// it) instead of a not_found that turns out false.
+func TestLookupDuringRebuild(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	e.openSale("s", 5, 1)
+	const order = "01M8YVGGDQBTMXZ73T7116ZMER"
+	check := func(state string, want error) {
+		t.Helper()
+		for name, call := range map[string]func() error{
+			"Order":  func() error { _, err := e.svc.Order(e.ctx, order, "u"); return err },
+			"Pay":    func() error { _, err := e.svc.Pay(e.ctx, order, "u"); return err },
+			"Cancel": func() error { _, err := e.svc.Cancel(e.ctx, order, "u"); return err },
+		} {
+			if err := call(); !errors.Is(err, want) {
+				t.Errorf("%s of an unknown order, sale %s: got %v, want %v", name, state, err, want)
+			}
+		}
+	}
+	check("open", flashgate.ErrNotFound)
+	h := e.rdb.HGetAll(e.ctx, lua.SaleKey("s")).Val()
+	if err := e.rdb.Del(e.ctx, lua.SaleKey("s")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("lost from Redis", flashgate.ErrUnavailable)
+	h[lua.FieldStart], h[lua.FieldResume] = "0", "1"
+	if err := e.rdb.HSet(e.ctx, lua.SaleKey("s"), h).Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("paused for its rebuild", flashgate.ErrUnavailable)
+	if err := e.rdb.HSet(e.ctx, lua.SaleKey("s"), lua.FieldStart, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("reopened", flashgate.ErrNotFound)
+}

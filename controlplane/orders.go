@@ -55,9 +55,12 @@ func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (fl
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(sales))
+	hashes := make([]*redis.SliceCmd, len(sales))
 	for i, sale := range sales {
 		l := saleLayout(sale)
-		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(l.Tag(l.Home(userID))), userID)
+		tag := l.Tag(l.Home(userID))
+		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(tag), userID)
+		hashes[i] = pipe.HMGet(ctx, lua.SaleKey(tag), lua.FieldTotal, lua.FieldStart, lua.FieldResume)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return flashgate.Order{}, fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
@@ -82,7 +85,27 @@ func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (fl
 	if len(claimed) > 0 {
 		return s.claimedOrder(ctx, claimed, orderID, userID, reserved)
 	}
+	for i, h := range hashes {
+		if rebuilding(h.Val()) {
+			// Redis lost this sale (or a failover paused it) and the
+			// leader is rebuilding it: an order sink may still hold an
+			// order it read before the loss and store it in a moment, so
+			// "not found" may be false; the buyer retries a 503.
+			return flashgate.Order{}, fmt.Errorf("order %q: sale %s is being rebuilt: %w", orderID, sales[i].ID, flashgate.ErrUnavailable)
+		}
+	}
 	return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+}
+
+// rebuilding reports whether a sale hash's total, start and resume fields
+// say Redis lost the sale (no total) or holds it paused for a rebuild or a
+// failover (resume set while not started): the moments an order can be
+// neither in Redis nor yet in the database.
+func rebuilding(v []any) bool {
+	if len(v) != 3 || v[0] == nil {
+		return true
+	}
+	return v[1] != "1" && v[2] == "1"
 }
 
 // claimedOrder looks for orderID in the buckets other than userID's home of
