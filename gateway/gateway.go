@@ -264,8 +264,8 @@ func (c *Config) fill() error {
 }
 
 // Server is the gateway. Create it with New; Start runs its background
-// refresher and flusher (Serve and ListenAndServe call Start themselves),
-// and Shutdown or Close stops them.
+// refresher and flusher (Serve calls Start itself), and Shutdown or Close
+// stops them.
 type Server struct {
 	cfg   Config
 	log   *slog.Logger

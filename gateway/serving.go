@@ -75,15 +75,6 @@ func (s *Server) Serve(ln net.Listener) error {
 	return errors.Join(err, <-errc, <-errc)
 }
 
-// ListenAndServe listens on addr (TCP) and serves it until Shutdown.
-func (s *Server) ListenAndServe(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("gateway: listening on %s: %w", addr, err)
-	}
-	return s.Serve(ln)
-}
-
 // Shutdown stops gracefully: /readyz fails at once, requests are still
 // served for ShutdownDelay (so load balancers drain this instance), then
 // the listener closes and in-flight requests finish (bounded by ctx), and
