@@ -40,18 +40,23 @@ func judge(st *saleState, admitted int64) int {
 	return verdictAdmit
 }
 
-// admit counts one admission for e unless the cap is reached.
+// admit counts one admission for e unless the cached state turns it away.
+// A failed compare-and-swap means another purchase was counted first, so it
+// judges again with the new count and retries: it answers sold out only
+// when the cap is reached, never for losing races.
 func (e *sale) admit() int {
-	for i := 0; i < 1000; i++ {
+	for {
 		n := e.admitted.Load()
 		if v := judge(e.state.Load(), n); v != verdictAdmit {
 			return v
+		}
+		if e.lostRace != nil {
+			e.lostRace()
 		}
 		if e.admitted.CompareAndSwap(n, n+1) {
 			return verdictAdmit
 		}
 	}
-	return verdictSoldOut
 }
 
 // allowUser spends one of user's tokens.

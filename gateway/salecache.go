@@ -44,6 +44,11 @@ type sale struct {
 	asked   atomic.Bool // someone asked since the last refresh
 	idle    int         // refreshes since someone asked (refresher only)
 	limiter *rate.Limiter
+
+	// lostRace, when not nil, runs in admit between its reading of
+	// admitted and its compare-and-swap: tests make another buyer win the
+	// race there.
+	lostRace func()
 }
 
 // lookup returns the cached sale for id, loading it synchronously the first
