@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,7 +47,7 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 	if pipe == nil {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
 	for _, p := range todo {

@@ -151,7 +151,7 @@ func parseQuantity(body []byte) (int64, bool) {
 	if err := dec.Decode(&req); err != nil {
 		return 0, false
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return 0, false
 	}
 	if req.Quantity == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +29,7 @@ func (s *Service) Ping(ctx context.Context) error {
 // error for logs; clients only ever see flashgate.ErrorStatus's code.
 func (s *Service) redisError(op string, err error) error {
 	var rerr redis.Error
-	if errors.As(err, &rerr) && !unavailableReply(rerr.Error()) {
+	if errors.As(err, &rerr) && !unavailableReply(err) {
 		s.log.Error("redis error", "op", op, "err", err)
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -39,9 +38,11 @@ func (s *Service) redisError(op string, err error) error {
 
 // unavailableReply reports whether a Redis error reply means the server
 // cannot serve writes right now rather than that the call is wrong.
-func unavailableReply(msg string) bool {
-	for _, p := range [...]string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MOVED", "ASK", "ERR max number of clients"} {
-		if strings.HasPrefix(msg, p) {
+func unavailableReply(err error) bool {
+	// redis.HasErrorPrefix drops a leading "ERR ", as in "ERR max number
+	// of clients reached".
+	for _, p := range [...]string{"LOADING", "BUSY", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "NOREPLICAS", "MOVED", "ASK", "max number of clients"} {
+		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
 	}
