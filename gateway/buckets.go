@@ -23,11 +23,11 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 	var todo []pending
 	var pipe redis.Pipeliner
 	for i, cmd := range cmds {
-		v := cmd.Val()
-		if !out[i].found || len(v) != len(stateFields) {
+		h, ok := lua.ReadHash(stateFields, cmd.Val())
+		if !ok || !out[i].found {
 			continue
 		}
-		str, _ := v[len(stateFields)-1].(string)
+		str := h.Str(lua.FieldLayout)
 		if str == "" {
 			continue
 		}
@@ -53,7 +53,7 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 	for _, p := range todo {
 		var booked int64
 		for _, cmd := range p.cmds {
-			booked += num(cmd.Val())
+			booked += lua.Int(cmd.Val())
 		}
 		out[p.i].booked = booked
 	}

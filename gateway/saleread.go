@@ -2,18 +2,18 @@ package gateway
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/lua"
 )
 
-// stateFields are the sale hash fields one refresh reads, in this order.
+// stateFields are the sale hash fields one refresh reads (with
+// lua.ReadHash).
 var stateFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
 	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldResume,
-	lua.FieldLayout, // last: see sumBuckets
+	lua.FieldLayout, // see sumBuckets
 }
 
 // saleState is one reading of a sale's Redis hash. It is immutable once
@@ -102,18 +102,17 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 	}
 	out := make([]*saleState, len(list))
 	for i, cmd := range cmds {
-		v := cmd.Val()
 		st := &saleState{base: bases[i]}
-		if len(v) == len(stateFields) && v[0] != nil {
+		if h, ok := lua.ReadHash(stateFields, cmd.Val()); ok && h.Has(lua.FieldTotal) {
 			st.found = true
-			st.total = num(v[0])
-			st.booked = num(v[1])
-			st.start = num(v[2]) == 1
-			st.closed = num(v[3]) == 1
-			st.count = num(v[4])
-			st.access = num(v[5])
-			st.price = num(v[6])
-			st.resume = num(v[7]) >= 1
+			st.total = h.Int(lua.FieldTotal)
+			st.booked = h.Int(lua.FieldBooked)
+			st.start = h.Int(lua.FieldStart) == 1
+			st.closed = h.Int(lua.FieldClosed) == 1
+			st.count = h.Int(lua.FieldCount)
+			st.access = h.Int(lua.FieldAccess)
+			st.price = h.Int(lua.FieldPrice)
+			st.resume = h.Int(lua.FieldResume) >= 1
 		}
 		out[i] = st
 	}
@@ -124,11 +123,5 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 	return out, nil
 }
 
-func num(v any) int64 {
-	s, ok := v.(string)
-	if !ok {
-		return 0
-	}
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
-}
+// num is lua.Int, for the reads of queue.go.
+func num(v any) int64 { return lua.Int(v) }
