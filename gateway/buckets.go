@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,11 +23,11 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 	var todo []pending
 	var pipe redis.Pipeliner
 	for i, cmd := range cmds {
-		v := cmd.Val()
-		if !out[i].found || len(v) != len(stateFields) {
+		h, ok := lua.ReadHash(stateFields, cmd.Val())
+		if !ok || !out[i].found {
 			continue
 		}
-		str, _ := v[len(stateFields)-1].(string)
+		str := h.Str(lua.FieldLayout)
 		if str == "" {
 			continue
 		}
@@ -46,13 +47,13 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 	if pipe == nil {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
 	for _, p := range todo {
 		var booked int64
 		for _, cmd := range p.cmds {
-			booked += num(cmd.Val())
+			booked += lua.Int(cmd.Val())
 		}
 		out[p.i].booked = booked
 	}

@@ -6,6 +6,9 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
+// layoutFields are the sale hash fields layout reads.
+var layoutFields = []string{lua.FieldTotal, lua.FieldLayout}
+
 // layout returns the bucket layout of sale, from the sale hash's layout
 // field (lua.FieldLayout). A layout is fixed for the sale's life, so it is
 // read once per sale and kept; a sale Redis does not hold (no total) is
@@ -18,14 +21,15 @@ func (s *Service) layout(ctx context.Context, sale string) (lua.Layout, error) {
 	if ok {
 		return l, nil
 	}
-	v, err := s.rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldTotal, lua.FieldLayout).Result()
+	v, err := s.rdb.HMGet(ctx, lua.SaleKey(sale), layoutFields...).Result()
 	if err != nil {
 		return lua.Layout{Sale: sale}, s.redisError("reading sale layout", err)
 	}
-	if len(v) != 2 || v[0] == nil {
+	h, ok := lua.ReadHash(layoutFields, v)
+	if !ok || !h.Has(lua.FieldTotal) {
 		return lua.Layout{Sale: sale}, nil
 	}
-	str, _ := v[1].(string)
+	str := h.Str(lua.FieldLayout)
 	l, ok = lua.ParseLayout(sale, str)
 	if !ok {
 		s.log.Error("malformed bucket layout", "sale", sale, "layout", str)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +102,9 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 	return "", errSoldOut
 }
 
+// stockFields are the bucket hash fields spillCandidates reads.
+var stockFields = []string{lua.FieldTotal, lua.FieldBooked}
+
 // spillCandidates are the buckets other than home with at least qty free
 // units, most free first, read in one pipeline (no cache: it runs only on a
 // home bucket's sold-out answer, which the admission cap and the gateways'
@@ -113,7 +115,7 @@ func (s *Service) spillCandidates(ctx context.Context, l lua.Layout, home int, q
 	pipe := s.rdb.Pipeline()
 	for b := range n {
 		if b != home {
-			cmds[b] = pipe.HMGet(ctx, lua.SaleKey(l.Tag(b)), lua.FieldTotal, lua.FieldBooked)
+			cmds[b] = pipe.HMGet(ctx, lua.SaleKey(l.Tag(b)), stockFields...)
 		}
 	}
 	start := time.Now()
@@ -128,24 +130,17 @@ func (s *Service) spillCandidates(ctx context.Context, l lua.Layout, home int, q
 		if c == nil {
 			continue
 		}
-		v := c.Val()
-		if len(v) != 2 || v[0] == nil {
+		h, ok := lua.ReadHash(stockFields, c.Val())
+		if !ok || !h.Has(lua.FieldTotal) {
 			continue
 		}
-		free[b] = intOf(v[0]) - intOf(v[1])
+		free[b] = h.Int(lua.FieldTotal) - h.Int(lua.FieldBooked)
 		if free[b] >= qty {
 			out = append(out, b)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return free[out[i]] > free[out[j]] })
 	return out, nil
-}
-
-// intOf reads a Redis reply value as an integer (0 when absent or bad).
-func intOf(v any) int64 {
-	str, _ := v.(string)
-	n, _ := strconv.ParseInt(str, 10, 64)
-	return n
 }
 
 // finalize is the spill's last step. A failure only logs: the order

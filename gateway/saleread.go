@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/lua"
+)
+
+// stateFields are the sale hash fields one refresh reads (with
+// lua.ReadHash).
+var stateFields = []string{
+	lua.FieldTotal, lua.FieldBooked, lua.FieldStart, lua.FieldClosed,
+	lua.FieldCount, lua.FieldAccess, lua.FieldPrice, lua.FieldResume,
+	lua.FieldLayout, // see sumBuckets
+}
+
+// saleState is one reading of a sale's Redis hash. It is immutable once
+// stored in sale.state.
+type saleState struct {
+	found                               bool // the hash exists
+	start, closed                       bool
+	resume                              bool // paused by a failover until re-synced
+	total, booked, count, access, price int64
+	// base is sale.flushed when the reading started: admissions counted
+	// locally after it are not in access yet.
+	base int64
+	// q is a fair queue's reading (queue.go); nil for a first-come sale.
+	q *queueView
+}
+
+// readStates reads the state of each sale with one pipeline on the replica
+// while it is healthy (see replicaUsable), else on the primary. Each
+// attempt has its own RedisTimeout.
+func (s *Server) readStates(parent context.Context, list []*sale) ([]*saleState, error) {
+	try := func(c redis.UniversalClient) ([]*saleState, error) {
+		ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
+		defer cancel()
+		return s.readFrom(ctx, c, list)
+	}
+	if s.cfg.Replica == s.cfg.Primary {
+		return try(s.cfg.Primary)
+	}
+	if s.replicaUsable(parent) {
+		states, err := try(s.cfg.Replica)
+		if err == nil {
+			if s.replicaFailed.Swap(false) {
+				s.log.Info("gateway: replica in sync again, reading from it")
+			}
+			s.confirmMissing(parent, list, states)
+			return states, nil
+		}
+		s.replicaDown(err)
+	}
+	s.m.replicaFallback()
+	return try(s.cfg.Primary)
+}
+
+// confirmMissing re-reads on the primary the sales that the replica does
+// not hold but the catalog knows, replacing their states: a replica lags
+// its primary, and "not found" for a sale just created would turn its
+// first buyers away for good (a 404 is final). Ids no one created cost no primary
+// read. On error the replica's reading stands.
+func (s *Server) confirmMissing(parent context.Context, list []*sale, states []*saleState) {
+	var idx []int
+	var miss []*sale
+	for i, st := range states {
+		if m := list[i].meta.Load(); !st.found && m != nil && m.found {
+			idx = append(idx, i)
+			miss = append(miss, list[i])
+		}
+	}
+	if len(miss) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RedisTimeout)
+	defer cancel()
+	fresh, err := s.readFrom(ctx, s.cfg.Primary, miss)
+	if err != nil {
+		return
+	}
+	for k, i := range idx {
+		states[i] = fresh[k]
+	}
+}
+
+func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
+	bases := make([]int64, len(list))
+	cmds := make([]*redis.SliceCmd, len(list))
+	var qcmds []*redis.SliceCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range list {
+			bases[i] = e.flushed.Load()
+			cmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), stateFields...)
+		}
+		qcmds = queueReads(ctx, p, list) // queue.go
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*saleState, len(list))
+	for i, cmd := range cmds {
+		st := &saleState{base: bases[i]}
+		if h, ok := lua.ReadHash(stateFields, cmd.Val()); ok && h.Has(lua.FieldTotal) {
+			st.found = true
+			st.total = h.Int(lua.FieldTotal)
+			st.booked = h.Int(lua.FieldBooked)
+			st.start = h.Int(lua.FieldStart) == 1
+			st.closed = h.Int(lua.FieldClosed) == 1
+			st.count = h.Int(lua.FieldCount)
+			st.access = h.Int(lua.FieldAccess)
+			st.price = h.Int(lua.FieldPrice)
+			st.resume = h.Int(lua.FieldResume) >= 1
+		}
+		out[i] = st
+	}
+	applyQueue(qcmds, out)
+	if err := s.sumBuckets(ctx, c, list, cmds, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// num is lua.Int, for the reads of queue.go.
+func num(v any) int64 { return lua.Int(v) }

@@ -1,0 +1,212 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Reserve takes qty units of sale saleID for userID and enqueues the order,
+// returning its id. Errors are flashgate sentinels: ErrNotFound (unknown or
+// malformed sale), ErrNotStarted, ErrClosed, ErrSoldOut, a
+// *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
+// (bad user id or quantity) and ErrUnavailable (Redis unreachable).
+func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+	return s.reserve(ctx, "", saleID, userID, qty)
+}
+
+// ReserveOrder is Reserve with an order id the caller minted, so that a
+// call whose answer was lost can be sent again: a second call with the same
+// order id finds the first one's reservation and answers it as its own
+// (never a second reservation). orderID must satisfy
+// flashgate.ValidOrderID, or the error wraps ErrBadRequest.
+func (s *Service) ReserveOrder(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
+	if !flashgate.ValidOrderID(orderID) {
+		s.m.outcome(outBadRequest)
+		return "", errBadOrderID
+	}
+	return s.reserve(ctx, orderID, saleID, userID, qty)
+}
+
+// reserve is Reserve and ReserveOrder; an empty orderID is minted here.
+func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
+	if !flashgate.ValidSaleID(saleID) {
+		s.m.outcome(outNotFound)
+		return "", errBadSaleID
+	}
+	if !flashgate.ValidUserID(userID) {
+		s.m.outcome(outBadRequest)
+		return "", errBadUserID
+	}
+	if qty < 1 {
+		s.m.outcome(outBadRequest)
+		return "", errBadQty
+	}
+	if orderID == "" {
+		orderID = s.newID()
+	}
+	l, err := s.layout(ctx, saleID)
+	if err != nil {
+		s.m.outcome(outError)
+		return "", err
+	}
+	now := s.clock.Now().UnixMilli()
+	// A buyer of a bucketed sale reserves in their home bucket only, so
+	// that one live order per user stays one atomic script; a sold-out
+	// answer there also counts the bucket's "want" (reserve.lua).
+	tag, home := saleID, 0
+	if l.Bucketed() {
+		home = l.Home(userID)
+		tag = l.Tag(home)
+	}
+	var code int64
+	var existing string
+	if s.batchMax > 1 {
+		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, qty)
+	} else {
+		args := []any{orderID, userID, qty, now, saleID}
+		if l.Bucketed() {
+			args = append(args, home)
+		}
+		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), args...)
+	}
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case code == lua.ReserveOK:
+		s.m.outcome(outOK)
+		return orderID, nil
+	case code == lua.ReservePurchased:
+		// A retried call whose first attempt had reserved finds its own
+		// order; on a bucketed sale the entry may be a spill's marker.
+		return s.purchased(existing, orderID)
+	case code == lua.ReserveSoldOut && l.Bucketed():
+		// The end game: another bucket may still have units.
+		return s.spill(ctx, l, home, orderID, userID, qty, now)
+	}
+	return s.answer(code)
+}
+
+// answer maps a refusing reserve code (not OK, not purchased) to its error.
+func (s *Service) answer(code int64) (string, error) {
+	switch code {
+	case lua.ReserveNoSale:
+		s.m.outcome(outNotFound)
+		return "", errNoSale
+	case lua.ReserveNotStarted:
+		s.m.outcome(outNotStarted)
+		return "", errNotStarted
+	case lua.ReserveClosed:
+		s.m.outcome(outClosed)
+		return "", errClosed
+	case lua.ReserveSoldOut:
+		s.m.outcome(outSoldOut)
+		return "", errSoldOut
+	case lua.ReserveBadQuantity:
+		s.m.outcome(outBadRequest)
+		return "", errQtyPerUser
+	case lua.ReservePaused:
+		s.m.outcome(outPaused)
+		return "", errPaused
+	case lua.ReserveNotAdmitted:
+		s.m.outcome(outNotAdmitted)
+		return "", errUnadmitted
+	default:
+		s.m.outcome(outError)
+		return "", fmt.Errorf("reserving: unknown script code %d", code)
+	}
+}
+
+// reserveIn runs lua.Reserve on keys (what names the step in errors) and
+// returns its code and the existing order it names; a failed call or an
+// answer it cannot read counts as an error outcome.
+func (s *Service) reserveIn(ctx context.Context, what string, keys []string, args ...any) (code int64, existing string, err error) {
+	start := time.Now()
+	res, acked, err := s.runReserve(ctx, lua.Reserve, keys, args...)
+	s.m.call(opReserve, start)
+	if err != nil {
+		s.m.outcome(outError)
+		return 0, "", s.redisError(what, err)
+	}
+	code, existing, ok := reserveResult(res)
+	if !ok {
+		s.m.outcome(outError)
+		return 0, "", fmt.Errorf("%s: unexpected script answer %v", what, res)
+	}
+	order, _ := args[0].(string)
+	sale, _ := args[4].(string)
+	if err := s.confirm(ctx, sale, acked, code, existing, order); err != nil {
+		s.m.outcome(outError)
+		return 0, "", err
+	}
+	return code, existing, nil
+}
+
+// runReserve runs script (lua.Reserve or lua.ReserveMany) and, when
+// WaitReplicas is set, WAIT on the same connection; acked is the number of
+// replicas WAIT counted (0 when WAIT failed), or -1 without WAIT.
+func (s *Service) runReserve(ctx context.Context, script *redis.Script, keys []string, args ...any) (res any, acked int64, err error) {
+	if s.waitReplicas <= 0 {
+		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
+		return res, -1, err
+	}
+	// A pipeline holds one connection for all its commands, and WAIT counts
+	// the writes of its own connection. In a cluster the pipeline must go
+	// to the sale's master itself, or WAIT would go to a random node.
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		node = c
+	}
+	for attempt := 0; ; attempt++ {
+		pipe := node.Pipeline()
+		var cmd *redis.Cmd
+		if attempt == 0 {
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
+		} else {
+			cmd = script.Eval(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitMillis)
+		start := time.Now()
+		_, _ = pipe.Exec(ctx)
+		s.m.call(opWait, start)
+		res, err := cmd.Result()
+		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		n, werr := wait.Int64()
+		if werr != nil {
+			s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", werr)
+			n = 0
+		}
+		return res, n, nil
+	}
+}
+
+// errWaitShort answers a reserve that WAIT could not confirm on enough
+// replicas: the order stands in Redis but might not survive a failover, so
+// the buyer hears 503 and their retry finds it (ErrAlreadyPurchased).
+var errWaitShort = fmt.Errorf("reserving: not on enough replicas: %w", flashgate.ErrUnavailable)
+
+// reserveResult unpacks the {code, order id} answer of lua.Reserve.
+func reserveResult(res any) (code int64, orderID string, ok bool) {
+	vals, isSlice := res.([]any)
+	if !isSlice || len(vals) != 2 {
+		return 0, "", false
+	}
+	code, ok1 := vals[0].(int64)
+	orderID, ok2 := vals[1].(string)
+	return code, orderID, ok1 && ok2
+}
