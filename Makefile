@@ -59,7 +59,7 @@ fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s ea
 faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/); drawings of rejected histories go to bin/faults.
 	@mkdir -p bin/faults
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(if $(FAULTS),$(CURDIR)/bin/RELIABILITY.md,$(CURDIR)/docs/RELIABILITY.md)) \
-		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
+		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./systemtest/faults
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ without a cluster: NetworkPolicy flows (cyclonus), strict Kubernetes 1.32 schemas, nginx (tokens, Debian's stock layout), Redis and Sentinel configs, Prometheus rules and scrape job, scripts.

@@ -189,7 +189,7 @@ type result struct {
 }
 
 func TestFaults(t *testing.T) {
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +463,7 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("**history**: every purchase attempt, pay, cancel and admin refund with its invocation and answer times, and the\n")
 	b.WriteString("expiries, FLUSHALL and failover losses and final rows read from the database, checked for linearizability (porcupine) against\n")
 	b.WriteString("a model of a sale: per user, at most one live order and the states an order may pass through; per sale, no more\n")
-	b.WriteString("units live than on sale (the model: faults/history.go). Unknown: operations without an answer (no answer after\n")
+	b.WriteString("units live than on sale (the model: systemtest/faults/history.go). Unknown: operations without an answer (no answer after\n")
 	b.WriteString("the request was sent, or a 5xx), which may or may not have taken effect.\n\n")
 	b.WriteString("**requests**: HTTP purchase attempts of both crowds; **201s**: answers 201; **rows**: order rows at the end;\n")
 	b.WriteString("**losses**: first-crowd buyers who ended without an order although units remained; **outage**: the longest window in\n")
