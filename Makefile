@@ -43,11 +43,11 @@ lint: ## gofmt check, go vet, and go mod tidy -diff (go.mod and go.sum tidy).
 
 .PHONY: bench
 bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm) into docs/BENCHMARKS.md.
-	scripts/with-testenv.sh $(GO) run ./scripts/bench
+	scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
 
 .PHONY: bench-http
 bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase, fair-queue poll and not admitted vs a bare server), printed, no files written.
-	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
+	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
 
 .PHONY: fuzz
 fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s each.
