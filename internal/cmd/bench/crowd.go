@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,4 +164,73 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 	}
 	res.rss.AfterAll, res.rss.Peak = rss(st.serve.pid()), peakRSS(st.serve.pid())
 	return nil
+}
+
+// holdConns opens n keep-alive connections to addr, each after one
+// answered GET /healthz, and returns them open.
+func holdConns(ctx context.Context, addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var next int
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	req := []byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				mu.Lock()
+				i := next
+				next++
+				stop := i >= n || firstErr != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if _, err = c.Write(req); err == nil {
+						var resp *http.Response
+						if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
+					}
+					c.SetDeadline(time.Time{})
+				}
+				if err != nil {
+					if c != nil {
+						c.Close()
+					}
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("connection %d: %w", i, err)
+					}
+					mu.Unlock()
+					return
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	var open []net.Conn
+	for _, c := range conns {
+		if c != nil {
+			open = append(open, c)
+		}
+	}
+	if firstErr != nil {
+		closeAll(open)
+		return nil, firstErr
+	}
+	return open, ctx.Err()
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
 }

@@ -310,3 +310,14 @@ func openFDs(pid int) int {
 	es, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 	return len(es)
 }
+
+// rss is a process's resident set, in MB.
+func rss(pid int) float64 {
+	kb, _ := procStatus(pid, "VmRSS")
+	return float64(kb) / 1024
+}
+
+func peakRSS(pid int) float64 {
+	kb, _ := procStatus(pid, "VmHWM")
+	return float64(kb) / 1024
+}
