@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -147,27 +148,27 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 		sales = []string{}
 	}
 	for _, s := range sales {
-		if !contains(d.sales, s) {
+		if !slices.Contains(d.sales, s) {
 			d.needPending[s] = true
 		}
 	}
 	for s := range d.quiet {
-		if !contains(sales, s) {
+		if !slices.Contains(sales, s) {
 			delete(d.quiet, s)
 		}
 	}
 	for s := range d.failed {
-		if !contains(sales, s) {
+		if !slices.Contains(sales, s) {
 			delete(d.failed, s)
 		}
 	}
 	for s := range d.suspect {
-		if !contains(sales, s) {
+		if !slices.Contains(sales, s) {
 			delete(d.suspect, s)
 		}
 	}
 	for s := range d.retry {
-		if !contains(sales, s) {
+		if !slices.Contains(sales, s) {
 			delete(d.retry, s)
 		}
 	}
@@ -180,15 +181,6 @@ func (d *Drainer) refresh(ctx context.Context, force bool) error {
 		d.m.setBacklog(n)
 	}
 	return nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ensureGroup creates the sink's consumer group on a sale stream (and the
