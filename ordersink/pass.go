@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/lua"
 )
@@ -191,13 +192,15 @@ func (d *Drainer) ensureGroup(ctx context.Context, sale string) error {
 		return nil
 	}
 	err := d.rdb.XGroupCreateMkStream(ctx, lua.OrdersKey(sale), lua.SinkGroup, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("ordersink: creating group on %s: %w", lua.OrdersKey(sale), err)
 	}
 	d.groups[sale] = true
 	return nil
 }
 
+// isNoGroup reports whether err is, or wraps, Redis's NOGROUP: the stream or
+// its consumer group is gone (Redis lost its data).
 func isNoGroup(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "NOGROUP")
+	return redis.HasErrorPrefix(err, "NOGROUP")
 }
