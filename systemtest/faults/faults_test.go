@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -270,7 +271,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 		}
 		if len(r.problems) > 0 && x.c != nil {
 			for _, p := range x.c.all() {
-				t.Logf("last lines of %s:\n%s", p.name, tail(p.log, 8))
+				t.Logf("last lines of %s:\n%s", p.name, procgroup.Tail(p.log, 8))
 			}
 		}
 	}()

@@ -6,19 +6,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/procgroup"
 )
 
-// proc is one server process of the deployment. It runs in its own process
-// group, so that kill -9, SIGSTOP and SIGCONT reach it and every child it
-// has (PostgreSQL's backends).
+// proc is one server process of the deployment, restartable: each start
+// is a new procgroup.Proc (its own process group, so that kill -9, SIGSTOP
+// and SIGCONT reach it and every child it has: PostgreSQL's backends),
+// appending to the same log.
 type proc struct {
 	name  string
 	bin   string
@@ -28,165 +29,78 @@ type proc struct {
 	cred  *syscall.Credential // run as this user (PostgreSQL refuses root)
 	ready func(ctx context.Context) error
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu  sync.Mutex
+	cur *procgroup.Proc // the latest run; nil before the first start
 }
 
 // start starts the process and waits (at most limit) until ready answers.
 func (p *proc) start(limit time.Duration) error {
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Only the settings given here: a FLASHGATE_* variable of the caller's
+	// shell would silently change a tier's flags.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLASHGATE_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, p.env...)
+	cur, err := procgroup.Start(procgroup.Spec{
+		Name: p.name, Args: append([]string{p.bin}, p.args...), Env: env, Log: p.log, Cred: p.cred,
+	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(f, "=== %s start %s\n", time.Now().Format(time.RFC3339Nano), p.name)
-	cmd := exec.Command(p.bin, p.args...)
-	// Only the settings given here: a FLASHGATE_* variable of the caller's
-	// shell would silently change a tier's flags.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLASHGATE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, p.env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.cur = cur
 	p.mu.Unlock()
 	if p.ready == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	var last error
-	for {
-		select {
-		case <-done:
-			return fmt.Errorf("%s exited during start-up (exit %v); see %s", p.name, cmd.ProcessState, p.log)
-		default:
-		}
-		if last = p.ready(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %v: %v; see %s", p.name, limit, last, p.log)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return cur.WaitReady(context.Background(), limit, p.ready)
 }
 
-func (p *proc) running() (*exec.Cmd, chan struct{}) {
+func (p *proc) running() *procgroup.Proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd, p.done
+	return p.cur
 }
 
 // signal sends sig to the process group.
 func (p *proc) signal(sig syscall.Signal) error {
-	cmd, done := p.running()
-	if cmd == nil {
+	cur := p.running()
+	if cur == nil {
 		return fmt.Errorf("%s never started", p.name)
 	}
-	select {
-	case <-done:
-		return fmt.Errorf("%s is not running", p.name)
-	default:
-	}
-	return syscall.Kill(-cmd.Process.Pid, sig)
+	return cur.Signal(sig)
 }
 
 // kill9 kills the process group with SIGKILL and waits until it is gone.
 func (p *proc) kill9() error {
-	cmd, done := p.running()
-	if cmd == nil {
+	cur := p.running()
+	if cur == nil {
 		return nil
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT) // a frozen group dies too
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s did not die of SIGKILL in 10s", p.name)
-	}
+	return cur.Kill()
 }
 
 // stop asks the process to end with sig, and kills it after limit.
 func (p *proc) stop(sig syscall.Signal, limit time.Duration) error {
-	cmd, done := p.running()
-	if cmd == nil {
+	cur := p.running()
+	if cur == nil {
 		return nil
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(limit):
-		_ = p.kill9()
-		return fmt.Errorf("%s did not stop on %v within %v; killed", p.name, sig, limit)
-	}
+	return cur.Stop(sig, limit)
 }
 
 // pid is the running process's id (0 before start).
 func (p *proc) pid() int {
-	cmd, _ := p.running()
-	if cmd == nil {
+	cur := p.running()
+	if cur == nil {
 		return 0
 	}
-	return cmd.Process.Pid
-}
-
-// freePort returns a loopback TCP port nothing listens on now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return cur.Pid()
 }
 
 var probeClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-// httpReady answers nil once url answers 200.
-func httpReady(url string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := probeClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
-	}
-}
-
-// tail returns the last n lines of a log file, for a diagnosis.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 var errNotReady = errors.New("not ready")

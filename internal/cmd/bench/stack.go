@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/procgroup"
 )
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
@@ -23,8 +25,8 @@ func lookPath(name string) (string, error) { return exec.LookPath(name) }
 // stack is one redis-server and one `flashgate serve` on it.
 type stack struct {
 	name      string
-	redis     *proc
-	serve     *proc
+	redis     *procgroup.Proc
+	serve     *procgroup.Proc
 	redisAddr string
 	gw, admin string // host:port
 	db        string
@@ -71,7 +73,7 @@ func (b *bench) serveArgs(st *stack, extra []string) []string {
 // startServe (re)starts the stack's `flashgate serve`, on new ports.
 func (b *bench) startServe(ctx context.Context, st *stack, extra ...string) error {
 	if st.serve != nil {
-		st.serve.stop()
+		stop(st.serve)
 	}
 	var err error
 	if st.gw, err = freeAddr(); err != nil {
