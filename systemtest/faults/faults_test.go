@@ -452,7 +452,7 @@ func report(results []result, rev string, at time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Reliability: the fault suite\n\n")
 	fmt.Fprintf(&b, "This run: commit `%s`, %s, %d scenarios, %d failed.\n\n", rev, at.UTC().Format("2006-01-02 15:04 MST"), len(results), failedCount(results))
-	b.WriteString("Written by `make faults` (the `faults` package) from one run on loopback: for each scenario a fresh split\n")
+	b.WriteString("Written by `make faults` (`systemtest/faults`) from one run on loopback: for each scenario a fresh split\n")
 	b.WriteString("deployment of real processes (Redis primary + replica with AOF, PostgreSQL or SQLite, control plane, 2 order sinks,\n")
 	b.WriteString("2 inventories, 2 gateways), a crowd of 2,000 distinct buyers for 2,500 units arriving over 5 s while the fault is\n")
 	b.WriteString("injected 1.5 s in, buyers retrying as a client behind a load balancer would (no answer or 5xx: back off and try the\n")
