@@ -155,15 +155,6 @@ type retry struct {
 	wait time.Duration
 }
 
-// A stream whose last quietAfter polls found nothing is polled only every
-// quietEvery-th poll (about once a second at the default Block), so that
-// the sales of the past, which stay in the set of sales, cost Redis little;
-// a busy stream is polled every time.
-const (
-	quietAfter = 20
-	quietEvery = 20
-)
-
 // New returns a Drainer reading with rdb (a *redis.Client, or a
 // *redis.ClusterClient for a cluster), best a client of its own: each WAIT
 // holds a connection for up to WaitTimeout.

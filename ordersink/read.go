@@ -75,6 +75,15 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 	return total, nil
 }
 
+// A stream whose last quietAfter polls found nothing is polled only every
+// quietEvery-th poll (about once a second at the default Block), so that
+// the sales of the past, which stay in the set of sales, cost Redis little;
+// a busy stream is polled every time.
+const (
+	quietAfter = 20
+	quietEvery = 20
+)
+
 // readNew reads up to Batch entries never delivered to any consumer from
 // each sale's stream (all, or only those not quiet, see quietAfter, and not
 // in skip), each
