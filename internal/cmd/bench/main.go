@@ -1,7 +1,7 @@
 // Command bench is `make bench`: it builds flashgate and the two reference
-// servers (internal/cmd/bare, internal/cmd/rowlock), runs every scenario on loopback
-// and writes docs/BENCHMARKS.md (and the headline table of README.md)
-// from that one run. Every server it starts listens on 127.0.0.1, on a free
+// servers (internal/cmd/bare, internal/cmd/rowlock), runs every scenario on
+// loopback and writes docs/BENCHMARKS.md (and the headline table of
+// README.md) from that one run. Every server it starts listens on 127.0.0.1, on a free
 // port, and is stopped when the run ends, however it ends.
 //
 // It needs Go, redis-server, wrk and a PostgreSQL server: run it under
