@@ -43,11 +43,11 @@ lint: ## gofmt check, go vet, and go mod tidy -diff (go.mod and go.sum tidy).
 
 .PHONY: bench
 bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm) into docs/BENCHMARKS.md.
-	scripts/with-testenv.sh $(GO) run ./scripts/bench
+	scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
 
 .PHONY: bench-http
 bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase, fair-queue poll and not admitted vs a bare server), printed, no files written.
-	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
+	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
 
 .PHONY: fuzz
 fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s each.
@@ -59,7 +59,7 @@ fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s ea
 faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/); drawings of rejected histories go to bin/faults.
 	@mkdir -p bin/faults
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(if $(FAULTS),$(CURDIR)/bin/RELIABILITY.md,$(CURDIR)/docs/RELIABILITY.md)) \
-		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./faults
+		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./systemtest/faults
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ without a cluster: NetworkPolicy flows (cyclonus), strict Kubernetes 1.32 schemas, nginx (tokens, Debian's stock layout), Redis and Sentinel configs, Prometheus rules and scrape job, scripts.

@@ -2,7 +2,6 @@ package ordersink
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,7 +28,8 @@ func (d *Drainer) pendingHere(ctx context.Context, sales []string) (int64, error
 	var n int64
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
-			if isNoGroup(err) || strings.HasPrefix(err.Error(), "ERR no such key") {
+			// "ERR no such key" (HasErrorPrefix drops the ERR).
+			if isNoGroup(err) || redis.HasErrorPrefix(err, "no such key") {
 				continue
 			}
 			return 0, err

@@ -248,7 +248,7 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 		// Rebuilt is not enough: the bucket reopens one re-sync later,
 		// and a crowd sent before that finds it paused (503) while the
 		// other buckets sell out, leaving its units unsold.
-		open, _ := cc.HGet(ctx, lua.SaleKey(tag0), "start").Result()
+		open, _ := cc.HGet(ctx, lua.SaleKey(tag0), lua.FieldStart).Result()
 		f, err := getAdminFigures(admin, cfg.AdminToken, sale)
 		return marker != "" && marker != old && open == "1" && err == nil && f.StreamBacklog == 0
 	}); err != nil {

@@ -7,7 +7,7 @@
 //
 // Its tests carry the build tag "faults", so `make test` does not run them;
 // `make faults` does (FAULTS=<scenario> runs one). See docs/RELIABILITY.md.
-// The history checker (history.go) and its tests (TestModel…) carry no tag:
+// The history checker (history*.go) and its tests (TestModel…) carry no tag:
 // every scenario's history is checked with it, and `make test` runs its
 // hand-made histories.
 package faults

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
@@ -148,7 +149,7 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 	c.rep = redis.NewClient(&redis.Options{Addr: front.addr()})
 	t.Cleanup(c.down)
 	port := func() int {
-		p, err := freePort()
+		p, err := procgroup.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,19 +163,19 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 	// reach.
 	ap := port()
 	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
-	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: httpReady(c.adminURL + "/readyz"),
+	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
 		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
 	c.must(c.cp.start(30 * time.Second))
 	sp := port()
-	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: httpReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
+	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
 		args: []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--redis", redisURL, "--db", c.dbURL}}}
 	ip := port()
 	invURL := fmt.Sprintf("http://127.0.0.1:%d", ip)
-	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: httpReady(invURL + "/readyz"),
+	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: procgroup.HTTPReady(invURL + "/readyz"),
 		args: []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", ip), "--redis", redisURL}}}
 	gp := port()
 	c.gwURL = []string{fmt.Sprintf("http://127.0.0.1:%d", gp)}
-	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: httpReady(c.gwURL[0] + "/readyz"),
+	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: procgroup.HTTPReady(c.gwURL[0] + "/readyz"),
 		args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gp), "--redis", redisURL, "--db", c.dbURL, "--inventory", invURL}}}
 	for _, p := range append(append(append([]*proc{}, c.sinks...), c.invs...), c.gws...) {
 		c.must(p.start(30 * time.Second))

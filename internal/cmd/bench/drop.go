@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,13 +11,11 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
-	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
@@ -309,171 +304,6 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	return nil
 }
 
-// dropRun is the drop phase's tiers.
-type dropRun struct {
-	ctx   context.Context
-	rdb   *redis.Client
-	db    *sqldb.DB
-	cp    *controlplane.Service
-	gw    *gateway.Server
-	clock *testclock.Clock
-	fence int64
-}
-
-func (d *dropRun) call(method, path, token, ticket, body string) (int, []byte, *fasthttp.ResponseHeader) {
-	var rq fasthttp.Request
-	rq.Header.SetMethod(method)
-	rq.SetRequestURI(path)
-	if token != "" {
-		rq.Header.Set("Authorization", "Bearer "+token)
-	}
-	if ticket != "" {
-		rq.Header.Set("X-Queue-Ticket", ticket)
-	}
-	if body != "" {
-		rq.SetBodyString(body)
-	}
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&rq, nil, nil)
-	d.gw.Handler()(&ctx)
-	h := &fasthttp.ResponseHeader{}
-	ctx.Response.Header.CopyTo(h)
-	return ctx.Response.StatusCode(), append([]byte(nil), ctx.Response.Body()...), h
-}
-
-// step runs one QueueStep and waits (bounded) until the gateway's cache
-// holds the frontier it wrote.
-func (d *dropRun) step(id string) error {
-	sale, err := d.db.Sale(d.ctx, id)
-	if err != nil {
-		return err
-	}
-	if err := d.cp.QueueStep(d.ctx, sale, d.fence); err != nil {
-		return err
-	}
-	k, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Result()
-	open, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQOpen).Result()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		_, body, _ := d.call("GET", "/api/sales/"+id, "", "", "")
-		var v struct {
-			Queue struct {
-				Open             bool  `json:"open"`
-				AdmittedPosition int64 `json:"admitted_position"`
-			} `json:"queue"`
-		}
-		if json.Unmarshal(body, &v) == nil && strconv.FormatInt(v.Queue.AdmittedPosition, 10) == orZero(k) && v.Queue.Open == (open == "1") {
-			return nil
-		}
-	}
-	return errors.New("the gateway's cache never caught up with the queue")
-}
-
-func orZero(s string) string {
-	if s == "" {
-		return "0"
-	}
-	return s
-}
-
-func (d *dropRun) waitOpen(id string) error {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		if _, body, _ := d.call("GET", "/api/sales/"+id, "", "", ""); strings.Contains(string(body), `"state":"open"`) {
-			return nil
-		}
-	}
-	return fmt.Errorf("sale %s never open at the gateway", id)
-}
-
-// enter solves a challenge and enters a.
-func (d *dropRun) enter(id string, a *dropAccount) error {
-	code, body, _ := d.call("GET", "/api/sales/"+id+"/challenge", "", "", "")
-	var c struct {
-		Algorithm, Challenge, Salt, Signature string
-		MaxNumber                             int64 `json:"maxnumber"`
-	}
-	if code != 200 || json.Unmarshal(body, &c) != nil {
-		return fmt.Errorf("challenge: %d %s", code, body)
-	}
-	n := int64(-1)
-	for i := int64(0); i <= c.MaxNumber; i++ {
-		sum := sha256.Sum256([]byte(c.Salt + strconv.FormatInt(i, 10)))
-		if hex.EncodeToString(sum[:]) == c.Challenge {
-			n = i
-			break
-		}
-	}
-	p, _ := json.Marshal(map[string]any{"algorithm": c.Algorithm, "challenge": c.Challenge, "number": n, "salt": c.Salt, "signature": c.Signature})
-	code, body, _ = d.call("POST", "/api/sales/"+id+"/queue", a.token, "", `{"payload":"`+base64.StdEncoding.EncodeToString(p)+`"}`)
-	var st struct{ Ticket string }
-	if code != 201 || json.Unmarshal(body, &st) != nil {
-		return fmt.Errorf("%s enters: %d %s", a.user, code, body)
-	}
-	a.ticket = st.Ticket
-	return nil
-}
-
-// memory enters n synthetic entrants into a fresh fair sale (after its
-// start when late) with lua.QueueEnter, 1,000 per pipeline, and returns
-// INFO memory's used_memory delta and the queue keys' MEMORY USAGE, each
-// per entrant.
-func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntrant float64, err error) {
-	ctx := d.ctx
-	if err := lua.Prepare.Run(ctx, d.rdb, lua.SaleKeys(id), 100, 150, 1, 100, "", "fair").Err(); err != nil {
-		return 0, 0, err
-	}
-	if err := lua.QueueOpen.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32), "00", 0, 60).Err(); err != nil {
-		return 0, 0, err
-	}
-	if late {
-		if err := lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id)).Err(); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := lua.QueueEnter.Load(ctx, d.rdb).Err(); err != nil {
-		return 0, 0, err
-	}
-	before, err := d.usedMemory()
-	if err != nil {
-		return 0, 0, err
-	}
-	for i := 0; i < n; i += 1000 {
-		pipe := d.rdb.Pipeline()
-		for j := i; j < min(i+1000, n); j++ {
-			lua.QueueEnter.EvalSha(ctx, pipe, lua.QueueEnterKeys(id, "none"), fmt.Sprintf("user-%08d", j), 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, 0, fmt.Errorf("entering: %w", err)
-		}
-	}
-	after, err := d.usedMemory()
-	if err != nil {
-		return 0, 0, err
-	}
-	var keys int64
-	for _, k := range []string{lua.QueueKey(id), lua.QueueLateKey(id)} {
-		m, err := d.rdb.MemoryUsage(ctx, k, 0).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, 0, err
-		}
-		keys += m
-	}
-	return float64(after-before) / float64(n), float64(keys) / float64(n), nil
-}
-
-// usedMemory is INFO memory's used_memory.
-func (d *dropRun) usedMemory() (int64, error) {
-	info, err := d.rdb.Info(d.ctx, "memory").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, errors.New("no used_memory in INFO memory")
-}
-
 // dropSection is the report's section of the drop phase.
 func (r *report) dropSection() string {
 	d := r.drop
@@ -483,7 +313,7 @@ func (r *report) dropSection() string {
 	var sb strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	p("\n## Drop: a fair queue against first come\n\n")
-	p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`scripts/bench/drop.go`).\n\n",
+	p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`internal/cmd/bench/drop.go`).\n\n",
 		num(float64(d.People)), d.Scalpers, d.Accounts/max(d.Scalpers, 1), num(float64(d.MaxNumber)), num(float64(d.Units)))
 	p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
 	p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -26,7 +28,7 @@ func (x *run) settle(ctx context.Context, limit time.Duration) time.Duration {
 			return false
 		}
 		p, err := x.c.rdb.XPending(ctx, lua.OrdersKey(x.sale), lua.SinkGroup).Result()
-		if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
 			lastErr = err
 			return false
 		}

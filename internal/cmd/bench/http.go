@@ -226,7 +226,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 				spec.Script = postLua
 			}
 			spec.URL = "http://" + bareAddr + sc.Path
-			bw, err := b.runWrk(ctx, bare.pid(), spec)
+			bw, err := b.runWrk(ctx, bare.Pid(), spec)
 			if err != nil {
 				p.Err = err
 				break
@@ -240,7 +240,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 				decBefore, _ = b.admissionCounts(st)
 			}
 			spec.URL = "http://" + st.gw + sc.Path
-			gw, err := b.runWrk(ctx, st.serve.pid(), spec)
+			gw, err := b.runWrk(ctx, st.serve.Pid(), spec)
 			if err != nil {
 				p.Err = err
 				break
@@ -292,7 +292,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		return err
 	}
 	for _, t := range []int{1, 2} {
-		w, err := b.runWrk(ctx, bare.pid(), wrkSpec{Threads: t, Conns: 64, URL: "http://" + bareAddr + "/api/sales/c64/orders",
+		w, err := b.runWrk(ctx, bare.Pid(), wrkSpec{Threads: t, Conns: 64, URL: "http://" + bareAddr + "/api/sales/c64/orders",
 			Script: purchaseLua, ScriptArgs: []string{tokFile, strconv.Itoa(t)}})
 		if err != nil {
 			return err

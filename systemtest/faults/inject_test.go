@@ -70,7 +70,7 @@ func replicaKill(ctx context.Context, x *run) {
 			}
 			n, err := probe.Exists(ctx, lua.SaleKey(x.sale)).Result()
 			switch {
-			case err != nil && strings.Contains(err.Error(), "LOADING"):
+			case redis.IsLoadingError(err):
 				loading.Add(1)
 			case err == nil && n == 0:
 				stale.Add(1)

@@ -102,7 +102,7 @@ func (b *bench) stormPhase(ctx context.Context) error {
 		return f.Orders.Expired >= res.Orders && f.Booked == 0
 	})
 	res.Took, res.Done, res.Expired, res.Booked = time.Since(t0), err == nil, f.Orders.Expired, f.Booked
-	if log, err := os.ReadFile(st.serve.log); err == nil {
+	if log, err := os.ReadFile(st.serve.Log()); err == nil {
 		for _, l := range strings.Split(string(log), "\n") {
 			if l == "" {
 				continue
@@ -123,7 +123,7 @@ func (b *bench) stormPhase(ctx context.Context) error {
 	time.Sleep(3 * time.Second)
 	b.logf("  idle for %ds", b.cfg.IdleSeconds)
 	res.Idle, err = idle(ctx, st.rdb, b.cfg.IdleSeconds)
-	res.RSS = rss(st.serve.pid())
+	res.RSS = rss(st.serve.Pid())
 	return err
 }
 

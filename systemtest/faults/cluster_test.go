@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -105,7 +106,7 @@ func (s *suite) startPostgres() error {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %v\n%s", err, out)
 	}
-	if s.pgPort, err = freePort(); err != nil {
+	if s.pgPort, err = procgroup.FreePort(); err != nil {
 		return err
 	}
 	s.pg = &proc{
@@ -201,7 +202,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 		c.dbURL, c.dbKind = u, "postgres"
 	}
 	port := func() int {
-		p, err := freePort()
+		p, err := procgroup.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,13 +250,13 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 
 	ap := port()
 	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
-	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: httpReady(c.adminURL + "/readyz"),
+	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
 		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
 	c.must(c.cp.start(30 * time.Second))
 	if o.controlPlanes >= 2 {
 		ap2 := port()
 		c.cp2 = &proc{name: "controlplane-2", bin: s.bin, env: env, log: logf("controlplane-2"),
-			ready: httpReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", ap2)),
+			ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", ap2)),
 			args:  []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap2), "--redis", redisURL, "--db", c.dbURL}}
 		c.must(c.cp2.start(30 * time.Second))
 	}
@@ -263,7 +264,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 	for i := 1; i <= 2; i++ {
 		p := port()
 		c.sinks = append(c.sinks, &proc{name: fmt.Sprintf("ordersink-%d", i), bin: s.bin, env: env, log: logf(fmt.Sprintf("ordersink-%d", i)),
-			ready: httpReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", p)),
+			ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", p)),
 			args:  []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", p), "--redis", redisURL, "--db", c.dbURL}})
 	}
 	var invURLs []string
@@ -272,7 +273,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 		u := fmt.Sprintf("http://127.0.0.1:%d", p)
 		invURLs = append(invURLs, u)
 		c.invs = append(c.invs, &proc{name: fmt.Sprintf("inventory-%d", i), bin: s.bin, env: env, log: logf(fmt.Sprintf("inventory-%d", i)),
-			ready: httpReady(u + "/readyz"),
+			ready: procgroup.HTTPReady(u + "/readyz"),
 			args:  []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", p), "--redis", redisURL}})
 	}
 	for i := 1; i <= 2; i++ {
@@ -280,7 +281,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 		u := fmt.Sprintf("http://127.0.0.1:%d", p)
 		c.gwURL = append(c.gwURL, u)
 		c.gws = append(c.gws, &proc{name: fmt.Sprintf("gateway-%d", i), bin: s.bin, env: env, log: logf(fmt.Sprintf("gateway-%d", i)),
-			ready: httpReady(u + "/readyz"),
+			ready: procgroup.HTTPReady(u + "/readyz"),
 			args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", p), "--redis", redisURL, "--redis-replicas", replicaURL,
 				"--db", c.dbURL, "--inventory", strings.Join(invURLs, ",")}})
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -189,7 +190,7 @@ type result struct {
 }
 
 func TestFaults(t *testing.T) {
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 		}
 		if len(r.problems) > 0 && x.c != nil {
 			for _, p := range x.c.all() {
-				t.Logf("last lines of %s:\n%s", p.name, tail(p.log, 8))
+				t.Logf("last lines of %s:\n%s", p.name, procgroup.Tail(p.log, 8))
 			}
 		}
 	}()
@@ -451,7 +452,7 @@ func report(results []result, rev string, at time.Time) string {
 	var b strings.Builder
 	b.WriteString("# Reliability: the fault suite\n\n")
 	fmt.Fprintf(&b, "This run: commit `%s`, %s, %d scenarios, %d failed.\n\n", rev, at.UTC().Format("2006-01-02 15:04 MST"), len(results), failedCount(results))
-	b.WriteString("Written by `make faults` (the `faults` package) from one run on loopback: for each scenario a fresh split\n")
+	b.WriteString("Written by `make faults` (`systemtest/faults`) from one run on loopback: for each scenario a fresh split\n")
 	b.WriteString("deployment of real processes (Redis primary + replica with AOF, PostgreSQL or SQLite, control plane, 2 order sinks,\n")
 	b.WriteString("2 inventories, 2 gateways), a crowd of 2,000 distinct buyers for 2,500 units arriving over 5 s while the fault is\n")
 	b.WriteString("injected 1.5 s in, buyers retrying as a client behind a load balancer would (no answer or 5xx: back off and try the\n")
@@ -463,7 +464,7 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("**history**: every purchase attempt, pay, cancel and admin refund with its invocation and answer times, and the\n")
 	b.WriteString("expiries, FLUSHALL and failover losses and final rows read from the database, checked for linearizability (porcupine) against\n")
 	b.WriteString("a model of a sale: per user, at most one live order and the states an order may pass through; per sale, no more\n")
-	b.WriteString("units live than on sale (the model: faults/history.go). Unknown: operations without an answer (no answer after\n")
+	b.WriteString("units live than on sale (the model: systemtest/faults/history.go). Unknown: operations without an answer (no answer after\n")
 	b.WriteString("the request was sent, or a 5xx), which may or may not have taken effect.\n\n")
 	b.WriteString("**requests**: HTTP purchase attempts of both crowds; **201s**: answers 201; **rows**: order rows at the end;\n")
 	b.WriteString("**losses**: first-crowd buyers who ended without an order although units remained; **outage**: the longest window in\n")

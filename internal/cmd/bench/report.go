@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 )
@@ -25,173 +24,12 @@ type report struct {
 	units    int // CROWD_UNITS
 }
 
-func num(f float64) string {
-	neg := f < 0
-	if neg {
-		f = -f
-	}
-	s := fmt.Sprintf("%.0f", f)
-	var out []byte
-	for i := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	if neg {
-		return "-" + string(out)
-	}
-	return string(out)
-}
-
-func ms(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "–"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
-	case d < time.Second:
-		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-	}
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
-func rateCell(s stat) string {
-	return fmt.Sprintf("%s (%s–%s)", num(s.Med), num(s.Min), num(s.Max))
-}
-
-func ratioCell(s stat) string {
-	return fmt.Sprintf("**%.2f** (%.2f–%.2f)", s.Med, s.Min, s.Max)
-}
-
-// httpHeadline is the ratios to the bare server, a row per scenario and a
-// column per connection count.
-func (r *report) httpHeadline() []string {
-	if r.http == nil {
-		return nil
-	}
-	var labels []string
-	cells := map[string]map[int]string{}
-	var conns []int
-	for _, p := range r.http.pairs {
-		if len(p.Gate) == 0 {
-			continue
-		}
-		if cells[p.Label] == nil {
-			cells[p.Label] = map[int]string{}
-			labels = append(labels, p.Label)
-		}
-		if !slices.Contains(conns, p.Conns) {
-			conns = append(conns, p.Conns)
-		}
-		c := fmt.Sprintf("**%.2f×** (%s/s", statOf(p.ratios()).Med, num(statOf(rates(p.Gate)).Med))
-		if p.Key[0] == 'c' {
-			c += ", p99 " + ms(time.Duration(durStat(p.Gate, func(w wrkRun) time.Duration { return w.P99 }).Med))
-		}
-		cells[p.Label][p.Conns] = c + ")"
-	}
-	if len(labels) == 0 {
-		return nil
-	}
-	head := "| ratio to a bare server sending the same bytes (flashgate's rate) |"
-	sep := "|---|"
-	for _, c := range conns {
-		head += fmt.Sprintf(" `wrk -c%d` |", c)
-		sep += "---|"
-	}
-	rows := []string{head, sep}
-	for _, l := range labels {
-		row := "| " + l + " |"
-		for _, c := range conns {
-			row += " " + cells[l][c] + " |"
-		}
-		rows = append(rows, row)
-	}
-	return rows
-}
-
-// headline is the README's other figures: the crowd, the open model,
-// memory and the cost after a large sale.
-func (r *report) headline() []string {
-	var rows []string
-	if c := r.crowd; c != nil && len(c.gate) > 0 && len(c.row) > 0 {
-		g, w := crowdStats(c.gate), crowdStats(c.row)
-		rows = append(rows, fmt.Sprintf("| flash crowd: %s buyers, %d units | %s/s, all answered in %s | **%.1f×** a row-lock PostgreSQL server (%s/s, %s) |",
-			num(float64(r.users)), r.units, num(g.rate.Med), ms(time.Duration(g.took.Med)),
-			ratiosOf(c.gate, c.row).Med, num(w.rate.Med), ms(time.Duration(w.took.Med))))
-	}
-	opens := r.opens()
-	for _, o := range opens {
-		if o.Server != "flashgate" {
-			continue
-		}
-		other := ""
-		for _, x := range opens {
-			if x.Server != "flashgate" && x.What == o.What {
-				other = fmt.Sprintf("%s at half its peak (%s/s): p50 %s, p99 %s, p999 %s", x.Server, num(x.Rate), ms(x.Run.P50), ms(x.Run.P99), ms(x.Run.P999))
-			}
-		}
-		rows = append(rows, fmt.Sprintf("| open model: %s, at %s/s (half the peak) | p50 %s, p99 %s, p999 %s | %s |",
-			o.What, num(o.Rate), ms(o.Run.P50), ms(o.Run.P99), ms(o.Run.P999), other))
-	}
-	if c := r.crowd; c != nil {
-		rows = append(rows, fmt.Sprintf("| `serve` RSS | idle %.0f MB, %s keep-alive connections %.0f MB, after a crowd %.0f MB | |",
-			c.rss.Idle, num(float64(c.rss.ConnsOpen)), c.rss.Conns, c.rss.AfterCrowd))
-	}
-	if s := r.storm; s != nil && s.Orders > 0 {
-		done := ms(s.Took)
-		if !s.Done {
-			done = "not done in " + ms(s.Took)
-		}
-		rows = append(rows, fmt.Sprintf("| %s-order expiry storm | %s | |", num(float64(s.Orders)), done))
-		if s.Idle.Seconds > 0 {
-			rows = append(rows, fmt.Sprintf("| idle after it (%s released orders) | Redis busy %.2f ms/s, slowest command %s | |",
-				num(float64(s.Expired)), s.Idle.BusyMsPerS, ms(s.Idle.Slowest)))
-		}
-	}
-	return rows
-}
-
-func (r *report) opens() []*openRun {
-	var l []*openRun
-	if r.http != nil && r.http.open != nil {
-		l = append(l, r.http.open)
-	}
-	if r.crowd != nil {
-		l = append(l, r.crowd.open...)
-	}
-	return l
-}
-
-type crowdStat struct{ rate, took stat }
-
-func crowdStats(rs []crowdRun) crowdStat {
-	var rate, took []float64
-	for _, c := range rs {
-		rate = append(rate, c.Rate)
-		took = append(took, float64(c.Elapsed))
-	}
-	return crowdStat{statOf(rate), statOf(took)}
-}
-
-func ratiosOf(a, b []crowdRun) stat {
-	var v []float64
-	for i := range a {
-		if i < len(b) && b[i].Rate > 0 {
-			v = append(v, a[i].Rate/b[i].Rate)
-		}
-	}
-	return statOf(v)
-}
-
 func (b *bench) markdown() []byte {
 	r, cfg := b.rep, b.cfg
 	var w bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
 	p("# Benchmarks\n\n")
-	p("Written by `make bench` (`scripts/bench`) from one run on %s, which took %s; do not edit by hand, run it again.\n", r.machine.Date, r.elapsed.Round(time.Second))
+	p("Written by `make bench` (`internal/cmd/bench`) from one run on %s, which took %s; do not edit by hand, run it again.\n", r.machine.Date, r.elapsed.Round(time.Second))
 	if !cfg.full() {
 		p("\n> **A shortened run** (smaller or fewer than `make bench`'s defaults): the figures show the format, not the system. Settings: `%s`.\n", cfg.summary())
 	} else {
@@ -219,7 +57,7 @@ func (b *bench) markdown() []byte {
 
 	if h := r.http; h != nil {
 		p("\n## HTTP paths against a bare server sending the same bytes\n\n")
-		p("`flashgate serve --sale-rate %s` (redis-server without persistence, %s) next to `scripts/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, bare first, alternating, %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings. The per-sale rate limit is on but far above these rates (the default, 50,000/s, would answer part of the not-admitted purchases `429`; a rejection is judged before it).\n\n",
+		p("`flashgate serve --sale-rate %s` (redis-server without persistence, %s) next to `internal/cmd/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, bare first, alternating, %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings. The per-sale rate limit is on but far above these rates (the default, 50,000/s, would answer part of the not-admitted purchases `429`; a rejection is judged before it).\n\n",
 			num(httpSaleRate), cfg.DB, plural(cfg.Rounds, "round"), fmtSeconds(cfg.Duration))
 		if q := h.queue; q != nil {
 			p("The (q) requests are a fair queue's entrants', token and `X-Queue-Ticket` (`scripts/queue.lua`, built in `init` likewise): %s buyers entered a one-unit fair sale through the API before its start, each with a proof of work (maxnumber %d); at the start the control plane admitted position %d and held there (`admit_seconds` 3,600), and the %s entrants the gateway then answered `waiting` are the requests (%s before the start).\n\n",
@@ -284,7 +122,7 @@ func (b *bench) markdown() []byte {
 	if c := r.crowd; c != nil {
 		p("\n## The flash crowd against the design people build first\n\n")
 		p("%s distinct buyers, each pressing buy once, against %d units, with `flashgate crowd --concurrency %d` (tokens minted with the shared secret before the clock starts). "+
-			"flashgate: `serve` on PostgreSQL. The reference: `scripts/rowlock`, net/http and one PostgreSQL transaction per purchase "+
+			"flashgate: `serve` on PostgreSQL. The reference: `internal/cmd/rowlock`, net/http and one PostgreSQL transaction per purchase "+
 			"(`UPDATE items SET \"left\" = \"left\" - 1 WHERE id = $1 AND \"left\" > 0`, then the order `INSERT`; 64 pooled connections), on the same PostgreSQL server. "+
 			"%s, each a fresh sale, the order of the two servers alternating; median (min–max).\n\n",
 			num(float64(cfg.CrowdUsers)), cfg.CrowdUnits, cfg.CrowdConc, plural(cfg.CrowdRounds, "round"))
@@ -374,28 +212,6 @@ func (b *bench) markdown() []byte {
 	}
 	p("```\n")
 	return w.Bytes()
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func joinInts(v []int64) string {
-	var s []string
-	for _, n := range v {
-		s = append(s, num(float64(n)))
-	}
-	return strings.Join(s, ", ")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "–"
-	}
-	return s
 }
 
 const (

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +13,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// proc is a server the run started; it is stopped by stop or at the end of
-// the run, whichever comes first.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
+	"github.com/flashgate/flashgate/internal/procgroup"
+)
 
 // runner starts every process of the run, records the command lines for
 // the report, and stops what is still running when the run ends.
@@ -33,7 +23,7 @@ type runner struct {
 	dir     string
 	env     []string // added to every child's environment
 	mu      sync.Mutex
-	procs   []*proc
+	procs   []*procgroup.Proc
 	cmds    []string
 	aliases [][2]string // literal → symbol, applied to recorded commands
 }
@@ -97,89 +87,54 @@ func (r *runner) commands() []string {
 }
 
 func (r *runner) command(ctx context.Context, env []string, args []string) *exec.Cmd {
-	var cmd *exec.Cmd
-	if ctx != nil {
-		cmd = exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	} else {
-		cmd = exec.Command(args[0], args[1:]...)
-	}
-	cmd.Env = append(append(os.Environ(), r.env...), env...)
 	// Its own process group, so that stopping it stops its children too;
 	// and killed with the run if the run dies without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd
+	return procgroup.Command(ctx, procgroup.Spec{Args: args, Env: r.environ(env), DieWithParent: true})
+}
+
+// environ is the environment of a child: this process's, the runner's
+// additions, then env.
+func (r *runner) environ(env []string) []string {
+	return append(append(os.Environ(), r.env...), env...)
 }
 
 // start runs a server in the background, its output in DIR/name.log.
-func (r *runner) start(name string, env []string, args ...string) (*proc, error) {
+func (r *runner) start(name string, env []string, args ...string) (*procgroup.Proc, error) {
 	r.record(env, args)
-	logPath := filepath.Join(r.dir, name+".log")
-	f, err := os.Create(logPath)
+	p, err := procgroup.Start(procgroup.Spec{
+		Name: name, Args: args, Env: r.environ(env),
+		Log: filepath.Join(r.dir, name+".log"), FreshLog: true, DieWithParent: true,
+	})
 	if err != nil {
 		return nil, err
 	}
-	cmd := r.command(nil, env, args)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	return p, nil
 }
 
-// pid is the server's process id.
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// alive reports whether the process still runs.
-func (p *proc) alive() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM to the process group, then SIGKILL after 10 s.
-func (p *proc) stop() {
-	if !p.alive() {
+// stop sends SIGTERM to the server's process group, then SIGKILL after
+// 10 s.
+func stop(p *procgroup.Proc) {
+	if !p.Alive() {
 		return
 	}
-	syscall.Kill(-p.pid(), syscall.SIGTERM)
+	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(10 * time.Second):
-		syscall.Kill(-p.pid(), syscall.SIGKILL)
-		<-p.done
+		_ = p.Kill()
 	}
-}
-
-// tail is the end of the server's log, to explain a failure.
-func (p *proc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 1500 {
-		b = b[len(b)-1500:]
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // stopAll stops every server still running, newest first.
 func (r *runner) stopAll() {
 	r.mu.Lock()
-	ps := append([]*proc(nil), r.procs...)
+	ps := append([]*procgroup.Proc(nil), r.procs...)
 	r.mu.Unlock()
 	for i := len(ps) - 1; i >= 0; i-- {
-		ps[i].stop()
+		stop(ps[i])
 	}
 }
 
@@ -212,60 +167,21 @@ func (r *runner) output(ctx context.Context, limit time.Duration, env []string, 
 
 // freeAddr returns a loopback address nobody listens on right now.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := procgroup.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
 // waitHTTP polls url until it answers 200, at most for limit.
-func waitHTTP(ctx context.Context, url string, p *proc, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if p != nil && !p.alive() {
-			return fmt.Errorf("%s exited: %s", p.name, p.tail())
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready within %s", url, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+func waitHTTP(ctx context.Context, url string, p *procgroup.Proc, limit time.Duration) error {
+	return p.WaitReady(ctx, limit, procgroup.HTTPReady(url))
 }
 
 // waitTCP polls addr until it accepts a connection, at most for limit.
-func waitTCP(ctx context.Context, addr string, p *proc, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if p != nil && !p.alive() {
-			return fmt.Errorf("%s exited: %s", p.name, p.tail())
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not listening within %s", addr, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+func waitTCP(ctx context.Context, addr string, p *procgroup.Proc, limit time.Duration) error {
+	return p.WaitReady(ctx, limit, procgroup.TCPReady(addr))
 }
 
 // procStatus reads a field of /proc/PID/status in kB (VmRSS, VmHWM).
@@ -309,4 +225,15 @@ func cpuSeconds(pid int) float64 {
 func openFDs(pid int) int {
 	es, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 	return len(es)
+}
+
+// rss is a process's resident set, in MB.
+func rss(pid int) float64 {
+	kb, _ := procStatus(pid, "VmRSS")
+	return float64(kb) / 1024
+}
+
+func peakRSS(pid int) float64 {
+	kb, _ := procStatus(pid, "VmHWM")
+	return float64(kb) / 1024
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,7 +66,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 
 	// RSS: idle, then with CONNS keep-alive connections open.
 	time.Sleep(2 * time.Second)
-	res.rss.Idle, res.rss.RowIdle = rss(st.serve.pid()), rss(row.pid())
+	res.rss.Idle, res.rss.RowIdle = rss(st.serve.Pid()), rss(row.Pid())
 	if b.cfg.Conns > 0 {
 		b.logf("  opening %d keep-alive connections", b.cfg.Conns)
 		conns, err := holdConns(ctx, st.gw, b.cfg.Conns)
@@ -69,7 +74,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 			res.notes = append(res.notes, fmt.Sprintf("keep-alive connections: %v", err))
 		} else {
 			time.Sleep(time.Second)
-			res.rss.Conns, res.rss.ConnsOpen, res.rss.FDs = rss(st.serve.pid()), len(conns), openFDs(st.serve.pid())
+			res.rss.Conns, res.rss.ConnsOpen, res.rss.FDs = rss(st.serve.Pid()), len(conns), openFDs(st.serve.Pid())
 			closeAll(conns)
 			time.Sleep(time.Second)
 		}
@@ -87,7 +92,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 		time.Sleep(300 * time.Millisecond)
 		gate := func() error {
 			b.logf("  crowd %d: flashgate", r)
-			cr, err := b.crowdOn(ctx, st.serve.pid(), st.gw, sale, u, c, 0, st)
+			cr, err := b.crowdOn(ctx, st.serve.Pid(), st.gw, sale, u, c, 0, st)
 			if err != nil {
 				return fmt.Errorf("crowd against flashgate: %w", err)
 			}
@@ -97,13 +102,13 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 			}
 			res.gate, res.gateSold = append(res.gate, cr), append(res.gateSold, f.Booked)
 			if r == 1 {
-				res.rss.AfterCrowd = rss(st.serve.pid())
+				res.rss.AfterCrowd = rss(st.serve.Pid())
 			}
 			return nil
 		}
 		rowl := func() error {
 			b.logf("  crowd %d: rowlock", r)
-			cr, err := b.crowdOn(ctx, row.pid(), rowAddr, sale, u, c, 0, nil)
+			cr, err := b.crowdOn(ctx, row.Pid(), rowAddr, sale, u, c, 0, nil)
 			if err != nil {
 				return fmt.Errorf("crowd against rowlock: %w", err)
 			}
@@ -125,7 +130,7 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 			return err
 		}
 	}
-	res.rss.RowAfter = rss(row.pid())
+	res.rss.RowAfter = rss(row.Pid())
 
 	// Open model: the crowd's shape arriving at half the peak each server
 	// reached in the closed-loop crowds above.
@@ -157,6 +162,75 @@ func (b *bench) crowdPhase(ctx context.Context) error {
 		}
 		res.open = append(res.open, &openRun{What: fmt.Sprintf("flash crowd, %d units", b.cfg.CrowdUnits), Rate: rate, Of: peak, Run: cr, Server: o.name})
 	}
-	res.rss.AfterAll, res.rss.Peak = rss(st.serve.pid()), peakRSS(st.serve.pid())
+	res.rss.AfterAll, res.rss.Peak = rss(st.serve.Pid()), peakRSS(st.serve.Pid())
 	return nil
+}
+
+// holdConns opens n keep-alive connections to addr, each after one
+// answered GET /healthz, and returns them open.
+func holdConns(ctx context.Context, addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, n)
+	var next int
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	req := []byte("GET /healthz HTTP/1.1\r\nHost: " + addr + "\r\n\r\n")
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				mu.Lock()
+				i := next
+				next++
+				stop := i >= n || firstErr != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if _, err = c.Write(req); err == nil {
+						var resp *http.Response
+						if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
+					}
+					c.SetDeadline(time.Time{})
+				}
+				if err != nil {
+					if c != nil {
+						c.Close()
+					}
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("connection %d: %w", i, err)
+					}
+					mu.Unlock()
+					return
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	var open []net.Conn
+	for _, c := range conns {
+		if c != nil {
+			open = append(open, c)
+		}
+	}
+	if firstErr != nil {
+		closeAll(open)
+		return nil, firstErr
+	}
+	return open, ctx.Err()
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
 }

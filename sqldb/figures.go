@@ -1,0 +1,108 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/flashgate/flashgate"
+)
+
+// Figures counts a sale's orders by status, with the units of live rows and
+// of all rows, from one query and hence one consistent snapshot. It reads the
+// counters that triggers keep in the transaction of every row change
+// (order_counts), so it costs the same for ten orders as for a million.
+func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?`), saleID)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
+	}
+	f, err := scanFigures(rows)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
+	}
+	return f, nil
+}
+
+// BucketFigures are Figures per bucket of a bucketed sale, indexed by bucket
+// (n entries), from one query and hence one snapshot. Unlike Figures it
+// aggregates the sale's rows (the counters are per sale): a bucketed
+// sale's re-sync pass costs a scan of its orders_sale_status_id index.
+func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM orders WHERE sale_id = ? GROUP BY bucket, status`), saleID)
+	if err != nil {
+		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	out := make([]flashgate.SaleFigures, n)
+	for rows.Next() {
+		var (
+			b             int
+			st            string
+			orders, units int64
+		)
+		if err := rows.Scan(&b, &st, &orders, &units); err != nil {
+			return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+		}
+		if b < 0 || b >= n {
+			return nil, fmt.Errorf("bucket figures of sale %s: an order in bucket %d of %d", saleID, b, n)
+		}
+		addFigures(&out[b], flashgate.OrderStatus(st), orders, units)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}
+
+// AllFigures sums the figures of every sale, for metrics; like Figures it
+// reads counters, one row per sale and status.
+func (d *DB) AllFigures(ctx context.Context) (flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, `SELECT status, CAST(SUM(orders) AS BIGINT), CAST(SUM(units) AS BIGINT) FROM order_counts GROUP BY status`)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of all sales: %w", err)
+	}
+	f, err := scanFigures(rows)
+	if err != nil {
+		return flashgate.SaleFigures{}, fmt.Errorf("figures of all sales: %w", err)
+	}
+	return f, nil
+}
+
+// scanFigures folds (status, orders, units) rows into SaleFigures.
+func scanFigures(rows *sql.Rows) (flashgate.SaleFigures, error) {
+	defer rows.Close()
+	var f flashgate.SaleFigures
+	for rows.Next() {
+		var (
+			st            string
+			orders, units int64
+		)
+		if err := rows.Scan(&st, &orders, &units); err != nil {
+			return flashgate.SaleFigures{}, err
+		}
+		addFigures(&f, flashgate.OrderStatus(st), orders, units)
+	}
+	return f, rows.Err()
+}
+
+// addFigures adds orders rows of status st holding units to f.
+func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, units int64) {
+	f.Persisted += orders
+	f.PersistedUnits += units
+	switch st {
+	case flashgate.StatusPendingPayment:
+		f.PendingPayment += orders
+		f.LiveUnits += units
+	case flashgate.StatusPaid:
+		f.Paid += orders
+		f.LiveUnits += units
+	case flashgate.StatusCancelled:
+		f.Cancelled += orders
+	case flashgate.StatusExpired:
+		f.Expired += orders
+	case flashgate.StatusRefunded:
+		f.Refunded += orders
+	}
+}
