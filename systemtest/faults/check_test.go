@@ -126,16 +126,21 @@ func (x *run) checkAll(ctx context.Context, confirmed map[string]string, outs []
 		}
 	}
 	x.mu.Lock()
-	flushed := x.flushedAt
+	flushed, flushDone := x.flushedAt, x.flushDone
 	x.mu.Unlock()
+	if flushDone.IsZero() {
+		flushDone = flushed
+	}
 	for id, user := range confirmed {
 		if perID[id] == 1 {
 			continue
 		}
-		if perID[id] == 0 && !flushed.IsZero() && sent[id].Before(flushed) {
-			// Asked for before the FLUSHALL was sent and not yet drained:
-			// the flush destroyed the stream entry (Redis is the write
-			// path). A purchase sent after the flush must be a row.
+		if perID[id] == 0 && !flushed.IsZero() && sent[id].Before(flushDone) {
+			// Asked for before the FLUSHALL returned (Redis may have run
+			// the reserve before the flush: a loaded machine delays the
+			// command) and not yet drained: the flush destroyed the stream
+			// entry (Redis is the write path). A purchase sent after the
+			// flush returned must be a row.
 			destroyed++
 			continue
 		}

@@ -62,9 +62,10 @@ type run struct {
 	readyIn  time.Duration // from repairAt until the repaired part was ready
 	recovery time.Duration // set by scenarios that measure their own recovery
 	recWhat  string
-	// flushedAt is when a FLUSHALL ran; destroyed counts the orders
-	// confirmed before it that it wiped from the stream undrained.
-	flushedAt time.Time
+	// flushedAt is when a FLUSHALL was sent and flushDone when it
+	// returned; destroyed counts the orders confirmed before it that it
+	// wiped from the stream undrained.
+	flushedAt, flushDone time.Time
 	destroyed int
 	// recoveredInTime: the scenario's own recovery check passed, so its
 	// lossesOK applies.

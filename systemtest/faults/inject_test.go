@@ -185,7 +185,11 @@ func flushAll(ctx context.Context, x *run) {
 		x.problem("FLUSHALL: %v", err)
 		return
 	}
-	x.c.hist.flushed(flushed, time.Now())
+	done := time.Now()
+	x.mu.Lock()
+	x.flushDone = done
+	x.mu.Unlock()
+	x.c.hist.flushed(flushed, done)
 	x.event("FLUSHALL")
 	var states []string
 	var total string
