@@ -76,7 +76,8 @@ type Config struct {
 	Store Store
 	// Releaser gives units back after cancel, expiry and refund. Required.
 	Releaser Releaser
-	// AdminToken is the bearer token of the admin API. Required.
+	// AdminToken is the bearer token of the admin API (controlplane/admin).
+	// Required.
 	AdminToken string
 	// Clock tells the time of the sale schedule and of order transitions;
 	// default flashgate.SystemClock.
@@ -111,7 +112,7 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// NodeID names this process in the leader lock; default hostname-pid.
 	NodeID string
-	// AuditLogger receives one line per admin action (audit.go); default
+	// AuditLogger receives one line per admin action (admin/audit.go); default
 	// Logger with the attribute log=audit.
 	AuditLogger *slog.Logger
 	// QueueBacklog holds a fair queue's admission while a sale's order
@@ -132,8 +133,9 @@ type Service struct {
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
 	metrics  *metrics
-	audit    *auditLog
 	ops      *opsMetrics
+	// auditLogger is Config.AuditLogger, for the admin API.
+	auditLogger *slog.Logger
 
 	paymentWindow time.Duration
 	resyncEvery   time.Duration
@@ -209,7 +211,7 @@ func New(cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.audit = newAuditLog(cfg.AuditLogger, s.log)
+	s.auditLogger = cfg.AuditLogger
 	if s.spillClaimAge <= 0 {
 		s.spillClaimAge = 5 * time.Second
 	}

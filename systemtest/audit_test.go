@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/admin"
 )
 
 // syncBuffer is a bytes.Buffer safe for the audit logger's concurrent use.
@@ -46,7 +47,7 @@ func TestAdminRefundAudited(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ps.ctx, 60*time.Second)
 	defer cancel()
 	public, adminToken := ps.url, ps.adminToken
-	admin := httptest.NewServer(ps.cp.Handler())
+	admin := httptest.NewServer(admin.Handler(ps.cp))
 	t.Cleanup(admin.Close)
 
 	call := func(method, url, token, body string) (int, map[string]any) {

@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"net/http/httptest"
@@ -25,7 +25,7 @@ func TestDashboard(t *testing.T) {
 		t.Skip("browser test")
 	}
 	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	for _, s := range []flashgate.Sale{
 		{ID: "spring-drop", Name: "Limited sneakers", PriceCents: 12900, Total: 100},
