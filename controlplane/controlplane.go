@@ -1,7 +1,11 @@
-// Package controlplane is flashgate's control tier: the admin API, the
-// dashboard and /metrics, the lifecycle loops (scheduled start and stop,
-// expiry of unpaid orders, re-sync of stock from the database), and the order
-// transitions after the rush (pay, cancel, expire, refund).
+// Package controlplane is flashgate's control tier: the leader's lifecycle
+// loops (the lease, scheduled start and stop, expiry of unpaid orders,
+// re-sync and restore of stock from the database, failover detection, the
+// fair queues' ticks, archiving), the sale and order actions the admin API
+// and the gateways call (create, start, stop, pay, cancel, refund, dead
+// letters), and its metrics. Its HTTP side is controlplane/admin; the
+// machinery of bucketed sales (ledger, rebalancing, recovery of a bucket
+// after a failover, spill settlement) is controlplane/buckets.
 //
 // The database is the system of record; Redis holds the stock the inventory
 // tier sells from. Only one control plane runs the loops at a time: the one
@@ -23,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -142,7 +147,6 @@ type Service struct {
 	tickEvery     time.Duration
 	leaderTTL     time.Duration
 	persistWait   time.Duration
-	spillClaimAge time.Duration
 	nodeID        string
 	leaseToken    string
 	// fence is the fencing token of this Service's lease (lua.TakeFence's
@@ -155,11 +159,15 @@ type Service struct {
 	queueBacklog int64
 	queueLatency time.Duration
 
-	// resyncMu serialises re-syncs in this process, so that two of them
-	// (the loop and an admin call) never deliver the same releases at once.
+	// buckets runs the machinery of bucketed sales (controlplane/buckets).
+	buckets *buckets.Keeper
+
+	// resyncMu serialises re-syncs (and the moves and rebuilds of
+	// buckets) in this process, so that two of them (the loop and an admin
+	// call) never deliver the same releases at once.
 	resyncMu sync.Mutex
 	// recoveringSales holds the ids of bucketed sales a slot of which is
-	// being recovered after a failover (failoverbuckets.go).
+	// being recovered after a failover (failover_buckets.go).
 	recoveringSales sync.Map
 	// replBlind is set once the failover watch has noted that Redis cannot
 	// tell its replication state (failover.go), until it can again.
@@ -196,7 +204,6 @@ func New(cfg Config) (*Service, error) {
 		tickEvery:     orDefault(cfg.TickEvery, 200*time.Millisecond),
 		leaderTTL:     orDefault(cfg.LeaderTTL, 5*time.Second),
 		persistWait:   cfg.PersistWait,
-		spillClaimAge: cfg.SpillClaimAge,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
@@ -212,9 +219,7 @@ func New(cfg Config) (*Service, error) {
 		s.log = slog.Default()
 	}
 	s.auditLogger = cfg.AuditLogger
-	if s.spillClaimAge <= 0 {
-		s.spillClaimAge = 5 * time.Second
-	}
+	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
 	if s.persistWait == 0 {
 		s.persistWait = 2 * time.Second
 	}

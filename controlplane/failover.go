@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -61,7 +63,7 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 	if !sale.Bucketed() {
 		return out
 	}
-	for b, t := range saleLayout(sale).Tags() {
+	for b, t := range buckets.Layout(sale).Tags() {
 		out = append(out, slotMarker{key: lua.PrimaryKey(t), probe: lua.SaleKey(t), bucket: b})
 	}
 	return append(out, slotMarker{key: lua.LedgerPrimaryKey(sale.ID), probe: lua.LedgerKey(sale.ID), bucket: markLedger})
@@ -157,12 +159,12 @@ func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker 
 // recoverSale moves the recovery of sale on a new primary on by one step:
 // pause, then, once the stream has drained, rebuild and mark.
 func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
-	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fenceOf(ctx)).Int64()
+	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fencing.Of(ctx)).Int64()
 	if err != nil {
 		return fmt.Errorf("pausing after a failover: %w", err)
 	}
 	if paused == lua.PauseFenced {
-		return errFenced("pausing after a failover", fenceOf(ctx))
+		return fencing.Err("pausing after a failover", fencing.Of(ctx))
 	}
 	if paused == 1 {
 		s.log.Warn("new redis primary: sale paused until rebuilt from the database",

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -81,8 +82,8 @@ func TestStaleLeaderFenced(t *testing.T) {
 			if err != nil || tb == nil {
 				t.Fatalf("b leads: %v, %v", tb, err)
 			}
-			if fenceOf(tb) <= fenceOf(ta) {
-				t.Fatalf("tokens: b's %d not above a's %d", fenceOf(tb), fenceOf(ta))
+			if fencing.Of(tb) <= fencing.Of(ta) {
+				t.Fatalf("tokens: b's %d not above a's %d", fencing.Of(tb), fencing.Of(ta))
 			}
 			// b expires the first orders and re-syncs; then two more are due.
 			e.clock.Add(time.Hour)
@@ -205,8 +206,8 @@ func TestTermEnds(t *testing.T) {
 	if rctx.Err() != nil {
 		t.Fatalf("the restore ended with its pass's deadline: %v", rctx.Err())
 	}
-	if fenceOf(rctx) != fenceOf(tc) || fenceOf(tc) < 1 {
-		t.Errorf("restore's token: got %d, want the term's %d", fenceOf(rctx), fenceOf(tc))
+	if fencing.Of(rctx) != fencing.Of(tc) || fencing.Of(tc) < 1 {
+		t.Errorf("restore's token: got %d, want the term's %d", fencing.Of(rctx), fencing.Of(tc))
 	}
 	// A renewal that fails (here: its context is already done) ends the term.
 	dead, kill := context.WithCancel(e.ctx)
@@ -250,12 +251,12 @@ func TestAdminResyncFences(t *testing.T) {
 	if _, _, err := leader.Resync(e.ctx, sale); err != nil {
 		t.Fatalf("admin re-sync on the leader after the other's: %v", err)
 	}
-	old := fenceOf(tl)
+	old := fencing.Of(tl)
 	if tc, err := leader.lead(e.ctx); tc != tl || err != nil {
 		t.Fatalf("renewal: got %v, %v; want the same term", tc, err)
 	}
-	if fenceOf(tl) <= old {
-		t.Errorf("token after the renewal: got %d, want above %d", fenceOf(tl), old)
+	if fencing.Of(tl) <= old {
+		t.Errorf("token after the renewal: got %d, want above %d", fencing.Of(tl), old)
 	}
 	if _, _, err := leader.Resync(tl, sale); err != nil {
 		t.Errorf("leader's re-sync after its renewal: %v", err)

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -56,7 +58,7 @@ func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (fl
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(sales))
 	for i, sale := range sales {
-		l := saleLayout(sale)
+		l := buckets.Layout(sale)
 		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(l.Tag(l.Home(userID))), userID)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -93,7 +95,7 @@ func (s *Service) claimedOrder(ctx context.Context, claimed []flashgate.Sale, or
 	pipe := s.rdb.Pipeline()
 	cmds := make([][]*redis.StringCmd, len(claimed))
 	for i, sale := range claimed {
-		l := saleLayout(sale)
+		l := buckets.Layout(sale)
 		home := l.Home(userID)
 		for b := range l.N() {
 			if b != home {
@@ -250,7 +252,7 @@ func (s *Service) expireDue(ctx context.Context) (int, error) {
 	)
 	for {
 		var moved []flashgate.Order
-		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fenceOf(ctx))
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fencing.Of(ctx))
 		if err != nil {
 			err = fmt.Errorf("expiring orders: %w", err)
 			break

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -148,9 +149,9 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 		return queueFigures{}, fmt.Errorf("sale %s not in redis: %w", id, flashgate.ErrUnavailable)
 	}
 	return queueFigures{
-		total: num(v[0]), booked: num(v[1]), perUser: max(num(v[2]), 1),
-		start: num(v[3]) == 1, closed: num(v[4]) == 1, open: num(v[5]) == 1, started: num(v[6]) == 1,
-		pre: num(v[7]), late: num(v[8]), ranked: num(v[9]) == 1, k: num(v[10]), e: num(v[11]), maxnum: num(v[12]),
+		total: salehash.Num(v[0]), booked: salehash.Num(v[1]), perUser: max(salehash.Num(v[2]), 1),
+		start: salehash.Num(v[3]) == 1, closed: salehash.Num(v[4]) == 1, open: salehash.Num(v[5]) == 1, started: salehash.Num(v[6]) == 1,
+		pre: salehash.Num(v[7]), late: salehash.Num(v[8]), ranked: salehash.Num(v[9]) == 1, k: salehash.Num(v[10]), e: salehash.Num(v[11]), maxnum: salehash.Num(v[12]),
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }
@@ -524,9 +525,9 @@ func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, err
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	q := &QueueStatus{Open: num(v[0]) == 1, Started: num(v[1]) == 1, PrequeueEntrants: num(v[2]),
-		AdmittedPosition: num(v[4]), ExpiredPosition: num(v[5]), RatePerMinute: num(v[6]), MaxNumber: num(v[7])}
-	q.Entrants = q.PrequeueEntrants + num(v[3])
+	q := &QueueStatus{Open: salehash.Num(v[0]) == 1, Started: salehash.Num(v[1]) == 1, PrequeueEntrants: salehash.Num(v[2]),
+		AdmittedPosition: salehash.Num(v[4]), ExpiredPosition: salehash.Num(v[5]), RatePerMinute: salehash.Num(v[6]), MaxNumber: salehash.Num(v[7])}
+	q.Entrants = q.PrequeueEntrants + salehash.Num(v[3])
 	if sha, ok := v[8].(string); ok {
 		q.SeedSHA256 = sha
 	}

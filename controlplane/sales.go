@@ -8,9 +8,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -71,17 +72,10 @@ type Settlement struct {
 }
 
 // ResyncFigures are a sale's Redis figures before or after a re-sync.
-type ResyncFigures struct {
-	Total        int64 `json:"total"`
-	Booked       int64 `json:"booked"`
-	Reserved     int64 `json:"reserved"`
-	Remaining    int64 `json:"remaining"`
-	Admitted     int64 `json:"admitted"`
-	AdmissionCap int64 `json:"admission_cap"`
-	// Missing is set in the "before" figures when the sale's hash was gone
-	// from Redis and the re-sync rebuilt it.
-	Missing bool `json:"missing,omitempty"`
-}
+type ResyncFigures = salehash.ResyncFigures
+
+// BucketStatus is one bucket's live figures in GET /admin/sales/{id}.
+type BucketStatus = buckets.Status
 
 func validateSale(s flashgate.Sale) error {
 	switch {
@@ -107,20 +101,6 @@ func validateSale(s flashgate.Sale) error {
 	return validateQueue(s) // queue.go
 }
 
-func perUser(s flashgate.Sale) int64 {
-	if s.PerUser <= 0 {
-		return 1
-	}
-	return s.PerUser
-}
-
-func admitRatio(s flashgate.Sale) float64 {
-	if s.AdmitRatio <= 0 {
-		return flashgate.DefaultAdmitRatio
-	}
-	return s.AdmitRatio
-}
-
 // CreateSale validates s, stores it as upcoming and prepares its Redis hash
 // (closed, empty). An existing id is flashgate.ErrExists. The scheduler opens
 // it at StartsAt; without StartsAt it waits for Start.
@@ -142,7 +122,7 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 		sale.Buckets = 0
 	} else {
 		// The placement is fixed here, for the sale's life.
-		sale.BucketSalts = s.chooseSalts(ctx, sale.ID, sale.Buckets)
+		sale.BucketSalts = s.buckets.ChooseSalts(ctx, sale.ID, sale.Buckets)
 	}
 	if err := s.store.CreateSale(ctx, sale); err != nil {
 		return flashgate.Sale{}, fmt.Errorf("creating sale: %w", err)
@@ -161,7 +141,7 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 // layout finds every bucket (a script touches one sale's keys only, for Redis
 // Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
-	l := saleLayout(sale)
+	l := buckets.Layout(sale)
 	var tags []string
 	if sale.Bucketed() {
 		tags = l.Tags()
@@ -171,11 +151,11 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	}
 	for b, t := range tags {
 		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
-			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
+			buckets.Share(sale.Total, l.N(), b), 0, salehash.PerUser(sale), sale.PriceCents).Err(); err != nil {
 			return err
 		}
 	}
-	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents}
+	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
 		args = append(args, l.String())
 	} else if sale.Fair() {
@@ -193,15 +173,6 @@ func (s *Service) joinSales(ctx context.Context, id string, tags []string) error
 		members = append(members, t)
 	}
 	return s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
-}
-
-// stateArg is lua.SetState's argument for a sale state: "close" for a
-// closed sale, "open" otherwise.
-func stateArg(st flashgate.SaleState) string {
-	if st == flashgate.StateClosed {
-		return "close"
-	}
-	return "open"
 }
 
 // Start opens a sale now. Start and Stop carry ctx's fencing token, or one
@@ -223,7 +194,7 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 }
 
 func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.SaleState) error {
-	tok := fenceOf(ctx)
+	tok := fencing.Of(ctx)
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
@@ -237,11 +208,11 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 			return err
 		}
 	}
-	arg := stateArg(st)
+	arg := salehash.StateArg(st)
 	missing := false
 	if sale.Bucketed() {
 		// Every bucket first, the sale's own hash (the gateways' view) last.
-		if missing, err = s.setBucketsState(ctx, sale, arg); err != nil {
+		if missing, err = s.buckets.SetState(ctx, sale, arg); err != nil {
 			return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
@@ -250,7 +221,7 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 		return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if n == lua.SetStateFenced {
-		return errFenced("setting sale state in redis", tok)
+		return fencing.Err("setting sale state in redis", tok)
 	}
 	if n == -1 || missing {
 		// Redis lost the sale: rebuild it from the row, which now has st.
@@ -297,7 +268,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		return Status{}, err
 	}
 	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
-	buckets, err := s.foldBuckets(ctx, sale, &rf)
+	buckets, err := s.buckets.Fold(ctx, sale, &rf)
 	if err != nil {
 		return Status{}, err
 	}
@@ -306,14 +277,14 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		Name:          sale.Name,
 		State:         sale.State,
 		Total:         sale.Total,
-		Booked:        rf.booked,
-		Admitted:      rf.access,
-		Remaining:     sale.Total - rf.booked,
+		Booked:        rf.Booked,
+		Admitted:      rf.Access,
+		Remaining:     sale.Total - rf.Booked,
 		Orders:        fig,
-		StreamBacklog: rf.backlog,
-		Rejected:      rf.rejected,
-		Reserved:      rf.reserved,
-		AdmissionCap:  rf.count,
+		StreamBacklog: rf.Backlog,
+		Rejected:      rf.Rejected,
+		Reserved:      rf.Reserved,
+		AdmissionCap:  rf.Count,
 		Buckets:       sale.Buckets,
 		BucketSalts:   sale.BucketSalts,
 		BucketFigures: buckets,
@@ -336,78 +307,28 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	return st, nil
 }
 
-func settlement(rf redisFigures, fig flashgate.SaleFigures) *Settlement {
-	return &Settlement{
-		Settled:     rf.backlog == 0,
-		RedisBooked: rf.booked,
-		DBLiveUnits: fig.LiveUnits,
-		Difference:  rf.booked - fig.LiveUnits - rf.backlog,
-	}
-}
-
-type redisFigures struct {
-	exists                                             bool
-	booked, reserved, count, access, rejected, backlog int64
-}
-
 // redisFigures reads a sale's hash and stream length in one round trip.
-func (s *Service) redisFigures(ctx context.Context, id string) (redisFigures, error) {
-	rfs, err := s.redisFiguresOf(ctx, []string{id})
+func (s *Service) redisFigures(ctx context.Context, id string) (salehash.Figures, error) {
+	rfs, err := salehash.Read(ctx, s.rdb, []string{id})
 	if err != nil {
-		return redisFigures{}, err
+		return salehash.Figures{}, err
 	}
 	return rfs[0], nil
 }
 
-// redisFiguresOf reads the hashes and stream lengths of many sales in one
-// pipelined round trip (per node, on a cluster).
-func (s *Service) redisFiguresOf(ctx context.Context, ids []string) ([]redisFigures, error) {
-	pipe := s.rdb.Pipeline()
-	hs := make([]*redis.SliceCmd, len(ids))
-	xs := make([]*redis.IntCmd, len(ids))
-	for i, id := range ids {
-		hs[i] = pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
-		xs[i] = pipe.XLen(ctx, lua.OrdersKey(id))
+func settlement(rf salehash.Figures, fig flashgate.SaleFigures) *Settlement {
+	return &Settlement{
+		Settled:     rf.Backlog == 0,
+		RedisBooked: rf.Booked,
+		DBLiveUnits: fig.LiveUnits,
+		Difference:  rf.Booked - fig.LiveUnits - rf.Backlog,
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("reading redis figures: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	out := make([]redisFigures, len(ids))
-	for i := range ids {
-		v := hs[i].Val()
-		field := func(i int) int64 {
-			if i >= len(v) {
-				return 0
-			}
-			return num(v[i]) // buckets.go: 0 when absent
-		}
-		out[i] = redisFigures{
-			exists:   len(v) > 5 && v[5] != nil,
-			booked:   field(0),
-			reserved: field(1),
-			count:    field(2),
-			access:   field(3),
-			rejected: field(4),
-			backlog:  xs[i].Val(),
-		}
-	}
-	return out, nil
 }
-
-// releaseChunk is how many orders one ReleaseBatch or Restore call of a
-// re-sync carries, and the page it reads from the database.
-const releaseChunk = 1000
 
 // deliverBudget bounds the time one re-sync pass spends delivering a sale's
 // release queue (after a storm of expiries); the rest waits for the next
 // pass, which goes on from there.
 const deliverBudget = time.Second
-
-// errReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
-var errReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")
 
 // Resync sets a sale's stock in Redis from one database snapshot (see
 // lua/resync.lua) and raises the admission cap while units remain. It
@@ -442,7 +363,7 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, fmt.Errorf("reading sale: %w", err)
 	}
 	if sale.Bucketed() {
-		return s.resyncBuckets(ctx, sale)
+		return s.resyncBucketed(ctx, sale)
 	}
 	// The sale joins fg:sales before its keys can be rebuilt: a sale with
 	// orders is never missing from the set the order sinks drain. An
@@ -462,10 +383,10 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, err
 	}
 	keys := lua.SaleKeys(id)
-	tok := fenceOf(ctx)
+	tok := fencing.Of(ctx)
 	resync := func(restored string) ([]int64, error) {
-		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored, tok).Int64Slice()
+		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
@@ -485,7 +406,7 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if len(v) == 1 && v[0] == lua.ResyncFenced {
-		return before, after, errFenced("re-syncing sale "+id, tok)
+		return before, after, fencing.Err("re-syncing sale "+id, tok)
 	}
 	if len(v) != 10 {
 		return before, after, fmt.Errorf("re-syncing: script returned %d values", len(v))
@@ -509,10 +430,10 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 // database): the Resync call that follows then asks for a restore.
 func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
 	keys := lua.ReleaseKeys(id)
-	tok := fenceOf(ctx)
+	tok := fencing.Of(ctx)
 	deadline := time.Now().Add(deliverBudget)
 	for {
-		queue, base, err := s.store.ReleaseQueue(ctx, id, releaseChunk)
+		queue, base, err := s.store.ReleaseQueue(ctx, id, salehash.ReleaseChunk)
 		if err != nil {
 			return 0, fmt.Errorf("reading release queue: %w", err)
 		}
@@ -531,7 +452,7 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 			return 0, fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		if len(res) == 3 && res[0] == lua.ReleaseBatchFenced {
-			return 0, errFenced("delivering releases", tok)
+			return 0, fencing.Err("delivering releases", tok)
 		}
 		if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
 			return base, nil
@@ -539,11 +460,11 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids, tok); err != nil {
 			return 0, fmt.Errorf("acknowledging releases: %w", err)
 		}
-		if len(queue) < releaseChunk {
+		if len(queue) < salehash.ReleaseChunk {
 			return delivered, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("re-syncing sale %s: %w", id, errReleaseBacklog)
+			return 0, fmt.Errorf("re-syncing sale %s: %w", id, salehash.ErrReleaseBacklog)
 		}
 	}
 }
@@ -563,7 +484,7 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 		}
 	})
 	stopTerm := func() bool { return true }
-	if t := termOf(ctx); t != nil {
+	if t := fencing.TermOf(ctx); t != nil {
 		stopTerm = context.AfterFunc(t, cancel)
 	}
 	return rctx, func() { stop(); stopTerm(); cancel() }
@@ -573,13 +494,13 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // released set and buyers hash, a page at a time, released rows first.
 func (s *Service) restore(ctx context.Context, id string) error {
 	keys := lua.RestoreKeys(id)
-	tok := fenceOf(ctx)
+	tok := fencing.Of(ctx)
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
 		released := !st.Live()
 		after := ""
 		for {
-			page, err := s.store.OrdersPage(ctx, id, st, after, releaseChunk)
+			page, err := s.store.OrdersPage(ctx, id, st, after, salehash.ReleaseChunk)
 			if err != nil {
 				return fmt.Errorf("reading orders to restore: %w", err)
 			}
@@ -601,9 +522,9 @@ func (s *Service) restore(ctx context.Context, id string) error {
 				return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
 			}
 			if n == lua.RestoreFenced {
-				return errFenced("restoring buyers", tok)
+				return fencing.Err("restoring buyers", tok)
 			}
-			if len(page) < releaseChunk {
+			if len(page) < salehash.ReleaseChunk {
 				break
 			}
 			after = page[len(page)-1].ID
