@@ -230,7 +230,7 @@ type slowPages struct {
 }
 
 func (s slowPages) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error) {
-	time.Sleep(s.wait)
+	time.Sleep(s.wait) // a slow database, not a wait
 	return s.Store.OrdersPage(ctx, saleID, st, afterID, limit)
 }
 

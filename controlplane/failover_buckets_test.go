@@ -15,6 +15,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -289,11 +290,11 @@ func TestClusterBucketFailover(t *testing.T) {
 	}
 
 	lastResync = time.Now()
-	eventually(t, "bucket 0 to be rebuilt on the new primary", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		tick()
 		v, _ := cc.HMGet(ctx, lua.SaleKey(tag0), lua.FieldStart, lua.FieldResume).Result()
 		return v[0] == "0" && v[1] == "1"
-	})
+	}, "bucket 0 to be rebuilt on the new primary")
 	if code := k.buy(zero[4]); code != lua.ReservePaused {
 		t.Errorf("a buyer of the rebuilt bucket before the next re-sync: code %d, want %d (paused)", code, lua.ReservePaused)
 	}

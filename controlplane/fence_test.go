@@ -12,6 +12,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -61,7 +62,10 @@ func TestStaleLeaderFenced(t *testing.T) {
 		dsn  func(*testing.T) string
 	}{{"sqlite", sqliteDSN}, {"postgres", postgresDSN}} {
 		t.Run(db.name, func(t *testing.T) {
-			e := newEnv(t, db.dsn(t), nil)
+			// a is paused past its lease: its term's keeper must not run
+			// (its renewal would end the term before the stale writes), so
+			// its tick and lease are long; b takes the lease once it is gone.
+			e := newEnv(t, db.dsn(t), func(c *Config) { c.TickEvery, c.LeaderTTL = time.Hour, time.Hour })
 			a, b := e.svc, e.second("b", nil)
 			const sale = "fenced"
 			e.openSale(sale, 10, 0)
@@ -160,10 +164,9 @@ func TestTermEnds(t *testing.T) {
 	if err != nil || ta == nil {
 		t.Fatalf("lead: %v, %v", ta, err)
 	}
-	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if ta.Err() != nil {
-			t.Fatalf("the term ended while its keeper renewed the lease: %v", context.Cause(ta))
-		}
+	// For four lease times the keeper's renewals keep the term alive.
+	if _, ended := testwait.For(4*ttl, func() bool { return ta.Err() != nil }); ended {
+		t.Fatalf("the term ended while its keeper renewed the lease: %v", context.Cause(ta))
 	}
 	proxy.Pause()
 	select {
@@ -175,7 +178,7 @@ func TestTermEnds(t *testing.T) {
 	if !errors.Is(context.Cause(ta), errLeaseRanOut) {
 		t.Errorf("cause: got %v, want errLeaseRanOut", context.Cause(ta))
 	}
-	eventually(t, "not leading after the term ran out", func() bool { return !a.Leading() })
+	testwait.Eventually(t, 10*time.Second, func() bool { return !a.Leading() }, "not leading after the term ran out")
 
 	// The lease is lost: the keeper ends the term.
 	tb, err := a.lead(e.ctx)

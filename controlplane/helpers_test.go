@@ -236,19 +236,6 @@ func field(t *testing.T, c redis.Cmdable, sale, f string) int64 {
 	return n
 }
 
-// eventually polls cond every 10ms for up to 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // startBucketed creates and starts the bucketed sale s, and returns its
 // layout.
 func (e *env) startBucketed(s flashgate.Sale) lua.Layout {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -43,16 +44,7 @@ func TestLeaderRebalancesBuckets(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.svc.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, f := free(0); f > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the leader moved no units to the sold-out bucket within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, func() bool { _, f := free(0); return f > 0 }, "the leader to move units to the sold-out bucket")
 	cancel()
 	<-done
 	var sum int64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -82,9 +83,9 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	if before.AdmissionCap != capBefore || after.AdmissionCap != wantCap {
 		t.Fatalf("admission cap %d → %d, want %d → %d", before.AdmissionCap, after.AdmissionCap, capBefore, wantCap)
 	}
-	eventually(t, "the replica's admission cap to rise", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return field(t, rc, sale, lua.FieldCount) == wantCap
-	})
+	}, "the replica's admission cap to rise")
 	if got := e.reserveMany(sale, "second", 20); got != k {
 		t.Fatalf("after re-sync new users reserved %d units, want exactly %d", got, k)
 	}
