@@ -202,7 +202,7 @@ func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
 	key := lua.OrdersKey(id)
 	info, err := s.rdb.XInfoStream(ctx, key).Result()
 	if err != nil {
-		if strings.Contains(err.Error(), "no such key") {
+		if redis.HasErrorPrefix(err, "no such key") {
 			return true, nil
 		}
 		return false, fmt.Errorf("reading the stream: %w", err)
