@@ -284,7 +284,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 // credited yet still shrinks it (one that was answers 0 freed), and a
 // stale leader's grant stays refused.
 func (k *Keeper) markRebuilt(ctx context.Context, l lua.Layout, b int, led ledgerState, granted bool) error {
-	fence, err := k.rdb.HGet(ctx, lua.LedgerKey(l.Sale), "fence").Int64()
+	fence, err := k.rdb.HGet(ctx, lua.LedgerKey(l.Sale), lua.FieldFence).Int64() // the ledger keeps its token under the same field
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
