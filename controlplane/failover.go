@@ -41,7 +41,7 @@ import (
 //     id.
 //
 // A bucketed sale keeps a marker per slot it lives in and recovers each
-// bucket alone: see failoverbuckets.go.
+// bucket alone: see failover_buckets.go.
 
 // slotMarker is one primary marker a sale keeps: an unbucketed sale one,
 // for its slot; a bucketed sale one for its own hash, one per bucket and one

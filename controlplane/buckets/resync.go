@@ -14,9 +14,9 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// Resync is controlplane's Resync for a bucketed sale, whose id and
-// bucket tags the caller has added to the set the order sinks drain: releases go back to their
-// orders' buckets, then each bucket runs lua.Resync from one database
+// Resync is controlplane's Resync for a bucketed sale, whose id and bucket
+// tags the caller has added to the set the order sinks drain: releases go
+// back to their orders' buckets, then each bucket runs lua.Resync from one database
 // snapshot grouped by bucket (FigureStore), and the sale's own hash gets
 // its admission cap raised while units remain. A bucket Redis lost is
 // rebuilt with its share (after its buyers and released orders are
