@@ -191,13 +191,13 @@ func TestResyncRedisLostReleases(t *testing.T) {
 		}
 	}
 	// Two cancels whose Releases fail; a re-sync delivers them.
-	e.rel.fail.Store(true)
+	e.rel.Fail.Store(true)
 	for _, o := range orders[:2] {
 		if _, err := e.svc.Cancel(e.ctx, o.ID, o.UserID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.rel.fail.Store(false)
+	e.rel.Fail.Store(false)
 	e.resyncSettled("s")
 	for k, d := range snap {
 		if err := e.rdb.RestoreReplace(e.ctx, k, 0, d).Err(); err != nil {

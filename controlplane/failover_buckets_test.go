@@ -94,7 +94,7 @@ func TestBucketFailoverRebuildsBeforeSelling(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	db := openDB(t, sqliteDSN(t))
-	svc, err := New(Config{Redis: rdb, Store: db, Releaser: &luaReleaser{rdb: rdb}, AdminToken: testToken,
+	svc, err := New(Config{Redis: rdb, Store: db, Releaser: &luaReleaser{RDB: rdb}, AdminToken: testToken,
 		Clock: testclock.New(t0), Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
 	if err != nil {
 		t.Fatal(err)

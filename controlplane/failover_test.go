@@ -46,7 +46,7 @@ func TestFailoverRebuildsBeforeSelling(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, ctx: ctx, rdb: rdb, db: openDB(t, sqliteDSN(t)), clock: testclock.New(t0)}
-	e.rel = &luaReleaser{rdb: rdb}
+	e.rel = &luaReleaser{RDB: rdb}
 	svc, err := New(Config{Redis: rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,
 		Clock: e.clock, Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
 	if err != nil {

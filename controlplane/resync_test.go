@@ -60,13 +60,13 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	}
 	// The two unpaid orders expire, but their releases fail: only the
 	// re-sync can give those units back.
-	e.rel.fail.Store(true)
+	e.rel.Fail.Store(true)
 	e.clock.Set(t0.Add(16 * time.Minute))
 	n, err := e.svc.ExpireDue(e.ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("ExpireDue = %d, %v; want 2, nil", n, err)
 	}
-	e.rel.fail.Store(false)
+	e.rel.Fail.Store(false)
 	if got, want := field(t, e.rdb, sale, lua.FieldBooked), int64(total-2); got != want {
 		t.Fatalf("booked before re-sync = %d, want %d (refunds released, expiries not)", got, want)
 	}
@@ -105,7 +105,7 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	if got := e.reserveMany(sale, "third", 5); got != 0 {
 		t.Fatalf("sold out, yet %d more reserved", got)
 	}
-	if got := e.rel.n.Load(); got != 2 {
+	if got := e.rel.N.Load(); got != 2 {
 		t.Fatalf("releases done = %d, want 2 (the refunds)", got)
 	}
 }

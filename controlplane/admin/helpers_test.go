@@ -2,13 +2,8 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,10 +13,10 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/internal/cptest"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/internal/testwait"
-	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -30,29 +25,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const testToken = "s3cret-admin-token"
 
 var t0 = time.Date(2030, 5, 1, 12, 0, 0, 0, time.UTC)
-
-// luaReleaser is the tiny Releaser of the tests: lua.Release and
-// lua.ReleaseBatch on the primary.
-type luaReleaser struct{ rdb redis.UniversalClient }
-
-func (r *luaReleaser) Release(ctx context.Context, o flashgate.Order) (bool, error) {
-	code, err := lua.Release.Run(ctx, r.rdb, lua.ReleaseKeys(o.SaleID), o.ID, o.UserID, o.Quantity).Int64()
-	return code == lua.ReleaseDone, err
-}
-
-func (r *luaReleaser) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (int, error) {
-	n := 0
-	for _, o := range orders {
-		ok, err := r.Release(ctx, o)
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
-		}
-	}
-	return n, nil
-}
 
 // env is one control plane over a real redis-server and a real SQLite
 // database, and its admin handler.
@@ -66,29 +38,27 @@ type env struct {
 	seq   atomic.Int64
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// sqliteDSN gives a fresh SQLite database.
-func sqliteDSN(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "fg.db") }
+// The shared pieces of the control plane packages' tests (cptest).
+var (
+	quietLogger = cptest.QuietLogger
+	sqliteDSN   = cptest.SQLiteDSN
+	field       = cptest.Field
+)
 
 func newEnv(t *testing.T, dsn string, mod func(*controlplane.Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	db, err := sqldb.Open(ctx, dsn)
-	if err != nil {
-		t.Fatalf("sqldb.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	e := &env{t: t, ctx: ctx, db: db, clock: testclock.New(t0)}
+	e := &env{t: t, ctx: ctx, db: cptest.OpenDB(t, dsn), clock: testclock.New(t0)}
 	e.rdb = redistest.Start(t).Client(t)
 	cfg := controlplane.Config{
-		Redis: e.rdb, Store: e.db, Releaser: &luaReleaser{rdb: e.rdb}, AdminToken: testToken,
+		Redis: e.rdb, Store: e.db, Releaser: &cptest.Releaser{RDB: e.rdb}, AdminToken: testToken,
 		Clock: e.clock, Logger: quietLogger(), PersistWait: -1, NodeID: "test",
 	}
 	if mod != nil {
 		mod(&cfg)
 	}
+	var err error
 	if e.svc, err = controlplane.New(cfg); err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -121,56 +91,14 @@ func (e *env) openSale(id string, total int64, ratio float64) {
 // returns the script's code and order id.
 func (e *env) reserve(sale, user string) (int64, string) {
 	e.t.Helper()
-	id := fmt.Sprintf("o%06d", e.seq.Add(1))
-	v, err := lua.Reserve.Run(e.ctx, e.rdb, lua.ReserveKeys(sale), id, user, 1, e.clock.Now().UnixMilli(), sale).Slice()
-	if err != nil {
-		e.t.Fatalf("reserve: %v", err)
-	}
-	got, _ := v[1].(string)
-	return v[0].(int64), got
+	return cptest.Reserve(e.t, e.ctx, e.rdb, sale, user, fmt.Sprintf("o%06d", e.seq.Add(1)), e.clock.Now())
 }
 
-// persist moves every stream entry of sale into the database, as the order
-// sink does, and XDELs them.
+// persist moves every stream entry of sale into the database, as the
+// order sink does (cptest.Persist).
 func (e *env) persist(sale string) []flashgate.Order {
 	e.t.Helper()
-	msgs, err := e.rdb.XRange(e.ctx, lua.OrdersKey(sale), "-", "+").Result()
-	if err != nil {
-		e.t.Fatalf("XRANGE: %v", err)
-	}
-	var orders []flashgate.Order
-	var ids []string
-	for _, m := range msgs {
-		en, _ := lua.ReadEntry(m.Values)
-		qty, _ := strconv.ParseInt(en.Quantity, 10, 64)
-		price, _ := strconv.ParseInt(en.Price, 10, 64)
-		ts, _ := strconv.ParseInt(en.Time, 10, 64)
-		orders = append(orders, flashgate.Order{
-			ID: en.Order, SaleID: sale, UserID: en.User, Quantity: qty, PriceCents: price,
-			Status: flashgate.StatusPendingPayment, CreatedAt: time.UnixMilli(ts).UTC(),
-		})
-		ids = append(ids, m.ID)
-	}
-	if len(orders) == 0 {
-		return nil
-	}
-	if _, err := e.db.InsertOrders(e.ctx, orders); err != nil {
-		e.t.Fatalf("InsertOrders: %v", err)
-	}
-	if err := e.rdb.XDel(e.ctx, lua.OrdersKey(sale), ids...).Err(); err != nil {
-		e.t.Fatalf("XDEL: %v", err)
-	}
-	return orders
-}
-
-// field reads one integer field of a sale hash through c.
-func field(t *testing.T, c redis.Cmdable, sale, f string) int64 {
-	t.Helper()
-	n, err := c.HGet(context.Background(), lua.SaleKey(sale), f).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatalf("HGET %s %s: %v", sale, f, err)
-	}
-	return n
+	return cptest.Persist(e.t, e.ctx, e.rdb, e.db, sale)
 }
 
 // handler is the admin handler of e's control plane.
