@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -86,7 +88,7 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 	// Every hash tag of the sale: its own and, bucketed, each bucket's.
 	tags := []string{sale.ID}
 	if sale.Bucketed() {
-		tags = append(tags, saleLayout(sale).Tags()...)
+		tags = append(tags, buckets.Layout(sale).Tags()...)
 	}
 	hs := make([]*redis.SliceCmd, len(tags))
 	streams := make([]*redis.IntCmd, len(tags))
@@ -115,7 +117,7 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 			return archiveWait, nil
 		}
 		if i > 0 || !sale.Bucketed() { // a bucketed sale's own booked stays 0
-			booked += num(v[2])
+			booked += salehash.Num(v[2])
 		}
 	}
 	if missing || len(queued) > 0 || booked != fig.LiveUnits {
@@ -176,7 +178,7 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 func saleMembers(sale flashgate.Sale) []any {
 	members := []any{sale.ID}
 	if sale.Bucketed() {
-		for _, t := range saleLayout(sale).Tags() {
+		for _, t := range buckets.Layout(sale).Tags() {
 			members = append(members, t)
 		}
 	}

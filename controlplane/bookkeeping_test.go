@@ -191,13 +191,13 @@ func TestResyncRedisLostReleases(t *testing.T) {
 		}
 	}
 	// Two cancels whose Releases fail; a re-sync delivers them.
-	e.rel.fail.Store(true)
+	e.rel.Fail.Store(true)
 	for _, o := range orders[:2] {
 		if _, err := e.svc.Cancel(e.ctx, o.ID, o.UserID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.rel.fail.Store(false)
+	e.rel.Fail.Store(false)
 	e.resyncSettled("s")
 	for k, d := range snap {
 		if err := e.rdb.RestoreReplace(e.ctx, k, 0, d).Err(); err != nil {
@@ -230,7 +230,7 @@ type slowPages struct {
 }
 
 func (s slowPages) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error) {
-	time.Sleep(s.wait)
+	time.Sleep(s.wait) // a slow database, not a wait
 	return s.Store.OrdersPage(ctx, saleID, st, afterID, limit)
 }
 

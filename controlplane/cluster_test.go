@@ -2,10 +2,10 @@ package controlplane
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/lua"
@@ -18,10 +18,17 @@ var testCluster redistest.SharedCluster
 // redisBackends are the Redis set-ups the table tests run on.
 var redisBackends = []string{"single", "cluster"}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
+// TestMain stops the shared cluster after the tests, then fails the run on
+// a goroutine the tests left behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(stopAfter{m}) }
+
+// stopAfter runs the tests, then stops the shared cluster.
+type stopAfter struct{ m *testing.M }
+
+func (s stopAfter) Run() int {
+	code := s.m.Run()
 	testCluster.Stop()
-	os.Exit(code)
+	return code
 }
 
 // flushAll empties Redis: FLUSHALL on the server, or on every primary of a

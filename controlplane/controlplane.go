@@ -1,7 +1,11 @@
-// Package controlplane is flashgate's control tier: the admin API, the
-// dashboard and /metrics, the lifecycle loops (scheduled start and stop,
-// expiry of unpaid orders, re-sync of stock from the database), and the order
-// transitions after the rush (pay, cancel, expire, refund).
+// Package controlplane is flashgate's control tier: the leader's lifecycle
+// loops (the lease, scheduled start and stop, expiry of unpaid orders,
+// re-sync and restore of stock from the database, failover detection, the
+// fair queues' ticks, archiving), the sale and order actions the admin API
+// and the gateways call (create, start, stop, pay, cancel, refund, dead
+// letters), and its metrics. Its HTTP side is controlplane/admin; the
+// machinery of bucketed sales (ledger, rebalancing, recovery of a bucket
+// after a failover, spill settlement) is controlplane/buckets.
 //
 // The database is the system of record; Redis holds the stock the inventory
 // tier sells from. Only one control plane runs the loops at a time: the one
@@ -23,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -76,7 +81,8 @@ type Config struct {
 	Store Store
 	// Releaser gives units back after cancel, expiry and refund. Required.
 	Releaser Releaser
-	// AdminToken is the bearer token of the admin API. Required.
+	// AdminToken is the bearer token of the admin API (controlplane/admin).
+	// Required.
 	AdminToken string
 	// Clock tells the time of the sale schedule and of order transitions;
 	// default flashgate.SystemClock.
@@ -111,7 +117,7 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// NodeID names this process in the leader lock; default hostname-pid.
 	NodeID string
-	// AuditLogger receives one line per admin action (audit.go); default
+	// AuditLogger receives one line per admin action (admin/audit.go); default
 	// Logger with the attribute log=audit.
 	AuditLogger *slog.Logger
 	// QueueBacklog holds a fair queue's admission while a sale's order
@@ -132,15 +138,15 @@ type Service struct {
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
 	metrics  *metrics
-	audit    *auditLog
 	ops      *opsMetrics
+	// auditLogger is Config.AuditLogger, for the admin API.
+	auditLogger *slog.Logger
 
 	paymentWindow time.Duration
 	resyncEvery   time.Duration
 	tickEvery     time.Duration
 	leaderTTL     time.Duration
 	persistWait   time.Duration
-	spillClaimAge time.Duration
 	nodeID        string
 	leaseToken    string
 	// fence is the fencing token of this Service's lease (lua.TakeFence's
@@ -153,11 +159,15 @@ type Service struct {
 	queueBacklog int64
 	queueLatency time.Duration
 
-	// resyncMu serialises re-syncs in this process, so that two of them
-	// (the loop and an admin call) never deliver the same releases at once.
+	// buckets runs the machinery of bucketed sales (controlplane/buckets).
+	buckets *buckets.Keeper
+
+	// resyncMu serialises re-syncs (and the moves and rebuilds of
+	// buckets) in this process, so that two of them (the loop and an admin
+	// call) never deliver the same releases at once.
 	resyncMu sync.Mutex
 	// recoveringSales holds the ids of bucketed sales a slot of which is
-	// being recovered after a failover (failoverbuckets.go).
+	// being recovered after a failover (failover_buckets.go).
 	recoveringSales sync.Map
 	// replBlind is set once the failover watch has noted that Redis cannot
 	// tell its replication state (failover.go), until it can again.
@@ -194,7 +204,6 @@ func New(cfg Config) (*Service, error) {
 		tickEvery:     orDefault(cfg.TickEvery, 200*time.Millisecond),
 		leaderTTL:     orDefault(cfg.LeaderTTL, 5*time.Second),
 		persistWait:   cfg.PersistWait,
-		spillClaimAge: cfg.SpillClaimAge,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
@@ -209,10 +218,8 @@ func New(cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.audit = newAuditLog(cfg.AuditLogger, s.log)
-	if s.spillClaimAge <= 0 {
-		s.spillClaimAge = 5 * time.Second
-	}
+	s.auditLogger = cfg.AuditLogger
+	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
 	if s.persistWait == 0 {
 		s.persistWait = 2 * time.Second
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -15,10 +14,10 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// The most dead letters one admin call lists or replays, and the default
-// of a listing.
+// MaxDeadLetters is the most dead letters one admin call lists or
+// replays; defaultDeadLetters is a listing's default.
 const (
-	maxDeadLetters     = 1000
+	MaxDeadLetters     = 1000
 	defaultDeadLetters = 100
 )
 
@@ -71,7 +70,7 @@ func (s *Service) DeadLetters(ctx context.Context, id string, limit int) (DeadLe
 // idempotent in any case. It returns how many moved and how many are left.
 func (s *Service) ReplayDeadLetters(ctx context.Context, id string, limit int) (replayed int, left int64, err error) {
 	if limit <= 0 {
-		limit = maxDeadLetters
+		limit = MaxDeadLetters
 	}
 	limit = deadLimit(limit)
 	if _, err := s.deadCount(ctx, id); err != nil {
@@ -136,7 +135,7 @@ func deadLimit(limit int) int {
 	if limit <= 0 {
 		return defaultDeadLetters
 	}
-	return min(limit, maxDeadLetters)
+	return min(limit, MaxDeadLetters)
 }
 
 // deadLetter turns a dead-letter stream entry into a DeadLetter.
@@ -161,51 +160,4 @@ func deadLetter(m redis.XMessage) DeadLetter {
 		d.OrderID, d.UserID = e.Order, e.User
 	}
 	return d
-}
-
-// limitParam reads the optional ?limit= of a dead-letter call.
-func limitParam(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > maxDeadLetters {
-		return 0, &flashgate.FieldError{Field: "limit", Reason: "must be 1-1000"}
-	}
-	return n, nil
-}
-
-// handleDeadLetters answers GET /admin/sales/{id}/dead-letters[?limit=n].
-func (s *Service) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
-	limit, err := limitParam(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	dl, err := s.DeadLetters(r.Context(), r.PathValue("id"), limit)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, dl)
-}
-
-// handleReplayDeadLetters answers POST
-// /admin/sales/{id}/dead-letters/replay[?limit=n] with {"replayed","left"}.
-func (s *Service) handleReplayDeadLetters(w http.ResponseWriter, r *http.Request) {
-	limit, err := limitParam(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	n, left, err := s.ReplayDeadLetters(r.Context(), r.PathValue("id"), limit)
-	if err != nil {
-		if n > 0 {
-			s.log.Warn("replaying dead letters stopped part way", "sale", r.PathValue("id"), "replayed", n)
-		}
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": n, "left": left})
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -39,7 +41,7 @@ import (
 //     id.
 //
 // A bucketed sale keeps a marker per slot it lives in and recovers each
-// bucket alone: see failoverbuckets.go.
+// bucket alone: see failover_buckets.go.
 
 // slotMarker is one primary marker a sale keeps: an unbucketed sale one,
 // for its slot; a bucketed sale one for its own hash, one per bucket and one
@@ -61,7 +63,7 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 	if !sale.Bucketed() {
 		return out
 	}
-	for b, t := range saleLayout(sale).Tags() {
+	for b, t := range buckets.Layout(sale).Tags() {
 		out = append(out, slotMarker{key: lua.PrimaryKey(t), probe: lua.SaleKey(t), bucket: b})
 	}
 	return append(out, slotMarker{key: lua.LedgerPrimaryKey(sale.ID), probe: lua.LedgerKey(sale.ID), bucket: markLedger})
@@ -157,12 +159,12 @@ func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker 
 // recoverSale moves the recovery of sale on a new primary on by one step:
 // pause, then, once the stream has drained, rebuild and mark.
 func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
-	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fenceOf(ctx)).Int64()
+	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fencing.Of(ctx)).Int64()
 	if err != nil {
 		return fmt.Errorf("pausing after a failover: %w", err)
 	}
 	if paused == lua.PauseFenced {
-		return errFenced("pausing after a failover", fenceOf(ctx))
+		return fencing.Err("pausing after a failover", fencing.Of(ctx))
 	}
 	if paused == 1 {
 		s.log.Warn("new redis primary: sale paused until rebuilt from the database",
@@ -200,7 +202,7 @@ func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
 	key := lua.OrdersKey(id)
 	info, err := s.rdb.XInfoStream(ctx, key).Result()
 	if err != nil {
-		if strings.Contains(err.Error(), "no such key") {
+		if redis.HasErrorPrefix(err, "no such key") {
 			return true, nil
 		}
 		return false, fmt.Errorf("reading the stream: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -45,7 +46,7 @@ func TestFailoverRebuildsBeforeSelling(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, ctx: ctx, rdb: rdb, db: openDB(t, sqliteDSN(t)), clock: testclock.New(t0)}
-	e.rel = &luaReleaser{rdb: rdb}
+	e.rel = &luaReleaser{RDB: rdb}
 	svc, err := New(Config{Redis: rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,
 		Clock: e.clock, Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
 	if err != nil {
@@ -189,11 +190,11 @@ func TestClusterFailoverDetected(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "the sale to be rebuilt on the new primary", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		tick()
 		marker, _ := cc.Get(ctx, lua.PrimaryKey("cf")).Result()
 		return newID != "" && marker == newID
-	})
+	}, "the sale to be rebuilt on the new primary")
 	start, _ := cc.HGet(ctx, lua.SaleKey("cf"), lua.FieldStart).Result()
 	if start != "0" {
 		t.Errorf("start right after the rebuild: got %q, want \"0\" (paused one pass)", start)
@@ -242,10 +243,10 @@ func clusterFailover(t *testing.T, ctx context.Context, cl *redistest.Cluster, c
 	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
 		t.Fatalf("CLUSTER FAILOVER: %v", err)
 	}
-	eventually(t, "the replica to own "+key+"'s slot", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		cc.ReloadState(ctx)
 		m, err := cc.MasterForKey(ctx, key)
 		return err == nil && m.Options().Addr == replica.Options().Addr
-	})
+	}, "the replica to own %s's slot", key)
 	return replica
 }

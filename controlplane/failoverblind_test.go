@@ -45,7 +45,7 @@ func TestFailoverWatchBlindNotedOnce(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	logs := &lockedBuffer{}
 	e := &env{t: t, ctx: ctx, rdb: rdb, db: openDB(t, sqliteDSN(t)), clock: testclock.New(t0)}
-	e.rel = &luaReleaser{rdb: rdb}
+	e.rel = &luaReleaser{RDB: rdb}
 	svc, err := New(Config{Redis: rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken, Clock: e.clock,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), PersistWait: -1, NodeID: "test"})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -48,7 +49,7 @@ func TestFailoverDefaultsOversellNothing(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, ctx: ctx, rdb: rdb, db: openDB(t, sqliteDSN(t)), clock: testclock.New(t0)}
-	e.rel = &luaReleaser{rdb: rdb}
+	e.rel = &luaReleaser{RDB: rdb}
 	svc, err := New(Config{Redis: rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken,
 		Clock: e.clock, Logger: quietLogger(), PersistWait: -1, NodeID: "test"})
 	if err != nil {
@@ -63,9 +64,9 @@ func TestFailoverDefaultsOversellNothing(t *testing.T) {
 	const total = 20
 	e.openSale("d", total, 1)
 	tick() // leads, and marks the sale's primary
-	eventually(t, "the primary to count its replica online", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Count(rdb.Info(ctx, "replication").Val(), "state=online") == 1
-	})
+	}, "the primary to count its replica online")
 	if err := rdb.Wait(ctx, 1, 5000).Err(); err != nil {
 		t.Fatalf("WAIT: %v", err)
 	}
@@ -104,12 +105,12 @@ func TestFailoverDefaultsOversellNothing(t *testing.T) {
 	}
 	// The control plane notices, the sink drains, the sale is rebuilt and
 	// reopens; everyone tries again.
-	eventually(t, "the sale rebuilt and reopened on the new primary", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		drain()
 		lastResync = lastResync.Add(-time.Hour) // a re-sync is due each time
 		tick()
 		return field(t, rc, "d", lua.FieldStart) == 1
-	})
+	}, "the sale rebuilt and reopened on the new primary")
 	buy()
 	drain()
 

@@ -10,7 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -60,7 +62,10 @@ func TestStaleLeaderFenced(t *testing.T) {
 		dsn  func(*testing.T) string
 	}{{"sqlite", sqliteDSN}, {"postgres", postgresDSN}} {
 		t.Run(db.name, func(t *testing.T) {
-			e := newEnv(t, db.dsn(t), nil)
+			// a is paused past its lease: its term's keeper must not run
+			// (its renewal would end the term before the stale writes), so
+			// its tick and lease are long; b takes the lease once it is gone.
+			e := newEnv(t, db.dsn(t), func(c *Config) { c.TickEvery, c.LeaderTTL = time.Hour, time.Hour })
 			a, b := e.svc, e.second("b", nil)
 			const sale = "fenced"
 			e.openSale(sale, 10, 0)
@@ -81,8 +86,8 @@ func TestStaleLeaderFenced(t *testing.T) {
 			if err != nil || tb == nil {
 				t.Fatalf("b leads: %v, %v", tb, err)
 			}
-			if fenceOf(tb) <= fenceOf(ta) {
-				t.Fatalf("tokens: b's %d not above a's %d", fenceOf(tb), fenceOf(ta))
+			if fencing.Of(tb) <= fencing.Of(ta) {
+				t.Fatalf("tokens: b's %d not above a's %d", fencing.Of(tb), fencing.Of(ta))
 			}
 			// b expires the first orders and re-syncs; then two more are due.
 			e.clock.Add(time.Hour)
@@ -148,7 +153,8 @@ func TestStaleLeaderFenced(t *testing.T) {
 // its pass's deadline still ends with its term.
 func TestTermEnds(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
-	const ttl = 300 * time.Millisecond
+	// A lease of 1s renewed every 20ms: room for a loaded machine's pauses.
+	const ttl = time.Second
 	proxy := redistest.StartProxy(t, e.srv.Addr)
 	frozen := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = frozen.Close() })
@@ -159,10 +165,9 @@ func TestTermEnds(t *testing.T) {
 	if err != nil || ta == nil {
 		t.Fatalf("lead: %v, %v", ta, err)
 	}
-	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if ta.Err() != nil {
-			t.Fatalf("the term ended while its keeper renewed the lease: %v", context.Cause(ta))
-		}
+	// For four lease times the keeper's renewals keep the term alive.
+	if _, ended := testwait.For(4*ttl, func() bool { return ta.Err() != nil }); ended {
+		t.Fatalf("the term ended while its keeper renewed the lease: %v", context.Cause(ta))
 	}
 	proxy.Pause()
 	select {
@@ -174,7 +179,7 @@ func TestTermEnds(t *testing.T) {
 	if !errors.Is(context.Cause(ta), errLeaseRanOut) {
 		t.Errorf("cause: got %v, want errLeaseRanOut", context.Cause(ta))
 	}
-	eventually(t, "not leading after the term ran out", func() bool { return !a.Leading() })
+	testwait.Eventually(t, 10*time.Second, func() bool { return !a.Leading() }, "not leading after the term ran out")
 
 	// The lease is lost: the keeper ends the term.
 	tb, err := a.lead(e.ctx)
@@ -205,8 +210,8 @@ func TestTermEnds(t *testing.T) {
 	if rctx.Err() != nil {
 		t.Fatalf("the restore ended with its pass's deadline: %v", rctx.Err())
 	}
-	if fenceOf(rctx) != fenceOf(tc) || fenceOf(tc) < 1 {
-		t.Errorf("restore's token: got %d, want the term's %d", fenceOf(rctx), fenceOf(tc))
+	if fencing.Of(rctx) != fencing.Of(tc) || fencing.Of(tc) < 1 {
+		t.Errorf("restore's token: got %d, want the term's %d", fencing.Of(rctx), fencing.Of(tc))
 	}
 	// A renewal that fails (here: its context is already done) ends the term.
 	dead, kill := context.WithCancel(e.ctx)
@@ -250,12 +255,12 @@ func TestAdminResyncFences(t *testing.T) {
 	if _, _, err := leader.Resync(e.ctx, sale); err != nil {
 		t.Fatalf("admin re-sync on the leader after the other's: %v", err)
 	}
-	old := fenceOf(tl)
+	old := fencing.Of(tl)
 	if tc, err := leader.lead(e.ctx); tc != tl || err != nil {
 		t.Fatalf("renewal: got %v, %v; want the same term", tc, err)
 	}
-	if fenceOf(tl) <= old {
-		t.Errorf("token after the renewal: got %d, want above %d", fenceOf(tl), old)
+	if fencing.Of(tl) <= old {
+		t.Errorf("token after the renewal: got %d, want above %d", fencing.Of(tl), old)
 	}
 	if _, _, err := leader.Resync(tl, sale); err != nil {
 		t.Errorf("leader's re-sync after its renewal: %v", err)

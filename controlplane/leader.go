@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -27,7 +28,7 @@ type term struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
-	fence  *fenceToken
+	fence  *fencing.Token
 	sent   time.Time // when the last renewal was sent; guarded by Service.mu
 }
 
@@ -118,8 +119,8 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 	t := s.term
 	if t == nil || t.ctx.Err() != nil {
 		ctx, cancel := context.WithCancelCause(parent)
-		t = &term{cancel: cancel, fence: &fenceToken{term: ctx}}
-		t.ctx = withFence(ctx, t.fence)
+		t = &term{cancel: cancel, fence: &fencing.Token{Term: ctx}}
+		t.ctx = fencing.With(ctx, t.fence)
 		t.timer = time.AfterFunc(left, func() { s.endTermOf(t, errLeaseRanOut) })
 		s.term = t
 		go s.keepTerm(t)
@@ -127,7 +128,7 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 		t.timer.Reset(left)
 	}
 	t.sent = sent
-	t.fence.v.Store(s.fence.Load())
+	t.fence.V.Store(s.fence.Load())
 	s.mu.Unlock()
 	s.setLeading(true)
 	return t.ctx
@@ -186,7 +187,7 @@ func (s *Service) termFence() int64 {
 	if s.term == nil || s.term.ctx.Err() != nil {
 		return 0
 	}
-	return s.term.fence.v.Load()
+	return s.term.fence.V.Load()
 }
 
 // endTerm ends the current term, if any, with cause: every loop and

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestMeasureIdleRedis measures what an idle control plane costs Redis with
@@ -35,23 +36,15 @@ func TestMeasureIdleRedis(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = e.svc.Run(ctx) }()
 	defer func() { stop(); wg.Wait() }()
-	// The first passes deliver what there is; then the system is idle.
-	time.Sleep(3 * time.Second)
-	if q, ok := any(e.db).(interface {
-		ReleaseQueue(context.Context, string, int) ([]flashgate.Order, int64, error)
-	}); ok {
-		for i := 0; ; i++ {
-			list, _, err := q.ReleaseQueue(e.ctx, "big", 1)
-			if err == nil && len(list) == 0 {
-				break
-			}
-			if i > 600 {
-				t.Fatalf("release queue not drained after 60s: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		time.Sleep(2 * time.Second)
-	}
+	// The first passes deliver what there is; once the release queue is
+	// empty and a re-sync pass after that has run, the system is idle.
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		list, _, err := e.db.ReleaseQueue(e.ctx, "big", 1)
+		return err == nil && len(list) == 0
+	}, "the release queue to drain")
+	passes := e.resyncPasses()
+	testwait.Eventually(t, 60*time.Second, func() bool { return e.resyncPasses() > passes+1 },
+		"a re-sync pass after the queue drained")
 	for _, c := range [][]any{{"config", "set", "slowlog-log-slower-than", "0"}, {"config", "set", "slowlog-max-len", "100000"},
 		{"slowlog", "reset"}, {"config", "resetstat"}} {
 		if err := e.rdb.Do(e.ctx, c...).Err(); err != nil {
@@ -59,7 +52,7 @@ func TestMeasureIdleRedis(t *testing.T) {
 		}
 	}
 	const idle = 5 * time.Second
-	time.Sleep(idle)
+	time.Sleep(idle) // the window measured: not a wait
 	info, err := e.rdb.Info(e.ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -84,4 +77,13 @@ func TestMeasureIdleRedis(t *testing.T) {
 	}
 	t.Logf("idle with %d released orders: Redis busy %.3f ms per second (%d calls in %v); slowest command %s %v",
 		n, float64(usec)/1000/idle.Seconds(), calls, idle, slowCmd, slowest)
+}
+
+// resyncPasses is the flashgate_resync_total of e's control plane.
+func (e *env) resyncPasses() float64 {
+	var m dto.Metric
+	if err := e.svc.metrics.resyncs.Write(&m); err != nil {
+		e.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/internal/promreg"
 )
 
@@ -77,14 +78,14 @@ func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, sale := range sales {
 		ids[i] = sale.ID
 	}
-	if rfs, err := c.s.redisFiguresOf(ctx, ids); err == nil {
+	if rfs, err := salehash.Read(ctx, c.s.rdb, ids); err == nil {
 		for i, rf := range rfs {
-			if _, err := c.s.foldBuckets(ctx, sales[i], &rf); err != nil {
+			if _, err := c.s.buckets.Fold(ctx, sales[i], &rf); err != nil {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(rf.booked), ids[i])
-			ch <- prometheus.MustNewConstMetric(admitDesc, prometheus.GaugeValue, float64(rf.access), ids[i])
-			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(rf.backlog), ids[i])
+			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(rf.Booked), ids[i])
+			ch <- prometheus.MustNewConstMetric(admitDesc, prometheus.GaugeValue, float64(rf.Access), ids[i])
+			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(rf.Backlog), ids[i])
 		}
 	}
 	sum, err := c.s.store.AllFigures(ctx)

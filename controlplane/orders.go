@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -57,7 +59,7 @@ func (s *Service) reservedOrder(ctx context.Context, orderID, userID string) (fl
 	cmds := make([]*redis.StringCmd, len(sales))
 	hashes := make([]*redis.SliceCmd, len(sales))
 	for i, sale := range sales {
-		l := saleLayout(sale)
+		l := buckets.Layout(sale)
 		tag := l.Tag(l.Home(userID))
 		cmds[i] = pipe.HGet(ctx, lua.BuyersKey(tag), userID)
 		hashes[i] = pipe.HMGet(ctx, lua.SaleKey(tag), lua.FieldTotal, lua.FieldStart, lua.FieldResume)
@@ -116,7 +118,7 @@ func (s *Service) claimedOrder(ctx context.Context, claimed []flashgate.Sale, or
 	pipe := s.rdb.Pipeline()
 	cmds := make([][]*redis.StringCmd, len(claimed))
 	for i, sale := range claimed {
-		l := saleLayout(sale)
+		l := buckets.Layout(sale)
 		home := l.Home(userID)
 		for b := range l.N() {
 			if b != home {
@@ -273,7 +275,7 @@ func (s *Service) expireDue(ctx context.Context) (int, error) {
 	)
 	for {
 		var moved []flashgate.Order
-		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fenceOf(ctx))
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fencing.Of(ctx))
 		if err != nil {
 			err = fmt.Errorf("expiring orders: %w", err)
 			break

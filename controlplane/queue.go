@@ -1,23 +1,19 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -148,9 +144,9 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 		return queueFigures{}, fmt.Errorf("sale %s not in redis: %w", id, flashgate.ErrUnavailable)
 	}
 	return queueFigures{
-		total: num(v[0]), booked: num(v[1]), perUser: max(num(v[2]), 1),
-		start: num(v[3]) == 1, closed: num(v[4]) == 1, open: num(v[5]) == 1, started: num(v[6]) == 1,
-		pre: num(v[7]), late: num(v[8]), ranked: num(v[9]) == 1, k: num(v[10]), e: num(v[11]), maxnum: num(v[12]),
+		total: salehash.Num(v[0]), booked: salehash.Num(v[1]), perUser: max(salehash.Num(v[2]), 1),
+		start: salehash.Num(v[3]) == 1, closed: salehash.Num(v[4]) == 1, open: salehash.Num(v[5]) == 1, started: salehash.Num(v[6]) == 1,
+		pre: salehash.Num(v[7]), late: salehash.Num(v[8]), ranked: salehash.Num(v[9]) == 1, k: salehash.Num(v[10]), e: salehash.Num(v[11]), maxnum: salehash.Num(v[12]),
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }
@@ -268,271 +264,4 @@ func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
 	}
 	s.log.Info("fair queue started: seed revealed", "sale", id, "pre_start_entrants", pre)
 	return pre, nil
-}
-
-// rankQueue reads every pre-start entrant, sorts them by rank key and,
-// unless Redis holds the ranks already, writes them.
-func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f queueFigures, fence int64) error {
-	seedHex, err := s.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQSeed).Result()
-	if err != nil {
-		return fmt.Errorf("reading the seed: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	seed, err := hex.DecodeString(seedHex)
-	if err != nil || len(seed) != 32 {
-		return fmt.Errorf("sale %s: malformed seed in redis", id)
-	}
-	pre := make([]queueEntrant, 0, f.pre)
-	var cursor uint64
-	for {
-		kv, next, err := s.rdb.HScan(ctx, lua.QueueKey(id), cursor, "", queueScanCount).Result()
-		if err != nil {
-			return fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if v := kv[i+1]; v == "p" || strings.HasPrefix(v, "r") {
-				pre = append(pre, queueEntrant{key: rankKey(seed, id, kv[i]), user: kv[i]})
-			}
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	slices.SortFunc(pre, func(a, b queueEntrant) int { return bytes.Compare(a.key[:], b.key[:]) })
-	if int64(len(pre)) != f.pre {
-		return fmt.Errorf("sale %s: %d pre-start entrants in the queue, q_pre says %d", id, len(pre), f.pre)
-	}
-	if !f.ranked {
-		if err := lua.QueueRank.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		// queueRankPipeline chunks per round trip, in order: the last
-		// chunk, which marks the queue ranked, goes last.
-		for i := 0; i == 0 || i < len(pre); {
-			pipe := s.rdb.Pipeline()
-			var cmds []*redis.Cmd
-			for c := 0; c < queueRankPipeline && (i == 0 || i < len(pre)); c++ {
-				chunk := pre[i:min(i+queueRankChunk, len(pre))]
-				last := "0"
-				if i+queueRankChunk >= len(pre) {
-					last = "1"
-				}
-				args := make([]any, 0, 2+2*len(chunk))
-				args = append(args, fence, last)
-				for j, e := range chunk {
-					args = append(args, e.user, "r"+strconv.Itoa(i+j+1))
-				}
-				cmds = append(cmds, lua.QueueRank.EvalSha(ctx, pipe, lua.QueueRankKeys(id), args...))
-				i += queueRankChunk
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
-			}
-			for _, c := range cmds {
-				if n, _ := c.Int(); n < 0 {
-					return fmt.Errorf("ranking the queue: a newer leader's fencing token: %w", flashgate.ErrUnavailable)
-				}
-			}
-		}
-		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
-	}
-	run.pre, run.ranked = pre, true
-	run.base, run.admittedAt = f.e, nil
-	return nil
-}
-
-// rankKey is flashgate.QueueRank's HMAC as bytes.
-func rankKey(seed []byte, sale, user string) (k [sha256.Size]byte) {
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte(sale))
-	m.Write([]byte{'/'})
-	m.Write([]byte(user))
-	m.Sum(k[:0])
-	return k
-}
-
-// user returns the user at position pos (1-based), reading the late list
-// as far as needed.
-func (s *Service) queueUser(ctx context.Context, id string, run *queueRun, pos int64) (string, error) {
-	if pos <= int64(len(run.pre)) {
-		return run.pre[pos-1].user, nil
-	}
-	n := pos - int64(len(run.pre)) // arrival number
-	if n > int64(len(run.late)) {
-		more, err := s.rdb.LRange(ctx, lua.QueueLateKey(id), int64(len(run.late)), n-1+queueScanCount).Result()
-		if err != nil {
-			return "", fmt.Errorf("reading late entrants: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		run.late = append(run.late, more...)
-	}
-	if n > int64(len(run.late)) {
-		return "", fmt.Errorf("sale %s: late entrant %d missing", id, n)
-	}
-	return run.late[n-1], nil
-}
-
-// admit ends the windows that passed and admits the positions the free
-// stock allows, in one QueueAdvance.
-func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
-	ms := now.UnixMilli()
-	// Positions this process has not seen admitted count from now.
-	for p := run.base + int64(len(run.admittedAt)); p < f.k; p++ {
-		run.admittedAt = append(run.admittedAt, ms)
-	}
-	window := int64(sale.AdmitWindow()) * 1000
-	e := max(f.e, run.base)
-	for e < f.k && run.admittedAt[e-run.base]+window <= ms {
-		e++
-	}
-	// Positions in (e, k] whose buyer holds no order are promised a bound.
-	users := make([]string, 0, f.k-e)
-	for p := e + 1; p <= f.k; p++ {
-		u, err := s.queueUser(ctx, sale.ID, run, p)
-		if err != nil {
-			return err
-		}
-		users = append(users, u)
-	}
-	pending := int64(0)
-	if len(users) > 0 {
-		held, err := s.rdb.HMGet(ctx, lua.BuyersKey(sale.ID), users...).Result()
-		if err != nil {
-			return fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		for _, h := range held {
-			if h == nil {
-				pending++
-			}
-		}
-	}
-	free := max(f.total-f.booked, 0)/f.perUser - pending
-	n := min(max(free, 0), f.pre+f.late-f.k)
-	if f.backlog > s.queueBacklog || f.latency > s.queueLatency {
-		n = 0 // hold admission while the system is behind
-	}
-	if apm := sale.AdmitPerMinute; apm > 0 {
-		burst := max(float64(apm)/60, 1)
-		if !run.refilled.IsZero() {
-			run.tokens += now.Sub(run.refilled).Minutes() * float64(apm)
-		} else {
-			run.tokens = burst
-		}
-		run.tokens = min(run.tokens, burst)
-		run.refilled = now
-		n = min(n, int64(run.tokens))
-		run.tokens -= float64(n)
-	}
-	if n <= 0 && e == f.e {
-		return nil
-	}
-	k := f.k + n
-	rate := int64(0)
-	for p := k; p > run.base && p > 0; p-- {
-		if p > f.k {
-			rate++ // admitted now
-			continue
-		}
-		if run.admittedAt[p-run.base-1] <= ms-60_000 {
-			break
-		}
-		rate++
-	}
-	res, err := lua.QueueAdvance.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fence, f.k, k, run.theta(k), e, run.theta(e),
-		rate, f.maxnum).Int()
-	if err != nil {
-		return fmt.Errorf("advancing the queue: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	switch res {
-	case 1:
-		for range n {
-			run.admittedAt = append(run.admittedAt, ms)
-		}
-		// Forget the times of positions whose window ended.
-		if drop := e - run.base; drop > 0 {
-			run.admittedAt = run.admittedAt[drop:]
-			run.base = e
-		}
-		if n > 0 {
-			s.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", k, "pending", pending)
-		}
-	case 0:
-		// Another writer moved q_k: read again next tick.
-	default:
-		return fmt.Errorf("advancing the queue: refused (%d)", res)
-	}
-	return nil
-}
-
-// theta is the rank key of pre-start position min(k, pre), "" for none.
-func (r *queueRun) theta(k int64) string {
-	k = min(k, int64(len(r.pre)))
-	if k <= 0 {
-		return ""
-	}
-	return hex.EncodeToString(r.pre[k-1].key[:])
-}
-
-// tuneChallenge sets the proof-of-work's maxnumber: the sale's
-// challenge_maxnumber, raised with challenge_auto by one step per
-// autoRatePerStep entries per second the queue grows by (at most
-// maxAutoFactor times). It returns the maxnumber now in force.
-func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
-	base := sale.ChallengeMaxNumber
-	if base <= 0 || !sale.ChallengeAutoOn() {
-		return f.maxnum
-	}
-	entrants := f.pre + f.late
-	if !run.seenAt.IsZero() {
-		if dt := now.Sub(run.seenAt).Seconds(); dt > 0 {
-			r := float64(entrants-run.entrants) / dt
-			run.growth = 0.7*run.growth + 0.3*r
-		}
-	}
-	run.entrants, run.seenAt = entrants, now
-	factor := min(1+int64(run.growth/autoRatePerStep), maxAutoFactor)
-	want := base * factor
-	if want == f.maxnum {
-		return want
-	}
-	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQMaxNumber, want).Err(); err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
-		}
-		return f.maxnum
-	}
-	return want
-}
-
-// QueueStatus is a fair queue's figures for GET /admin/sales/{id}.
-type QueueStatus struct {
-	Open             bool   `json:"open"`
-	Started          bool   `json:"started"`
-	Entrants         int64  `json:"entrants"`
-	PrequeueEntrants int64  `json:"prequeue_entrants"`
-	AdmittedPosition int64  `json:"admitted_position"`
-	ExpiredPosition  int64  `json:"expired_position"`
-	RatePerMinute    int64  `json:"rate_per_minute"`
-	ETASeconds       *int64 `json:"eta_seconds"`
-	MaxNumber        int64  `json:"challenge_maxnumber"`
-	SeedSHA256       string `json:"seed_sha256,omitempty"`
-}
-
-// queueStatus reads a fair sale's queue figures; ETASeconds is the time the
-// last entrant waits at the recent rate.
-func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, error) {
-	v, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate,
-		lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQRate, lua.FieldQMaxNumber, lua.FieldQSeedSHA).Result()
-	if err != nil {
-		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	q := &QueueStatus{Open: num(v[0]) == 1, Started: num(v[1]) == 1, PrequeueEntrants: num(v[2]),
-		AdmittedPosition: num(v[4]), ExpiredPosition: num(v[5]), RatePerMinute: num(v[6]), MaxNumber: num(v[7])}
-	q.Entrants = q.PrequeueEntrants + num(v[3])
-	if sha, ok := v[8].(string); ok {
-		q.SeedSHA256 = sha
-	}
-	if q.RatePerMinute > 0 {
-		eta := max(q.Entrants-q.AdmittedPosition, 0) * 60 / q.RatePerMinute
-		q.ETASeconds = &eta
-	}
-	return q, nil
 }

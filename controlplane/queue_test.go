@@ -3,11 +3,11 @@ package controlplane
 import (
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -74,7 +74,7 @@ func TestQueueAdmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return num(v[0]), num(v[1])
+		return salehash.Num(v[0]), salehash.Num(v[1])
 	}
 	step := func(svc *Service, fence int64, wantK, wantE int64) {
 		t.Helper()
@@ -160,30 +160,5 @@ func TestQueueAdmission(t *testing.T) {
 	}
 	if k, exp := figs(); k != 9 || exp != 7 {
 		t.Errorf("after the old leader's step: admitted %d, expired %d, want 9, 7", k, exp)
-	}
-}
-
-// TestAdminFairSale: POST /admin/sales takes a fair queue's settings and
-// answers them; a bad one is 400 naming the field; GET /admin/sales/{id}
-// carries the queue's figures.
-func TestAdminFairSale(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
-	t.Cleanup(srv.Close)
-	c := client{t, srv.URL}
-	code, m, raw := c.do("POST", "/admin/sales", testToken, `{"id":"f1","name":"Fair","price_cents":1,"total":3,"starts_at":"2030-05-01T13:00:00Z",
-		"queue":"fair","prequeue_seconds":1200,"challenge_maxnumber":5000,"challenge_auto":false,"admit_per_minute":60,"admit_seconds":90}`)
-	if code != 201 || m["queue"] != "fair" || m["prequeue_seconds"] != 1200.0 || m["challenge_maxnumber"] != 5000.0 ||
-		m["challenge_auto"] != false || m["admit_per_minute"] != 60.0 || m["admit_seconds"] != 90.0 {
-		t.Fatalf("create: got %d %s", code, raw)
-	}
-	code, m, raw = c.do("POST", "/admin/sales", testToken, `{"id":"f2","name":"Fair","total":3,"starts_at":"2030-05-01T13:00:00Z","queue":"fair","prequeue_seconds":90000}`)
-	if code != 400 || m["field"] != "prequeue_seconds" {
-		t.Errorf("a too long pre-queue: got %d %s, want 400 naming prequeue_seconds", code, raw)
-	}
-	code, m, raw = c.do("GET", "/admin/sales/f1", testToken, "")
-	q, _ := m["queue"].(map[string]any)
-	if code != 200 || q == nil || q["open"] != false || q["entrants"] != 0.0 || q["admitted_position"] != 0.0 {
-		t.Errorf("status: got %d %s, want a closed queue with no entrants", code, raw)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -59,13 +60,13 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	}
 	// The two unpaid orders expire, but their releases fail: only the
 	// re-sync can give those units back.
-	e.rel.fail.Store(true)
+	e.rel.Fail.Store(true)
 	e.clock.Set(t0.Add(16 * time.Minute))
 	n, err := e.svc.ExpireDue(e.ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("ExpireDue = %d, %v; want 2, nil", n, err)
 	}
-	e.rel.fail.Store(false)
+	e.rel.Fail.Store(false)
 	if got, want := field(t, e.rdb, sale, lua.FieldBooked), int64(total-2); got != want {
 		t.Fatalf("booked before re-sync = %d, want %d (refunds released, expiries not)", got, want)
 	}
@@ -82,9 +83,9 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	if before.AdmissionCap != capBefore || after.AdmissionCap != wantCap {
 		t.Fatalf("admission cap %d → %d, want %d → %d", before.AdmissionCap, after.AdmissionCap, capBefore, wantCap)
 	}
-	eventually(t, "the replica's admission cap to rise", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return field(t, rc, sale, lua.FieldCount) == wantCap
-	})
+	}, "the replica's admission cap to rise")
 	if got := e.reserveMany(sale, "second", 20); got != k {
 		t.Fatalf("after re-sync new users reserved %d units, want exactly %d", got, k)
 	}
@@ -104,7 +105,7 @@ func testRefundExpiryResync(t *testing.T, backend string) {
 	if got := e.reserveMany(sale, "third", 5); got != 0 {
 		t.Fatalf("sold out, yet %d more reserved", got)
 	}
-	if got := e.rel.n.Load(); got != 2 {
+	if got := e.rel.N.Load(); got != 2 {
 		t.Fatalf("releases done = %d, want 2 (the refunds)", got)
 	}
 }

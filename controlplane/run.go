@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 )
 
 // Run runs the lifecycle loops until ctx ends, and returns nil then. Every
@@ -134,7 +136,7 @@ func (s *Service) resyncAll(ctx context.Context) {
 		delete(s.settled, sale.ID) // reopened: settle again at the next close
 		s.mu.Unlock()
 		err := s.resyncOnly(sctx, sale.ID)
-		if fence := fenceOf(ctx); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
+		if fence := fencing.Of(ctx); sale.Bucketed() && fence > 0 && ctx.Err() == nil {
 			if _, rerr := s.Rebalance(sctx, sale.ID, fence); rerr != nil && ctx.Err() == nil {
 				s.log.Warn("rebalancing buckets", "sale", sale.ID, "err", rerr)
 			}
@@ -157,7 +159,7 @@ func (s *Service) resyncOnly(ctx context.Context, id string) error {
 func (s *Service) logResync(id string, err error) {
 	switch {
 	case err == nil:
-	case errors.Is(err, errReleaseBacklog):
+	case errors.Is(err, salehash.ErrReleaseBacklog):
 		s.log.Info("re-sync: delivering a backlog of releases", "sale", id)
 	default:
 		s.log.Warn("re-sync", "sale", id, "err", err)
@@ -178,13 +180,13 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
 	if err == nil {
-		_, err = s.foldBuckets(ctx, sale, &rf)
+		_, err = s.buckets.Fold(ctx, sale, &rf)
 	}
 	if err != nil {
 		s.log.Warn("settlement", "sale", sale.ID, "err", err)
 		return
 	}
-	if rf.backlog == 0 {
+	if rf.Backlog == 0 {
 		fig, err := s.store.Figures(ctx, sale.ID)
 		if err != nil {
 			s.log.Warn("settlement", "sale", sale.ID, "err", err)

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -62,15 +63,15 @@ func TestScheduleOneLeader(t *testing.T) {
 		}
 		wg.Wait()
 	})
-	eventually(t, "a leader", func() bool { return svcs[0].Leading() || svcs[1].Leading() })
+	testwait.Eventually(t, 10*time.Second, func() bool { return svcs[0].Leading() || svcs[1].Leading() }, "a leader")
 	leader, other := 0, 1
 	if svcs[1].Leading() {
 		leader, other = 1, 0
 	}
 	// Let the loops run a while before starts_at: nothing opens.
-	eventually(t, "a few re-sync rounds", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return counterValue(svcs[leader].metrics.resyncs) >= 3
-	})
+	}, "a few re-sync rounds")
 	if got := field(t, e.rdb, "timed", lua.FieldStart); got != 0 {
 		t.Fatalf("start = %d before starts_at, want 0", got)
 	}
@@ -82,13 +83,13 @@ func TestScheduleOneLeader(t *testing.T) {
 		return s.State
 	}
 	e.clock.Set(start)
-	eventually(t, "the sale to open", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return state() == flashgate.StateOpen && field(t, e.rdb, "timed", lua.FieldStart) == 1
-	})
+	}, "the sale to open")
 	e.clock.Set(end)
-	eventually(t, "the sale to close", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return state() == flashgate.StateClosed && field(t, e.rdb, "timed", lua.FieldClosed) == 1
-	})
+	}, "the sale to close")
 	if got := stores[leader].sets.Load(); got != 2 {
 		t.Errorf("leader changed the state %d times, want 2", got)
 	}
@@ -99,7 +100,7 @@ func TestScheduleOneLeader(t *testing.T) {
 		t.Errorf("both control planes lead")
 	}
 	ctxs[leader]()
-	eventually(t, "the other control plane to take over", func() bool { return svcs[other].Leading() })
+	testwait.Eventually(t, 10*time.Second, func() bool { return svcs[other].Leading() }, "the other control plane to take over")
 }
 
 // counterValue reads a counter.

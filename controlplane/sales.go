@@ -2,15 +2,13 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -21,67 +19,11 @@ const (
 	maxAdmitRatio = 100
 )
 
-// Status is a sale's live figures, the body of GET /admin/sales/{id}.
-type Status struct {
-	ID    string              `json:"id"`
-	Name  string              `json:"name"`
-	State flashgate.SaleState `json:"state"`
-	Total int64               `json:"total"`
-	// Booked is the units held by live orders, as Redis counts them.
-	Booked int64 `json:"booked"`
-	// Admitted is the requests the gateways let through (the access field).
-	Admitted int64 `json:"admitted"`
-	// Remaining is Total - Booked.
-	Remaining int64 `json:"remaining"`
-	// Orders are the database's counts by status.
-	Orders flashgate.SaleFigures `json:"orders"`
-	// StreamBacklog is the reserved orders not yet in the database.
-	StreamBacklog int64 `json:"stream_backlog"`
-	// Rejected is the requests the gateways turned away.
-	Rejected int64 `json:"rejected"`
-	// Reserved is the units ever reserved in Redis (monotonic).
-	Reserved int64 `json:"reserved"`
-	// AdmissionCap is the gateways' cut-off for Admitted (the count field).
-	AdmissionCap int64 `json:"admission_cap"`
-	// Settlement compares Redis with the database once a sale is closed.
-	Settlement *Settlement `json:"settlement,omitempty"`
-	// Buckets is the number of buckets of a bucketed sale (absent: one);
-	// BucketSalts their hash tags' salts and BucketFigures each bucket's
-	// figures, which Booked, Reserved and StreamBacklog add up.
-	Buckets       int            `json:"buckets,omitempty"`
-	BucketSalts   []int          `json:"bucket_salts,omitempty"`
-	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
-	// Archived is set once the sale ended and settled (archive.go).
-	Archived bool `json:"archived,omitempty"`
-	// Queue is a fair queue's figures (queue.go); absent first come.
-	Queue *QueueStatus `json:"queue,omitempty"`
-}
-
-// Settlement is the end-of-sale comparison of Redis and the database.
-type Settlement struct {
-	// Settled is true once the stream backlog has drained, so the figures
-	// below are final until orders are cancelled, expired or refunded.
-	Settled bool `json:"settled"`
-	// RedisBooked is booked in Redis; DBLiveUnits the units of live rows.
-	RedisBooked int64 `json:"redis_booked"`
-	DBLiveUnits int64 `json:"db_live_units"`
-	// Difference is RedisBooked - DBLiveUnits - StreamBacklog units; a
-	// settled sale should show 0 (the re-sync loop corrects any other value).
-	Difference int64 `json:"difference"`
-}
-
 // ResyncFigures are a sale's Redis figures before or after a re-sync.
-type ResyncFigures struct {
-	Total        int64 `json:"total"`
-	Booked       int64 `json:"booked"`
-	Reserved     int64 `json:"reserved"`
-	Remaining    int64 `json:"remaining"`
-	Admitted     int64 `json:"admitted"`
-	AdmissionCap int64 `json:"admission_cap"`
-	// Missing is set in the "before" figures when the sale's hash was gone
-	// from Redis and the re-sync rebuilt it.
-	Missing bool `json:"missing,omitempty"`
-}
+type ResyncFigures = salehash.ResyncFigures
+
+// BucketStatus is one bucket's live figures in GET /admin/sales/{id}.
+type BucketStatus = buckets.Status
 
 func validateSale(s flashgate.Sale) error {
 	switch {
@@ -107,20 +49,6 @@ func validateSale(s flashgate.Sale) error {
 	return validateQueue(s) // queue.go
 }
 
-func perUser(s flashgate.Sale) int64 {
-	if s.PerUser <= 0 {
-		return 1
-	}
-	return s.PerUser
-}
-
-func admitRatio(s flashgate.Sale) float64 {
-	if s.AdmitRatio <= 0 {
-		return flashgate.DefaultAdmitRatio
-	}
-	return s.AdmitRatio
-}
-
 // CreateSale validates s, stores it as upcoming and prepares its Redis hash
 // (closed, empty). An existing id is flashgate.ErrExists. The scheduler opens
 // it at StartsAt; without StartsAt it waits for Start.
@@ -142,7 +70,7 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 		sale.Buckets = 0
 	} else {
 		// The placement is fixed here, for the sale's life.
-		sale.BucketSalts = s.chooseSalts(ctx, sale.ID, sale.Buckets)
+		sale.BucketSalts = s.buckets.ChooseSalts(ctx, sale.ID, sale.Buckets)
 	}
 	if err := s.store.CreateSale(ctx, sale); err != nil {
 		return flashgate.Sale{}, fmt.Errorf("creating sale: %w", err)
@@ -161,7 +89,7 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 // layout finds every bucket (a script touches one sale's keys only, for Redis
 // Cluster).
 func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
-	l := saleLayout(sale)
+	l := buckets.Layout(sale)
 	var tags []string
 	if sale.Bucketed() {
 		tags = l.Tags()
@@ -171,11 +99,11 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	}
 	for b, t := range tags {
 		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
-			bucketShare(sale.Total, l.N(), b), 0, perUser(sale), sale.PriceCents).Err(); err != nil {
+			buckets.Share(sale.Total, l.N(), b), 0, salehash.PerUser(sale), sale.PriceCents).Err(); err != nil {
 			return err
 		}
 	}
-	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), perUser(sale), sale.PriceCents}
+	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
 		args = append(args, l.String())
 	} else if sale.Fair() {
@@ -193,15 +121,6 @@ func (s *Service) joinSales(ctx context.Context, id string, tags []string) error
 		members = append(members, t)
 	}
 	return s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
-}
-
-// stateArg is lua.SetState's argument for a sale state: "close" for a
-// closed sale, "open" otherwise.
-func stateArg(st flashgate.SaleState) string {
-	if st == flashgate.StateClosed {
-		return "close"
-	}
-	return "open"
 }
 
 // Start opens a sale now. Start and Stop carry ctx's fencing token, or one
@@ -223,7 +142,7 @@ func (s *Service) setState(ctx context.Context, id string, st flashgate.SaleStat
 }
 
 func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.SaleState) error {
-	tok := fenceOf(ctx)
+	tok := fencing.Of(ctx)
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
@@ -237,11 +156,11 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 			return err
 		}
 	}
-	arg := stateArg(st)
+	arg := salehash.StateArg(st)
 	missing := false
 	if sale.Bucketed() {
 		// Every bucket first, the sale's own hash (the gateways' view) last.
-		if missing, err = s.setBucketsState(ctx, sale, arg); err != nil {
+		if missing, err = s.buckets.SetState(ctx, sale, arg); err != nil {
 			return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
@@ -250,7 +169,7 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 		return fmt.Errorf("setting sale state in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if n == lua.SetStateFenced {
-		return errFenced("setting sale state in redis", tok)
+		return fencing.Err("setting sale state in redis", tok)
 	}
 	if n == -1 || missing {
 		// Redis lost the sale: rebuild it from the row, which now has st.
@@ -277,337 +196,4 @@ func (s *Service) Sales(ctx context.Context) ([]flashgate.Sale, error) {
 		list = []flashgate.Sale{}
 	}
 	return list, nil
-}
-
-// SaleStatus reports a sale's live figures from Redis and the database.
-func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
-	if !flashgate.ValidSaleID(id) {
-		return Status{}, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
-	}
-	sale, err := s.store.Sale(ctx, id)
-	if err != nil {
-		return Status{}, fmt.Errorf("reading sale: %w", err)
-	}
-	fig, err := s.store.Figures(ctx, id)
-	if err != nil {
-		return Status{}, fmt.Errorf("reading figures: %w", err)
-	}
-	rf, err := s.redisFigures(ctx, id)
-	if err != nil {
-		return Status{}, err
-	}
-	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
-	buckets, err := s.foldBuckets(ctx, sale, &rf)
-	if err != nil {
-		return Status{}, err
-	}
-	st := Status{
-		ID:            sale.ID,
-		Name:          sale.Name,
-		State:         sale.State,
-		Total:         sale.Total,
-		Booked:        rf.booked,
-		Admitted:      rf.access,
-		Remaining:     sale.Total - rf.booked,
-		Orders:        fig,
-		StreamBacklog: rf.backlog,
-		Rejected:      rf.rejected,
-		Reserved:      rf.reserved,
-		AdmissionCap:  rf.count,
-		Buckets:       sale.Buckets,
-		BucketSalts:   sale.BucketSalts,
-		BucketFigures: buckets,
-		Archived:      sale.Archived,
-	}
-	if st.Remaining < 0 {
-		st.Remaining = 0
-	}
-	if st.State == flashgate.StateOpen && st.Remaining == 0 {
-		st.State = flashgate.StateSoldOut
-	}
-	if sale.State == flashgate.StateClosed {
-		st.Settlement = settlement(rf, fig)
-	}
-	if sale.Fair() {
-		if st.Queue, err = s.queueStatus(ctx, id); err != nil {
-			return Status{}, err
-		}
-	}
-	return st, nil
-}
-
-func settlement(rf redisFigures, fig flashgate.SaleFigures) *Settlement {
-	return &Settlement{
-		Settled:     rf.backlog == 0,
-		RedisBooked: rf.booked,
-		DBLiveUnits: fig.LiveUnits,
-		Difference:  rf.booked - fig.LiveUnits - rf.backlog,
-	}
-}
-
-type redisFigures struct {
-	exists                                             bool
-	booked, reserved, count, access, rejected, backlog int64
-}
-
-// redisFigures reads a sale's hash and stream length in one round trip.
-func (s *Service) redisFigures(ctx context.Context, id string) (redisFigures, error) {
-	rfs, err := s.redisFiguresOf(ctx, []string{id})
-	if err != nil {
-		return redisFigures{}, err
-	}
-	return rfs[0], nil
-}
-
-// redisFiguresOf reads the hashes and stream lengths of many sales in one
-// pipelined round trip (per node, on a cluster).
-func (s *Service) redisFiguresOf(ctx context.Context, ids []string) ([]redisFigures, error) {
-	pipe := s.rdb.Pipeline()
-	hs := make([]*redis.SliceCmd, len(ids))
-	xs := make([]*redis.IntCmd, len(ids))
-	for i, id := range ids {
-		hs[i] = pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
-		xs[i] = pipe.XLen(ctx, lua.OrdersKey(id))
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("reading redis figures: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	out := make([]redisFigures, len(ids))
-	for i := range ids {
-		v := hs[i].Val()
-		field := func(i int) int64 {
-			if i >= len(v) {
-				return 0
-			}
-			return num(v[i]) // buckets.go: 0 when absent
-		}
-		out[i] = redisFigures{
-			exists:   len(v) > 5 && v[5] != nil,
-			booked:   field(0),
-			reserved: field(1),
-			count:    field(2),
-			access:   field(3),
-			rejected: field(4),
-			backlog:  xs[i].Val(),
-		}
-	}
-	return out, nil
-}
-
-// releaseChunk is how many orders one ReleaseBatch or Restore call of a
-// re-sync carries, and the page it reads from the database.
-const releaseChunk = 1000
-
-// deliverBudget bounds the time one re-sync pass spends delivering a sale's
-// release queue (after a storm of expiries); the rest waits for the next
-// pass, which goes on from there.
-const deliverBudget = time.Second
-
-// errReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
-var errReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")
-
-// Resync sets a sale's stock in Redis from one database snapshot (see
-// lua/resync.lua) and raises the admission cap while units remain. It
-// rebuilds the sale's hash when Redis lost it.
-//
-// A pass costs O(changes since the last pass): the figures are counters
-// kept with the rows, and only the releases the database queued since the
-// last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
-// Only a rebuild reads every row, a page at a time (Restore).
-//
-// Every write carries ctx's fencing token, or one of its own (fencedCall):
-// a pass of a control plane that lost its lease stops at its first write
-// after a newer token's, with flashgate.ErrFenced.
-func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
-	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
-	if !flashgate.ValidSaleID(id) {
-		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
-	}
-	err = s.fencedCall(ctx, func(ctx context.Context) error {
-		var e error
-		before, after, e = s.resync(ctx, id)
-		return e
-	})
-	return before, after, err
-}
-
-func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
-	s.resyncMu.Lock()
-	defer s.resyncMu.Unlock()
-	sale, err := s.store.Sale(ctx, id)
-	if err != nil {
-		return before, after, fmt.Errorf("reading sale: %w", err)
-	}
-	if sale.Bucketed() {
-		return s.resyncBuckets(ctx, sale)
-	}
-	// The sale joins fg:sales before its keys can be rebuilt: a sale with
-	// orders is never missing from the set the order sinks drain. An
-	// archived sale takes no orders (closed, and reopened only through
-	// unarchive), so it stays out.
-	if err := s.joinSalesUnlessArchived(ctx, sale, nil); err != nil {
-		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	// The snapshot comes first: every order released in it is then in the
-	// release queue read below, or was delivered by an earlier pass.
-	fig, err := s.store.Figures(ctx, id)
-	if err != nil {
-		return before, after, fmt.Errorf("reading figures: %w", err)
-	}
-	delivered, err := s.deliverReleases(ctx, id)
-	if err != nil {
-		return before, after, err
-	}
-	keys := lua.SaleKeys(id)
-	tok := fenceOf(ctx)
-	resync := func(restored string) ([]int64, error) {
-		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, perUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(admitRatio(sale), 'f', -1, 64), delivered, restored, tok).Int64Slice()
-	}
-	v, err := resync("0")
-	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
-		// Redis lost the sale, or is older than the database: restore its
-		// released set and buyers from every row, then rebuild its stock.
-		// A big sale takes longer than a pass may: the restore keeps going
-		// past the pass's deadline (not past a cancellation).
-		rctx, cancel := restoreContext(ctx)
-		defer cancel()
-		ctx = rctx
-		if err := s.restore(ctx, id); err != nil {
-			return before, after, err
-		}
-		v, err = resync("1")
-	}
-	if err != nil {
-		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	if len(v) == 1 && v[0] == lua.ResyncFenced {
-		return before, after, errFenced("re-syncing sale "+id, tok)
-	}
-	if len(v) != 10 {
-		return before, after, fmt.Errorf("re-syncing: script returned %d values", len(v))
-	}
-	total := v[9]
-	before = ResyncFigures{Total: total, Booked: v[1], Reserved: v[2], AdmissionCap: v[3], Admitted: v[4], Remaining: max(total-v[1], 0), Missing: v[0] == 1}
-	after = ResyncFigures{Total: total, Booked: v[5], Reserved: v[6], AdmissionCap: v[7], Admitted: v[8], Remaining: max(total-v[5], 0)}
-	if before.Missing {
-		before.Total, before.Remaining = 0, 0
-		s.log.Warn("sale rebuilt in redis from the database", "sale", id, "booked", after.Booked, "admission_cap", after.AdmissionCap)
-	}
-	s.metrics.resyncs.Inc()
-	return before, after, nil
-}
-
-// deliverReleases gives Redis the releases the database queued for a sale
-// and no pass delivered yet (ReleaseBatch: idempotent per order, so a
-// release its Releaser already made changes nothing), and acknowledges them
-// in the database. It returns the database's count of delivered releases.
-// It stops without error when Redis refuses a batch (no sale, or behind the
-// database): the Resync call that follows then asks for a restore.
-func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
-	keys := lua.ReleaseKeys(id)
-	tok := fenceOf(ctx)
-	deadline := time.Now().Add(deliverBudget)
-	for {
-		queue, base, err := s.store.ReleaseQueue(ctx, id, releaseChunk)
-		if err != nil {
-			return 0, fmt.Errorf("reading release queue: %w", err)
-		}
-		if len(queue) == 0 {
-			return base, nil
-		}
-		args := make([]any, 0, 1+3*len(queue))
-		ids := make([]string, len(queue))
-		args = append(args, strconv.FormatInt(base, 10)+":"+strconv.FormatInt(tok, 10))
-		for i, o := range queue {
-			args = append(args, o.ID, o.UserID, o.Quantity)
-			ids[i] = o.ID
-		}
-		res, err := lua.ReleaseBatch.Run(ctx, s.rdb, keys, args...).Int64Slice()
-		if err != nil {
-			return 0, fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		if len(res) == 3 && res[0] == lua.ReleaseBatchFenced {
-			return 0, errFenced("delivering releases", tok)
-		}
-		if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
-			return base, nil
-		}
-		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids, tok); err != nil {
-			return 0, fmt.Errorf("acknowledging releases: %w", err)
-		}
-		if len(queue) < releaseChunk {
-			return delivered, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("re-syncing sale %s: %w", id, errReleaseBacklog)
-		}
-	}
-}
-
-// restoreTimeout bounds a restore of a sale from every row of it.
-const restoreTimeout = 2 * time.Minute
-
-// restoreContext is ctx without its deadline, bounded by restoreTimeout
-// instead, and still ended when ctx is cancelled (the leader's term ended:
-// see lead). It keeps ctx's values, the fencing token among them, and ends
-// with the leadership term that token belongs to, even after ctx's deadline.
-func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
-	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			cancel()
-		}
-	})
-	stopTerm := func() bool { return true }
-	if t := termOf(ctx); t != nil {
-		stopTerm = context.AfterFunc(t, cancel)
-	}
-	return rctx, func() { stop(); stopTerm(); cancel() }
-}
-
-// restore puts every released and live row of a sale back into its
-// released set and buyers hash, a page at a time, released rows first.
-func (s *Service) restore(ctx context.Context, id string) error {
-	keys := lua.RestoreKeys(id)
-	tok := fenceOf(ctx)
-	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
-		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
-		released := !st.Live()
-		after := ""
-		for {
-			page, err := s.store.OrdersPage(ctx, id, st, after, releaseChunk)
-			if err != nil {
-				return fmt.Errorf("reading orders to restore: %w", err)
-			}
-			if len(page) == 0 {
-				break
-			}
-			args := make([]any, 0, 2+2*len(page))
-			args = append(args, tok)
-			if released {
-				args = append(args, len(page))
-			} else {
-				args = append(args, 0)
-			}
-			for _, o := range page {
-				args = append(args, o.UserID, o.ID)
-			}
-			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
-			if err != nil {
-				return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
-			}
-			if n == lua.RestoreFenced {
-				return errFenced("restoring buyers", tok)
-			}
-			if len(page) < releaseChunk {
-				break
-			}
-			after = page[len(page)-1].ID
-		}
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -101,27 +102,20 @@ func TestExpiryStorm(t *testing.T) {
 			if err == nil && v[0] == int64(lua.ReserveOK) {
 				bought.Add(1)
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // a buyer every 2ms: load, not a wait
 		}
 	}()
 	start = time.Now()
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	testwait.Eventually(t, 120*time.Second, func() bool {
 		f, err := e.db.Figures(e.ctx, sale)
-		if err == nil && f.Expired == int64(n) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 120s: %+v, want %d expired", f, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && f.Expired == int64(n)
+	}, "%d orders expired", n)
 	took := time.Since(start)
 	// Let a re-sync pass deliver the release queue, then stop the loops.
-	eventually(t, "the release queue to drain", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		q, _, err := e.db.ReleaseQueue(e.ctx, sale, 1)
 		return err == nil && len(q) == 0
-	})
+	}, "the release queue to drain")
 	stop()
 	wg.Wait()
 	t.Logf("%d expiries done in %v while %d units were bought", n, took.Round(time.Millisecond), bought.Load())

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/admin"
 )
 
 // syncBuffer is a bytes.Buffer safe for the audit logger's concurrent use.
@@ -46,8 +47,8 @@ func TestAdminRefundAudited(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ps.ctx, 60*time.Second)
 	defer cancel()
 	public, adminToken := ps.url, ps.adminToken
-	admin := httptest.NewServer(ps.cp.Handler())
-	t.Cleanup(admin.Close)
+	adminSrv := httptest.NewServer(admin.Handler(ps.cp))
+	t.Cleanup(adminSrv.Close)
 
 	call := func(method, url, token, body string) (int, map[string]any) {
 		t.Helper()
@@ -63,10 +64,10 @@ func TestAdminRefundAudited(t *testing.T) {
 		_ = json.Unmarshal(raw, &m)
 		return res.StatusCode, m
 	}
-	if code, m := call("POST", admin.URL+"/admin/sales", adminToken, `{"id":"audited","name":"A","price_cents":100,"total":5}`); code != 201 {
+	if code, m := call("POST", adminSrv.URL+"/admin/sales", adminToken, `{"id":"audited","name":"A","price_cents":100,"total":5}`); code != 201 {
 		t.Fatalf("create sale: %d %v", code, m)
 	}
-	if code, m := call("POST", admin.URL+"/admin/sales/audited/start", adminToken, ""); code != 200 {
+	if code, m := call("POST", adminSrv.URL+"/admin/sales/audited/start", adminToken, ""); code != 200 {
 		t.Fatalf("start sale: %d %v", code, m)
 	}
 	buyer := ps.token(t, "buyer-1")
@@ -89,7 +90,7 @@ func TestAdminRefundAudited(t *testing.T) {
 	if !stored {
 		t.Fatalf("order %s never reached the database", orderID)
 	}
-	code, order := call("POST", admin.URL+"/admin/orders/"+orderID+"/refund", adminToken, "")
+	code, order := call("POST", adminSrv.URL+"/admin/orders/"+orderID+"/refund", adminToken, "")
 	if code != 200 || order["status"] != "refunded" {
 		t.Fatalf("refund %s: got %d %v, want 200 refunded", orderID, code, order)
 	}

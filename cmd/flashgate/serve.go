@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/admin"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
@@ -139,7 +140,7 @@ func (s *system) runGatewayOn(g *group, ln net.Listener) {
 // control plane's loops and the order sink, all in g.
 func (s *system) runAll(g *group, cfg *Config, pub, adm net.Listener) {
 	s.runGatewayOn(g, pub)
-	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, s.cp.Handler())) })
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, admin.Handler(s.cp))) })
 	g.Go("controlplane", s.cp.Run)
 	g.Go("ordersink", s.sink.Run)
 }
@@ -329,7 +330,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 	}
 	st.log.Info("flashgate controlplane serving", "admin", httpURL(adm.Addr()))
 	g := newGroup(ctx)
-	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, cp.Handler())) })
+	g.Go("admin", func(ctx context.Context) error { return serveHTTP(ctx, adm, withPprof(cfg.Pprof, admin.Handler(cp))) })
 	g.Go("controlplane", cp.Run)
 	return g.wait()
 }

@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"bytes"
@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/flashgate/flashgate"
 )
 
 // auditSize is how many admin actions GET /admin/audit keeps.
@@ -95,38 +93,6 @@ func (a *auditLog) recent() []AuditEntry {
 	return out
 }
 
-// routeMux is the control plane's http.ServeMux: it remembers every pattern
-// registered (so tests can check the OpenAPI description against them) and
-// wraps every route that changes something in the audit, outside the token
-// check, so refused attempts are recorded too.
-type routeMux struct {
-	*http.ServeMux
-	audit    *auditLog
-	clock    flashgate.Clock
-	patterns []string
-}
-
-func (s *Service) newRouteMux() *routeMux {
-	return &routeMux{ServeMux: http.NewServeMux(), audit: s.audit, clock: s.clock}
-}
-
-// Handle registers h for pattern, audited when pattern changes something.
-func (m *routeMux) Handle(pattern string, h http.Handler) {
-	m.patterns = append(m.patterns, pattern)
-	if action, ok := auditAction(pattern); ok {
-		h = m.audited(action, pattern, h)
-	}
-	m.ServeMux.Handle(pattern, h)
-}
-
-// HandleFunc registers f for pattern like Handle.
-func (m *routeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	m.Handle(pattern, http.HandlerFunc(f))
-}
-
-// Patterns returns the registered patterns, in order.
-func (m *routeMux) Patterns() []string { return append([]string(nil), m.patterns...) }
-
 // auditAction names the action of an admin route that changes something.
 func auditAction(pattern string) (string, bool) {
 	method, path, _ := strings.Cut(pattern, " ")
@@ -203,6 +169,6 @@ func (r *auditRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // handleAudit answers GET /admin/audit: the recent admin actions, newest
 // first.
-func (s *Service) handleAudit(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.audit.recent())
 }

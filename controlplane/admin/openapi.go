@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"io/fs"
@@ -11,7 +11,7 @@ import (
 // description of the admin routes (static/admin/openapi.json; docs/api.md in
 // prose). It needs no token: the description is no secret, and the admin
 // listener is internal.
-func (s *Service) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+func (s *server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	b, err := fs.ReadFile(static.Admin, "admin/openapi.json")
 	if err != nil {
 		s.fail(w, r, err)

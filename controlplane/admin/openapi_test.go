@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"encoding/json"
@@ -54,9 +54,9 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 
 	e := newEnv(t, sqliteDSN(t), nil)
-	mux, ok := e.svc.Handler().(*routeMux)
+	mux, ok := e.handler().(*routeMux)
 	if !ok {
-		t.Fatalf("Handler() is %T, want *routeMux (its patterns are the route table)", e.svc.Handler())
+		t.Fatalf("Handler() is %T, want *routeMux (its patterns are the route table)", e.handler())
 	}
 	registered := map[string]bool{}
 	for _, p := range mux.Patterns() {

@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"net/http/httptest"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/browsertest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -25,7 +26,7 @@ func TestDashboard(t *testing.T) {
 		t.Skip("browser test")
 	}
 	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	for _, s := range []flashgate.Sale{
 		{ID: "spring-drop", Name: "Limited sneakers", PriceCents: 12900, Total: 100},
@@ -99,11 +100,10 @@ func TestDashboard(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // traffic over time, for the rate and the chart: not a wait
 	}
 	var booked, paid, rps string
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.For(15*time.Second, func() bool {
 		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(function(){
 			var r = document.querySelector('`+row+`');
 			if (!r) return ['', '', ''];
@@ -113,11 +113,8 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("reading the table: %v", err)
 		}
 		booked, paid, rps = got[0], got[1], got[2]
-		if strings.TrimSpace(booked) == "60" && strings.TrimSpace(paid) == "30" {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.TrimSpace(booked) == "60" && strings.TrimSpace(paid) == "30"
+	})
 	if strings.TrimSpace(booked) != "60" || strings.TrimSpace(paid) != "30" {
 		t.Fatalf("dashboard shows booked %q paid %q, want 60 and 30", booked, paid)
 	}

@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"encoding/json"
@@ -52,7 +52,7 @@ func keys(m map[string]any) string {
 
 func TestAdminUnauthorized(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	c := client{t, srv.URL}
 	routes := []struct{ method, path string }{
@@ -88,7 +88,7 @@ func TestAdminUnauthorized(t *testing.T) {
 
 func TestAdminRoutes(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	c := client{t, srv.URL}
 	tok := testToken
@@ -223,9 +223,7 @@ func TestAdminRoutes(t *testing.T) {
 			t.Errorf("/metrics of a control plane that does not lead has %s…}, want none", leaderOnly)
 		}
 	}
-	if term, err := e.svc.lead(e.ctx); term == nil || err != nil {
-		t.Fatalf("lead: %v, %v", term, err)
-	}
+	e.lead()
 	_, _, metrics = c.do("GET", "/metrics", "", "")
 	for _, want := range []string{`flashgate_orders{status="refunded"} 1`, `flashgate_refunds_total 1`, `flashgate_sale_booked{sale="s1"} 0`,
 		`flashgate_sale_admitted{sale="s1"}`, `flashgate_stream_backlog{sale="s1"} 0`, `flashgate_resync_total`, `flashgate_expired_total 0`} {
@@ -262,77 +260,27 @@ func stateIs(want string) func(map[string]any) error {
 	}
 }
 
-// TestOrderTransitions covers the buyer's view: a reserved order, the owner
-// check, pay, cancel and their conflicts.
-func TestOrderTransitions(t *testing.T) {
+// TestAdminFairSale: POST /admin/sales takes a fair queue's settings and
+// answers them; a bad one is 400 naming the field; GET /admin/sales/{id}
+// carries the queue's figures.
+func TestAdminFairSale(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
-	e.openSale("s", 5, 0)
-	_, a := e.reserve("s", "alice")
-	_, b := e.reserve("s", "bob")
-	o, err := e.svc.Order(e.ctx, a, "alice")
-	if err != nil || o.Status != flashgate.StatusReserved || o.SaleID != "s" {
-		t.Fatalf("Order before persist = %+v, %v; want reserved in sale s", o, err)
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	c := client{t, srv.URL}
+	code, m, raw := c.do("POST", "/admin/sales", testToken, `{"id":"f1","name":"Fair","price_cents":1,"total":3,"starts_at":"2030-05-01T13:00:00Z",
+		"queue":"fair","prequeue_seconds":1200,"challenge_maxnumber":5000,"challenge_auto":false,"admit_per_minute":60,"admit_seconds":90}`)
+	if code != 201 || m["queue"] != "fair" || m["prequeue_seconds"] != 1200.0 || m["challenge_maxnumber"] != 5000.0 ||
+		m["challenge_auto"] != false || m["admit_per_minute"] != 60.0 || m["admit_seconds"] != 90.0 {
+		t.Fatalf("create: got %d %s", code, raw)
 	}
-	if _, err := e.svc.Order(e.ctx, a, "bob"); !errors.Is(err, flashgate.ErrNotFound) {
-		t.Fatalf("Order of another user: got %v, want ErrNotFound", err)
+	code, m, raw = c.do("POST", "/admin/sales", testToken, `{"id":"f2","name":"Fair","total":3,"starts_at":"2030-05-01T13:00:00Z","queue":"fair","prequeue_seconds":90000}`)
+	if code != 400 || m["field"] != "prequeue_seconds" {
+		t.Errorf("a too long pre-queue: got %d %s, want 400 naming prequeue_seconds", code, raw)
 	}
-	if _, err := e.svc.Pay(e.ctx, a, "alice"); !errors.Is(err, flashgate.ErrNotPayable) {
-		t.Fatalf("Pay before persist: got %v, want ErrNotPayable", err)
-	}
-	e.persist("s")
-	cases := []struct {
-		name   string
-		act    func() (flashgate.Order, error)
-		want   flashgate.OrderStatus
-		wantEr error
-	}{
-		{"pay another's", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "bob") }, "", flashgate.ErrNotFound},
-		{"pay", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "alice") }, flashgate.StatusPaid, nil},
-		{"pay again", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, a, "alice") }, flashgate.StatusPaid, nil},
-		{"cancel paid", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, a, "alice") }, "", flashgate.ErrNotPayable},
-		{"cancel another's", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "alice") }, "", flashgate.ErrNotFound},
-		{"cancel", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "bob") }, flashgate.StatusCancelled, nil},
-		{"cancel again", func() (flashgate.Order, error) { return e.svc.Cancel(e.ctx, b, "bob") }, flashgate.StatusCancelled, nil},
-		{"pay cancelled", func() (flashgate.Order, error) { return e.svc.Pay(e.ctx, b, "bob") }, "", flashgate.ErrNotPayable},
-		{"refund cancelled", func() (flashgate.Order, error) { return e.svc.Refund(e.ctx, b) }, "", flashgate.ErrNotPayable},
-		{"refund paid", func() (flashgate.Order, error) { return e.svc.Refund(e.ctx, a) }, flashgate.StatusRefunded, nil},
-		{"unknown", func() (flashgate.Order, error) { return e.svc.Order(e.ctx, "zzz", "alice") }, "", flashgate.ErrNotFound},
-		{"bad id", func() (flashgate.Order, error) { return e.svc.Order(e.ctx, "a/b", "alice") }, "", flashgate.ErrNotFound},
-	}
-	for _, c := range cases {
-		got, err := c.act()
-		if c.wantEr != nil {
-			if !errors.Is(err, c.wantEr) {
-				t.Errorf("%s: got %v, want %v", c.name, err, c.wantEr)
-			}
-			continue
-		}
-		if err != nil || got.Status != c.want {
-			t.Errorf("%s: got %q, %v; want %q", c.name, got.Status, err, c.want)
-		}
-	}
-	if got := field(t, e.rdb, "s", lua.FieldBooked); got != 0 {
-		t.Errorf("booked = %d, want 0 after a cancel and a refund", got)
-	}
-	// Bob's cancelled unit is his to buy again.
-	if code, _ := e.reserve("s", "bob"); code != lua.ReserveOK {
-		t.Errorf("bob buying again: code %d, want %d", code, lua.ReserveOK)
-	}
-}
-
-// TestPayWaitsForPersist: a Pay that arrives before the sink persisted the
-// order waits for the row.
-func TestPayWaitsForPersist(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.PersistWait = 0 })
-	e.openSale("s", 5, 0)
-	_, id := e.reserve("s", "carol")
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.svc.Pay(e.ctx, id, "carol")
-		done <- err
-	}()
-	e.persist("s")
-	if err := <-done; err != nil {
-		t.Fatalf("Pay: %v", err)
+	code, m, raw = c.do("GET", "/admin/sales/f1", testToken, "")
+	q, _ := m["queue"].(map[string]any)
+	if code != 200 || q == nil || q["open"] != false || q["entrants"] != 0.0 || q["admitted_position"] != 0.0 {
+		t.Errorf("status: got %d %s, want a closed queue with no entrants", code, raw)
 	}
 }

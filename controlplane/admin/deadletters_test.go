@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	}
 	drain(2)
 
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	c := client{t, srv.URL}
 	list := func() map[string]any {

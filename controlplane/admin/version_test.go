@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"net/http/httptest"
@@ -9,7 +9,7 @@ import (
 
 func TestHealthzVersion(t *testing.T) {
 	e := newEnv(t, sqliteDSN(t), nil)
-	srv := httptest.NewServer(e.svc.Handler())
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	c := client{t, srv.URL}
 	v := buildinfo.Get().Version

@@ -1,4 +1,4 @@
-package controlplane
+package buckets
 
 import (
 	"strconv"
@@ -9,16 +9,16 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// TestSettleClaims: the leader settles spill claims older than its bound
+// TestSettleClaims: SettleClaims settles spill claims older than its bound
 // and leaves younger ones: a claim whose spill never reserved is cleared
 // (and its order fenced in every other bucket, so that the stalled spill
 // cannot reserve it later), one whose order is live in a spill bucket or
 // in the database is finalised with that bucket, and nothing is settled
 // while a bucket is missing from Redis.
 func TestSettleClaims(t *testing.T) {
-	e := newEnv(t, sqliteDSN(t), nil)
+	e := newEnv(t)
 	const sale = "spill"
-	l := e.startBucketed(flashgate.Sale{ID: sale, Name: "Spill", Total: 6, Buckets: 3})
+	l := Layout(e.startBucketed(flashgate.Sale{ID: sale, Name: "Spill", Total: 6, Buckets: 3}))
 	home := l.Tag(0)
 	var users []string
 	for i := 0; len(users) < 5; i++ {
@@ -45,7 +45,7 @@ func TestSettleClaims(t *testing.T) {
 	entry := func(user string) string { return e.rdb.HGet(e.ctx, lua.BuyersKey(home), user).Val() }
 	settle := func(wantF, wantC int) {
 		t.Helper()
-		f, c, err := e.svc.SettleClaims(e.ctx, sale)
+		f, c, err := e.k.SettleClaims(e.ctx, l)
 		if err != nil || f != wantF || c != wantC {
 			t.Fatalf("SettleClaims: got %d finalised, %d cleared, %v; want %d, %d", f, c, err, wantF, wantC)
 		}

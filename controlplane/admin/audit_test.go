@@ -1,4 +1,4 @@
-package controlplane
+package admin
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -45,8 +46,8 @@ func (h *captureHandler) lines() []map[string]string {
 
 func TestAuditAdminActions(t *testing.T) {
 	audit := &captureHandler{}
-	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.AuditLogger = slog.New(audit) })
-	srv := httptest.NewServer(e.svc.Handler())
+	e := newEnv(t, sqliteDSN(t), func(c *controlplane.Config) { c.AuditLogger = slog.New(audit) })
+	srv := httptest.NewServer(e.handler())
 	t.Cleanup(srv.Close)
 	c := client{t, srv.URL}
 

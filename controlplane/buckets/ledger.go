@@ -1,0 +1,136 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// errStaleLeader answers a move whose fencing token a newer leader's
+// outranks: this Keeper's caller must stop moving units.
+var errStaleLeader = errors.New("a newer leader owns the ledger")
+
+// bucketStock is one bucket's stock in Redis.
+type bucketStock struct {
+	found                                  bool
+	total, booked, sseq, freed, gseq, want int64
+}
+
+func (b bucketStock) free() int64 { return max(b.total-b.booked, 0) }
+
+// readStock reads every bucket's stock in one pipeline.
+func (k *Keeper) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, error) {
+	tags := l.Tags()
+	cmds := make([]*redis.SliceCmd, len(tags))
+	pipe := k.rdb.Pipeline()
+	for b, t := range tags {
+		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading bucket stock: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	out := make([]bucketStock, len(tags))
+	for b, c := range cmds {
+		v := c.Val()
+		if len(v) != 6 || v[0] == nil {
+			continue
+		}
+		out[b] = bucketStock{found: true, total: salehash.Num(v[0]), booked: salehash.Num(v[1]), sseq: salehash.Num(v[2]), freed: salehash.Num(v[3]), gseq: salehash.Num(v[4]), want: salehash.Num(v[5])}
+	}
+	return out, nil
+}
+
+// ledgerState is the move a ledger holds in flight, if any.
+type ledgerState struct {
+	seq                   int64
+	inFlight              bool
+	phase                 string // "shrink" or "grant"
+	from, to, want, freed int64
+}
+
+func parseLedger(v []any) (ledgerState, error) {
+	if len(v) == 0 {
+		return ledgerState{}, fmt.Errorf("ledger: empty answer")
+	}
+	code, _ := v[0].(int64)
+	switch {
+	case code == 2 && len(v) == 2:
+		seq, _ := v[1].(int64)
+		return ledgerState{seq: seq}, nil
+	case code == 1 && len(v) == 7:
+		st := ledgerState{inFlight: true}
+		st.seq, _ = v[1].(int64)
+		st.phase, _ = v[2].(string)
+		st.from, _ = v[3].(int64)
+		st.to, _ = v[4].(int64)
+		st.want, _ = v[5].(int64)
+		st.freed, _ = v[6].(int64)
+		return st, nil
+	case code == -1:
+		return ledgerState{}, errStaleLeader
+	}
+	return ledgerState{}, fmt.Errorf("ledger: unexpected answer %v", v)
+}
+
+// readLedger reads a sale's ledger.
+func (k *Keeper) readLedger(ctx context.Context, sale string) (ledgerState, error) {
+	v, err := lua.Ledger.Run(ctx, k.rdb, lua.LedgerKeys(sale), "get", 0).Slice()
+	if err != nil {
+		return ledgerState{}, fmt.Errorf("reading ledger: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	return parseLedger(v)
+}
+
+// granted reports whether the move in flight was credited already (a
+// taking bucket that is gone counts as not credited: its rebuild leaves the
+// units out, and the move credits them again).
+func (led ledgerState) granted(stock []bucketStock) bool {
+	return led.inFlight && int(led.to) < len(stock) && stock[led.to].found && stock[led.to].gseq >= led.seq
+}
+
+// inFlightUnits is what the move in flight freed and has not credited.
+func (led ledgerState) inFlightUnits(stock []bucketStock) int64 {
+	if !led.inFlight || led.granted(stock) {
+		return 0
+	}
+	switch {
+	case led.phase == "grant":
+		return led.freed
+	case led.phase == "shrink" && int(led.from) < len(stock) && stock[led.from].found && stock[led.from].sseq == led.seq:
+		return stock[led.from].freed
+	}
+	return 0
+}
+
+// rebuildTotals gives the buckets Redis lost (missing) their totals for a
+// rebuild: what no present bucket and no move in flight holds, each its
+// live units (live) first, the rest split evenly. Every live unit had a
+// place in a bucket before the loss, so each share covers its live units
+// and the buckets' totals add up to at most the sale's.
+func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live []int64) []int64 {
+	free := total - led.inFlightUnits(stock)
+	var missing []int
+	for b, st := range stock {
+		if st.found {
+			free -= st.total
+		} else {
+			missing = append(missing, b)
+		}
+	}
+	out := make([]int64, len(stock))
+	for _, b := range missing {
+		out[b] = live[b]
+		free -= live[b]
+	}
+	free = max(free, 0)
+	for i, b := range missing {
+		out[b] += Share(free, len(missing), i)
+	}
+	return out
+}

@@ -1,0 +1,304 @@
+package buckets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Resync is controlplane's Resync for a bucketed sale, whose id and bucket
+// tags the caller has added to the set the order sinks drain: releases go
+// back to their orders' buckets, then each bucket runs lua.Resync from one database
+// snapshot grouped by bucket (FigureStore), and the sale's own hash gets
+// its admission cap raised while units remain. A bucket Redis lost is
+// rebuilt with its share (after its buyers and released orders are
+// restored from every row); a lost sale hash is prepared again with the
+// layout and the row's state. The figures returned are sums over buckets.
+//
+// The per-sale count of delivered releases (release_sync) is not checked
+// per bucket: a bucket is restored when it is missing or its reserved is
+// below the database's units of its rows.
+func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after salehash.ResyncFigures, err error) {
+	bs, ok := k.store.(FigureStore)
+	if !ok {
+		return before, after, fmt.Errorf("re-syncing bucketed sale %s: the store keeps no bucket figures", sale.ID)
+	}
+	l := Layout(sale)
+	tags := l.Tags()
+	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())
+	if err != nil {
+		return before, after, fmt.Errorf("reading figures: %w", err)
+	}
+	if err := k.deliverReleases(ctx, l); err != nil {
+		return before, after, err
+	}
+	// The sale's own hash: prepared again (with its layout) if Redis lost it.
+	created, err := lua.Prepare.Run(ctx, k.rdb, lua.SaleKeys(sale.ID),
+		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents, l.String()).Int()
+	if err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if created == 1 && sale.State != flashgate.StateUpcoming {
+		n, err := lua.SetState.Run(ctx, k.rdb, lua.SaleKeys(sale.ID), salehash.StateArg(sale.State), fencing.Of(ctx)).Int()
+		if err != nil {
+			return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+		}
+		if n == lua.SetStateFenced {
+			return before, after, fencing.Err("re-syncing sale "+sale.ID, fencing.Of(ctx))
+		}
+	}
+	before.Missing = created == 1
+	// A bucket Redis lost is rebuilt with what no other bucket and no move
+	// in flight holds (see rebuildTotals).
+	stock, err := k.readStock(ctx, l)
+	if err != nil {
+		return before, after, err
+	}
+	led, err := k.readLedger(ctx, sale.ID)
+	if err != nil {
+		return before, after, err
+	}
+	if led.inFlight && int(led.to) < len(stock) && !stock[led.to].found {
+		// The taking bucket of a move in flight is gone, and whether it was
+		// credited is gone with it: the move ends here. Its giver shrinks no
+		// further (lua.Shrink of the move for 0: what it freed stays freed),
+		// and the rebuilds share out everything no present bucket holds,
+		// those units included, with the move marked done in every rebuilt
+		// bucket (its grant then changes nothing).
+		if int(led.from) < len(stock) && stock[led.from].found {
+			if err := lua.Shrink.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, 0).Err(); err != nil {
+				return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if stock, err = k.readStock(ctx, l); err != nil {
+				return before, after, err
+			}
+		}
+		led.inFlight = false
+	}
+	live := make([]int64, l.N())
+	for b := range figs {
+		live[b] = figs[b].LiveUnits
+	}
+	rebuild := rebuildTotals(sale.Total, stock, led, live)
+	restored := false
+	ratio := strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64)
+	for b, t := range tags {
+		keys := lua.SaleKeys(t)
+		run := func(restore string) ([]int64, error) {
+			return lua.Resync.Run(ctx, k.rdb, keys, figs[b].LiveUnits, figs[b].PersistedUnits,
+				rebuild[b], salehash.PerUser(sale), sale.PriceCents,
+				string(sale.State), ratio, 0, restore, fencing.Of(ctx)).Int64Slice()
+		}
+		v, err := run("0")
+		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
+			if !restored {
+				if err := k.restore(ctx, l); err != nil {
+					return before, after, err
+				}
+				restored = true
+			}
+			v, err = run("1")
+		}
+		if err != nil {
+			return before, after, fmt.Errorf("re-syncing bucket %s: %w: %w", t, flashgate.ErrUnavailable, err)
+		}
+		if len(v) == 1 && v[0] == lua.ResyncFenced {
+			return before, after, fencing.Err("re-syncing bucket "+t, fencing.Of(ctx))
+		}
+		if len(v) != 10 {
+			return before, after, fmt.Errorf("re-syncing bucket %s: script returned %d values", t, len(v))
+		}
+		if v[0] == 1 {
+			before.Missing = true
+			if err := k.markRebuilt(ctx, l, b, led, led.granted(stock)); err != nil {
+				return before, after, err
+			}
+			k.log.Warn("bucket rebuilt in redis from the database", "sale", sale.ID, "bucket", b, "booked", v[5], "total", v[9])
+		}
+		before.Booked += v[1]
+		before.Reserved += v[2]
+		after.Booked += v[5]
+		after.Reserved += v[6]
+		after.Total += v[9]
+		if v[0] == 0 {
+			before.Total += v[9]
+		}
+	}
+	// Admission: the sale's own hash counts for the whole sale.
+	h, err := k.rdb.HMGet(ctx, lua.SaleKey(sale.ID), lua.FieldCount, lua.FieldAccess).Result()
+	if err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	count, access := salehash.Num(h[0]), salehash.Num(h[1])
+	before.AdmissionCap, before.Admitted = count, access
+	after.AdmissionCap, after.Admitted = count, access
+	if rem := sale.Total - after.Booked; rem > 0 {
+		want := access + int64(float64(rem)*salehash.AdmitRatio(sale)+0.999999)
+		if want > count {
+			if err := fencing.Mark(ctx, k.rdb, sale.ID, lua.FieldCount, want); err != nil {
+				return before, after, fmt.Errorf("re-syncing: %w", err)
+			}
+			after.AdmissionCap = want
+		}
+	}
+	before.Remaining = max(before.Total-before.Booked, 0)
+	after.Remaining = max(sale.Total-after.Booked, 0)
+	return before, after, nil
+}
+
+// deliverReleases gives every bucket the releases the database
+// queued for its sale, each order to its own bucket (lua.ReleaseBatch,
+// idempotent per order), and acknowledges them.
+func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
+	for range 1000 {
+		queue, _, err := k.store.ReleaseQueue(ctx, l.Sale, salehash.ReleaseChunk)
+		if err != nil {
+			return fmt.Errorf("reading release queue: %w", err)
+		}
+		if len(queue) == 0 {
+			return nil
+		}
+		byBucket := make([][]any, l.N())
+		ids := make([]string, 0, len(queue))
+		for _, o := range queue {
+			if o.Bucket < 0 || o.Bucket >= l.N() {
+				k.log.Error("queued release of an order outside the sale's buckets", "sale", l.Sale, "order", o.ID, "bucket", o.Bucket)
+				continue
+			}
+			if byBucket[o.Bucket] == nil {
+				byBucket[o.Bucket] = []any{":" + strconv.FormatInt(fencing.Of(ctx), 10)}
+			}
+			byBucket[o.Bucket] = append(byBucket[o.Bucket], o.ID, o.UserID, o.Quantity)
+		}
+		for b, args := range byBucket {
+			if args == nil {
+				continue
+			}
+			t := l.Tag(b)
+			res, err := lua.ReleaseBatch.Run(ctx, k.rdb, lua.ReleaseKeys(t), args...).Int64Slice()
+			if err != nil {
+				return fmt.Errorf("delivering releases: %w: %w", flashgate.ErrUnavailable, err)
+			}
+			if len(res) == 3 && res[0] == lua.ReleaseBatchFenced {
+				return fencing.Err("delivering releases", fencing.Of(ctx))
+			}
+			if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
+				// The bucket is gone: its rebuild restores the released set
+				// from the rows; the queue stays until it is delivered.
+				return nil
+			}
+			for i := 1; i < len(args); i += 3 {
+				ids = append(ids, args[i].(string))
+			}
+		}
+		// Spilled orders' home markers go once their units are back.
+		if err := k.unmarkSpilled(ctx, l, queue); err != nil {
+			return err
+		}
+		if _, err := k.store.ReleasesDelivered(ctx, l.Sale, ids, fencing.Of(ctx)); err != nil {
+			return fmt.Errorf("acknowledging releases: %w", err)
+		}
+		if len(queue) < salehash.ReleaseChunk {
+			return nil
+		}
+	}
+	return fmt.Errorf("re-syncing sale %s: %w", l.Sale, salehash.ErrReleaseBacklog)
+}
+
+// restore puts every released and live row of a bucketed sale back
+// into its own bucket's released set and buyers hash, a page at a time,
+// released rows first (lua.Restore; a bucket Redis kept is unchanged by it).
+// A row reserved outside its buyer's home bucket (a spill) also restores
+// its final marker in the home bucket, as a buyer entry whose value is the
+// marker (lua.SpillMarker): a released row's marker joins the home's
+// released set and goes from its buyers, a live row's is set unless so
+// released.
+func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
+	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
+		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
+		released := !st.Live()
+		after := ""
+		for {
+			page, err := k.store.OrdersPage(ctx, l.Sale, st, after, salehash.ReleaseChunk)
+			if err != nil {
+				return fmt.Errorf("reading orders to restore: %w", err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			byBucket := make([][]any, l.N())
+			for _, o := range page {
+				if o.Bucket < 0 || o.Bucket >= l.N() {
+					continue
+				}
+				if byBucket[o.Bucket] == nil {
+					byBucket[o.Bucket] = []any{fencing.Of(ctx), 0}
+				}
+				byBucket[o.Bucket] = append(byBucket[o.Bucket], o.UserID, o.ID)
+				// A spilled order's marker in its buyer's home bucket
+				// comes back with a live row (so a rebuilt home never
+				// lets the user buy again) and goes with a released one.
+				if h := l.Home(o.UserID); h != o.Bucket {
+					if byBucket[h] == nil {
+						byBucket[h] = []any{fencing.Of(ctx), 0}
+					}
+					byBucket[h] = append(byBucket[h], o.UserID, lua.SpillMarker(o.ID, o.Bucket))
+				}
+			}
+			for b, args := range byBucket {
+				if args == nil {
+					continue
+				}
+				if released {
+					args[1] = (len(args) - 2) / 2
+				}
+				t := l.Tag(b)
+				n, err := lua.Restore.Run(ctx, k.rdb, lua.RestoreKeys(t), args...).Int()
+				if err != nil {
+					return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+				}
+				if n == lua.RestoreFenced {
+					return fencing.Err("restoring buyers", fencing.Of(ctx))
+				}
+			}
+			if len(page) < salehash.ReleaseChunk {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	return nil
+}
+
+// markRebuilt gives a rebuilt bucket the ledger's move versions and fence:
+// moves the ledger closed are never credited or shrunk again, a move in
+// flight to it is still credited, a move in flight from it that was not
+// credited yet still shrinks it (one that was answers 0 freed), and a
+// stale leader's grant stays refused.
+func (k *Keeper) markRebuilt(ctx context.Context, l lua.Layout, b int, led ledgerState, granted bool) error {
+	fence, err := k.rdb.HGet(ctx, lua.LedgerKey(l.Sale), lua.FieldFence).Int64() // the ledger keeps its token under the same field
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	gseq, sseq := led.seq, led.seq
+	if led.inFlight && int(led.to) == b {
+		gseq--
+	}
+	if led.inFlight && led.phase == "shrink" && int(led.from) == b && !granted {
+		sseq--
+	}
+	err = fencing.Mark(ctx, k.rdb, l.Tag(b), lua.FieldGrantSeq, gseq, lua.FieldShrinkSeq, sseq,
+		lua.FieldShrinkFreed, 0, lua.FieldFence, max(fence, fencing.Of(ctx)))
+	if err != nil {
+		return fmt.Errorf("re-syncing: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package salehash reads a sale's hashes in Redis as the control plane
+// does (a sale's own hash, or one bucket's: the same fields), and holds the
+// few rules that turn a sale row into the arguments of its scripts. Both
+// controlplane and controlplane/buckets use it.
+package salehash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Figures are a sale's (or a bucket's) figures in Redis.
+type Figures struct {
+	// Exists is set when the hash is there.
+	Exists bool
+	// Total, Booked, Reserved, Count, Access and Rejected are the hash's
+	// fields (lua.FieldTotal and so on), 0 when absent.
+	Total, Booked, Reserved, Count, Access, Rejected int64
+	// Backlog is the length of the order stream.
+	Backlog int64
+}
+
+// Read reads the hashes and stream lengths of many sales or bucket tags in
+// one pipelined round trip (per node, on a cluster).
+func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figures, error) {
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	pipe := rdb.Pipeline()
+	hs := make([]*redis.SliceCmd, len(tags))
+	xs := make([]*redis.IntCmd, len(tags))
+	for i, t := range tags {
+		hs[i] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
+		xs[i] = pipe.XLen(ctx, lua.OrdersKey(t))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading redis figures: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	out := make([]Figures, len(tags))
+	for i := range tags {
+		v := hs[i].Val()
+		field := func(i int) int64 {
+			if i >= len(v) {
+				return 0
+			}
+			return Num(v[i])
+		}
+		out[i] = Figures{
+			Exists:   len(v) > 5 && v[5] != nil,
+			Total:    field(5),
+			Booked:   field(0),
+			Reserved: field(1),
+			Count:    field(2),
+			Access:   field(3),
+			Rejected: field(4),
+			Backlog:  xs[i].Val(),
+		}
+	}
+	return out, nil
+}
+
+// Num reads a Redis reply value (a string, as HMGET answers) as an
+// integer, 0 when absent.
+func Num(v any) int64 {
+	str, _ := v.(string)
+	n, _ := strconv.ParseInt(str, 10, 64)
+	return n
+}
+
+// PerUser is a sale's per-user limit as the scripts take it: 1 when unset.
+func PerUser(s flashgate.Sale) int64 {
+	if s.PerUser <= 0 {
+		return 1
+	}
+	return s.PerUser
+}
+
+// AdmitRatio is a sale's admission ratio, flashgate.DefaultAdmitRatio when
+// unset.
+func AdmitRatio(s flashgate.Sale) float64 {
+	if s.AdmitRatio <= 0 {
+		return flashgate.DefaultAdmitRatio
+	}
+	return s.AdmitRatio
+}
+
+// StateArg is lua.SetState's argument for a sale state: "close" for a
+// closed sale, "open" otherwise.
+func StateArg(st flashgate.SaleState) string {
+	if st == flashgate.StateClosed {
+		return "close"
+	}
+	return "open"
+}
+
+// ResyncFigures are a sale's Redis figures before or after a re-sync.
+type ResyncFigures struct {
+	Total        int64 `json:"total"`
+	Booked       int64 `json:"booked"`
+	Reserved     int64 `json:"reserved"`
+	Remaining    int64 `json:"remaining"`
+	Admitted     int64 `json:"admitted"`
+	AdmissionCap int64 `json:"admission_cap"`
+	// Missing is set in the "before" figures when the sale's hash was gone
+	// from Redis and the re-sync rebuilt it.
+	Missing bool `json:"missing,omitempty"`
+}
+
+// ReleaseChunk is how many orders one ReleaseBatch or Restore call of a
+// re-sync carries, and the page it reads from the database.
+const ReleaseChunk = 1000
+
+// ErrReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
+var ErrReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")

@@ -1,0 +1,45 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// QueueStatus is a fair queue's figures for GET /admin/sales/{id}.
+type QueueStatus struct {
+	Open             bool   `json:"open"`
+	Started          bool   `json:"started"`
+	Entrants         int64  `json:"entrants"`
+	PrequeueEntrants int64  `json:"prequeue_entrants"`
+	AdmittedPosition int64  `json:"admitted_position"`
+	ExpiredPosition  int64  `json:"expired_position"`
+	RatePerMinute    int64  `json:"rate_per_minute"`
+	ETASeconds       *int64 `json:"eta_seconds"`
+	MaxNumber        int64  `json:"challenge_maxnumber"`
+	SeedSHA256       string `json:"seed_sha256,omitempty"`
+}
+
+// queueStatus reads a fair sale's queue figures; ETASeconds is the time the
+// last entrant waits at the recent rate.
+func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, error) {
+	v, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate,
+		lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQRate, lua.FieldQMaxNumber, lua.FieldQSeedSHA).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	q := &QueueStatus{Open: salehash.Num(v[0]) == 1, Started: salehash.Num(v[1]) == 1, PrequeueEntrants: salehash.Num(v[2]),
+		AdmittedPosition: salehash.Num(v[4]), ExpiredPosition: salehash.Num(v[5]), RatePerMinute: salehash.Num(v[6]), MaxNumber: salehash.Num(v[7])}
+	q.Entrants = q.PrequeueEntrants + salehash.Num(v[3])
+	if sha, ok := v[8].(string); ok {
+		q.SeedSHA256 = sha
+	}
+	if q.RatePerMinute > 0 {
+		eta := max(q.Entrants-q.AdmittedPosition, 0) * 60 / q.RatePerMinute
+		q.ETASeconds = &eta
+	}
+	return q, nil
+}

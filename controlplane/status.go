@@ -1,0 +1,133 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+)
+
+// Status is a sale's live figures, the body of GET /admin/sales/{id}.
+type Status struct {
+	ID    string              `json:"id"`
+	Name  string              `json:"name"`
+	State flashgate.SaleState `json:"state"`
+	Total int64               `json:"total"`
+	// Booked is the units held by live orders, as Redis counts them.
+	Booked int64 `json:"booked"`
+	// Admitted is the requests the gateways let through (the access field).
+	Admitted int64 `json:"admitted"`
+	// Remaining is Total - Booked.
+	Remaining int64 `json:"remaining"`
+	// Orders are the database's counts by status.
+	Orders flashgate.SaleFigures `json:"orders"`
+	// StreamBacklog is the reserved orders not yet in the database.
+	StreamBacklog int64 `json:"stream_backlog"`
+	// Rejected is the requests the gateways turned away.
+	Rejected int64 `json:"rejected"`
+	// Reserved is the units ever reserved in Redis (monotonic).
+	Reserved int64 `json:"reserved"`
+	// AdmissionCap is the gateways' cut-off for Admitted (the count field).
+	AdmissionCap int64 `json:"admission_cap"`
+	// Settlement compares Redis with the database once a sale is closed.
+	Settlement *Settlement `json:"settlement,omitempty"`
+	// Buckets is the number of buckets of a bucketed sale (absent: one);
+	// BucketSalts their hash tags' salts and BucketFigures each bucket's
+	// figures, which Booked, Reserved and StreamBacklog add up.
+	Buckets       int            `json:"buckets,omitempty"`
+	BucketSalts   []int          `json:"bucket_salts,omitempty"`
+	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
+	// Archived is set once the sale ended and settled (archive.go).
+	Archived bool `json:"archived,omitempty"`
+	// Queue is a fair queue's figures (queue.go); absent first come.
+	Queue *QueueStatus `json:"queue,omitempty"`
+}
+
+// Settlement is the end-of-sale comparison of Redis and the database.
+type Settlement struct {
+	// Settled is true once the stream backlog has drained, so the figures
+	// below are final until orders are cancelled, expired or refunded.
+	Settled bool `json:"settled"`
+	// RedisBooked is booked in Redis; DBLiveUnits the units of live rows.
+	RedisBooked int64 `json:"redis_booked"`
+	DBLiveUnits int64 `json:"db_live_units"`
+	// Difference is RedisBooked - DBLiveUnits - StreamBacklog units; a
+	// settled sale should show 0 (the re-sync loop corrects any other value).
+	Difference int64 `json:"difference"`
+}
+
+// SaleStatus reports a sale's live figures from Redis and the database.
+func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
+	if !flashgate.ValidSaleID(id) {
+		return Status{}, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
+	}
+	sale, err := s.store.Sale(ctx, id)
+	if err != nil {
+		return Status{}, fmt.Errorf("reading sale: %w", err)
+	}
+	fig, err := s.store.Figures(ctx, id)
+	if err != nil {
+		return Status{}, fmt.Errorf("reading figures: %w", err)
+	}
+	rf, err := s.redisFigures(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
+	buckets, err := s.buckets.Fold(ctx, sale, &rf)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{
+		ID:            sale.ID,
+		Name:          sale.Name,
+		State:         sale.State,
+		Total:         sale.Total,
+		Booked:        rf.Booked,
+		Admitted:      rf.Access,
+		Remaining:     sale.Total - rf.Booked,
+		Orders:        fig,
+		StreamBacklog: rf.Backlog,
+		Rejected:      rf.Rejected,
+		Reserved:      rf.Reserved,
+		AdmissionCap:  rf.Count,
+		Buckets:       sale.Buckets,
+		BucketSalts:   sale.BucketSalts,
+		BucketFigures: buckets,
+		Archived:      sale.Archived,
+	}
+	if st.Remaining < 0 {
+		st.Remaining = 0
+	}
+	if st.State == flashgate.StateOpen && st.Remaining == 0 {
+		st.State = flashgate.StateSoldOut
+	}
+	if sale.State == flashgate.StateClosed {
+		st.Settlement = settlement(rf, fig)
+	}
+	if sale.Fair() {
+		if st.Queue, err = s.queueStatus(ctx, id); err != nil {
+			return Status{}, err
+		}
+	}
+	return st, nil
+}
+
+// redisFigures reads a sale's hash and stream length in one round trip.
+func (s *Service) redisFigures(ctx context.Context, id string) (salehash.Figures, error) {
+	rfs, err := salehash.Read(ctx, s.rdb, []string{id})
+	if err != nil {
+		return salehash.Figures{}, err
+	}
+	return rfs[0], nil
+}
+
+func settlement(rf salehash.Figures, fig flashgate.SaleFigures) *Settlement {
+	return &Settlement{
+		Settled:     rf.Backlog == 0,
+		RedisBooked: rf.Booked,
+		DBLiveUnits: fig.LiveUnits,
+		Difference:  rf.Booked - fig.LiveUnits - rf.Backlog,
+	}
+}
