@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDINFO := github.com/flashgate/flashgate/internal/buildinfo
 # FUZZTIME is how long make test and make fuzz run each fuzz target.
-FUZZTIME ?= 15s
+FUZZTIME ?= 10s
 
 .DEFAULT_GOAL := help
 
@@ -53,7 +53,7 @@ bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase
 	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./scripts/bench
 
 .PHONY: fuzz
-fuzz: ## Every fuzz target (router, token verifier against golang-jwt, bearer shape, JSON escaper) for FUZZTIME each (15s; make fuzz FUZZTIME=10m for longer); failing inputs land in testdata/fuzz/.
+fuzz: ## Every fuzz target (router, token verifier against golang-jwt, bearer shape, JSON escaper) for FUZZTIME each (10s; make fuzz FUZZTIME=10m for longer); failing inputs land in testdata/fuzz/.
 	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: faults

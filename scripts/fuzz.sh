@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # fuzz.sh [FUZZTIME]: runs every fuzz target of the module (each func FuzzX
-# in a _test.go file), one after another, for FUZZTIME each (default 15s; Go's
+# in a _test.go file), one after another, for FUZZTIME each (default 10s; Go's
 # -fuzztime syntax), on top of its corpus in testdata/fuzz/FuzzX beside it.
 # An input that fails is written there by go test and the run stops with its
 # failure: fix the code and commit the input with the fix, so that every
 # later go test runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${1:-15s}
+fuzztime=${1:-10s}
 go=${GO:-go}
 
 # "dir name" per target, e.g. "./gateway FuzzRouter".
