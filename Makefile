@@ -7,6 +7,8 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDINFO := github.com/flashgate/flashgate/internal/buildinfo
+# FUZZTIME is how long make test and make fuzz run each fuzz target.
+FUZZTIME ?= 10s
 
 .DEFAULT_GOAL := help
 
@@ -23,9 +25,10 @@ demo: build ## Run the zero set-up demo: embedded store, 100 units, 100,000 buye
 	./$(BIN) demo
 
 .PHONY: test
-test: ## go vet, then go test -race over everything against throwaway Redis and PostgreSQL.
+test: ## go vet, then go test -race over everything against throwaway Redis and PostgreSQL, then every fuzz target for FUZZTIME (make fuzz).
 	$(GO) vet $(PKGS)
 	scripts/with-testenv.sh $(GO) test -race -count=1 -timeout 20m $(PKGS)
+	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: test-edge
 test-edge: ## The edge under load: cluster.sh with nginx, a Sentinel failover mid-crowd, 20,000 buyers from one address, --sale-rate over 2 gateways (about two minutes; needs nginx).
@@ -50,10 +53,8 @@ bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase
 	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
 
 .PHONY: fuzz
-fuzz: ## Fuzz the gateway router, token verifier and JSON string escaper, 30s each.
-	$(GO) test -run '^$$' -fuzz FuzzRouter -fuzztime 30s ./gateway
-	$(GO) test -run '^$$' -fuzz FuzzVerifier -fuzztime 30s ./gateway
-	$(GO) test -run '^$$' -fuzz FuzzAppend -fuzztime 30s ./internal/jsonstr
+fuzz: ## Every fuzz target (router, token verifier against golang-jwt, bearer shape, JSON escaper) for FUZZTIME each (10s; make fuzz FUZZTIME=10m for longer); failing inputs land in testdata/fuzz/.
+	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: faults
 faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/); drawings of rejected histories go to bin/faults.

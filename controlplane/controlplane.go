@@ -85,47 +85,105 @@ type Config struct {
 	// Required.
 	AdminToken string
 	// Clock tells the time of the sale schedule and of order transitions;
-	// default flashgate.SystemClock.
+	// nil means flashgate.SystemClock.
 	Clock flashgate.Clock
-	// Logger receives lifecycle and error reports; default slog.Default().
+	// Logger receives lifecycle and error reports; nil means
+	// slog.Default().
 	Logger *slog.Logger
-	// PaymentWindow is how long an order may stay unpaid; default 15m.
+	// PaymentWindow is how long an order may stay unpaid; zero means
+	// DefaultPaymentWindow.
 	PaymentWindow time.Duration
-	// ResyncEvery is how often the leader re-syncs stock; default 1s.
+	// ResyncEvery is how often the leader re-syncs stock; zero means
+	// DefaultResyncEvery.
 	ResyncEvery time.Duration
 	// TickEvery is the scheduler tick (start/stop at times, expiry, leader
-	// lease renewal); default 200ms.
+	// lease renewal); zero means DefaultTickEvery.
 	TickEvery time.Duration
 	// LeaderTTL is the lifetime of the leader lease, renewed every tick;
-	// default 5s.
+	// zero means DefaultLeaderTTL.
 	LeaderTTL time.Duration
 	// PersistWait is how long Pay, Cancel and Refund wait for an order that
 	// is still only reserved in Redis to reach the database before answering
-	// not_payable; default 2s, negative means do not wait.
+	// not_payable; zero means DefaultPersistWait, negative: do not wait.
 	PersistWait time.Duration
 	// SpillClaimAge is how old a spill claim of a bucketed sale must be
 	// before the leader settles it (SettleClaims): well above the time an
 	// inventory takes from a claim to its finalisation, so that the
 	// leader rarely does the work of a spill in flight (doing it is safe);
-	// default 5s.
+	// zero means DefaultSpillClaimAge.
 	SpillClaimAge time.Duration
-	// Metrics is where the control plane registers its collectors; default a
-	// private registry.
+	// Metrics is where the control plane registers its collectors; nil
+	// means a private registry.
 	Metrics prometheus.Registerer
-	// Gatherer is what /metrics serves; default Metrics when it is also a
-	// Gatherer (as *prometheus.Registry is), else the private registry.
+	// Gatherer is what /metrics serves; nil means Metrics when it is also
+	// a Gatherer (as *prometheus.Registry is), else the private registry.
 	Gatherer prometheus.Gatherer
-	// NodeID names this process in the leader lock; default hostname-pid.
+	// NodeID names this process in the leader lock; empty means
+	// hostname-pid.
 	NodeID string
-	// AuditLogger receives one line per admin action (admin/audit.go); default
+	// AuditLogger receives one line per admin action (admin/audit.go); nil means
 	// Logger with the attribute log=audit.
 	AuditLogger *slog.Logger
 	// QueueBacklog holds a fair queue's admission while a sale's order
-	// stream holds more entries than this; default 10,000.
+	// stream holds more entries than this; zero means DefaultQueueBacklog.
 	QueueBacklog int64
 	// QueueLatency holds a fair queue's admission while reading the sale
-	// from Redis takes longer than this; default 100ms.
+	// from Redis takes longer than this; zero means DefaultQueueLatency.
 	QueueLatency time.Duration
+}
+
+// The defaults of Config's fields, the one source of them: withDefaults
+// fills them in, and cmd/flashgate's flags default to them.
+const (
+	DefaultPaymentWindow = 15 * time.Minute
+	DefaultResyncEvery   = time.Second
+	DefaultTickEvery     = 200 * time.Millisecond
+	DefaultLeaderTTL     = 5 * time.Second
+	DefaultPersistWait   = 2 * time.Second
+	DefaultSpillClaimAge = 5 * time.Second
+	DefaultQueueBacklog  = 10_000
+	DefaultQueueLatency  = 100 * time.Millisecond
+)
+
+// withDefaults returns c with each zero field (a zero or negative
+// duration or size, where negative has no meaning of its own) set to its
+// default. Metrics, Gatherer and AuditLogger are resolved by New.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = flashgate.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.PaymentWindow <= 0 {
+		c.PaymentWindow = DefaultPaymentWindow
+	}
+	if c.ResyncEvery <= 0 {
+		c.ResyncEvery = DefaultResyncEvery
+	}
+	if c.TickEvery <= 0 {
+		c.TickEvery = DefaultTickEvery
+	}
+	if c.LeaderTTL <= 0 {
+		c.LeaderTTL = DefaultLeaderTTL
+	}
+	if c.PersistWait == 0 {
+		c.PersistWait = DefaultPersistWait
+	}
+	if c.SpillClaimAge <= 0 {
+		c.SpillClaimAge = DefaultSpillClaimAge
+	}
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		c.NodeID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.QueueBacklog <= 0 {
+		c.QueueBacklog = DefaultQueueBacklog
+	}
+	if c.QueueLatency <= 0 {
+		c.QueueLatency = DefaultQueueLatency
+	}
+	return c
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -192,6 +250,7 @@ func New(cfg Config) (*Service, error) {
 	case cfg.AdminToken == "":
 		return nil, errors.New("controlplane: Config.AdminToken is required")
 	}
+	cfg = cfg.withDefaults()
 	s := &Service{
 		rdb:           cfg.Redis,
 		store:         cfg.Store,
@@ -199,34 +258,18 @@ func New(cfg Config) (*Service, error) {
 		token:         []byte(cfg.AdminToken),
 		clock:         cfg.Clock,
 		log:           cfg.Logger,
-		paymentWindow: orDefault(cfg.PaymentWindow, 15*time.Minute),
-		resyncEvery:   orDefault(cfg.ResyncEvery, time.Second),
-		tickEvery:     orDefault(cfg.TickEvery, 200*time.Millisecond),
-		leaderTTL:     orDefault(cfg.LeaderTTL, 5*time.Second),
+		paymentWindow: cfg.PaymentWindow,
+		resyncEvery:   cfg.ResyncEvery,
+		tickEvery:     cfg.TickEvery,
+		leaderTTL:     cfg.LeaderTTL,
 		persistWait:   cfg.PersistWait,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
-		queueLatency:  orDefault(cfg.QueueLatency, 100*time.Millisecond),
-	}
-	if s.queueBacklog <= 0 {
-		s.queueBacklog = 10_000
-	}
-	if s.clock == nil {
-		s.clock = flashgate.SystemClock{}
-	}
-	if s.log == nil {
-		s.log = slog.Default()
+		queueLatency:  cfg.QueueLatency,
 	}
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
-	if s.persistWait == 0 {
-		s.persistWait = 2 * time.Second
-	}
-	if s.nodeID == "" {
-		host, _ := os.Hostname()
-		s.nodeID = host + "-" + strconv.Itoa(os.Getpid())
-	}
 	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	reg := cfg.Metrics
 	s.gatherer = cfg.Gatherer
@@ -253,11 +296,4 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	return s, nil
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }

@@ -145,8 +145,10 @@ func (v *verifier) verify(tok []byte, now int64) (string, bool) {
 	if !parseClaims(m.payload[:n], c) || !flashgate.ValidUserID(c.sub) || !c.hasExp {
 		return "", false
 	}
+	// Whole seconds on both sides (nbf and exp are whole seconds): nbf in
+	// nanoseconds would overflow int64 past the year 2262.
 	sec := now / 1e9
-	if sec >= c.exp || c.hasNbf && now < c.nbf*1e9 {
+	if sec >= c.exp || c.hasNbf && sec < c.nbf {
 		return "", false
 	}
 	if !known {

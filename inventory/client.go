@@ -19,28 +19,55 @@ import (
 // ClientConfig configures a Client. The zero value is a valid configuration.
 type ClientConfig struct {
 	// Timeout bounds each call, connecting included; a context deadline
-	// that comes sooner wins. Default: 2s.
+	// that comes sooner wins. Zero means DefaultClientTimeout.
 	Timeout time.Duration
 	// MaxConnsPerAddr is the most connections to one inventory address.
-	// Default: 512.
+	// Zero means DefaultMaxConnsPerAddr.
 	MaxConnsPerAddr int
-	// Dial opens connections; tests pass an in-memory listener's. Default:
+	// Dial opens connections; tests pass an in-memory listener's. Nil means
 	// fasthttp's TCP dialer.
 	Dial fasthttp.DialFunc
 	// Token is the bearer token the inventory tiers require (their
-	// HandlerConfig.Token). Default: none.
+	// HandlerConfig.Token). Empty: none.
 	Token string
 	// Retries is how many times a call whose request never reached an
 	// inventory, or whose answer was lost (any transport failure: a
 	// keep-alive connection to a restarted inventory, a reset, a timeout),
 	// is sent again, each time on a freshly dialled connection to the
 	// address after the one that failed, while the deadline allows. Reserve sends the order id it
-	// minted, so a retry never reserves twice. Default: 2; negative: none.
+	// minted, so a retry never reserves twice. Zero means DefaultRetries;
+	// negative: none.
 	Retries int
 	// NewOrderID mints the order id Reserve sends; it must be safe for
 	// concurrent use and return ids that satisfy flashgate.ValidOrderID.
-	// Default: a monotonic ULID.
+	// Nil means a monotonic ULID.
 	NewOrderID func() string
+}
+
+// The defaults of ClientConfig's fields: withDefaults fills them in.
+const (
+	DefaultClientTimeout   = 2 * time.Second
+	DefaultMaxConnsPerAddr = 512
+	DefaultRetries         = 2
+)
+
+// withDefaults returns c with each zero field (a zero or negative
+// duration or size, where negative has no meaning of its own) set to its
+// default.
+func (c ClientConfig) withDefaults() ClientConfig {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultClientTimeout
+	}
+	if c.MaxConnsPerAddr <= 0 {
+		c.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	}
+	if c.Retries == 0 {
+		c.Retries = DefaultRetries
+	}
+	if c.NewOrderID == nil {
+		c.NewOrderID = ulidMinter(flashgate.SystemClock{})
+	}
+	return c
 }
 
 // Client calls inventory tiers served by NewHandler, spreading calls over
@@ -61,18 +88,7 @@ func NewClient(addrs []string, cfg ClientConfig) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("inventory client: no addresses: %w", flashgate.ErrBadRequest)
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second
-	}
-	if cfg.MaxConnsPerAddr <= 0 {
-		cfg.MaxConnsPerAddr = 512
-	}
-	if cfg.Retries == 0 {
-		cfg.Retries = 2
-	}
-	if cfg.NewOrderID == nil {
-		cfg.NewOrderID = ulidMinter(flashgate.SystemClock{})
-	}
+	cfg = cfg.withDefaults()
 	c := &Client{timeout: cfg.Timeout, retries: max(cfg.Retries, 0), newID: cfg.NewOrderID}
 	for _, a := range addrs {
 		hostport, tls, err := parseAddr(a)

@@ -48,11 +48,11 @@ type reserveRequest struct {
 
 // HandlerConfig configures NewHandler. The zero value works.
 type HandlerConfig struct {
-	// Logger receives panics and readiness failures. Default: discard.
+	// Logger receives panics and readiness failures. Nil: discarded.
 	Logger *slog.Logger
 	// Token, when set, is the bearer token every /v1/ call must carry,
 	// compared in constant time; a call without it is 401 unauthorized.
-	// The health routes stay open. Default: none (any caller that reaches
+	// The health routes stay open. Empty: none (any caller that reaches
 	// the listener may reserve, so keep it on a private network).
 	Token string
 }

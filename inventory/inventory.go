@@ -44,12 +44,12 @@ var (
 
 // Config configures a Service. The zero value is a valid configuration.
 type Config struct {
-	// Clock stamps each order entry. Default: flashgate.SystemClock.
+	// Clock stamps each order entry. Nil means flashgate.SystemClock.
 	Clock flashgate.Clock
-	// Logger receives debug and warning lines. Default: discard.
+	// Logger receives debug and warning lines. Nil: discarded.
 	Logger *slog.Logger
 	// NewOrderID mints the id of each order; it must be safe for concurrent
-	// use and return ids that satisfy flashgate.ValidOrderID. Default: a
+	// use and return ids that satisfy flashgate.ValidOrderID. Nil means a
 	// monotonic ULID taken from Clock.
 	NewOrderID func() string
 	// WaitReplicas, when > 0, makes Reserve send `WAIT WaitReplicas
@@ -58,13 +58,14 @@ type Config struct {
 	// reservation answered with an order id has reached that many replicas.
 	// When WAIT falls short, Reserve answers ErrUnavailable instead: the
 	// reservation stands in Redis, and the buyer's retry finds it as
-	// ErrAlreadyPurchased with its order id. Default: 0, no WAIT.
+	// ErrAlreadyPurchased with its order id. Zero: no WAIT.
 	WaitReplicas int
 	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
-	// timeout. Default: 1s (only used when WaitReplicas > 0).
+	// timeout. Zero means DefaultWaitTimeout (only used when WaitReplicas
+	// > 0).
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_reserve_total{outcome} and
-	// flashgate_redis_call_seconds{op}. Default: nil, no metrics.
+	// flashgate_redis_call_seconds{op}. Nil: no metrics.
 	Metrics prometheus.Registerer
 	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
 	// reserves. By default, when primary is a *redis.Client or a
@@ -77,11 +78,44 @@ type Config struct {
 	// MaxReserveBatch is the most reserves of one sale (or bucket) that one
 	// script call carries (lua.ReserveMany): reserves arriving while
 	// ReserveCallsInFlight calls of their sale are out wait and go together
-	// in the next. 1 sends every reserve alone. Default: 128.
+	// in the next. 1 sends every reserve alone. Zero means
+	// DefaultMaxReserveBatch.
 	MaxReserveBatch int
 	// ReserveCallsInFlight is how many reserve script calls of one sale (or
-	// bucket) may be out at once. Default: 2.
+	// bucket) may be out at once. Zero means DefaultReserveCallsInFlight.
 	ReserveCallsInFlight int
+}
+
+// The defaults of Config's fields, the one source of them: withDefaults
+// fills them in, and cmd/flashgate's flags default to them.
+const (
+	DefaultWaitTimeout          = 500 * time.Millisecond
+	DefaultMaxReserveBatch      = 128
+	DefaultReserveCallsInFlight = 2
+)
+
+// withDefaults returns c with each zero field (a zero or negative
+// duration or size) set to its default.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = flashgate.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.NewOrderID == nil {
+		c.NewOrderID = ulidMinter(c.Clock)
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.MaxReserveBatch <= 0 {
+		c.MaxReserveBatch = DefaultMaxReserveBatch
+	}
+	if c.ReserveCallsInFlight <= 0 {
+		c.ReserveCallsInFlight = DefaultReserveCallsInFlight
+	}
+	return c
 }
 
 // Service reserves and releases stock on the Redis primary. It is safe for
@@ -109,21 +143,15 @@ type Service struct {
 // New returns a Service that writes to primary, which must be the Redis
 // primary (never a replica).
 func New(primary redis.UniversalClient, cfg Config) *Service {
+	cfg = cfg.withDefaults()
 	s := &Service{
-		rdb:          primary,
-		clock:        cfg.Clock,
-		log:          cfg.Logger,
-		newID:        cfg.NewOrderID,
-		waitReplicas: cfg.WaitReplicas,
-	}
-	if s.clock == nil {
-		s.clock = flashgate.SystemClock{}
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if s.newID == nil {
-		s.newID = ulidMinter(s.clock)
+		rdb:           primary,
+		clock:         cfg.Clock,
+		log:           cfg.Logger,
+		newID:         cfg.NewOrderID,
+		waitReplicas:  cfg.WaitReplicas,
+		batchMax:      cfg.MaxReserveBatch,
+		batchInFlight: cfg.ReserveCallsInFlight,
 	}
 	s.scripter = primary
 	if c, ok := primary.(autoPipeliner); ok && !cfg.NoAutoPipeline && cfg.WaitReplicas <= 0 {
@@ -133,20 +161,8 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 			s.log.Warn("automatic pipelining unavailable; reserving one call at a time", "err", err)
 		}
 	}
-	wt := cfg.WaitTimeout
-	if wt <= 0 {
-		wt = time.Second
-	}
-	s.batchMax = cfg.MaxReserveBatch
-	if s.batchMax <= 0 {
-		s.batchMax = 128
-	}
-	s.batchInFlight = cfg.ReserveCallsInFlight
-	if s.batchInFlight <= 0 {
-		s.batchInFlight = 2
-	}
 	s.lanes = make(map[string]*lane)
-	s.waitMillis = wt.Milliseconds()
+	s.waitMillis = cfg.WaitTimeout.Milliseconds()
 	if s.waitMillis < 1 {
 		s.waitMillis = 1 // WAIT 0 would block forever
 	}

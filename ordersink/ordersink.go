@@ -39,20 +39,21 @@ type Store interface {
 
 // Config tunes a Drainer. The zero value works.
 type Config struct {
-	// Consumer is this drainer's name in the consumer group; default the
-	// host name, which survives a restart. A drainer that restarts under the
+	// Consumer is this drainer's name in the consumer group; empty means
+	// DefaultConsumer(""), the host name, which survives a restart. A drainer that restarts under the
 	// same name re-reads its own pending entries at once; under another name
 	// they are claimed by a live drainer after ClaimIdle. Two drainers that
 	// share a name are safe (inserts are idempotent) but may store the same
 	// entries twice over; give each its own.
 	Consumer string
 	// Batch is the most entries read from one stream, and orders inserted,
-	// at once; default 1024. A poll reads what the stream holds up to Batch,
-	// so batches grow only while the stream is busy, where each commit's
-	// cost is shared by more orders.
+	// at once; zero means DefaultBatch. A poll reads what the stream holds
+	// up to Batch, so batches grow only while the stream is busy, where
+	// each commit's cost is shared by more orders.
 	Batch int
 	// Block is how long Run pauses after a poll that found no new entries:
-	// the longest an idle drainer takes to see a new one; default 50ms.
+	// the longest an idle drainer takes to see a new one; zero means
+	// DefaultBlock.
 	Block time.Duration
 	// Linger is how long Run lets pass between the starts of two polls
 	// when the first read entries but filled no batch: the stream is busy,
@@ -60,21 +61,25 @@ type Config struct {
 	// commit, a round trip per command) among more orders; a poll that
 	// fills a batch is followed by the next at once. It adds at most Linger
 	// to the time an order takes to reach the database (buyers are answered
-	// at reserve time, before). Default 50ms, as Block; a negative value
+	// at reserve time, before). Zero means DefaultLinger; a negative value
 	// turns it off.
 	Linger time.Duration
 	// ClaimIdle is how long an entry must have sat unacknowledged in another
-	// consumer before it is claimed (XAUTOCLAIM); default 30s.
+	// consumer before it is claimed (XAUTOCLAIM); zero means
+	// DefaultClaimIdle.
 	ClaimIdle time.Duration
 	// RefreshSales is how often Run re-reads the set of sales to learn new
-	// sale streams; default 1s.
+	// sale streams; zero means DefaultRefreshSales.
 	RefreshSales time.Duration
 	// BackoffMin and BackoffMax bound the wait between retries while the
-	// database or Redis fails; defaults 50ms and 2s.
+	// database or Redis fails; zero means DefaultBackoffMin, and a
+	// BackoffMax below BackoffMin means DefaultBackoffMax (BackoffMin if
+	// that is longer).
 	BackoffMin, BackoffMax time.Duration
-	// Logger receives warnings and errors; default slog.Default().
+	// Logger receives warnings and errors; nil means slog.Default().
 	Logger *slog.Logger
-	// Clock tells the time for lag figures; default flashgate.SystemClock.
+	// Clock tells the time for lag figures; nil means
+	// flashgate.SystemClock.
 	Clock flashgate.Clock
 	// WaitReplicas is how many replicas must hold a batch before it is
 	// committed: the drainer re-claims the batch's entries (XCLAIM JUSTID, a
@@ -83,7 +88,7 @@ type Config struct {
 	// fewer replicas acknowledge, the batch is not committed: it stays
 	// pending and is tried again after a backoff.
 	//
-	// Default (0, WaitAuto): n is the number of replicas the stream's
+	// Zero (WaitAuto): n is the number of replicas the stream's
 	// primary reports online (INFO replication, sent with the re-claims, in
 	// the same round trip); a lagging replica holds the commit. A primary
 	// without replicas needs no WAIT and is asked again at most once a
@@ -91,13 +96,67 @@ type Config struct {
 	// batch); a store that cannot tell (miniredis) is taken to have none. A
 	// number > 0 waits for exactly that many; WaitOff (< 0) never waits.
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; default 500ms.
+	// WaitTimeout bounds each WAIT; zero means DefaultWaitTimeout. Keep it
+	// below the Redis client's read timeout.
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,
 	// flashgate_sink_backlog and flashgate_sink_dead_letters_total{sale};
-	// default none.
+	// nil: no metrics.
 	Metrics prometheus.Registerer
+}
+
+// The defaults of Config's fields, the one source of them: withDefaults
+// fills them in, and cmd/flashgate's flags default to them.
+const (
+	DefaultBatch        = 1024
+	DefaultBlock        = 50 * time.Millisecond
+	DefaultLinger       = 50 * time.Millisecond
+	DefaultClaimIdle    = 30 * time.Second
+	DefaultRefreshSales = time.Second
+	DefaultBackoffMin   = 50 * time.Millisecond
+	DefaultBackoffMax   = 2 * time.Second
+	DefaultWaitTimeout  = 500 * time.Millisecond
+)
+
+// withDefaults returns c with each zero field (a zero or negative
+// duration or size, where negative has no meaning of its own) set to its
+// default.
+func (c Config) withDefaults() Config {
+	if c.Consumer == "" {
+		c.Consumer = DefaultConsumer("")
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.Block <= 0 {
+		c.Block = DefaultBlock
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.ClaimIdle <= 0 {
+		c.ClaimIdle = DefaultClaimIdle
+	}
+	if c.RefreshSales <= 0 {
+		c.RefreshSales = DefaultRefreshSales
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = DefaultBackoffMin
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffMin)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = flashgate.SystemClock{}
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = DefaultWaitTimeout
+	}
+	return c
 }
 
 // Values of Config.WaitReplicas besides a count.
@@ -159,39 +218,7 @@ type retry struct {
 // *redis.ClusterClient for a cluster), best a client of its own: each WAIT
 // holds a connection for up to WaitTimeout.
 func New(rdb redis.UniversalClient, store Store, cfg Config) *Drainer {
-	if cfg.Consumer == "" {
-		cfg.Consumer = DefaultConsumer("")
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 1024
-	}
-	if cfg.Block <= 0 {
-		cfg.Block = 50 * time.Millisecond
-	}
-	if cfg.Linger == 0 {
-		cfg.Linger = 50 * time.Millisecond
-	}
-	if cfg.WaitTimeout <= 0 {
-		cfg.WaitTimeout = 500 * time.Millisecond
-	}
-	if cfg.ClaimIdle <= 0 {
-		cfg.ClaimIdle = 30 * time.Second
-	}
-	if cfg.RefreshSales <= 0 {
-		cfg.RefreshSales = time.Second
-	}
-	if cfg.BackoffMin <= 0 {
-		cfg.BackoffMin = 50 * time.Millisecond
-	}
-	if cfg.BackoffMax < cfg.BackoffMin {
-		cfg.BackoffMax = max(2*time.Second, cfg.BackoffMin)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = flashgate.SystemClock{}
-	}
+	cfg = cfg.withDefaults()
 	return &Drainer{
 		rdb:         rdb,
 		store:       store,

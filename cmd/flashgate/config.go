@@ -12,11 +12,17 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
 // Config is every setting of every command. Its zero value is not used
-// directly: parseConfig fills the defaults of docs/api.md in through the flags.
+// directly: parseConfig fills the defaults in through the flags (flagSpecs),
+// whose defaults for a tier's setting are that tier's Default* constants;
+// the flag tables of README.md and docs/api.md are generated from them.
 type Config struct {
 	Listen        string        // public gateway listener; ":8080"
 	AdminListen   string        // control plane listener; "127.0.0.1:8081"
@@ -28,25 +34,25 @@ type Config struct {
 	AdminToken    string        // bearer token of the admin API; required
 	Inventory     string        // comma-separated inventory tiers; "" = in-process
 	InventoryTok  string        // bearer token between gateways and inventory tiers; "" = none
-	UserRate      float64       // per-user attempts per second; 2
-	UserBurst     int           // per-user burst; 5
-	SaleRate      float64       // per-sale attempts per second, whole deployment; 50000
-	PaymentWindow time.Duration // unpaid orders expire after this; 15m
-	StateRefresh  time.Duration // gateway cache window for sale state; 20ms
-	UserLimiters  int           // gateway: per-user rate limiters held at once; 1000000
-	FastConns     int           // gateway: connections that keep their buffers when idle; 256
-	ResyncEvery   time.Duration // control plane re-sync period; 1s
+	UserRate      float64       // per-user attempts per second; gateway.DefaultUserRate
+	UserBurst     int           // per-user burst; gateway.DefaultUserBurst
+	SaleRate      float64       // per-sale attempts per second, whole deployment; gateway.DefaultSaleRate
+	PaymentWindow time.Duration // unpaid orders expire after this; controlplane.DefaultPaymentWindow
+	StateRefresh  time.Duration // gateway cache window for sale state; gateway.DefaultStateRefresh
+	UserLimiters  int           // gateway: per-user rate limiters held at once; gateway.DefaultMaxUsers
+	FastConns     int           // gateway: connections that keep their buffers when idle; gateway.DefaultFastConns
+	ResyncEvery   time.Duration // control plane re-sync period; controlplane.DefaultResyncEvery
 	WaitReplicas  int           // replicas a reserve waits for (WAIT); 0
-	ReserveBatch  int           // reserves of one sale per script call; 128
+	ReserveBatch  int           // reserves of one sale per script call; inventory.DefaultMaxReserveBatch
 	LogLevel      string        // debug, info, warn, error; "info"
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
 	MetricsListen string        // gateway/inventory: /metrics and health listener; "" = none
 
 	// order sink
 	SinkName         string        // consumer name; "" = <hostname>-<admin-listen port>
-	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit, as ordersink.Config.WaitReplicas; auto
-	SinkWaitTimeout  time.Duration // bound of each such WAIT; 500ms
-	SinkClaimIdle    time.Duration // idle time before another sink's entries are claimed; 30s
+	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit, as ordersink.Config.WaitReplicas; ordersink.WaitAuto
+	SinkWaitTimeout  time.Duration // bound of each such WAIT; ordersink.DefaultWaitTimeout
+	SinkClaimIdle    time.Duration // idle time before another sink's entries are claimed; ordersink.DefaultClaimIdle
 
 	// demo and crowd
 	Units       int64         // demo: units on sale; 100
@@ -156,20 +162,20 @@ var flagSpecs = []flagSpec{
 	{"admin-token", "bearer token for the admin API (required)", cpLike | cmdCrowd, strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
 	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.Inventory }, "")},
 	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", cmdServe | cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
-	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, 2)},
-	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, 5)},
-	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, 50000)},
-	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, 15*time.Minute)},
-	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, 20*time.Millisecond)},
-	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, 1_000_000)},
-	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, 256)},
-	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, time.Second)},
+	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, gateway.DefaultUserRate)},
+	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, gateway.DefaultUserBurst)},
+	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, gateway.DefaultSaleRate)},
+	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, controlplane.DefaultPaymentWindow)},
+	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, gateway.DefaultStateRefresh)},
+	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, gateway.DefaultMaxUsers)},
+	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, gateway.DefaultFastConns)},
+	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, controlplane.DefaultResyncEvery)},
 	{"wait-replicas", "replicas each reserve waits for (Redis WAIT) before answering; 0 = none", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.WaitReplicas }, 0)},
-	{"reserve-batch", "most reserves of one sale (or bucket) the inventory sends in one script call; reserves arriving while the sale's calls are out wait for the next (1 = one call each)", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.ReserveBatch }, 128)},
+	{"reserve-batch", "most reserves of one sale (or bucket) the inventory sends in one script call; reserves arriving while the sale's calls are out wait for the next (1 = one call each)", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.ReserveBatch }, inventory.DefaultMaxReserveBatch)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
 	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it: auto = those the stream's primary has online, n = exactly n, 0 = none", cmdServe | cmdOrdersink, waitFlag(func(c *Config) *int { return &c.SinkWaitReplicas })},
-	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, 500*time.Millisecond)},
-	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, 30*time.Second)},
+	{"sink-wait-timeout", "bound of each WAIT of the order sink; a shortfall delays the batch", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkWaitTimeout }, ordersink.DefaultWaitTimeout)},
+	{"sink-claim-idle", "how long another (dead) sink's entries sit before this sink claims them", cmdServe | cmdOrdersink, durFlag(func(c *Config) *time.Duration { return &c.SinkClaimIdle }, ordersink.DefaultClaimIdle)},
 	{"metrics-listen", "listener for /metrics, /healthz and /readyz of this tier (default: none)", cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.MetricsListen }, "")},
 	{"pprof", "serve /debug/pprof/ on the admin listener (internal only)", cmdServe | cmdControlplane | cmdDemo, boolFlag(func(c *Config) *bool { return &c.Pprof }, false)},
 	{"log-level", "debug, info, warn or error", servers | cmdDemo, strFlag(func(c *Config) *string { return &c.LogLevel }, "info")},
@@ -347,6 +353,10 @@ func (c *Config) validate(cmd string) error {
 	}
 	if len(c.SinkName) > 128 || strings.ContainsFunc(c.SinkName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return fmt.Errorf("--sink-name %q: want at most 128 characters, no spaces or control characters", c.SinkName)
+	}
+	if gwLike.has(cmd) && c.UserRate > 0 && c.UserBurst < 1 {
+		// The gateway would take a zero burst for its default.
+		return fmt.Errorf("--user-burst must be at least 1 while --user-rate is above 0")
 	}
 	if gwLike.has(cmd) && (c.UserLimiters < 1 || c.FastConns < 1) {
 		return fmt.Errorf("--user-limiters and --fast-conns must be at least 1")

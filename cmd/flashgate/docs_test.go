@@ -26,7 +26,7 @@ import (
 	"github.com/flashgate/flashgate/sqldb"
 )
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite the generated tables of docs/api.md (go generate ./cmd/flashgate)")
+var updateDocs = flag.Bool("update-docs", false, "rewrite the generated tables of docs/api.md and README.md (go generate ./cmd/flashgate)")
 
 // flagDoc is what docs/api.md says of a flag beyond its spec: the meaning
 // (markdown; default the spec's usage) and, for a flag whose default is
@@ -50,14 +50,14 @@ var flagDocs = map[string]flagDoc{
 	"inventory":          {"in-process", "comma-separated `http://host:port` of inventory tiers (split mode)"},
 	"inventory-token":    {"none", "added: the bearer token an `inventory` process requires on `/v1/` and gateways send"},
 	"user-rate":          {"", "per-user purchase attempts per second reaching admission (0 = no limit)"},
-	"user-burst":         {"", "per-user burst of purchase attempts"},
+	"user-burst":         {"", "per-user burst of purchase attempts; at least 1 while `--user-rate` is above 0"},
 	"sale-rate":          {"", "per-sale attempts per second the whole deployment lets through to inventory (0 = no limit); the live gateways share it, each taking rate / n with n counted through Redis every second (deploy/README.md, \"Limits across gateways\")"},
 	"user-limiters":      {"", "added: per-user rate limiters a gateway holds at once (16 bytes each); past it, users whose bucket has refilled are forgotten first"},
 	"fast-conns":         {"", "added: open gateway connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request"},
 	"payment-window":     {"", "unpaid orders expire after this"},
 	"state-refresh":      {"", "added: how often a gateway re-reads sale state from its replica"},
 	"resync-every":       {"", "added: how often the leader re-syncs stock from the database"},
-	"wait-replicas":      {"", "added: replicas each reserve waits for (`WAIT`) before answering"},
+	"wait-replicas":      {"", "added: replicas each reserve waits for (`WAIT`, at most " + shortDuration(inventory.DefaultWaitTimeout) + ") before answering"},
 	"reserve-batch":      {"", "added (`serve`, `inventory`): most reserves of one sale (or bucket) sent in one script call; reserves that arrive while the sale's calls (two at most) are out wait and go together in the next; `1` sends each alone"},
 	"metrics-listen":     {"none", "added, `gateway` and `inventory` alone: a listener for their `/metrics`, `/healthz`, `/readyz`"},
 	"log-level":          {"", "added: `debug`, `info`, `warn`, `error` (`log/slog` text on stderr)"},
@@ -82,6 +82,29 @@ var flagDocs = map[string]flagDoc{
 	"count":              {"", "print this many tokens, one a line, for users `<user-prefix>0…<count-1>`"},
 	"user-prefix":        {"", "with `--count`: user ids are this prefix and a number"},
 	"ttl":                {"", "token lifetime"},
+}
+
+// readmeDocs holds README.md's wording of a server flag where it differs
+// from docs/api.md's (flagDocs); README's table is generated too.
+var readmeDocs = map[string]string{
+	"listen":             "public listener (gateway; the inventory tier's HTTP face)",
+	"admin-listen":       "control plane: admin API, dashboard, `/metrics`; the order sink's health and metrics",
+	"redis":              "required except for `demo`; one of three forms (added: the last two). `redis://[user:pass@]host:port/db` (or `rediss://`): one primary. `redis+cluster://[user:pass@]h1:p1,h2:p2,…` (or go-redis's `redis://h1:p1?addr=h2:p2&addr=h3:p3`): seed nodes of a Redis Cluster; gateways read sale state from replicas (`ReadOnly`, falling back to primaries), the slot map is reloaded every second. `redis+sentinel://[user:pass@]s1:p1,s2:p2/MASTER[/db]`: Sentinels and the master name; user and password are the Sentinels', the data nodes' go in `?username=…&password=…`; gateways read from the master's replicas. Each form takes go-redis's URL options (`?dial_timeout=3s`, …)",
+	"redis-replicas":     "replica URLs; each gateway reads from one (picked by process id, the next if that one does not answer at start-up; none answering ends the process) and, while running, falls back to the primary whenever its replica fails",
+	"db":                 "`postgres://…` or `sqlite://PATH`",
+	"queue-secret":       "added: the key of fair-queue tickets and proof-of-work challenges, the same on every gateway; unset: HMAC-SHA256(key = the JWT secret, message = `flashgate fair queue v1`) (README, \"Fair queue\")",
+	"inventory":          "`http://host:port,…` of inventory tiers",
+	"inventory-token":    "added: the bearer token an `inventory` process requires on `/v1/` and gateways send (constant-time compare; set it whenever the tiers run apart)",
+	"sale-rate":          "per-sale attempts per second the whole deployment lets through (0 = no limit): gateways announce themselves in Redis every second (`fg:gateways`) and each takes rate / live gateways (see `deploy/README.md`, \"Limits across gateways\")",
+	"user-limiters":      "added: per-user rate limiters a gateway holds at once, 16 bytes of state each (at most 16 MB at the default); past it, users whose bucket has refilled are forgotten first (forgetting them changes nothing), then those closest to refilled, who get a fresh burst",
+	"fast-conns":         "added: open connections that keep their read/write buffers between requests (about 16 KB each); connections past it hold about 4 KB while idle and cost one more read system call per request, so 10,000 idle keep-alive connections stay cheap",
+	"wait-replicas":      "added: replicas each reserve waits for (`WAIT`, on the connection of the reserve itself; on a cluster on the sale's primary only; at most " + shortDuration(inventory.DefaultWaitTimeout) + ") before answering; when `WAIT` falls short the buyer gets `503` (never `201`) and their retry finds the order (`already_purchased` with its id)",
+	"reserve-batch":      "added: most reserves of one sale (or bucket) the inventory sends in one script call (`lua/reservemany.lua`): reserves arriving while two calls of their sale are out wait and go together in the next, each answered as if sent alone; `1` sends every reserve alone",
+	"log-level":          "added: `debug`, `info`, `warn`, `error` (logs are `log/slog` text on stderr)",
+	"sink-name":          "added, `serve` and `ordersink`: the sink's consumer name. It must survive a restart, so that the restarted sink re-reads its own pending entries at once (a name that changes leaves them to another sink's claim after `--sink-claim-idle`); give each sink its own (in Kubernetes: the pod name of a StatefulSet)",
+	"sink-claim-idle":    "added: how long entries sit in another (dead) sink before this one claims them",
+	"sink-wait-replicas": "added: replicas (`WAIT`) what the sink read must reach before it commits it: `auto` = every replica the stream's primary has online (`INFO replication`, per shard on a cluster; a lagging replica holds the commit, none means no `WAIT`), `n` = exactly n, `0` = none; on a shortfall the batch is not committed and is tried again (orders wait in Redis, buyers are unaffected)",
+	"sink-wait-timeout":  "added: bound of each such `WAIT` (keep it below the Redis read timeout)",
 }
 
 // cmdOrder lists the commands in the order the tables name them.
@@ -152,6 +175,27 @@ func flagTables() (servers, others string) {
 		}
 	}
 	return a.String(), b.String()
+}
+
+// readmeFlagTable renders README.md's flag table: the servers' flags,
+// their defaults and README's wording.
+func readmeFlagTable() string {
+	var b strings.Builder
+	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	for _, f := range flagSpecs {
+		if f.cmds&(cmdServe|cmdGateway|cmdInventory|cmdOrdersink|cmdControlplane) == 0 {
+			continue
+		}
+		meaning := readmeDocs[f.name]
+		if meaning == "" {
+			meaning = flagDocs[f.name].meaning
+		}
+		if meaning == "" {
+			meaning = f.usage
+		}
+		fmt.Fprintf(&b, "| `--%s` | %s | %s |\n", f.name, flagDefault(f), meaning)
+	}
+	return b.String()
 }
 
 // recorder is a Registerer that notes each collector a tier registers.
@@ -282,69 +326,41 @@ func generated(doc []byte, name, body string) ([]byte, bool) {
 	return append(out, doc[j:]...), true
 }
 
-// TestDocTables: docs/api.md's flag and metric tables are what the code
-// defines (flagSpecs, the collectors every tier registers). With
-// -update-docs (go generate ./cmd/flashgate) it rewrites them instead.
+// TestDocTables: the flag tables of docs/api.md and README.md and the
+// metric table of docs/api.md are what the code defines (flagSpecs, whose
+// defaults are the tiers' Default* constants, and the collectors every tier
+// registers). With -update-docs (go generate ./cmd/flashgate) it rewrites
+// them instead.
 func TestDocTables(t *testing.T) {
-	const path = "../../docs/api.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	servers, others := flagTables()
-	want := doc
-	for _, g := range []struct{ name, body string }{
-		{"server flags", servers}, {"other flags", others}, {"metrics", metricTable(t)},
+	type table struct{ name, body string }
+	for _, d := range []struct {
+		path   string
+		tables []table
+	}{
+		{"../../docs/api.md", []table{{"server flags", servers}, {"other flags", others}, {"metrics", metricTable(t)}}},
+		{"../../README.md", []table{{"flags", readmeFlagTable()}}},
 	} {
-		var ok bool
-		if want, ok = generated(want, g.name, g.body); !ok {
-			t.Fatalf("docs/api.md has no markers for the generated %s table", g.name)
-		}
-	}
-	if bytes.Equal(doc, want) {
-		return
-	}
-	if *updateDocs {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
+		doc, err := os.ReadFile(d.path)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return
-	}
-	t.Errorf("docs/api.md's generated tables differ from the code: run go generate ./cmd/flashgate")
-}
-
-// TestReadmeFlagDefaults: README's flag table (its own wording, not
-// generated) has a row for every server flag, and each default it shows in
-// code font is the one the binary has.
-func TestReadmeFlagDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := regexp.MustCompile("(?m)^\\| (`--[a-z-]+`(?: / `--[a-z-]+`)*) \\| ([^|]*) \\|")
-	shown := map[string]string{}
-	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
-		names := strings.Split(m[1], " / ")
-		defs := strings.Split(strings.TrimSpace(m[2]), " / ")
-		for i, n := range names {
-			d := defs[0]
-			if len(defs) == len(names) {
-				d = defs[i]
+		want := doc
+		for _, g := range d.tables {
+			var ok bool
+			if want, ok = generated(want, g.name, g.body); !ok {
+				t.Fatalf("%s has no markers for the generated %s table", d.path, g.name)
 			}
-			shown[strings.Trim(n, "`-")] = d
 		}
-	}
-	for _, f := range flagSpecs {
-		if f.cmds&(cmdServe|cmdGateway|cmdInventory|cmdOrdersink|cmdControlplane) == 0 {
+		if bytes.Equal(doc, want) {
 			continue
 		}
-		got, ok := shown[f.name]
-		if !ok {
-			t.Errorf("README.md's flag table has no row for --%s", f.name)
+		if *updateDocs {
+			if err := os.WriteFile(d.path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			continue
 		}
-		if want := flagDefault(f); strings.HasPrefix(want, "`") && got != want {
-			t.Errorf("README.md gives --%s the default %s; the binary has %s", f.name, got, want)
-		}
+		t.Errorf("%s: the generated tables differ from the code: run go generate ./cmd/flashgate", d.path)
 	}
 }

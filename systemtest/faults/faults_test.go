@@ -66,7 +66,7 @@ type run struct {
 	// returned; destroyed counts the orders confirmed before it that it
 	// wiped from the stream undrained.
 	flushedAt, flushDone time.Time
-	destroyed int
+	destroyed            int
 	// recoveredInTime: the scenario's own recovery check passed, so its
 	// lossesOK applies.
 	recoveredInTime bool
