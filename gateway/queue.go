@@ -51,6 +51,9 @@ type queueView struct {
 	rate, maxnum          int64
 	theta, etheta         [sha256.Size]byte
 	hasTheta, hasETheta   bool
+	// seedTag names the revealed seed in the rank tickets made from it:
+	// the first bytes of its SHA-256.
+	seedTag [seedTagLen]byte
 }
 
 // hTicket is the header that carries a buyer's queue ticket.
@@ -89,6 +92,8 @@ func applyQueue(cmds []*redis.SliceCmd, out []*saleState) {
 		}
 		if b, err := hex.DecodeString(q.seedHex); err == nil && len(b) == 32 && q.started {
 			q.seed = b
+			sum := sha256.Sum256(b)
+			copy(q.seedTag[:], sum[:])
 		} else {
 			q.seedHex = ""
 		}
@@ -155,8 +160,12 @@ func DeriveQueueSecret(jwtSecret []byte) []byte {
 	return m.Sum(nil)
 }
 
-// ticketMACLen is the bytes of HMAC a ticket carries.
-const ticketMACLen = 16
+// ticketMACLen is the bytes of HMAC a ticket carries, ticketMACB64 their
+// length in unpadded base64url.
+const (
+	ticketMACLen = 16
+	ticketMACB64 = 22
+)
 
 // appendTicket appends the ticket of user's entry in sale to b:
 // "<entry>.<base64url HMAC(sale 0 user 0 entry)[:16]>".
@@ -180,26 +189,43 @@ func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte
 }
 
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
-// n after it); purchased when the buyer bought through it.
+// n after it); purchased when the buyer bought through it. A pre-start
+// entry may carry the buyer's rank key (hasRank: the "k" form, below).
 type ticket struct {
 	kind      byte
 	n         int64
 	purchased bool
+	hasRank   bool
+	// rank is the first rankLen bytes of the buyer's rank key under the
+	// seed that tag names.
+	rank [rankLen]byte
+	tag  [seedTagLen]byte
 }
+
+// The "k" form of a pre-start entry, "k<base64url(seed tag ‖ rank key
+// prefix)>", is issued once the seed is revealed (queueStatus and
+// fairAdmit send it in X-Queue-Ticket), so that judging the ticket needs
+// no rank HMAC: the ticket's MAC vouches for the rank key it carries. A
+// prefix equal to a threshold's is judged from the full rank key.
+const (
+	rankLen      = 16
+	seedTagLen   = 5
+	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
+)
 
 // readTicket verifies a ticket for (sale, user).
 func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 	dot := bytes.LastIndexByte(t, '.')
-	if dot < 1 || len(t)-dot-1 != base64.RawURLEncoding.EncodedLen(ticketMACLen) {
+	if dot < 1 || len(t)-dot-1 != ticketMACB64 {
 		return ticket{}, false
 	}
 	entry := t[:dot]
-	var mac [ticketMACLen]byte
-	if n, err := base64.RawURLEncoding.Decode(mac[:], t[dot+1:]); err != nil || n != ticketMACLen {
-		return ticket{}, false
-	}
+	// The MAC is compared in its (canonical) base64url form: encoding the
+	// computed one costs less than decoding the one sent.
 	sum := k.ticketMAC(sale, user, entry)
-	if !hmac.Equal(sum[:ticketMACLen], mac[:]) {
+	var mac [ticketMACB64]byte
+	base64.RawURLEncoding.Encode(mac[:], sum[:ticketMACLen])
+	if !hmac.Equal(t[dot+1:], mac[:]) {
 		return ticket{}, false
 	}
 	var tk ticket
@@ -210,6 +236,14 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 	switch {
 	case len(entry) == 1 && entry[0] == 'p':
 		tk.kind = 'p'
+	case len(entry) == 1+rankEntryB64 && entry[0] == 'k':
+		var raw [seedTagLen + rankLen]byte
+		if n, err := base64.RawURLEncoding.Decode(raw[:], entry[1:]); err != nil || n != len(raw) {
+			return ticket{}, false
+		}
+		tk.kind, tk.hasRank = 'p', true
+		copy(tk.tag[:], raw[:seedTagLen])
+		copy(tk.rank[:], raw[seedTagLen:])
 	case len(entry) > 1 && entry[0] == 'l':
 		n, err := strconv.ParseInt(string(entry[1:]), 10, 64)
 		if err != nil || n < 1 {
@@ -220,6 +254,39 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 		return ticket{}, false
 	}
 	return tk, true
+}
+
+// appendEntry appends tk's entry in its canonical form ("k" for a
+// pre-start entry with a rank key) to b.
+func appendEntry(b []byte, tk *ticket) []byte {
+	if tk.purchased {
+		b = append(b, 'b')
+	}
+	switch {
+	case tk.kind == 'l':
+		b = append(b, 'l')
+		return strconv.AppendInt(b, tk.n, 10)
+	case tk.hasRank:
+		var raw [seedTagLen + rankLen]byte
+		copy(raw[:], tk.tag[:])
+		copy(raw[seedTagLen:], tk.rank[:])
+		b = append(b, 'k')
+		return base64.RawURLEncoding.AppendEncode(b, raw[:])
+	}
+	return append(b, 'p')
+}
+
+// reissue sends the "k" form of tk in X-Queue-Ticket when locate has just
+// computed its rank key (the request's ticket had none, or one of another
+// seed).
+func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, tk *ticket, p *place) {
+	if !p.rankComputed {
+		return
+	}
+	var eb [2 + rankEntryB64]byte
+	var tb [2 + rankEntryB64 + 1 + 24]byte
+	entry := appendEntry(eb[:0], tk)
+	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(tb[:0], e.id, user, entry))
 }
 
 // rankMacs pools HMACs keyed with one sale's seed.
@@ -264,10 +331,15 @@ type place struct {
 	ahead    int64
 	eta      int64 // seconds; -1 unknown
 	pollMS   int64
+	// rankComputed: locate computed the buyer's rank key (and stored it
+	// in the ticket): the ticket's "k" form is worth issuing.
+	rankComputed bool
 }
 
-// locate judges a ticket against the cached queue: no Redis.
-func (s *Server) locate(e *sale, st *saleState, q *queueView, tk ticket, user string) place {
+// locate judges a ticket against the cached queue: no Redis. For a
+// pre-start entry it uses the rank key the ticket carries, when it carries
+// one of the revealed seed, and otherwise computes it and stores it in tk.
+func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user string) place {
 	p := place{eta: -1}
 	switch {
 	case st.closed:
@@ -280,14 +352,21 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk ticket, user st
 		p.position = q.pre + tk.n
 		p.state = frontierState(p.position, q.k, q.e)
 	default:
-		var h [sha256.Size]byte
-		e.rankKey(q, user, &h)
+		admitted, expired, ok := false, false, false
+		if tk.hasRank && tk.tag == q.seedTag {
+			admitted, expired, ok = q.judgeRank(tk.rank[:])
+		}
+		if !ok {
+			var h [sha256.Size]byte
+			e.rankKey(q, user, &h)
+			admitted, expired, _ = q.judgeRank(h[:])
+			copy(tk.rank[:], h[:])
+			tk.tag, tk.hasRank, p.rankComputed = q.seedTag, true, true
+		}
 		// The place among the pre-start entrants is estimated from the rank
 		// key (uniform over the entrants); the threshold decides.
-		est := 1 + int64(float64(binary.BigEndian.Uint64(h[:8]))/(1<<64)*float64(q.pre))
+		est := 1 + int64(float64(binary.BigEndian.Uint64(tk.rank[:8]))/(1<<64)*float64(q.pre))
 		est = min(max(est, 1), max(q.pre, 1))
-		admitted := q.k > 0 && q.hasTheta && bytes.Compare(h[:], q.theta[:]) <= 0
-		expired := q.e > 0 && q.hasETheta && bytes.Compare(h[:], q.etheta[:]) <= 0
 		switch {
 		case expired:
 			p.state, p.position = qsExpired, min(est, q.e)
@@ -305,6 +384,27 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk ticket, user st
 	}
 	p.pollMS = s.pollAfter(p, st, e)
 	return p
+}
+
+// judgeRank compares a rank key, or a prefix of one, with the thresholds:
+// admitted iff ≤ theta, expired iff ≤ etheta. ok is false when a prefix
+// equals a threshold's and so cannot decide.
+func (q *queueView) judgeRank(h []byte) (admitted, expired, ok bool) {
+	if q.k > 0 && q.hasTheta {
+		c := bytes.Compare(h, q.theta[:len(h)])
+		if c == 0 && len(h) < sha256.Size {
+			return false, false, false
+		}
+		admitted = c <= 0
+	}
+	if q.e > 0 && q.hasETheta {
+		c := bytes.Compare(h, q.etheta[:len(h)])
+		if c == 0 && len(h) < sha256.Size {
+			return false, false, false
+		}
+		expired = c <= 0
+	}
+	return admitted, expired, true
 }
 
 func frontierState(pos, k, e int64) string {
@@ -460,8 +560,9 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	p := s.locate(e, st, q, tk, user)
+	p := s.locate(e, st, q, &tk, user)
 	writeJSONHead(ctx, fasthttp.StatusOK)
+	s.reissue(ctx, e, user, &tk, &p)
 	b := ctx.Response.SwapBody(nil)
 	b = append(appendPlace(b[:0], p, q), '}')
 	ctx.Response.SwapBody(b)
@@ -606,7 +707,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		// The cache has not seen the start yet; the entry has.
 		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate}
 	}
-	p := s.locate(e, st, q, tk, user)
+	p := s.locate(e, st, q, &tk, user)
 	status := fasthttp.StatusOK
 	if fresh == 1 {
 		status = fasthttp.StatusCreated
@@ -614,6 +715,9 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	writeJSONHead(ctx, status)
 	b := appendPlace(nil, p, q)
 	b = append(b, `,"ticket":"`...)
+	if tk.hasRank {
+		entry = string(appendEntry(nil, &tk))
+	}
 	b = s.qkeys.appendTicket(b, e.id, user, []byte(entry))
 	b = append(b, `"}`...)
 	ctx.Response.SetBodyRaw(b)
@@ -666,7 +770,7 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 		writeAnswer(ctx, ansNotAdmitted)
 		return false
 	}
-	p := s.locate(e, st, q, tk, user)
+	p := s.locate(e, st, q, &tk, user)
 	if p.state == qsAdmitted || p.state == qsBought {
 		e.admitted.Add(1)
 		return true
@@ -674,6 +778,7 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 	s.m.decision(ctx, decNotAdmitted)
 	e.rejected.Add(1)
 	writeJSONHead(ctx, fasthttp.StatusConflict)
+	s.reissue(ctx, e, user, &tk, &p)
 	b := ctx.Response.SwapBody(nil)
 	b = append(b[:0], `{"error":"not_admitted","state":"`...)
 	b = append(b, p.state...)
