@@ -19,8 +19,12 @@ import (
 // the leader publishes the admitted frontier as a threshold on the
 // pre-start entrants' rank keys (q_theta) and a position (q_k), and a
 // buyer's entry travels in a ticket the gateway signed (X-Queue-Ticket),
-// so judging it takes two HMACs and no lookup. The reserve script checks
-// admission again, atomically, from the ranks in Redis.
+// so judging it takes the ticket's HMAC (and the rank key's, until the
+// ticket carries it) and no lookup. The reserve script checks admission
+// again, atomically, from the ranks in Redis. Files: queue_ticket.go
+// (tickets, rank keys), queue_place.go (where a ticket stands),
+// queue_routes.go (the routes, the not-admitted answer), queue_pow.go
+// (proof of work).
 
 // queueFields are the sale hash fields a fair sale's refresh reads.
 var queueFields = []string{
