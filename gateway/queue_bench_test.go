@@ -12,10 +12,11 @@ import (
 )
 
 // waitingEnv is a started fair queue with one pre-start entrant, bob, not
-// admitted; it returns bob's token and ticket. No rate limit applies: a
-// benchmark's millions of purchases a second would otherwise measure 429s.
-func waitingEnv(b testing.TB) (*env, string, string) {
-	e, _ := fairEnvTB(b, 0, func(c *Config) { c.SaleRate = -1 })
+// admitted; it returns bob's token and ticket. mods change the Config
+// further. No rate limit applies: a benchmark's millions of purchases a
+// second would otherwise measure 429s.
+func waitingEnv(b testing.TB, mods ...func(*Config)) (*env, string, string) {
+	e, _ := fairEnvTB(b, 0, append([]func(*Config){func(c *Config) { c.SaleRate = -1 }}, mods...)...)
 	tok := token(b, "bob")
 	r := do(e.s.Handler(), req{method: "POST", path: "/api/sales/fq/queue", token: tok})
 	var st struct{ Ticket string }
@@ -31,9 +32,32 @@ func waitingEnv(b testing.TB) (*env, string, string) {
 	return e, tok, st.Ticket
 }
 
-// BenchmarkQueueStatus is a waiting buyer's status poll: token, ticket and
-// rank key checked, answered from the cache.
+// rankTicket is the ticket a status poll with ticket reissues (its "k"
+// form, carrying the rank key), as a client uses it from then on.
+func rankTicket(b testing.TB, e *env, tok, ticket string) string {
+	b.Helper()
+	r := do(e.s.Handler(), req{method: "GET", path: "/api/sales/fq/queue", token: tok, header: map[string]string{"X-Queue-Ticket": ticket}})
+	k := string(r.Header.Peek("X-Queue-Ticket"))
+	if r.StatusCode() != 200 || len(k) < 2 || k[0] != 'k' {
+		b.Fatalf("first poll: got %d %s with ticket %q, want 200 and a k ticket", r.StatusCode(), r.Body(), k)
+	}
+	return k
+}
+
+// BenchmarkQueueStatus is a waiting buyer's status poll with the ticket
+// the first poll after the start reissued: token and ticket checked,
+// answered from the cache.
 func BenchmarkQueueStatus(b *testing.B) {
+	e, tok, ticket := waitingEnv(b)
+	ctx := benchCtx("GET", "/api/sales/fq/queue", tok, map[string]string{"X-Queue-Ticket": rankTicket(b, e, tok, ticket)})
+	runBench(b, e.s.Handler(), ctx, 200)
+	wantLast(b, ctx, 200, `"state":"waiting"`)
+}
+
+// BenchmarkQueueStatusFirst is a waiting buyer's status poll with the
+// ticket of their entry: token, ticket and rank key checked, and the
+// ticket reissued with the rank key.
+func BenchmarkQueueStatusFirst(b *testing.B) {
 	e, tok, ticket := waitingEnv(b)
 	ctx := benchCtx("GET", "/api/sales/fq/queue", tok, map[string]string{"X-Queue-Ticket": ticket})
 	runBench(b, e.s.Handler(), ctx, 200)
@@ -41,8 +65,17 @@ func BenchmarkQueueStatus(b *testing.B) {
 }
 
 // BenchmarkNotAdmitted is a purchase by a buyer not yet admitted, answered
-// 409 not_admitted from the cache.
+// 409 not_admitted from the cache, with the reissued ticket.
 func BenchmarkNotAdmitted(b *testing.B) {
+	e, tok, ticket := waitingEnv(b)
+	ctx := benchCtx("POST", "/api/sales/fq/orders", tok, map[string]string{"X-Queue-Ticket": rankTicket(b, e, tok, ticket)})
+	runBench(b, e.s.Handler(), ctx, 409)
+	wantLast(b, ctx, 409, `"error":"not_admitted"`)
+}
+
+// BenchmarkNotAdmittedFirst is BenchmarkNotAdmitted with the ticket of the
+// entry (the rank key computed, the ticket reissued).
+func BenchmarkNotAdmittedFirst(b *testing.B) {
 	e, tok, ticket := waitingEnv(b)
 	ctx := benchCtx("POST", "/api/sales/fq/orders", tok, map[string]string{"X-Queue-Ticket": ticket})
 	runBench(b, e.s.Handler(), ctx, 409)

@@ -152,18 +152,23 @@ func TestQueueTicketAndCache(t *testing.T) {
 }
 
 // TestQueueAllocs: a status poll and a not-admitted answer allocate no more
-// than the token's user id (as the purchase path does).
+// than the token's user id (as the purchase path does), with the entry's
+// ticket (the rank key computed, the ticket reissued) and with the
+// reissued one.
 func TestQueueAllocs(t *testing.T) {
 	e, tok, ticket := waitingEnv(t)
 	h := e.s.Handler()
+	k := rankTicket(t, e, tok, ticket)
 	for _, c := range []struct {
-		name, method, path string
-		want               int
+		name, method, path, ticket string
+		want                       int
 	}{
-		{"status", "GET", "/api/sales/fq/queue", 200},
-		{"not admitted", "POST", "/api/sales/fq/orders", 409},
+		{"status", "GET", "/api/sales/fq/queue", ticket, 200},
+		{"not admitted", "POST", "/api/sales/fq/orders", ticket, 409},
+		{"status, k ticket", "GET", "/api/sales/fq/queue", k, 200},
+		{"not admitted, k ticket", "POST", "/api/sales/fq/orders", k, 409},
 	} {
-		ctx := benchCtx(c.method, c.path, tok, map[string]string{"X-Queue-Ticket": ticket})
+		ctx := benchCtx(c.method, c.path, tok, map[string]string{"X-Queue-Ticket": c.ticket})
 		h(ctx)
 		if ctx.Response.StatusCode() != c.want {
 			t.Fatalf("%s: got %d %s", c.name, ctx.Response.StatusCode(), ctx.Response.Body())

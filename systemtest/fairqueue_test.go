@@ -666,6 +666,11 @@ func TestItemPageFairQueue(t *testing.T) {
 	waitJS(t, ctx, "admission and the buy button", `!document.getElementById('buy').disabled &&
 		document.getElementById('queue-line').textContent.indexOf("It's your turn") === 0 &&
 		document.getElementById('queue-bar').value === 100`, 20*time.Second)
+	// The poll after the start reissued the ticket with the rank key in it
+	// (its "k" form), and the page keeps that one.
+	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem('flashgate-ticket-`+id+`')`)); err != nil || len(kept) < 2 || kept[0] != 'k' {
+		t.Errorf("the page's ticket after admission: %q (%v), want the reissued k ticket", kept, err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#buy`))); err != nil {
 		t.Fatalf("clicking buy: %v", err)
 	}

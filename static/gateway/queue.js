@@ -79,6 +79,9 @@
       headers: { "Authorization": "Bearer " + token(), "X-Queue-Ticket": ticket(), "Accept": "application/json" }
     }).then(function (r) {
       if (r.status === 404) { sessionStorage.removeItem(key); show(); return null; }
+      // A reissued ticket (the entry with its rank key) is cheaper to judge.
+      var t = r.headers.get("X-Queue-Ticket");
+      if (r.ok && t) { sessionStorage.setItem(key, t); }
       return r.ok ? r.json() : null;
     }).then(function (s) {
       var next = 2000;

@@ -136,15 +136,20 @@ func (b *bench) enterQueue(ctx context.Context, st *stack, n int, starts time.Ti
 		return nil, fmt.Errorf("the fair sale never started and admitted: %w", err)
 	}
 	env := &queueEnv{all: n, pre: pub.Queue.Pre, admitted: pub.Queue.AdmittedPosition, maxnum: pub.Queue.MaxNumber}
-	// Only waiting entrants go to wrk: the gateway judges each one.
+	// Only waiting entrants go to wrk: the gateway judges each one. Their
+	// first poll after the start answers the ticket a client uses from
+	// then on (carrying the rank key: docs/api.md, "Fair queue").
 	states := make([]string, n)
 	err = parallel(ctx, 32, n, func(i int) error {
 		var s struct{ State string }
-		code, body, err := call(ctx, cl, "GET", base+"/api/sales/"+fairSale+"/queue", toks[i], tickets[i], "")
+		code, body, reissued, err := pollStatus(ctx, cl, base+"/api/sales/"+fairSale+"/queue", toks[i], tickets[i])
 		if err != nil || code != 200 || json.Unmarshal(body, &s) != nil {
 			return fmt.Errorf("entrant %d's status: %d %s %v", i, code, body, err)
 		}
 		states[i] = s.State
+		if reissued != "" {
+			tickets[i] = reissued
+		}
 		return nil
 	})
 	if err != nil {
@@ -260,6 +265,24 @@ func call(ctx context.Context, cl *http.Client, method, url, tok, ticket, body s
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, raw, err
+}
+
+// pollStatus is one status poll; it returns the ticket the answer
+// reissued in X-Queue-Ticket, if any.
+func pollStatus(ctx context.Context, cl *http.Client, url, tok, ticket string) (int, []byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("X-Queue-Ticket", ticket)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, resp.Header.Get("X-Queue-Ticket"), err
 }
 
 // parallel runs f(0…n-1) on conc goroutines and returns the first error.

@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	mrand "math/rand/v2"
+	"strconv"
+)
+
+// Queue states of docs/api.md.
+const (
+	qsPrequeue = "prequeue"
+	qsWaiting  = "waiting"
+	qsAdmitted = "admitted"
+	qsBought   = "purchased"
+	qsExpired  = "expired"
+	qsClosed   = "closed"
+)
+
+// place is where a ticket stands in the cached queue.
+type place struct {
+	state    string
+	position int64 // 0: not known yet
+	ahead    int64
+	eta      int64 // seconds; -1 unknown
+	pollMS   int64
+	// rankComputed: locate computed the buyer's rank key (and stored it
+	// in the ticket): the ticket's "k" form is worth issuing.
+	rankComputed bool
+}
+
+// locate judges a ticket against the cached queue: no Redis. For a
+// pre-start entry it uses the rank key the ticket carries, when it carries
+// one of the revealed seed, and otherwise computes it and stores it in tk.
+func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user string) place {
+	p := place{eta: -1}
+	switch {
+	case st.closed:
+		p.state = qsClosed
+	case tk.purchased:
+		p.state = qsBought
+	case !q.started || tk.kind == 'p' && q.seed == nil:
+		p.state = qsPrequeue
+	case tk.kind == 'l':
+		p.position = q.pre + tk.n
+		p.state = frontierState(p.position, q.k, q.e)
+	default:
+		admitted, expired, ok := false, false, false
+		if tk.hasRank && tk.tag == q.seedTag {
+			admitted, expired, ok = q.judgeRank(tk.rank[:])
+		}
+		if !ok {
+			var h [sha256.Size]byte
+			e.rankKey(q, user, &h)
+			admitted, expired, _ = q.judgeRank(h[:])
+			copy(tk.rank[:], h[:])
+			tk.tag, tk.hasRank, p.rankComputed = q.seedTag, true, true
+		}
+		// The place among the pre-start entrants is estimated from the rank
+		// key (uniform over the entrants); the threshold decides.
+		est := 1 + int64(float64(binary.BigEndian.Uint64(tk.rank[:8]))/(1<<64)*float64(q.pre))
+		est = min(max(est, 1), max(q.pre, 1))
+		switch {
+		case expired:
+			p.state, p.position = qsExpired, min(est, q.e)
+		case admitted:
+			p.state, p.position = qsAdmitted, min(max(est, q.e+1), q.k)
+		default:
+			p.state, p.position = qsWaiting, max(est, q.k+1)
+		}
+	}
+	if p.state == qsWaiting {
+		p.ahead = max(p.position-q.k-1, 0)
+		if q.rate > 0 {
+			p.eta = (p.ahead + 1) * 60 / q.rate
+		}
+	}
+	p.pollMS = s.pollAfter(p, st, e)
+	return p
+}
+
+// judgeRank compares a rank key, or a prefix of one, with the thresholds:
+// admitted iff ≤ theta, expired iff ≤ etheta. ok is false when a prefix
+// equals a threshold's and so cannot decide.
+func (q *queueView) judgeRank(h []byte) (admitted, expired, ok bool) {
+	if q.k > 0 && q.hasTheta {
+		c := bytes.Compare(h, q.theta[:len(h)])
+		if c == 0 && len(h) < sha256.Size {
+			return false, false, false
+		}
+		admitted = c <= 0
+	}
+	if q.e > 0 && q.hasETheta {
+		c := bytes.Compare(h, q.etheta[:len(h)])
+		if c == 0 && len(h) < sha256.Size {
+			return false, false, false
+		}
+		expired = c <= 0
+	}
+	return admitted, expired, true
+}
+
+func frontierState(pos, k, e int64) string {
+	switch {
+	case pos <= e:
+		return qsExpired
+	case pos <= k:
+		return qsAdmitted
+	}
+	return qsWaiting
+}
+
+// pollAfter spreads the polls: the further from the frontier (or the
+// start), the longer, within 1–30 s, and jittered by ±20%.
+func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
+	ms := int64(0)
+	switch p.state {
+	case qsClosed, qsBought, qsExpired:
+		return 0
+	case qsAdmitted:
+		ms = 5000
+	case qsPrequeue:
+		ms = 30000
+		if m := e.meta.Load(); m != nil && m.sale.StartsAt != nil {
+			ms = m.sale.StartsAt.Sub(s.clock.Now()).Milliseconds() / 3
+		}
+	default:
+		if p.eta >= 0 {
+			ms = p.eta * 1000 / 3
+		} else {
+			ms = 1000 + p.ahead*20
+		}
+	}
+	ms = min(max(ms, 1000), 30000)
+	return ms + ms*int64(mrand.IntN(41)-20)/100
+}
+
+// appendPlace appends the status JSON of p to b.
+func appendPlace(b []byte, p place, q *queueView) []byte {
+	b = append(b, `{"state":"`...)
+	b = append(b, p.state...)
+	b = append(b, `","position":`...)
+	b = appendOptInt(b, p.position, p.position > 0)
+	b = append(b, `,"ahead":`...)
+	b = appendOptInt(b, p.ahead, p.position > 0)
+	b = append(b, `,"admitted_position":`...)
+	b = strconv.AppendInt(b, q.k, 10)
+	b = append(b, `,"eta_seconds":`...)
+	b = appendOptInt(b, p.eta, p.eta >= 0)
+	b = append(b, `,"poll_after_ms":`...)
+	return strconv.AppendInt(b, p.pollMS, 10)
+}
+
+func appendOptInt(b []byte, n int64, ok bool) []byte {
+	if !ok {
+		return append(b, "null"...)
+	}
+	return strconv.AppendInt(b, n, 10)
+}

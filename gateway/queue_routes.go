@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// routeQueue serves /api/sales/{id}/queue and /api/sales/{id}/challenge;
+// ok is false for another path.
+func (s *Server) routeQueue(ctx *fasthttp.RequestCtx, rest []byte, get, post bool) (route int, ok bool) {
+	switch {
+	case bytes.HasSuffix(rest, sQueue):
+		id := rest[:len(rest)-len(sQueue)]
+		if !flashgate.ValidID(id) {
+			writeAnswer(ctx, ansNotFound)
+			return routeOther, true
+		}
+		switch {
+		case get:
+			s.queueStatus(ctx, id)
+		case post:
+			s.queueEnter(ctx, id)
+		default:
+			methodNotAllowed(ctx, vGetPost)
+		}
+		return routeQueue, true
+	case bytes.HasSuffix(rest, sChallenge):
+		id := rest[:len(rest)-len(sChallenge)]
+		if !flashgate.ValidID(id) {
+			writeAnswer(ctx, ansNotFound)
+			return routeOther, true
+		}
+		if !get {
+			methodNotAllowed(ctx, vGet)
+		} else {
+			s.challenge(ctx, id)
+		}
+		return routeChallenge, true
+	}
+	return 0, false
+}
+
+var (
+	sQueue     = []byte("/queue")
+	sChallenge = []byte("/challenge")
+	vGetPost   = []byte("GET, HEAD, POST")
+)
+
+// queueSale looks a fair sale up for a queue route and answers the request
+// itself (and returns nil) when the sale has no fair queue to use.
+func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleState, *queueView) {
+	e := s.lookup(id)
+	st := e.state.Load()
+	switch v := judge(st, 0); {
+	case v == verdictUnavailable, v == verdictNotFound:
+		s.rejectLocal(ctx, e, v)
+		return nil, nil, nil
+	case !e.fairSale():
+		writeAnswer(ctx, ansNotFound)
+		return nil, nil, nil
+	}
+	q := st.fairQueue()
+	if q == nil {
+		writeAnswer(ctx, ansUnavail)
+		return nil, nil, nil
+	}
+	return e, st, q
+}
+
+// queueStatus answers GET /api/sales/{id}/queue from the cache.
+func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeAnswer(ctx, ansUnauth)
+		return
+	}
+	e, st, q := s.queueSale(ctx, id)
+	if e == nil {
+		return
+	}
+	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekBytes(hTicket), e.id, user)
+	if !ok {
+		// No (valid) ticket: the buyer has not entered, as far as this
+		// request shows; entering again is idempotent and returns it.
+		writeAnswer(ctx, ansNotFound)
+		return
+	}
+	p := s.locate(e, st, q, &tk, user)
+	writeJSONHead(ctx, fasthttp.StatusOK)
+	s.reissue(ctx, e, user, &tk, &p)
+	b := ctx.Response.SwapBody(nil)
+	b = append(appendPlace(b[:0], p, q), '}')
+	ctx.Response.SwapBody(b)
+}
+
+// queueEnter serves POST /api/sales/{id}/queue: one script call.
+func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeAnswer(ctx, ansUnauth)
+		return
+	}
+	e, st, q := s.queueSale(ctx, id)
+	if e == nil {
+		return
+	}
+	if st.closed {
+		s.rejectLocal(ctx, e, verdictClosed)
+		return
+	}
+	if !q.open {
+		s.writeError(ctx, flashgate.ErrNotStarted)
+		return
+	}
+	now := s.clock.Now()
+	if !s.allowUser(user, now) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
+		return
+	}
+	var body struct {
+		Payload string `json:"payload"`
+	}
+	if b := bytes.TrimSpace(ctx.PostBody()); len(b) > 0 {
+		if err := json.Unmarshal(b, &body); err != nil {
+			writeAnswer(ctx, ansBadRequest)
+			return
+		}
+	}
+	challenge, ttl := "none", time.Duration(0)
+	if m := e.meta.Load(); q.maxnum > 0 || m.sale.ChallengeMaxNumber > 0 {
+		var err error
+		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, now); err != nil {
+			s.writeError(ctx, err)
+			return
+		}
+	}
+	rctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
+	defer cancel()
+	v, err := lua.QueueEnter.Run(rctx, s.cfg.Primary, lua.QueueEnterKeys(e.id, challenge), user, max(ttl.Milliseconds(), 0)).Slice()
+	if err != nil || len(v) != 3 {
+		s.logUnavailable(err)
+		writeAnswer(ctx, ansUnavail)
+		return
+	}
+	code, _ := v[0].(int64)
+	entry, _ := v[1].(string)
+	fresh, _ := v[2].(int64)
+	switch code {
+	case lua.EnterOK:
+	case lua.EnterNoSale:
+		writeAnswer(ctx, ansNotFound)
+		return
+	case lua.EnterNotOpen:
+		s.writeError(ctx, flashgate.ErrNotStarted)
+		return
+	case lua.EnterClosed:
+		s.writeError(ctx, flashgate.ErrClosed)
+		return
+	case lua.EnterSolveUsed:
+		s.writeError(ctx, &flashgate.FieldError{Field: "payload", Reason: "solution used already"})
+		return
+	default:
+		writeAnswer(ctx, ansNotFound)
+		return
+	}
+	var tk ticket
+	switch {
+	case entry == "p" || len(entry) > 1 && entry[0] == 'r':
+		tk.kind, entry = 'p', "p"
+	case len(entry) > 1 && entry[0] == 'l':
+		tk.kind = 'l'
+		tk.n, _ = strconv.ParseInt(entry[1:], 10, 64)
+	}
+	if fresh == 1 && !q.started && tk.kind == 'l' {
+		// The cache has not seen the start yet; the entry has.
+		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate}
+	}
+	p := s.locate(e, st, q, &tk, user)
+	status := fasthttp.StatusOK
+	if fresh == 1 {
+		status = fasthttp.StatusCreated
+	}
+	writeJSONHead(ctx, status)
+	b := appendPlace(nil, p, q)
+	b = append(b, `,"ticket":"`...)
+	if tk.hasRank {
+		entry = string(appendEntry(nil, &tk))
+	}
+	b = s.qkeys.appendTicket(b, e.id, user, []byte(entry))
+	b = append(b, `"}`...)
+	ctx.Response.SetBodyRaw(b)
+}
+
+// fairAdmit judges a purchase in a fair queue from the cache: true lets it
+// through to the reserve (which checks again); false has answered 409
+// not_admitted with the buyer's position, or closed.
+func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, user string) bool {
+	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekBytes(hTicket), e.id, user)
+	if !ok {
+		s.m.decision(ctx, decNotAdmitted)
+		e.rejected.Add(1)
+		writeAnswer(ctx, ansNotAdmitted)
+		return false
+	}
+	p := s.locate(e, st, q, &tk, user)
+	if p.state == qsAdmitted || p.state == qsBought {
+		e.admitted.Add(1)
+		return true
+	}
+	s.m.decision(ctx, decNotAdmitted)
+	e.rejected.Add(1)
+	writeJSONHead(ctx, fasthttp.StatusConflict)
+	s.reissue(ctx, e, user, &tk, &p)
+	b := ctx.Response.SwapBody(nil)
+	b = append(b[:0], `{"error":"not_admitted","state":"`...)
+	b = append(b, p.state...)
+	b = append(b, `","position":`...)
+	b = appendOptInt(b, p.position, p.position > 0)
+	b = append(b, `,"admitted_position":`...)
+	b = strconv.AppendInt(b, q.k, 10)
+	ctx.Response.SwapBody(append(b, '}'))
+	return false
+}
+
+var ansNotAdmitted = answerFor(flashgate.ErrNotAdmitted)

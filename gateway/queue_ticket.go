@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+)
+
+// queueKeys are the gateway's keys for tickets and challenges, derived from
+// Config.QueueSecret.
+type queueKeys struct {
+	ticket, pow []byte
+	tickets     sync.Pool // of *macBuf keyed with ticket
+}
+
+// macBuf is a keyed HMAC with scratch space for its message and sum, pooled
+// so that judging a ticket or a rank key allocates nothing.
+type macBuf struct {
+	h   hash.Hash
+	msg []byte
+	sum [sha256.Size]byte
+}
+
+// mac returns the HMAC of parts joined by sep (sep < 0: none).
+func (m *macBuf) mac(sep int, parts ...string) [sha256.Size]byte {
+	m.msg = m.msg[:0]
+	for i, p := range parts {
+		if i > 0 && sep >= 0 {
+			m.msg = append(m.msg, byte(sep))
+		}
+		m.msg = append(m.msg, p...)
+	}
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.h.Sum(m.sum[:0])
+	return m.sum
+}
+
+func newQueueKeys(secret []byte) *queueKeys {
+	derive := func(label string) []byte {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(label))
+		return m.Sum(nil)
+	}
+	k := &queueKeys{ticket: derive("ticket"), pow: derive("pow")}
+	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
+	return k
+}
+
+// DeriveQueueSecret is the queue secret a gateway uses when
+// Config.QueueSecret is empty: HMAC-SHA256(key = the JWT secret, message =
+// "flashgate fair queue v1"). Every gateway of a deployment derives the
+// same.
+func DeriveQueueSecret(jwtSecret []byte) []byte {
+	m := hmac.New(sha256.New, jwtSecret)
+	m.Write([]byte("flashgate fair queue v1"))
+	return m.Sum(nil)
+}
+
+// ticketMACLen is the bytes of HMAC a ticket carries, ticketMACB64 their
+// length in unpadded base64url.
+const (
+	ticketMACLen = 16
+	ticketMACB64 = 22
+)
+
+// appendTicket appends the ticket of user's entry in sale to b:
+// "<entry>.<base64url HMAC(sale 0 user 0 entry)[:16]>".
+func (k *queueKeys) appendTicket(b []byte, sale, user string, entry []byte) []byte {
+	sum := k.ticketMAC(sale, user, entry)
+	b = append(b, entry...)
+	b = append(b, '.')
+	return base64.RawURLEncoding.AppendEncode(b, sum[:ticketMACLen])
+}
+
+func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte {
+	m := k.tickets.Get().(*macBuf)
+	m.msg = append(append(append(append(m.msg[:0], sale...), 0), user...), 0)
+	m.msg = append(m.msg, entry...)
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.h.Sum(m.sum[:0])
+	sum := m.sum
+	k.tickets.Put(m)
+	return sum
+}
+
+// ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
+// n after it); purchased when the buyer bought through it. A pre-start
+// entry may carry the buyer's rank key (hasRank: the "k" form, below).
+type ticket struct {
+	kind      byte
+	n         int64
+	purchased bool
+	hasRank   bool
+	// rank is the first rankLen bytes of the buyer's rank key under the
+	// seed that tag names.
+	rank [rankLen]byte
+	tag  [seedTagLen]byte
+}
+
+// The "k" form of a pre-start entry, "k<base64url(seed tag ‖ rank key
+// prefix)>", is issued once the seed is revealed (queueStatus and
+// fairAdmit send it in X-Queue-Ticket), so that judging the ticket needs
+// no rank HMAC: the ticket's MAC vouches for the rank key it carries. A
+// prefix equal to a threshold's is judged from the full rank key.
+const (
+	rankLen      = 16
+	seedTagLen   = 5
+	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
+)
+
+// readTicket verifies a ticket for (sale, user).
+func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
+	dot := bytes.LastIndexByte(t, '.')
+	if dot < 1 || len(t)-dot-1 != ticketMACB64 {
+		return ticket{}, false
+	}
+	entry := t[:dot]
+	// The MAC is compared in its (canonical) base64url form: encoding the
+	// computed one costs less than decoding the one sent.
+	sum := k.ticketMAC(sale, user, entry)
+	var mac [ticketMACB64]byte
+	base64.RawURLEncoding.Encode(mac[:], sum[:ticketMACLen])
+	if !hmac.Equal(t[dot+1:], mac[:]) {
+		return ticket{}, false
+	}
+	var tk ticket
+	if entry[0] == 'b' {
+		tk.purchased = true
+		entry = entry[1:]
+	}
+	switch {
+	case len(entry) == 1 && entry[0] == 'p':
+		tk.kind = 'p'
+	case len(entry) == 1+rankEntryB64 && entry[0] == 'k':
+		var raw [seedTagLen + rankLen]byte
+		if n, err := base64.RawURLEncoding.Decode(raw[:], entry[1:]); err != nil || n != len(raw) {
+			return ticket{}, false
+		}
+		tk.kind, tk.hasRank = 'p', true
+		copy(tk.tag[:], raw[:seedTagLen])
+		copy(tk.rank[:], raw[seedTagLen:])
+	case len(entry) > 1 && entry[0] == 'l':
+		n, err := strconv.ParseInt(string(entry[1:]), 10, 64)
+		if err != nil || n < 1 {
+			return ticket{}, false
+		}
+		tk.kind, tk.n = 'l', n
+	default:
+		return ticket{}, false
+	}
+	return tk, true
+}
+
+// appendEntry appends tk's entry in its canonical form ("k" for a
+// pre-start entry with a rank key) to b.
+func appendEntry(b []byte, tk *ticket) []byte {
+	if tk.purchased {
+		b = append(b, 'b')
+	}
+	switch {
+	case tk.kind == 'l':
+		b = append(b, 'l')
+		return strconv.AppendInt(b, tk.n, 10)
+	case tk.hasRank:
+		var raw [seedTagLen + rankLen]byte
+		copy(raw[:], tk.tag[:])
+		copy(raw[seedTagLen:], tk.rank[:])
+		b = append(b, 'k')
+		return base64.RawURLEncoding.AppendEncode(b, raw[:])
+	}
+	return append(b, 'p')
+}
+
+// reissue sends the "k" form of tk in X-Queue-Ticket when locate has just
+// computed its rank key (the request's ticket had none, or one of another
+// seed).
+func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, tk *ticket, p *place) {
+	if !p.rankComputed {
+		return
+	}
+	var eb [2 + rankEntryB64]byte
+	var tb [2 + rankEntryB64 + 1 + 24]byte
+	entry := appendEntry(eb[:0], tk)
+	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(tb[:0], e.id, user, entry))
+}
+
+// rankMacs pools HMACs keyed with one sale's seed.
+type rankMacs struct {
+	seed string
+	pool sync.Pool
+}
+
+// fairCache is what a sale keeps for its fair queue between refreshes.
+type fairCache struct {
+	macs atomic.Pointer[rankMacs]
+}
+
+// rankKey computes flashgate.QueueRank for user, as bytes.
+func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
+	rm := e.fair.macs.Load()
+	if rm == nil || rm.seed != q.seedHex {
+		seed := q.seed
+		rm = &rankMacs{seed: q.seedHex}
+		rm.pool.New = func() any { return &macBuf{h: hmac.New(sha256.New, seed)} }
+		e.fair.macs.Store(rm)
+	}
+	m := rm.pool.Get().(*macBuf)
+	*out = m.mac('/', e.id, user)
+	rm.pool.Put(m)
+}
+
+// setBoughtTicket gives a buyer who reserved through a ticket its
+// purchased form, so that their status answers "purchased".
+func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user string) {
+	t := ctx.Request.Header.PeekBytes(hTicket)
+	tk, ok := s.qkeys.readTicket(t, e.id, user)
+	if !ok || tk.purchased {
+		return
+	}
+	entry := t[:bytes.LastIndexByte(t, '.')]
+	var buf [64]byte
+	b := append(buf[:0], 'b')
+	b = append(b, entry...)
+	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(nil, e.id, user, b))
+}
