@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/admin"
 	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
@@ -30,8 +31,8 @@ func TestDashboardFairQueue(t *testing.T) {
 		t.Skip("browser test")
 	}
 	s := startPageSystem(t, nil)
-	admin := httptest.NewServer(s.cp.Handler())
-	t.Cleanup(admin.Close)
+	adminSrv := httptest.NewServer(admin.Handler(s.cp))
+	t.Cleanup(adminSrv.Close)
 	const fair, waiting, later, plain = "fair-drop", "waiting-drop", "later-drop", "plain-sale"
 	startsAt := time.Now().Add(5 * time.Second)
 	laterAt := time.Now().Add(2 * time.Hour)
@@ -63,7 +64,7 @@ func TestDashboardFairQueue(t *testing.T) {
 	ctx := browsertest.New(t, s.ctx, 1440, 900, 60*time.Second)
 	row := func(id string) string { return `#sales tbody tr[data-sale="` + id + `"]` }
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(admin.URL+"/admin/"),
+		chromedp.Navigate(adminSrv.URL+"/admin/"),
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
 		chromedp.SendKeys(chromedp.CSS(`#token`), s.adminToken),
 		chromedp.Click(chromedp.CSS(`#token-go`)),
@@ -103,7 +104,7 @@ func TestDashboardFairQueue(t *testing.T) {
 	// After the start the leader admits a position per unit: 2.
 	var q adminQueueFigures
 	testwait.Eventually(t, 20*time.Second, func() bool {
-		q = adminQueue(t, admin.URL, s.adminToken, fair)
+		q = adminQueue(t, adminSrv.URL, s.adminToken, fair)
 		return q.AdmittedPosition == 2
 	}, "the leader to admit 2 positions of %s (last: %+v)", fair, &q)
 	// One more entrant, after the start: all entrants count, not only the
@@ -112,7 +113,7 @@ func TestDashboardFairQueue(t *testing.T) {
 		t.Fatalf("fay enters: %v", err)
 	}
 	waitLine(fair, "after the start", func() string {
-		q = adminQueue(t, admin.URL, s.adminToken, fair)
+		q = adminQueue(t, adminSrv.URL, s.adminToken, fair)
 		wait := "—"
 		if q.ETASeconds != nil {
 			wait = strconv.FormatInt((*q.ETASeconds+59)/60, 10) + " min"
