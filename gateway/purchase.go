@@ -81,6 +81,9 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	now := s.clock.Now()
+	if s.fairRejected(ctx, e, tok, now.UnixNano()) { // queue_routes.go
+		return
+	}
 	user, ok := s.jwt.verify(tok, now.UnixNano())
 	if !ok {
 		writeAnswer(ctx, ansUnauth)
