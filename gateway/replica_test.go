@@ -184,3 +184,98 @@ func TestReplicaLagNotFound(t *testing.T) {
 		t.Errorf("HMGETs on the primary in a refresh: got %d, want 1 (the known sale's only)", got)
 	}
 }
+
+// TestReadsHitReplica runs the gateway on a real primary and replica and
+// reads INFO commandstats on both.
+func TestReadsHitReplica(t *testing.T) {
+	rs := redistest.Start(t)
+	rp := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(rs.Port))
+	rp.WaitReplica(t)
+	primary, replica := rs.Client(t), rp.Client(t)
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 100, 150, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the replica has the open sale.
+	for i := 0; i < 200; i++ {
+		if v, _ := replica.HGet(ctx, lua.SaleKey("s1"), lua.FieldStart).Result(); v == "1" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []*redis.Client{primary, replica} {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := &fakeCatalog{}
+	cat.put(flashgate.Sale{ID: "s1", Name: "W", PriceCents: 500, Total: 100})
+	fr := &fakeReserver{}
+	s, err := New(Config{
+		Primary: primary, Replica: replica, Reserver: fr, Catalog: cat, JWTSecret: testSecret,
+		StateRefresh: 5 * time.Millisecond, FlushInterval: 5 * time.Millisecond, UserRate: -1, ShutdownDelay: -1,
+		Logger: discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	h := s.Handler()
+	for i := 0; i < 30; i++ {
+		do(h, req{method: "GET", path: "/api/sales/s1"})
+		if r := do(h, req{method: "POST", path: "/api/sales/s1/orders", token: token(t, "u"+strconv.Itoa(i))}); r.StatusCode() != 201 {
+			t.Fatalf("purchase: got %d %s", r.StatusCode(), r.Body())
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let a few refreshes run
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := primary.HGet(ctx, lua.SaleKey("s1"), lua.FieldAccess).Int64(); got != 30 {
+		t.Fatalf("got access %d on the primary, want 30", got)
+	}
+	pStats := cmdStats(t, primary)
+	rStats := cmdStats(t, replica)
+	if rStats["hmget"] == 0 {
+		t.Fatalf("got no HMGET on the replica (stats %v)", rStats)
+	}
+	if pStats["hmget"] != 0 {
+		t.Fatalf("got %d HMGETs on the primary, want 0", pStats["hmget"])
+	}
+	if pStats["hincrby"] == 0 {
+		t.Fatalf("got no HINCRBY on the primary (stats %v)", pStats)
+	}
+}
+
+// TestReplicaFallback reads from the primary when the replica is down, and
+// answers 503 for a new sale when both are.
+func TestReplicaFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	dead := redistest.Start(t)
+	primary, replica := rs.Client(t), dead.Client(t)
+	dead.Stop()
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 10, 15, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cat := &fakeCatalog{}
+	s, err := New(Config{Primary: primary, Replica: replica, Reserver: &fakeReserver{}, Catalog: cat,
+		JWTSecret: testSecret, Logger: discard(), RedisTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r := do(s.Handler(), req{method: "POST", path: "/api/sales/s1/orders", token: token(t, "u1")}); errCode(r) != "not_started" {
+		t.Fatalf("replica down: got %d %s, want not_started read from the primary", r.StatusCode(), r.Body())
+	}
+	if r := do(s.Handler(), req{method: "GET", path: "/readyz"}); r.StatusCode() != 503 {
+		t.Fatalf("readyz with the replica down: got %d, want 503", r.StatusCode())
+	}
+	rs.Stop()
+	if r := do(s.Handler(), req{method: "POST", path: "/api/sales/s2/orders", token: token(t, "u1")}); r.StatusCode() != 503 || errCode(r) != "unavailable" {
+		t.Fatalf("both down: got %d %s, want 503 unavailable", r.StatusCode(), r.Body())
+	}
+}
