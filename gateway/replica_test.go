@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -130,13 +131,10 @@ func TestStaleReplicaNotRead(t *testing.T) {
 // waitReplicaHas waits until the replica's s1 hash holds field = want.
 func waitReplicaHas(t *testing.T, replica *redis.Client, field, want string) {
 	t.Helper()
-	for i := 0; i < 500; i++ {
-		if v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result(); v == want {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the replica never got %s = %s", field, want)
+	testwait.Eventually(t, 5*time.Second, func() bool {
+		v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result()
+		return v == want
+	}, "the replica to get %s = %s", field, want)
 }
 
 // TestReplicaLagNotFound: a sale the catalog knows and the replica does not
@@ -199,13 +197,7 @@ func TestReadsHitReplica(t *testing.T) {
 	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the replica has the open sale.
-	for i := 0; i < 200; i++ {
-		if v, _ := replica.HGet(ctx, lua.SaleKey("s1"), lua.FieldStart).Result(); v == "1" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReplicaHas(t, replica, lua.FieldStart, "1")
 	for _, c := range []*redis.Client{primary, replica} {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -230,7 +222,9 @@ func TestReadsHitReplica(t *testing.T) {
 			t.Fatalf("purchase: got %d %s", r.StatusCode(), r.Body())
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // let a few refreshes run
+	// Wait for a few state refreshes to have read the replica.
+	testwait.Eventually(t, 5*time.Second, func() bool { return cmdStats(t, replica)["hmget"] >= 3 },
+		"three state refreshes to read the replica")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
