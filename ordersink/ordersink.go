@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,6 +143,7 @@ type Drainer struct {
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
 	polls       int            // polls for new entries so far
+	pollsSeen   atomic.Int64   // polls, for readers other than Run (tests)
 	quiet       map[string]int // sale → consecutive polls that found nothing new
 	// failed counts, per sale, the failed inserts in a row of a batch,
 	// by the id of its first entry (see splitAfter), and suspect holds the
@@ -617,6 +619,7 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 // filled a batch, and how many it stored.
 func (d *Drainer) readNew(ctx context.Context, all bool, skip map[string]bool) (read int, full bool, stored int, err error) {
 	d.polls++
+	d.pollsSeen.Add(1)
 	sales := d.sales
 	if !all && (d.polls%quietEvery != 0 || len(skip) > 0) {
 		every := d.polls%quietEvery == 0
