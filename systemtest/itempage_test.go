@@ -23,6 +23,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
@@ -226,19 +227,12 @@ func TestItemPage(t *testing.T) {
 	if err != nil || held != orderID {
 		t.Fatalf("Redis holds order %q (%v) for alice, the page shows %q", held, err, orderID)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		o, err := s.db.Order(s.ctx, orderID)
-		if err == nil {
-			if o.UserID != "alice" || o.SaleID != id || o.Quantity != 1 {
-				t.Fatalf("order row %+v, want alice's one unit of %s", o, id)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("order %s never reached the database: %v", orderID, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var o flashgate.Order
+	if _, ok := testwait.For(5*time.Second, func() bool { o, err = s.db.Order(s.ctx, orderID); return err == nil }); !ok {
+		t.Fatalf("order %s never reached the database: %v", orderID, err)
+	}
+	if o.UserID != "alice" || o.SaleID != id || o.Quantity != 1 {
+		t.Fatalf("order row %+v, want alice's one unit of %s", o, id)
 	}
 	if disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('buy').disabled`)); err != nil || !disabled {
 		t.Errorf("buy button disabled = %v (%v) after the purchase, want true", disabled, err)
