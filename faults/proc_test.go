@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/testwait"
 )
 
 // proc is one server process of the deployment. It runs in its own process
@@ -66,21 +68,22 @@ func (p *proc) start(limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var last error
-	for {
+	exited := false
+	if _, ok := testwait.For(limit, func() bool {
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited during start-up (exit %v); see %s", p.name, cmd.ProcessState, p.log)
+			exited = true
+			return true
 		default:
 		}
-		if last = p.ready(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %v: %v; see %s", p.name, limit, last, p.log)
-		case <-time.After(50 * time.Millisecond):
-		}
+		last = p.ready(ctx)
+		return last == nil
+	}); exited {
+		return fmt.Errorf("%s exited during start-up (exit %v); see %s", p.name, cmd.ProcessState, p.log)
+	} else if !ok {
+		return fmt.Errorf("%s not ready after %v: %v; see %s", p.name, limit, last, p.log)
 	}
+	return nil
 }
 
 func (p *proc) running() (*exec.Cmd, chan struct{}) {

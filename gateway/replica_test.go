@@ -59,7 +59,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicaHas(t, replica, lua.FieldStart, "1")
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldStart, "1"), "the replica to get %s = 1", lua.FieldStart)
 	cat := &fakeCatalog{}
 	cat.put(flashgate.Sale{ID: "s1", Name: "W", PriceCents: 500, Total: 100})
 	s, err := New(Config{
@@ -119,7 +119,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	rp.WaitReplica(t)
-	waitReplicaHas(t, replica, lua.FieldClosed, "1")
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldClosed, "1"), "the replica to get %s = 1", lua.FieldClosed)
 	if got := state(); got != "closed" {
 		t.Fatalf("relinked replica: got state %q, want closed", got)
 	}
@@ -128,13 +128,12 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	}
 }
 
-// waitReplicaHas waits until the replica's s1 hash holds field = want.
-func waitReplicaHas(t *testing.T, replica *redis.Client, field, want string) {
-	t.Helper()
-	testwait.Eventually(t, 5*time.Second, func() bool {
+// replicaHas reports whether the replica's s1 hash holds field = want.
+func replicaHas(replica *redis.Client, field, want string) func() bool {
+	return func() bool {
 		v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result()
 		return v == want
-	}, "the replica to get %s = %s", field, want)
+	}
 }
 
 // TestReplicaLagNotFound: a sale the catalog knows and the replica does not
@@ -197,7 +196,7 @@ func TestReadsHitReplica(t *testing.T) {
 	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicaHas(t, replica, lua.FieldStart, "1")
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldStart, "1"), "the replica to get %s = 1", lua.FieldStart)
 	for _, c := range []*redis.Client{primary, replica} {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)

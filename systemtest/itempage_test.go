@@ -135,16 +135,21 @@ func (s *pageSystem) token(t *testing.T, user string) string {
 	return tok
 }
 
-// waitJS polls expr in the page every 50ms until it is truthy and returns
-// its value as a string; after timeout the test fails, naming what.
+// waitJS evaluates expr in the page until it is truthy and returns its
+// value as a string; after timeout the test fails, naming what.
 func waitJS(t *testing.T, ctx context.Context, what, expr string, timeout time.Duration) string {
 	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Poll[string](`(function(){ var v = (`+expr+`); return v ? String(v) : ""; })()`,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
-	if err != nil {
+	var (
+		v   string
+		err error
+	)
+	if _, ok := testwait.For(timeout, func() bool {
+		v, err = chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){ var v = (`+expr+`); return v ? String(v) : ""; })()`))
+		return err == nil && v != ""
+	}); !ok {
 		snap, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('countdown').textContent + ' | ' +
 			document.getElementById('status').textContent + ' | buy disabled=' + document.getElementById('buy').disabled`))
-		t.Fatalf("waiting for %s: %v (page: %s)", what, err, snap)
+		t.Fatalf("waited %v for %s: %v (page: %s)", timeout, what, err, snap)
 	}
 	return v
 }
