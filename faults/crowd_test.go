@@ -147,7 +147,7 @@ func (cr *crowd) buy(ctx context.Context, client *http.Client, sem chan struct{}
 		case a.failed():
 			o.final = "gave up: " + a.label()
 			gw = (gw + 1) % len(cr.c.gwURL) // the load balancer's next upstream
-			time.Sleep(backoff) // not a synchronisation: the buyer's backoff
+			time.Sleep(backoff)             // not a synchronisation: the buyer's backoff
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
