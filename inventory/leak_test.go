@@ -18,4 +18,7 @@ var leakOptions = []goleak.Option{
 	// (MaxIdleConnDuration, 10 to 30 s) and finds no connection left;
 	// fasthttp has no way to stop it sooner.
 	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	// fasthttp.Client's cleaner of idle HostClients ends only when it
+	// wakes and finds none left.
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 }

@@ -25,5 +25,10 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9.(*sentinelFailover).listen"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9.(*channel).initHealthCheck.func1"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9.(*channel).initMsgChan.func1"),
+		// A HostClient's idle-connection cleaner ends only when it wakes
+		// (MaxIdleConnDuration, 10 to 30 s) and finds no connection left,
+		// and fasthttp.Client's cleaner of idle HostClients likewise.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 	)
 }
