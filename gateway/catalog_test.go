@@ -78,3 +78,26 @@ func TestCatalogDownNeverNotFound(t *testing.T) {
 		t.Errorf("upcoming after the catalog is back: got %d %s, want 200 upcoming", r.StatusCode(), r.Body())
 	}
 }
+
+// TestCatalogRefreshSkipsNonSales: ids that are neither in Redis nor in
+// the catalog (anyone can make the gateway cache thousands) are not
+// re-read from the catalog every CatalogRefresh; real sales are.
+func TestCatalogRefreshSkipsNonSales(t *testing.T) {
+	e := newEnv(t, nil)
+	e.sale(t, "real", 3, 4, true)
+	h := e.s.Handler()
+	do(h, req{method: "GET", path: "/api/sales/real"})
+	do(h, req{method: "GET", path: "/api/sales/junk"})
+	before := e.catalog.calls.Load()
+	e.s.refreshCatalog(context.Background())
+	if got := e.catalog.calls.Load() - before; got != 1 {
+		t.Fatalf("got %d catalog reads in one refresh, want 1 (the real sale only)", got)
+	}
+	// Once Redis knows the id (the sale was created), its entry is read again.
+	e.sale(t, "junk", 2, 3, false)
+	e.s.refreshState(context.Background())
+	e.s.refreshCatalog(context.Background())
+	if r := do(h, req{method: "GET", path: "/sales/junk"}); r.StatusCode() != 200 {
+		t.Fatalf("page of a sale created after its id was asked for: got %d, want 200", r.StatusCode())
+	}
+}

@@ -43,6 +43,7 @@ func TestLazyConnExtendedDeadline(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) // armed
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))       // recorded only
 	go func() {
+		// Not a synchronisation: the byte must come after the armed 50 ms deadline has passed.
 		time.Sleep(300 * time.Millisecond)
 		client.Write([]byte("x"))
 	}()
@@ -93,6 +94,7 @@ func TestLazyConnClearedDeadline(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	c.SetReadDeadline(time.Time{})
 	go func() {
+		// Not a synchronisation: the byte must come after the cleared 50 ms deadline would have fired.
 		time.Sleep(250 * time.Millisecond)
 		client.Write([]byte("x"))
 	}()
@@ -111,7 +113,8 @@ func TestLazyConnWriteExtended(t *testing.T) {
 	const size = 32 << 20 // more than the socket buffers hold
 	got := make(chan int64, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond) // the armed deadline fires first
+		// Not a synchronisation: the peer reads only after the armed 20 ms deadline has passed.
+		time.Sleep(300 * time.Millisecond)
 		n, _ := io.Copy(io.Discard, io.LimitReader(client, size))
 		got <- n
 	}()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/testwait"
 )
 
 // TestPurchaseJudgedInContractOrder: a token of the right shape but a bad
@@ -102,11 +104,10 @@ func TestIdleConnectionClosedSilently(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		return c
 	}
-	// wantEOF waits past the timeouts and expects the connection closed
-	// with nothing written.
+	// wantEOF waits (up to the 5 s deadline of dial) for the timeouts to
+	// close the connection and expects nothing written.
 	wantEOF := func(t *testing.T, r io.Reader) {
 		t.Helper()
-		time.Sleep(400 * time.Millisecond)
 		b, err := io.ReadAll(r)
 		if err != nil && !errors.Is(err, io.EOF) {
 			t.Fatalf("got %v, want EOF", err)
@@ -208,12 +209,8 @@ func TestConnSplit(t *testing.T) {
 		t.Fatalf("got %d fast and %d lean connections, want 2 and 2", f, l)
 	}
 	conns[0].Close()
-	for i := 0; i < 100; i++ {
-		if f, _ := counts(); f == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, func() bool { f, _ := counts(); return f == 1 },
+		"the fast server to count the closed connection")
 	open()
 	if f, l := counts(); f != 2 || l != 2 {
 		t.Fatalf("after one fast connection closed: got %d fast and %d lean, want 2 and 2", f, l)

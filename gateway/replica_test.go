@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -58,7 +59,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitReplicaHas(t, replica, lua.FieldStart, "1")
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldStart, "1"), "the replica to get %s = 1", lua.FieldStart)
 	cat := &fakeCatalog{}
 	cat.put(flashgate.Sale{ID: "s1", Name: "W", PriceCents: 500, Total: 100})
 	s, err := New(Config{
@@ -118,7 +119,7 @@ func TestStaleReplicaNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	rp.WaitReplica(t)
-	waitReplicaHas(t, replica, lua.FieldClosed, "1")
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldClosed, "1"), "the replica to get %s = 1", lua.FieldClosed)
 	if got := state(); got != "closed" {
 		t.Fatalf("relinked replica: got state %q, want closed", got)
 	}
@@ -127,16 +128,12 @@ func TestStaleReplicaNotRead(t *testing.T) {
 	}
 }
 
-// waitReplicaHas waits until the replica's s1 hash holds field = want.
-func waitReplicaHas(t *testing.T, replica *redis.Client, field, want string) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		if v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result(); v == want {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+// replicaHas reports whether the replica's s1 hash holds field = want.
+func replicaHas(replica *redis.Client, field, want string) func() bool {
+	return func() bool {
+		v, _ := replica.HGet(context.Background(), lua.SaleKey("s1"), field).Result()
+		return v == want
 	}
-	t.Fatalf("the replica never got %s = %s", field, want)
 }
 
 // TestReplicaLagNotFound: a sale the catalog knows and the replica does not
@@ -182,5 +179,96 @@ func TestReplicaLagNotFound(t *testing.T) {
 	s.refreshState(ctx)
 	if got := cmdStats(t, primary)["hmget"] - before; got != 1 {
 		t.Errorf("HMGETs on the primary in a refresh: got %d, want 1 (the known sale's only)", got)
+	}
+}
+
+// TestReadsHitReplica runs the gateway on a real primary and replica and
+// reads INFO commandstats on both.
+func TestReadsHitReplica(t *testing.T) {
+	rs := redistest.Start(t)
+	rp := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(rs.Port))
+	rp.WaitReplica(t)
+	primary, replica := rs.Client(t), rp.Client(t)
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 100, 150, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, primary, lua.SaleKeys("s1"), "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 5*time.Second, replicaHas(replica, lua.FieldStart, "1"), "the replica to get %s = 1", lua.FieldStart)
+	for _, c := range []*redis.Client{primary, replica} {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := &fakeCatalog{}
+	cat.put(flashgate.Sale{ID: "s1", Name: "W", PriceCents: 500, Total: 100})
+	fr := &fakeReserver{}
+	s, err := New(Config{
+		Primary: primary, Replica: replica, Reserver: fr, Catalog: cat, JWTSecret: testSecret,
+		StateRefresh: 5 * time.Millisecond, FlushInterval: 5 * time.Millisecond, UserRate: -1, ShutdownDelay: -1,
+		Logger: discard(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	h := s.Handler()
+	for i := 0; i < 30; i++ {
+		do(h, req{method: "GET", path: "/api/sales/s1"})
+		if r := do(h, req{method: "POST", path: "/api/sales/s1/orders", token: token(t, "u"+strconv.Itoa(i))}); r.StatusCode() != 201 {
+			t.Fatalf("purchase: got %d %s", r.StatusCode(), r.Body())
+		}
+	}
+	// Wait for a few state refreshes to have read the replica.
+	testwait.Eventually(t, 5*time.Second, func() bool { return cmdStats(t, replica)["hmget"] >= 3 },
+		"three state refreshes to read the replica")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := primary.HGet(ctx, lua.SaleKey("s1"), lua.FieldAccess).Int64(); got != 30 {
+		t.Fatalf("got access %d on the primary, want 30", got)
+	}
+	pStats := cmdStats(t, primary)
+	rStats := cmdStats(t, replica)
+	if rStats["hmget"] == 0 {
+		t.Fatalf("got no HMGET on the replica (stats %v)", rStats)
+	}
+	if pStats["hmget"] != 0 {
+		t.Fatalf("got %d HMGETs on the primary, want 0", pStats["hmget"])
+	}
+	if pStats["hincrby"] == 0 {
+		t.Fatalf("got no HINCRBY on the primary (stats %v)", pStats)
+	}
+}
+
+// TestReplicaFallback reads from the primary when the replica is down, and
+// answers 503 for a new sale when both are.
+func TestReplicaFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	dead := redistest.Start(t)
+	primary, replica := rs.Client(t), dead.Client(t)
+	dead.Stop()
+	ctx := context.Background()
+	if err := lua.Prepare.Run(ctx, primary, lua.SaleKeys("s1"), 10, 15, 1, 500).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cat := &fakeCatalog{}
+	s, err := New(Config{Primary: primary, Replica: replica, Reserver: &fakeReserver{}, Catalog: cat,
+		JWTSecret: testSecret, Logger: discard(), RedisTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r := do(s.Handler(), req{method: "POST", path: "/api/sales/s1/orders", token: token(t, "u1")}); errCode(r) != "not_started" {
+		t.Fatalf("replica down: got %d %s, want not_started read from the primary", r.StatusCode(), r.Body())
+	}
+	if r := do(s.Handler(), req{method: "GET", path: "/readyz"}); r.StatusCode() != 503 {
+		t.Fatalf("readyz with the replica down: got %d, want 503", r.StatusCode())
+	}
+	rs.Stop()
+	if r := do(s.Handler(), req{method: "POST", path: "/api/sales/s2/orders", token: token(t, "u1")}); r.StatusCode() != 503 || errCode(r) != "unavailable" {
+		t.Fatalf("both down: got %d %s, want 503 unavailable", r.StatusCode(), r.Body())
 	}
 }

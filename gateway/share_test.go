@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -103,7 +104,7 @@ func TestShareStartAndClose(t *testing.T) {
 	if r, burst := limits(t, b, "s"); r != 500 || burst != 500 {
 		t.Fatalf("b right after Start: got rate %v burst %d, want 500 and 500", r, burst)
 	}
-	if !waitFor(time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 500 }) {
+	if _, ok := testwait.For(time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 500 }); !ok {
 		t.Fatalf("a did not take half within a second: it counts %d gateways", e.s.share.live.Load())
 	}
 	if err := b.Close(); err != nil {
@@ -113,10 +114,8 @@ func TestShareStartAndClose(t *testing.T) {
 	if n := e.primary.ZCard(context.Background(), lua.GatewaysKey()).Val(); n != 1 {
 		t.Errorf("right after b closed: %d gateways announced, want 1", n)
 	}
-	if !waitFor(time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 1000 }) {
-		r, _ := limits(t, e.s, "s")
-		t.Fatalf("after b closed: got rate %v, want 1000 within a second", r)
-	}
+	testwait.Eventually(t, time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 1000 },
+		"a to take the whole rate 1000 after b closed")
 }
 
 // TestShareOffAndRedisDown: without ShareEvery nothing is written and the
@@ -143,15 +142,4 @@ func TestShareOffAndRedisDown(t *testing.T) {
 	if r, _ := limits(t, f.s, "s"); r != 25 {
 		t.Errorf("redis down: got rate %v, want the last share 25", r)
 	}
-}
-
-func waitFor(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return cond()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
@@ -24,9 +25,17 @@ import (
 // started by the first test that asks for it and stopped by TestMain.
 var testCluster redistest.SharedCluster
 
+// TestMain stops the shared cluster after the tests, then fails them if
+// any goroutine outlives them (see leakOptions).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testCluster.Stop()
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

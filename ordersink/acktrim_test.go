@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -134,10 +135,10 @@ func TestTwoSinksRun(t *testing.T) {
 					len(ids), n, int64(len(ids))-f.Persisted)
 			}
 		}
-		until(t, "every order stored", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			f, _ := e.db.Figures(ctx, sale)
 			return f.Persisted == int64(len(ids)) && e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0
-		})
+		}, "every order stored")
 		cancel()
 		<-done
 		<-done
@@ -196,14 +197,15 @@ func TestLinger(t *testing.T) {
 			for i := range 20 {
 				ids = append(ids, e.reserve(t, c.name+strconv.Itoa(i)+"-", 1)...)
 				if c.stepped {
-					until(t, "the order's row", func() bool { return counter(t, reg, "flashgate_sink_orders_total") == float64(i+1) })
+					testwait.Eventually(t, 10*time.Second, func() bool { return counter(t, reg, "flashgate_sink_orders_total") == float64(i+1) }, "the order's row")
 				} else {
+					// Not a synchronisation: the orders arrive spread over time, for Linger to gather.
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
-			until(t, "every order stored", func() bool {
+			testwait.Eventually(t, 10*time.Second, func() bool {
 				return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 && counter(t, reg, "flashgate_sink_orders_total") == 20
-			})
+			}, "every order stored")
 			cancel()
 			<-done
 			got := counter(t, reg, "flashgate_sink_batches_total")
@@ -221,7 +223,7 @@ func TestLinger(t *testing.T) {
 	d := drainer(e, nil, ordersink.Config{Consumer: "full", Batch: 8, Linger: time.Second})
 	start := time.Now()
 	go func() { _ = d.Run(ctx) }()
-	until(t, "the full batches stored", func() bool { return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 })
+	testwait.Eventually(t, 10*time.Second, func() bool { return e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0 }, "the full batches stored")
 	if took := time.Since(start); took > 900*time.Millisecond {
 		t.Errorf("draining 5 full batches took %v, want well under the 1s linger", took)
 	}

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -195,6 +196,7 @@ type Drainer struct {
 	needPending map[string]bool // streams whose own pending list must be re-read
 	claimedAt   time.Time
 	polls       int            // polls for new entries so far
+	pollsSeen   atomic.Int64   // polls, for readers other than Run (tests)
 	quiet       map[string]int // sale → consecutive polls that found nothing new
 	// failed counts, per sale, the failed inserts in a row of a batch,
 	// by the id of its first entry (see splitAfter), and suspect holds the

@@ -22,6 +22,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/pgtest"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
@@ -152,18 +153,6 @@ func (e *env) check(t *testing.T, ids []string) {
 	}
 }
 
-// until calls f up to 500 times, 20ms apart, until it reports true.
-func until(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		if f() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("gave up waiting for %s", what)
-}
-
 func drainer(e *env, store ordersink.Store, cfg ordersink.Config) *ordersink.Drainer {
 	if store == nil {
 		store = e.db
@@ -226,16 +215,16 @@ func TestRun(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
 		ids := e.reserve(t, "u", 100)
-		until(t, "all rows", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			f, _ := e.db.Figures(context.Background(), sale)
 			return f.Persisted == int64(len(ids))
-		})
+		}, "all rows")
 		more := e.reserve(t, "v", 50)
-		until(t, "more rows", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			f, _ := e.db.Figures(context.Background(), sale)
 			return f.Persisted == int64(len(ids)+len(more))
-		})
-		until(t, "an empty stream", func() bool { n, _ := d.Backlog(context.Background()); return n == 0 })
+		}, "more rows")
+		testwait.Eventually(t, 10*time.Second, func() bool { n, _ := d.Backlog(context.Background()); return n == 0 }, "an empty stream")
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: got %v, want nil", err)
@@ -253,22 +242,24 @@ func TestQuietStream(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	ids := e.reserve(t, "u", 1)
-	until(t, "the first row", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		f, _ := e.db.Figures(context.Background(), sale)
 		return f.Persisted == 1
-	})
-	before := redistest.Commands(t, e.rdb)["xreadgroup"].Calls
-	time.Sleep(300 * time.Millisecond) // well over 20 polls: the stream is quiet
+	}, "the first row")
+	before, polled := redistest.Commands(t, e.rdb)["xreadgroup"].Calls, d.Polls()
+	// Well over 20 polls: the stream is quiet.
+	testwait.Eventually(t, 10*time.Second, func() bool { return d.Polls() >= polled+200 }, "200 polls of the quiet stream")
 	calls := redistest.Commands(t, e.rdb)["xreadgroup"].Calls - before
-	t.Logf("XREADGROUP calls in 300ms of quiet: %d", calls)
+	polled = d.Polls() - polled
+	t.Logf("XREADGROUP calls in %d polls of quiet: %d", polled, calls)
 	if calls > 50 {
-		t.Errorf("XREADGROUP calls on one quiet stream in 300ms: got %d, want far fewer than one per 2ms poll", calls)
+		t.Errorf("XREADGROUP calls on one quiet stream in %d polls: got %d, want far fewer than one a poll", polled, calls)
 	}
 	ids = append(ids, e.reserve(t, "v", 1)...)
-	until(t, "the row after the quiet spell", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		f, _ := e.db.Figures(context.Background(), sale)
 		return f.Persisted == 2
-	})
+	}, "the row after the quiet spell")
 	cancel()
 	<-done
 	e.check(t, ids)
@@ -304,13 +295,13 @@ func TestClaimFromDeadConsumer(t *testing.T) {
 			t.Fatalf("DrainOnce (no claims yet): got %d, %v, want 20", n, err)
 		}
 		d := drainer(e, nil, ordersink.Config{Consumer: "alive", ClaimIdle: time.Millisecond})
-		until(t, "claimed rows", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			if _, err := d.DrainOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 			f, _ := e.db.Figures(ctx, sale)
 			return f.Persisted == int64(len(ids))
-		})
+		}, "claimed rows")
 		e.check(t, ids)
 		pend, err := e.rdb.XPending(ctx, lua.OrdersKey(sale), lua.SinkGroup).Result()
 		if err != nil || pend.Count != 0 {
@@ -385,15 +376,15 @@ func TestStoreDown(t *testing.T) {
 				BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond}).Run(rctx)
 		}()
 		more := e.reserve(t, "v", 20)
-		until(t, "failed retries", func() bool { return store.fails.Load() >= 5 })
+		testwait.Eventually(t, 10*time.Second, func() bool { return store.fails.Load() >= 5 }, "failed retries")
 		if f, _ := e.db.Figures(ctx, sale); f.Persisted != 0 {
 			t.Errorf("rows while down: got %d, want 0", f.Persisted)
 		}
 		store.set(e.db, false)
-		until(t, "recovery", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			f, _ := e.db.Figures(ctx, sale)
 			return f.Persisted == int64(len(ids)+len(more)) && e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0
-		})
+		}, "recovery")
 		cancel()
 		<-done
 		e.check(t, append(ids, more...))
@@ -414,12 +405,12 @@ func TestDatabaseOutage(t *testing.T) {
 		ids := e.reserve(t, "u", 30)
 		_ = first.Close() // the outage: every insert now fails
 		ids = append(ids, e.reserve(t, "v", 30)...)
-		until(t, "failed inserts", func() bool { return store.fails.Load() >= 3 })
+		testwait.Eventually(t, 10*time.Second, func() bool { return store.fails.Load() >= 3 }, "failed inserts")
 		store.set(openDB(t, e.dsn), false)
-		until(t, "recovery", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			f, _ := e.db.Figures(ctx, sale)
 			return f.Persisted == int64(len(ids)) && e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0
-		})
+		}, "recovery")
 		cancel()
 		<-done
 		e.check(t, ids)
@@ -508,12 +499,12 @@ func TestPostgresNetworkOutage(t *testing.T) {
 	ids := e.reserve(t, "u", 30)
 	p.cut(true)
 	ids = append(ids, e.reserve(t, "v", 30)...)
-	until(t, "failed inserts", func() bool { return store.fails.Load() >= 3 })
+	testwait.Eventually(t, 10*time.Second, func() bool { return store.fails.Load() >= 3 }, "failed inserts")
 	p.cut(false)
-	until(t, "recovery", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		f, _ := e.db.Figures(ctx, sale)
 		return f.Persisted == int64(len(ids)) && e.rdb.XLen(ctx, lua.OrdersKey(sale)).Val() == 0
-	})
+	}, "recovery")
 	cancel()
 	<-done
 	e.check(t, ids)
@@ -605,17 +596,17 @@ func TestRedisRestart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	ids := e.reserve(t, "u", 10)
-	until(t, "first rows", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		f, _ := e.db.Figures(context.Background(), sale)
 		return f.Persisted == 10
-	})
+	}, "first rows")
 	rs.Restart(t)
 	e.prepare(t, 100)
 	ids = append(ids, e.reserve(t, "v", 10)...)
-	until(t, "rows after the restart", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		f, _ := e.db.Figures(context.Background(), sale)
 		return f.Persisted == 20 && e.rdb.XLen(context.Background(), lua.OrdersKey(sale)).Val() == 0
-	})
+	}, "rows after the restart")
 	cancel()
 	<-done
 	e.check(t, ids)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/dbfault"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
@@ -237,10 +238,10 @@ func TestRunRefusedOrders(t *testing.T) {
 			e.poison(t, u)
 		}
 		ids := e.reserve(t, "u", 20)
-		until(t, "every ordinary order stored and every refused one dead", func() bool {
+		testwait.Eventually(t, 10*time.Second, func() bool {
 			return e.rowsOf(t, sale) == int64(len(ids)) && e.rdb.XLen(context.Background(), lua.DeadKey(sale)).Val() == int64(len(users))
-		})
-		until(t, "an empty stream", func() bool { return e.rdb.XLen(context.Background(), lua.OrdersKey(sale)).Val() == 0 })
+		}, "every ordinary order stored and every refused one dead")
+		testwait.Eventually(t, 10*time.Second, func() bool { return e.rdb.XLen(context.Background(), lua.OrdersKey(sale)).Val() == 0 }, "an empty stream")
 		cancel()
 		<-done
 		e.check(t, ids)
@@ -262,9 +263,9 @@ func TestRunHeldSaleLeavesOthers(t *testing.T) {
 		d := drainer(e, nil, ordersink.Config{Block: 10 * time.Millisecond, BackoffMin: time.Hour, BackoffMax: time.Hour, Metrics: reg})
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
-		until(t, "the held order's insert to fail", func() bool { return failedBatches(t, reg) >= 1 })
+		testwait.Eventually(t, 10*time.Second, func() bool { return failedBatches(t, reg) >= 1 }, "the held order's insert to fail")
 		other := e.reserveIn(t, sale2, "w", 5)
-		until(t, "the other sale's orders", func() bool { return e.rowsOf(t, sale2) == int64(len(other)) })
+		testwait.Eventually(t, 10*time.Second, func() bool { return e.rowsOf(t, sale2) == int64(len(other)) }, "the other sale's orders")
 		cancel()
 		<-done
 		if got := e.rowsOf(t, sale); got != 0 {

@@ -93,6 +93,7 @@ const (
 // filled a batch, and how many it stored.
 func (d *Drainer) readNew(ctx context.Context, all bool, skip map[string]bool) (read int, full bool, stored int, err error) {
 	d.polls++
+	d.pollsSeen.Add(1)
 	sales := d.sales
 	if !all && (d.polls%quietEvery != 0 || len(skip) > 0) {
 		every := d.polls%quietEvery == 0

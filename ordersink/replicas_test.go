@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -91,9 +92,9 @@ func TestWaitReplicas(t *testing.T) {
 	e.db = openDB(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
 	e.prepare(t, 100)
 	ctx := context.Background()
-	until(t, "the primary to count its replica online", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(e.rdb.Info(ctx, "replication").Val(), "state=online")
-	})
+	}, "the primary to count its replica online")
 	d := drainer(e, nil, ordersink.Config{WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond})
 
 	ids := e.reserve(t, "u", 5)
@@ -101,23 +102,23 @@ func TestWaitReplicas(t *testing.T) {
 	// acknowledgement can take longer: the batch then stays pending and
 	// goes at the next pass, never before the replica has it.
 	got := 0
-	until(t, "the batch committed with the replica up", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		n, err := d.DrainOnce(ctx)
 		if err != nil && !errors.Is(err, ordersink.ErrReplicasBehind) {
 			t.Fatalf("DrainOnce with the replica up: got %d, %v, want 5, nil", n, err)
 		}
 		got += n
 		return got >= 5
-	})
+	}, "the batch committed with the replica up")
 	if got != 5 {
 		t.Fatalf("DrainOnce with the replica up: committed %d, want 5", got)
 	}
 
 	p.cut(true)
-	until(t, "the primary to see its replica gone", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		info := e.rdb.Info(ctx, "replication").Val()
 		return strings.Contains(info, "connected_slaves:0")
-	})
+	}, "the primary to see its replica gone")
 	more := e.reserve(t, "v", 5)
 	for i := 0; i < 2; i++ {
 		if _, err := d.DrainOnce(ctx); !errors.Is(err, ordersink.ErrReplicasBehind) {
@@ -132,11 +133,11 @@ func TestWaitReplicas(t *testing.T) {
 	}
 
 	p.cut(false)
-	until(t, "rows once the replica is back", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, _ = d.DrainOnce(ctx)
 		f, _ := e.db.Figures(ctx, sale)
 		return f.Persisted == 10
-	})
+	}, "rows once the replica is back")
 	e.check(t, append(ids, more...))
 	if got := replica.Client(t).XLen(ctx, lua.OrdersKey(sale)).Val(); got != 0 {
 		t.Errorf("replica stream length: got %d, want 0", got)
@@ -164,16 +165,16 @@ func startOneNodeCluster(t *testing.T) *redis.ClusterClient {
 		t.Fatal(err)
 	}
 	id := c.ClusterMyID(ctx).Val()
-	until(t, "the replica to join", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return rc.ClusterReplicate(ctx, id).Err() == nil
-	})
+	}, "the replica to join")
 	r.WaitReplica(t)
-	until(t, "the primary to count its replica online", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(c.Info(ctx, "replication").Val(), "state=online")
-	})
-	until(t, "cluster_state:ok", func() bool {
+	}, "the primary to count its replica online")
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(c.ClusterInfo(ctx).Val(), "cluster_state:ok")
-	})
+	}, "cluster_state:ok")
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.Addr}})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/ordersink"
 )
 
@@ -35,9 +36,9 @@ func TestWaitReplicasAuto(t *testing.T) {
 	e.db = openDB(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
 	e.prepare(t, 100)
 	ctx := context.Background()
-	until(t, "the primary to count its replica online", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(e.rdb.Info(ctx, "replication").Val(), "state=online")
-	})
+	}, "the primary to count its replica online")
 	d := drainer(e, nil, ordersink.Config{WaitTimeout: 200 * time.Millisecond})
 	drained := func(want int64) func() bool {
 		return func() bool {
@@ -48,7 +49,7 @@ func TestWaitReplicasAuto(t *testing.T) {
 	}
 
 	ids := e.reserve(t, "u", 5)
-	until(t, "the first batch committed with the replica in step", drained(5))
+	testwait.Eventually(t, 10*time.Second, drained(5), "the first batch committed with the replica in step")
 
 	link.Pause()
 	held := e.reserve(t, "v", 5)
@@ -62,14 +63,14 @@ func TestWaitReplicasAuto(t *testing.T) {
 	}
 
 	link.Resume()
-	until(t, "the held batch committed once the replica caught up", drained(10))
+	testwait.Eventually(t, 10*time.Second, drained(10), "the held batch committed once the replica caught up")
 
 	replica.Stop()
-	until(t, "the primary to see its replica gone", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(e.rdb.Info(ctx, "replication").Val(), "connected_slaves:0")
-	})
+	}, "the primary to see its replica gone")
 	alone := e.reserve(t, "w", 5)
-	until(t, "a batch committed on a primary left without replicas", drained(15))
+	testwait.Eventually(t, 10*time.Second, drained(15), "a batch committed on a primary left without replicas")
 	e.check(t, append(append(ids, held...), alone...))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/controlplane/admin"
+	"github.com/flashgate/flashgate/internal/testwait"
 )
 
 // syncBuffer is a bytes.Buffer safe for the audit logger's concurrent use.
@@ -72,24 +73,18 @@ func TestAdminRefundAudited(t *testing.T) {
 	}
 	buyer := ps.token(t, "buyer-1")
 	var orderID string
-	for deadline := time.Now().Add(10 * time.Second); orderID == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		code, m := call("POST", public+"/api/sales/audited/orders", buyer, "")
 		if code == 201 {
 			orderID, _ = m["order_id"].(string)
 		}
-	}
-	if orderID == "" {
-		t.Fatal("the purchase never got a 201")
-	}
+		return orderID != ""
+	}, "the purchase to get a 201")
 	// The order is stored once the buyer sees it pending payment.
-	stored := false
-	for deadline := time.Now().Add(10 * time.Second); !stored && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, m := call("GET", public+"/api/orders/"+orderID, buyer, "")
-		stored = m["status"] == "pending_payment"
-	}
-	if !stored {
-		t.Fatalf("order %s never reached the database", orderID)
-	}
+		return m["status"] == "pending_payment"
+	}, "order %s to reach the database", orderID)
 	code, order := call("POST", adminSrv.URL+"/admin/orders/"+orderID+"/refund", adminToken, "")
 	if code != 200 || order["status"] != "refunded" {
 		t.Fatalf("refund %s: got %d %v, want 200 refunded", orderID, code, order)

@@ -2,12 +2,14 @@ package systemtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/redistest"
 )
@@ -16,9 +18,17 @@ import (
 // started by the first test that asks for it and stopped by TestMain.
 var testCluster redistest.SharedCluster
 
+// TestMain stops the shared cluster after the tests, then fails them if
+// any goroutine outlives them (see leakOptions).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testCluster.Stop()
+	if code == 0 {
+		if err := goleak.Find(leakOptions...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

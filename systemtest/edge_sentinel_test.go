@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/testwait"
 )
 
 // edgeSentinel runs the cluster on Sentinel (cluster.sh up --redis-sentinel:
@@ -35,11 +37,11 @@ func edgeSentinel(t *testing.T, bin, root string) {
 	// 10 s. The primary dies once 30 units are booked.
 	killed := make(chan time.Time, 1)
 	go func() {
-		if !waitUntil(60*time.Second, func() bool {
+		if _, ok := testwait.For(60*time.Second, func() bool {
 			f, err := c.saleFigures(sale)
 			booked, _ := f["booked"].(float64)
 			return ctx.Err() != nil || err == nil && booked >= 30
-		}) || ctx.Err() != nil {
+		}); !ok || ctx.Err() != nil {
 			return
 		}
 		if err := syscall.Kill(primary, syscall.SIGKILL); err != nil {
@@ -70,7 +72,8 @@ func edgeSentinel(t *testing.T, bin, root string) {
 		after = sentinelMerge(after, ans)
 		sold += ans["201"]
 		if ans["201"] == 0 && ans["409 sold_out"] == 0 {
-			time.Sleep(200 * time.Millisecond) // still failing over: every answer 503
+			// Not a synchronisation: buyers told 503 (still failing over) back off before the next batch.
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	t.Logf("after the kill (%.1f s until sold out): %v", time.Since(at).Seconds(), after)
@@ -93,11 +96,11 @@ func edgeSentinel(t *testing.T, bin, root string) {
 		t.Errorf("50 buyers after the sell-out: got %v, want 50 × 409 sold_out", late)
 	}
 	var f map[string]any
-	if !waitUntil(30*time.Second, func() bool {
+	if _, ok := testwait.For(30*time.Second, func() bool {
 		f = c.adminCall(t, "GET", "/admin/sales/"+sale, "")
 		orders, _ := f["orders"].(map[string]any)
 		return f["booked"] == float64(units) && orders["persisted"] == float64(units)
-	}) {
+	}); !ok {
 		t.Fatalf("sale figures after the failover: %v, want booked %d and %d rows", f, units, units)
 	}
 }

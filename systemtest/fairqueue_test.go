@@ -29,6 +29,7 @@ import (
 	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
@@ -157,7 +158,7 @@ func (s *dropSystem) saleQueue(t *testing.T, id string) saleQueue {
 func (s *dropSystem) waitQueue(t *testing.T, id, what string, ok func(saleQueue) bool) saleQueue {
 	t.Helper()
 	var q saleQueue
-	if !waitUntil(10*time.Second, func() bool { q = s.saleQueue(t, id); return ok(q) }) {
+	if _, held := testwait.For(10*time.Second, func() bool { q = s.saleQueue(t, id); return ok(q) }); !held {
 		t.Fatalf("sale %s: waiting for %s: last queue %+v", id, what, q)
 	}
 	return q
@@ -281,10 +282,10 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	// The gateway answers a queue route 503 until its caches have read the
 	// new sale from the catalog (a fair sale) and its queue from Redis; a
 	// buyer's client retries that, so wait for it here.
-	if !waitUntil(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		code, _, _ := s.call("GET", "/api/sales/"+spec.id+"/challenge", "", "", "")
 		return code == 200
-	}) {
+	}); !ok {
 		t.Fatalf("sale %s: the gateway never read it from Redis", spec.id)
 	}
 	// Before the queue opens: no entry.
@@ -325,10 +326,10 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	}
 	s.step(t, spec.id)
 	var body []byte
-	if !waitUntil(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		_, body, _ = s.call("GET", "/api/sales/"+spec.id, "", "", "")
 		return jsonHas(body, `"state":"open"`)
-	}) {
+	}); !ok {
 		t.Fatalf("sale never open at the gateway: %s", body)
 	}
 	q = s.waitQueue(t, spec.id, "the seed", func(q saleQueue) bool { return q.Seed != nil })
@@ -619,10 +620,10 @@ func checkDrop(t *testing.T, s *dropSystem, id string, total int64, crowd []*ent
 	}
 	// The order sink stores every order once.
 	var fig flashgate.SaleFigures
-	if !waitUntil(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		fig, err = s.db.Figures(s.ctx, id)
 		return err != nil || fig.Persisted == total
-	}) || err != nil {
+	}); !ok || err != nil {
 		t.Fatalf("%s: %d orders in the database (%v), want %d", id, fig.Persisted, err, total)
 	}
 }

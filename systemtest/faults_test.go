@@ -25,6 +25,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
@@ -304,7 +305,7 @@ func (c *crowd) run(ctx context.Context, tb testing.TB) []buyOutcome {
 				}
 				if c.paced != nil {
 					if d := time.Until(start.Add(c.paced(i))); d > 0 {
-						time.Sleep(d)
+						time.Sleep(d) // not a synchronisation: the crowd's arrival schedule
 					}
 				}
 				out[i] = c.buy(ctx, client, c.users[i], tokens[i])
@@ -320,7 +321,8 @@ func (c *crowd) buy(ctx context.Context, client *http.Client, user, tok string) 
 	o := buyOutcome{user: user}
 	for o.attempts < buyAttempts && ctx.Err() == nil {
 		if o.attempts > 0 {
-			time.Sleep(time.Duration(20<<o.attempts) * time.Millisecond) // 40ms … 640ms
+			// Not a synchronisation: the buyer's backoff between tries, 40ms … 640ms.
+			time.Sleep(time.Duration(20<<o.attempts) * time.Millisecond)
 		}
 		o.attempts++
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, *c.s.base.Load()+"/api/sales/"+c.sale+"/orders", nil)
@@ -415,30 +417,16 @@ func answers(m map[string]int) string {
 	return out
 }
 
-// waitUntil polls cond every 20ms for at most limit.
-func waitUntil(limit time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // drainAndResync waits until every order stream is drained, then re-syncs
 // the sale once.
 func (s *faultSystem) drainAndResync(t *testing.T, sale string) {
 	t.Helper()
 	var backlog int64
-	if !waitUntil(15*time.Second, func() bool {
+	if _, ok := testwait.For(15*time.Second, func() bool {
 		n, err := s.rdb.XLen(s.ctx, lua.OrdersKey(sale)).Result()
 		backlog = n
 		return err == nil && n == 0
-	}) {
+	}); !ok {
 		t.Fatalf("order stream backlog still %d after 15s", backlog)
 	}
 	if _, _, err := s.cp.Resync(s.ctx, sale); err != nil {
@@ -619,14 +607,13 @@ func testInvariantsUnderFaults(t *testing.T, backend string) {
 		reached(60)
 		// A busy crowd can answer 45 buyers between two state refreshes:
 		// give the gateway up to 3 s to need the primary.
-		for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		testwait.For(3*time.Second, func() bool {
 			if s.cluster != nil && !primaryReadsWhileDown {
 				primaryReadsWhileDown = stateReadsOn(ftb, shardPrimary)
 			}
-			if fallbacksWhileDown = s.replicaFallbacks(ftb); fallbacksWhileDown > 0 || primaryReadsWhileDown || time.Now().After(end) {
-				break
-			}
-		}
+			fallbacksWhileDown = s.replicaFallbacks(ftb)
+			return fallbacksWhileDown > 0 || primaryReadsWhileDown
+		})
 		replica.Restart(ftb)
 		replica.WaitReplica(ftb)
 		if s.cluster != nil {
@@ -736,7 +723,7 @@ func testInvariantsUnderFaults(t *testing.T, backend string) {
 	}
 	// The gateway learns of the freed units from the replica.
 	var seen string
-	if !waitUntil(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		resp, err := http.Get(*s.base.Load() + "/api/sales/" + sale)
 		if err != nil {
 			return false
@@ -748,7 +735,7 @@ func testInvariantsUnderFaults(t *testing.T, backend string) {
 		b, _ := io.ReadAll(resp.Body)
 		seen = string(b)
 		return json.Unmarshal(b, &v) == nil && v.Remaining == refunds
-	}) {
+	}); !ok {
 		t.Fatalf("the gateway never showed %d units remaining: %s", refunds, seen)
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
@@ -108,7 +109,7 @@ func testFlushAllMidSale(t *testing.T, backend string) {
 	if byAnswer["201"] != 8 {
 		t.Fatalf("before the flush:%s; want 8 × 201", answers(byAnswer))
 	}
-	if !waitUntil(10*time.Second, func() bool { n, _ := s.rdb.XLen(ctx, lua.OrdersKey(sale)).Result(); return n == 0 }) {
+	if _, ok := testwait.For(10*time.Second, func() bool { n, _ := s.rdb.XLen(ctx, lua.OrdersKey(sale)).Result(); return n == 0 }); !ok {
 		t.Fatal("the sink did not drain the stream")
 	}
 
@@ -119,7 +120,9 @@ func testFlushAllMidSale(t *testing.T, backend string) {
 	// Buyers keep coming: the gateway's cached state still says open, so it
 	// admits them (the reserve answers not found) and flushes the counts.
 	(&crowd{s: s, sale: sale, users: users("during", 10), workers: 2}).run(ctx, t)
-	time.Sleep(50 * time.Millisecond) // several counter flushes
+	// Not a synchronisation: a window of several counter flushes (every
+	// 10 ms) that must not recreate a partial hash the re-sync then trusts.
+	time.Sleep(50 * time.Millisecond)
 	if h, _ := s.rdb.HGetAll(ctx, lua.SaleKey(sale)).Result(); len(h) > 0 {
 		t.Logf("sale hash before the re-sync: %v", h)
 	}
@@ -129,10 +132,10 @@ func testFlushAllMidSale(t *testing.T, backend string) {
 	// The sale answers open when a buyer can buy again.
 	probe := &crowd{s: s, sale: sale, users: []string{"probe"}, workers: 1}
 	var last string
-	if !waitUntil(2*time.Second-time.Since(flushed), func() bool {
+	if _, ok := testwait.For(2*time.Second-time.Since(flushed), func() bool {
 		last = probe.buy(ctx, http.DefaultClient, "probe", s.token(t, "probe")).answer
 		return last == "201"
-	}) {
+	}); !ok {
 		h, _ := s.rdb.HGetAll(ctx, lua.SaleKey(sale)).Result()
 		t.Fatalf("2s after FLUSHALL a purchase answers %q, want 201 (sale hash %v)", last, h)
 	}
@@ -143,18 +146,21 @@ func testFlushAllMidSale(t *testing.T, backend string) {
 	if byAnswer, _, _ := tally(t, again); byAnswer["409 already_purchased"] != 8 {
 		t.Errorf("early buyers after the flush:%s; want 8 × 409 already_purchased", answers(byAnswer))
 	}
-	// New buyers in waves: the admission cap lets a little more traffic in
-	// than units remain, and re-sync raises it while units remain.
+	// New buyers in waves until every unit is booked: the admission cap
+	// lets a little more traffic in than units remain, and re-sync raises
+	// it while units remain. The count of 201s below says if they all were.
 	var late []buyOutcome
-	for wave := 0; wave < 10 && s.booked(t, sale) < total; wave++ {
+	wave := 0
+	testwait.For(20*time.Second, func() bool {
 		late = append(late, (&crowd{s: s, sale: sale, users: users("late"+strconv.Itoa(wave)+"-", 20), workers: 4}).run(ctx, t)...)
-		time.Sleep(300 * time.Millisecond)
-	}
+		wave++
+		return s.booked(t, sale) >= total
+	})
 	byAnswer, confirmed, _ := tally(t, late)
 	if byAnswer["201"] != total-9 {
 		t.Errorf("after the flush:%s; want %d × 201", answers(byAnswer), total-9)
 	}
-	if !waitUntil(10*time.Second, func() bool { n, _ := s.rdb.XLen(ctx, lua.OrdersKey(sale)).Result(); return n == 0 }) {
+	if _, ok := testwait.For(10*time.Second, func() bool { n, _ := s.rdb.XLen(ctx, lua.OrdersKey(sale)).Result(); return n == 0 }); !ok {
 		t.Fatal("the sink did not drain the stream")
 	}
 	live, err := db.LiveOrders(ctx, sale)

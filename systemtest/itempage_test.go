@@ -23,6 +23,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/browsertest"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
@@ -134,16 +135,21 @@ func (s *pageSystem) token(t *testing.T, user string) string {
 	return tok
 }
 
-// waitJS polls expr in the page every 50ms until it is truthy and returns
-// its value as a string; after timeout the test fails, naming what.
+// waitJS evaluates expr in the page until it is truthy and returns its
+// value as a string; after timeout the test fails, naming what.
 func waitJS(t *testing.T, ctx context.Context, what, expr string, timeout time.Duration) string {
 	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Poll[string](`(function(){ var v = (`+expr+`); return v ? String(v) : ""; })()`,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
-	if err != nil {
+	var (
+		v   string
+		err error
+	)
+	if _, ok := testwait.For(timeout, func() bool {
+		v, err = chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){ var v = (`+expr+`); return v ? String(v) : ""; })()`))
+		return err == nil && v != ""
+	}); !ok {
 		snap, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('countdown').textContent + ' | ' +
 			document.getElementById('status').textContent + ' | buy disabled=' + document.getElementById('buy').disabled`))
-		t.Fatalf("waiting for %s: %v (page: %s)", what, err, snap)
+		t.Fatalf("waited %v for %s: %v (page: %s)", timeout, what, err, snap)
 	}
 	return v
 }
@@ -226,19 +232,12 @@ func TestItemPage(t *testing.T) {
 	if err != nil || held != orderID {
 		t.Fatalf("Redis holds order %q (%v) for alice, the page shows %q", held, err, orderID)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		o, err := s.db.Order(s.ctx, orderID)
-		if err == nil {
-			if o.UserID != "alice" || o.SaleID != id || o.Quantity != 1 {
-				t.Fatalf("order row %+v, want alice's one unit of %s", o, id)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("order %s never reached the database: %v", orderID, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var o flashgate.Order
+	if _, ok := testwait.For(5*time.Second, func() bool { o, err = s.db.Order(s.ctx, orderID); return err == nil }); !ok {
+		t.Fatalf("order %s never reached the database: %v", orderID, err)
+	}
+	if o.UserID != "alice" || o.SaleID != id || o.Quantity != 1 {
+		t.Fatalf("order row %+v, want alice's one unit of %s", o, id)
 	}
 	if disabled, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById('buy').disabled`)); err != nil || !disabled {
 		t.Errorf("buy button disabled = %v (%v) after the purchase, want true", disabled, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/pgtest"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -121,10 +122,10 @@ func TestOrderRoutesStalledDatabase(t *testing.T) {
 	proxy.Resume()
 	var status int
 	var code string
-	if !waitUntil(30*time.Second, func() bool {
+	if _, ok := testwait.For(30*time.Second, func() bool {
 		status, code, _ = call("POST", "/api/orders/stalled-order/pay")
 		return status == 200 && code == "paid"
-	}) {
+	}); !ok {
 		t.Fatalf("after the stall: pay got %d %s, want 200 paid", status, code)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
@@ -204,21 +205,19 @@ func (m *sinkModel) check(t *rapid.T) {
 // consumers hold, then checks that the database matches the reserves.
 func (m *sinkModel) fullDrain(t *rapid.T) {
 	m.newDrainer("final")
-	for i := 0; ; i++ {
+	// Held entries become claimable a little later: pass again until none is left.
+	var n int64
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		if _, err := m.drainer.DrainOnce(m.ctx); err != nil {
 			t.Fatalf("DrainOnce: %v", err)
 		}
-		n, err := m.drainer.Backlog(m.ctx)
-		if err != nil {
+		var err error
+		if n, err = m.drainer.Backlog(m.ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			break
-		}
-		if i == 200 {
-			t.Fatalf("backlog still %d after 200 passes", n)
-		}
-		time.Sleep(2 * time.Millisecond) // let held entries become claimable
+		return n == 0
+	}); !ok {
+		t.Fatalf("backlog still %d after 10 s of passes", n)
 	}
 	m.check(t)
 	for id, r := range m.ok {

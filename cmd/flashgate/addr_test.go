@@ -59,6 +59,8 @@ func TestProgressFirstFrameRate(t *testing.T) {
 	began := time.Now()
 	stop := startBar(&buf, 10000, &done)
 	done.Store(5000)
+	// Not a synchronisation: the bar's rate is work over elapsed time, and
+	// 250 ms (two or three frames) with half the work done is the input.
 	time.Sleep(250 * time.Millisecond)
 	done.Store(10000)
 	stop()

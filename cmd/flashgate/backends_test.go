@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,9 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -109,9 +112,15 @@ func TestServeOnRedisBackends(t *testing.T) {
 				if r.Created() != units {
 					t.Errorf("sale %s on %s: got %d answers 201 (%v), want %d", id, addr, r.Created(), r.ByAnswer, units)
 				}
-				f, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, id) }, 20*time.Second)
-				if err != nil {
+				if _, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, id) }, 20*time.Second); err != nil {
 					t.Fatalf("drain %s: %v", id, err)
+				}
+				// Figures read after the drain: a status reads the database
+				// before the stream, so the one that found the stream empty
+				// may predate the sink's last commit.
+				f, err := getAdminFigures(admin, cfg.AdminToken, id)
+				if err != nil {
+					t.Fatalf("figures %s: %v", id, err)
 				}
 				if f.Booked != units || f.Orders.Persisted != units {
 					t.Errorf("sale %s: booked %d, persisted %d; want %d and %d", id, f.Booked, f.Orders.Persisted, units, units)
@@ -195,10 +204,11 @@ func TestServeClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := cl.Node(m.Options().Addr)
-	time.Sleep(100 * time.Millisecond)
+	testwait.Eventually(t, 10*time.Second, func() bool { return saleOpen(public, sale) }, "the gateway to see the sale open")
 
 	killed := make(chan struct{})
 	go func() {
+		// Not a synchronisation: the kill falls 1.5 s into the crowd, on purpose.
 		time.Sleep(1500 * time.Millisecond)
 		victim.Stop() // SIGKILL
 		close(killed)
@@ -212,31 +222,37 @@ func TestServeClusterFailover(t *testing.T) {
 	<-killed
 	// The promoted replica has no replica of its own: the order sink, which
 	// commits only what a replica holds, waits until the old primary is
-	// back (as a replica of the new one).
-	time.Sleep(5 * time.Second)
+	// back (as a replica of the new one). It comes back once its replica
+	// has taken over the slot.
+	cc := c.primary.(*redis.ClusterClient)
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		cc.ReloadState(ctx)
+		nm, err := cc.MasterForKey(ctx, lua.SaleKey(sale))
+		return err == nil && nm.Options().Addr != victim.Addr
+	}, "the replica to take over the sale's slot")
 	victim.Restart(t)
 	cl.WaitOK(t)
 	t.Logf("crowd answers: %v", r.ByAnswer)
 
 	// Wait until the stream is drained and the control plane has rebuilt
 	// the sale on the new primary.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
+	var (
+		f       adminFigures
+		ferr    error
+		rebuilt bool
+	)
+	if _, ok := testwait.For(30*time.Second, func() bool {
+		f, ferr = getAdminFigures(admin, cfg.AdminToken, sale)
 		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
-		nm, _ := c.primary.(*redis.ClusterClient).MasterForKey(ctx, lua.SaleKey(sale))
-		rebuilt := false
+		nm, _ := cc.MasterForKey(ctx, lua.SaleKey(sale))
+		rebuilt = false
 		if nm != nil && marker != "" {
 			info, _ := nm.Info(ctx, "replication").Result()
 			rebuilt = strings.Contains(info, "master_replid:"+marker+"\r\n")
 		}
-		if ferr == nil && f.StreamBacklog == 0 && rebuilt {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sale not drained and rebuilt after the failover: %+v, %v, rebuilt %v\n%s", f, ferr, rebuilt, errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ferr == nil && f.StreamBacklog == 0 && rebuilt
+	}); !ok {
+		t.Fatalf("sale not drained and rebuilt after the failover: %+v, %v, rebuilt %v\n%s", f, ferr, rebuilt, errb.String())
 	}
 	// With WAIT, an answered reserve was on the replica that took over:
 	// every 201 is a row.
@@ -266,8 +282,9 @@ func TestServeSentinelFailover(t *testing.T) {
 	if err := s.cp.Start(ctx, sale); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	testwait.Eventually(t, 10*time.Second, func() bool { return saleOpen(public, sale) }, "the gateway to see the sale open")
 	go func() {
+		// Not a synchronisation: the kill falls a second into the crowd, on purpose.
 		time.Sleep(time.Second)
 		sen.Primary.Stop() // SIGKILL
 	}()
@@ -285,21 +302,25 @@ func TestServeSentinelFailover(t *testing.T) {
 	// Sentinel promotes the replica; the control plane marks the sale with
 	// the new primary's id once it has rebuilt it.
 	rc := sen.Replica.Client(t)
-	deadline := time.Now().Add(40 * time.Second)
-	for {
+	var (
+		f    adminFigures
+		ferr error
+	)
+	if _, ok := testwait.For(40*time.Second, func() bool {
 		info, _ := rc.Info(ctx, "replication").Result()
 		marker, _ := c.primary.Get(ctx, lua.PrimaryKey(sale)).Result()
-		f, ferr := getAdminFigures(admin, cfg.AdminToken, sale)
-		if strings.Contains(info, "role:master") && marker != "" && strings.Contains(info, "master_replid:"+marker+"\r\n") &&
-			ferr == nil && f.StreamBacklog == 0 && f.State == "open" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no rebuild on the promoted replica: figures %+v, %v\n%s", f, ferr, errb.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+		f, ferr = getAdminFigures(admin, cfg.AdminToken, sale)
+		return strings.Contains(info, "role:master") && marker != "" && strings.Contains(info, "master_replid:"+marker+"\r\n") &&
+			ferr == nil && f.StreamBacklog == 0 && f.State == "open"
+	}); !ok {
+		t.Fatalf("no rebuild on the promoted replica: figures %+v, %v\n%s", f, ferr, errb.String())
 	}
-	time.Sleep(time.Second) // the rebuilt sale reopens one re-sync later
+	// The rebuilt sale reopens one re-sync later: wait for its start flag
+	// on the new primary and for the gateway to see it open.
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		start, _ := c.primary.HGet(ctx, lua.SaleKey(sale), lua.FieldStart).Result()
+		return start == "1" && saleOpen(public, sale)
+	}, "the rebuilt sale to reopen")
 	second := crowd("b-", 300)
 	if _, err := waitDrained(ctx, func() (adminFigures, error) { return getAdminFigures(admin, cfg.AdminToken, sale) }, 20*time.Second); err != nil {
 		t.Fatal(err)
@@ -312,4 +333,19 @@ func TestServeSentinelFailover(t *testing.T) {
 		t.Errorf("live rows: got %d, want exactly %d (the 201s: %d before and %d after the failover)",
 			len(live), units, first.Created(), second.Created())
 	}
+}
+
+// saleOpen reports whether the gateway at public answers sale as open.
+func saleOpen(public, sale string) bool {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(strings.TrimRight(public, "/") + "/api/sales/" + sale)
+	if err := fasthttp.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+		return false
+	}
+	var v struct {
+		State string `json:"state"`
+	}
+	return json.Unmarshal(resp.Body(), &v) == nil && v.State == "open"
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -210,16 +211,15 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The control plane's leader marks every slot's primary.
-	if err := waitFor(ctx, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		v, _ := cc.Get(ctx, lua.PrimaryKey(tag0)).Result()
 		return v != ""
-	}); err != nil {
-		t.Fatalf("bucket 0's primary marker: %v", err)
-	}
+	}, "bucket 0's primary marker")
 	old, _ := cc.Get(ctx, lua.PrimaryKey(tag0)).Result()
 
 	killed := make(chan struct{})
 	go func() {
+		// Not a synchronisation: the kill falls 1.5 s into the crowd, on purpose.
 		time.Sleep(1500 * time.Millisecond)
 		victim.Stop() // SIGKILL
 		close(killed)
@@ -233,16 +233,14 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 	t.Logf("crowd 1 (the kill at 1.5s): %v", r1.ByAnswer)
 	// The promoted replica has no replica of its own: reserves with WAIT
 	// and the sink's commits wait until the old primary is back as one.
-	if err := waitFor(ctx, 20*time.Second, func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		m, err := cc.MasterForKey(ctx, lua.SaleKey(tag0))
 		cc.ReloadState(ctx)
 		return err == nil && m.Options().Addr != victim.Addr
-	}); err != nil {
-		t.Fatalf("no new primary for bucket 0: %v", err)
-	}
+	}, "a new primary for bucket 0")
 	victim.Restart(t)
 	cl.WaitOK(t)
-	if err := waitFor(ctx, 30*time.Second, func() bool {
+	if _, ok := testwait.For(30*time.Second, func() bool {
 		cc.ReloadState(ctx)
 		marker, _ := cc.Get(ctx, lua.PrimaryKey(tag0)).Result()
 		// Rebuilt is not enough: the bucket reopens one re-sync later,
@@ -251,8 +249,8 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 		open, _ := cc.HGet(ctx, lua.SaleKey(tag0), lua.FieldStart).Result()
 		f, err := getAdminFigures(admin, cfg.AdminToken, sale)
 		return marker != "" && marker != old && open == "1" && err == nil && f.StreamBacklog == 0
-	}); err != nil {
-		t.Fatalf("bucket 0 not rebuilt and reopened on its new primary: %v\n%s", err, errb.String())
+	}); !ok {
+		t.Fatalf("bucket 0 not rebuilt and reopened on its new primary within 30s\n%s", errb.String())
 	}
 	r2, err := runCrowdSpec(ctx, crowdSpec{Target: public, Sale: sale, Secret: []byte(cfg.JWTSecret),
 		UserPrefix: "f2-", Users: 17000, Concurrency: 64, Quantity: 1, Timeout: 10 * time.Second})
@@ -274,20 +272,4 @@ func TestServeBucketedSaleFailover(t *testing.T) {
 	if got != units {
 		t.Errorf("live units after both crowds: got %d, want %d (every unit sold once)", got, units)
 	}
-}
-
-// waitFor polls cond every 50ms until it holds, limit passes or ctx ends.
-func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return context.DeadlineExceeded
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
 }

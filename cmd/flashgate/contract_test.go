@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/static"
 )
 
@@ -117,11 +118,9 @@ func TestContract(t *testing.T) {
 	if a := do("POST", admin+"/admin/sales/spring-drop/start", adminTok, ""); a.status != 200 {
 		t.Fatalf("start: %d %s", a.status, a.raw)
 	}
-	if err := waitFor(ctx, 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		return do("GET", public+"/api/sales/spring-drop", "", "").body["state"] == "open"
-	}); err != nil {
-		t.Fatal("the gateway never saw the sale open")
-	}
+	}, "the gateway to see the sale open")
 
 	listeners := []struct {
 		name, base, spec, token string

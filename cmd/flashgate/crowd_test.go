@@ -19,7 +19,7 @@ func TestCrowdRateCountsQueueing(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond) // not a synchronisation: the slow server under test
 		ctx.SetStatusCode(fasthttp.StatusConflict)
 		ctx.SetBodyString(`{"error":"sold_out"}`)
 	}}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -227,8 +228,8 @@ func TestSplitMetricsOneOwner(t *testing.T) {
 	var last string // what the condition waited on last saw
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		if err := waitFor(ctx, 60*time.Second, cond); err != nil {
-			t.Fatalf("waiting for %s: %v (last seen: %s)\nlogs:\n%s", what, err, last, errb.String())
+		if _, ok := testwait.For(60*time.Second, cond); !ok {
+			t.Fatalf("waited 60s for %s (last seen: %s)\nlogs:\n%s", what, last, errb.String())
 		}
 	}
 	wait("every tier to be ready", func() bool {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
@@ -78,21 +79,11 @@ func TestOrdersinkRestart(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd
 	}
-	waitFor := func(what string, d time.Duration, f func() bool) {
-		t.Helper()
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-			if f() {
-				return
-			}
-		}
-		t.Fatalf("gave up after %v waiting for %s", d, what)
-	}
-
 	first := start()
-	waitFor("the first sink's consumer group", 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		g, err := rdb.XInfoGroups(ctx, lua.OrdersKey(sale)).Result()
 		return err == nil && len(g) == 1
-	})
+	}, "the first sink's consumer group")
 	// Hold SQLite's write lock: the sink reads the entry and blocks on its
 	// insert.
 	lock, err := sql.Open("sqlite", dbPath)
@@ -113,7 +104,7 @@ func TestOrdersinkRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var holder string
-	waitFor("the first sink to hold the entry", 10*time.Second, func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		p, err := rdb.XPending(ctx, lua.OrdersKey(sale), lua.SinkGroup).Result()
 		if err != nil || p.Count != 1 {
 			return false
@@ -122,7 +113,7 @@ func TestOrdersinkRestart(t *testing.T) {
 			holder = c
 		}
 		return true
-	})
+	}, "the first sink to hold the entry")
 	_ = first.Process.Kill()
 	_ = first.Wait()
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
@@ -132,17 +123,17 @@ func TestOrdersinkRestart(t *testing.T) {
 
 	began := time.Now()
 	start()
-	waitFor("the order's row after the restart", 2*time.Second, func() bool {
+	testwait.Eventually(t, 2*time.Second, func() bool {
 		var n int
 		err := lock.QueryRowContext(ctx, "SELECT count(*) FROM orders WHERE order_id = ?", order).Scan(&n)
 		return err == nil && n == 1
-	})
+	}, "the order's row after the restart")
 	t.Logf("entry held by %q stored %v after the restart", holder, time.Since(began).Round(time.Millisecond))
 	// The entry is acknowledged right after its row commits.
-	waitFor("the entry acknowledged after the restart", 2*time.Second, func() bool {
+	testwait.Eventually(t, 2*time.Second, func() bool {
 		p, err := rdb.XPending(ctx, lua.OrdersKey(sale), lua.SinkGroup).Result()
 		return err == nil && p.Count == 0
-	})
+	}, "the entry acknowledged after the restart")
 }
 
 func TestSinkFlags(t *testing.T) {

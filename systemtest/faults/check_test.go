@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -21,7 +22,7 @@ import (
 func (x *run) settle(ctx context.Context, limit time.Duration) time.Duration {
 	var backlog, pending int64
 	var lastErr error
-	took, ok := waitFor(limit, func() bool {
+	took, ok := testwait.For(limit, func() bool {
 		n, err := x.c.rdb.XLen(ctx, lua.OrdersKey(x.sale)).Result()
 		if err != nil {
 			lastErr = err
@@ -42,7 +43,7 @@ func (x *run) settle(ctx context.Context, limit time.Duration) time.Duration {
 		x.problem("drain: order stream still holds %d entries (%d pending) %v after the crowd (last error %v): confirmed orders are not reaching the database",
 			backlog, pending, took.Round(time.Millisecond), lastErr)
 	}
-	if _, ok := waitFor(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		lastErr = x.c.adminDo(ctx, http.MethodPost, "/admin/sales/"+x.sale+"/resync", nil, nil)
 		return lastErr == nil
 	}); !ok {

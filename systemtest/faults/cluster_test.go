@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -375,7 +376,7 @@ func (c *cluster) openSale(ctx context.Context, id string, total int64) {
 	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales", map[string]any{"id": id, "name": "Fault sneakers", "price_cents": 4900, "total": total}, nil))
 	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales/"+id+"/start", nil, nil))
 	for _, u := range c.gwURL {
-		if d, ok := waitFor(10*time.Second, func() bool { return saleState(ctx, u, id) == "open" }); !ok {
+		if d, ok := testwait.For(10*time.Second, func() bool { return saleState(ctx, u, id) == "open" }); !ok {
 			c.t.Fatalf("%s never showed sale %s open (waited %v; last state %q)", u, id, d, saleState(ctx, u, id))
 		}
 	}
@@ -398,19 +399,4 @@ func saleState(ctx context.Context, base, id string) string {
 		return strconv.Itoa(resp.StatusCode) + " " + v.Error
 	}
 	return v.State
-}
-
-// waitFor polls cond every 20ms for at most limit; it returns how long it
-// took and whether cond held.
-func waitFor(limit time.Duration, cond func() bool) (time.Duration, bool) {
-	start := time.Now()
-	for {
-		if cond() {
-			return time.Since(start), true
-		}
-		if time.Since(start) > limit {
-			return time.Since(start), false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -142,12 +142,12 @@ func (cr *crowd) buy(ctx context.Context, client *http.Client, sem chan struct{}
 				wait = min(max(time.Duration(s)*time.Second, 100*time.Millisecond), time.Second)
 			}
 			o.final = "gave up: 429 rate_limited"
-			time.Sleep(wait)
+			time.Sleep(wait) // not a synchronisation: the buyer honours Retry-After
 			continue
 		case a.failed():
 			o.final = "gave up: " + a.label()
 			gw = (gw + 1) % len(cr.c.gwURL) // the load balancer's next upstream
-			time.Sleep(backoff)
+			time.Sleep(backoff)             // not a synchronisation: the buyer's backoff
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
@@ -187,7 +187,7 @@ func (cr *crowd) orderOp(ctx context.Context, client *http.Client, sem chan stru
 		switch {
 		case a.failed():
 			gw = (gw + 1) % len(cr.c.gwURL)
-			time.Sleep(backoff)
+			time.Sleep(backoff) // not a synchronisation: the buyer's backoff, as for the others below
 			backoff = min(2*backoff, time.Second)
 		case a.status == http.StatusConflict && a.code == "not_payable":
 			time.Sleep(500 * time.Millisecond)

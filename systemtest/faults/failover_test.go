@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -305,7 +306,7 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 	switched := time.Now() // the pair is new behind the front proxy
 	c.openSale(ctx, sale, lagUnits)
 	pc := pair.primary.Client(t)
-	if _, ok := waitFor(10*time.Second, func() bool {
+	if _, ok := testwait.For(10*time.Second, func() bool {
 		m, _ := pc.Get(ctx, lua.PrimaryKey(sale)).Result()
 		info, _ := pc.Info(ctx, "replication").Result()
 		return m != "" && strings.Contains(info, "state=online")
@@ -321,13 +322,14 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 	// The sink keeps its count of a primary's replicas up to a second when
 	// it was none (the last round's promoted replica had none): a real
 	// primary has had its replica for longer than that when a sale sells.
+	// Left a sleep: the sink's count shows nowhere outside it.
 	time.Sleep(time.Until(switched.Add(1100 * time.Millisecond)))
 
 	// The replica lags: half the stock sold; the sink commits what it may.
 	pair.link.Pause()
 	early := &crowd{c: c, sale: sale, prefix: sale + "-early-", n: lagUnits / 2, inFlight: 8}
 	earlyOuts := early.run(ctx)
-	waitFor(time.Second, func() bool {
+	testwait.For(time.Second, func() bool {
 		f, err := c.db.Figures(ctx, sale)
 		return err == nil && f.Persisted >= int64(lagUnits/2)
 	})
@@ -361,7 +363,7 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 		countList(stats(lateOuts).finals), countList(stats(againOuts).finals))
 
 	// Every order sold on the new primary reaches the database.
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := testwait.For(20*time.Second, func() bool {
 		n, err := rc.XLen(ctx, lua.OrdersKey(sale)).Result()
 		return err == nil && n == 0
 	}); !ok {

@@ -132,7 +132,7 @@ func killRestart(pick func(c *cluster) *proc, down time.Duration) func(context.C
 			return
 		}
 		x.event("kill -9 %s", p.name)
-		time.Sleep(down)
+		time.Sleep(down) // not a synchronisation: how long the process stays down
 		x.repair("restarted "+p.name, func() error { return p.start(30 * time.Second) })
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -28,7 +29,7 @@ import (
 // AOF 1s later.
 func redisKill(ctx context.Context, x *run) {
 	killRestart(primary, time.Second)(ctx, x)
-	if _, ok := waitFor(30*time.Second, func() bool { return x.c.replica.ready(ctx) == nil }); !ok {
+	if _, ok := testwait.For(30*time.Second, func() bool { return x.c.replica.ready(ctx) == nil }); !ok {
 		x.problem("the replica did not resync with the restarted primary in 30s")
 		return
 	}
@@ -51,7 +52,7 @@ func replicaKill(ctx context.Context, x *run) {
 	if err := x.c.rdb.ConfigSet(ctx, "repl-backlog-size", "16384").Err(); err != nil {
 		x.problem("CONFIG SET repl-backlog-size: %v", err)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // not a synchronisation: the replica stays down a second of sales
 	// What the restarted replica itself answers for the sale until its link
 	// is up: a missing hash is state older than the sale.
 	probe := redis.NewClient(&redis.Options{Addr: x.c.rep.Options().Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
@@ -93,7 +94,7 @@ func replicaFreeze(ctx context.Context, x *run) {
 		return
 	}
 	x.event("SIGSTOP redis-replica")
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // not a synchronisation: the freeze lasts 3 s
 	x.repair("SIGCONT redis-replica", func() error { return x.c.replica.signal(syscall.SIGCONT) })
 }
 
@@ -140,7 +141,7 @@ func postgresFreeze(ctx context.Context, x *run) {
 		return
 	}
 	x.event("SIGSTOP every PostgreSQL process")
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // not a synchronisation: the freeze lasts 3 s
 	x.repair("SIGCONT PostgreSQL", func() error { return x.s.pgSignal(syscall.SIGCONT) })
 	x.rowsCaughtUp(ctx)
 }
@@ -151,7 +152,7 @@ func postgresStop(ctx context.Context, x *run) {
 		x.problem("stopping PostgreSQL: %v", err)
 	}
 	x.event("PostgreSQL stopped (fast shutdown)")
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // not a synchronisation: PostgreSQL stays down 3 s
 	x.repair("PostgreSQL started", func() error { return x.s.pg.start(60 * time.Second) })
 	x.rowsCaughtUp(ctx)
 }
@@ -159,7 +160,7 @@ func postgresStop(ctx context.Context, x *run) {
 // rowsCaughtUp notes how long after the repair the database held every
 // reserved order of the sale.
 func (x *run) rowsCaughtUp(ctx context.Context) {
-	d, ok := waitFor(20*time.Second, func() bool {
+	d, ok := testwait.For(20*time.Second, func() bool {
 		n, err := x.c.rdb.XLen(ctx, lua.OrdersKey(x.sale)).Result()
 		return err == nil && n == 0
 	})
@@ -193,7 +194,7 @@ func flushAll(ctx context.Context, x *run) {
 	x.event("FLUSHALL")
 	var states []string
 	var total string
-	d, ok := waitFor(10*time.Second, func() bool {
+	d, ok := testwait.For(10*time.Second, func() bool {
 		states = states[:0]
 		open := true
 		for _, u := range x.c.gwURL {
@@ -247,7 +248,7 @@ func slowloris(ctx context.Context, x *run) {
 			open.Add(1)
 			_, err = fmt.Fprintf(c, "POST /api/sales/%s/orders HTTP/1.1\r\nHost: slow\r\n", x.sale)
 			for j := 0; err == nil && j < 12; j++ {
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // not a synchronisation: the slow client sends a header a second
 				_, err = fmt.Fprintf(c, "X-Slow-%d: %d\r\n", j, j)
 				if err == nil {
 					_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
@@ -414,7 +415,7 @@ func sinkRestart(ctx context.Context, x *run) {
 	defer thaw()
 	stream := lua.OrdersKey(x.sale)
 	var held []redis.XPendingExt
-	if _, ok := waitFor(3*time.Second, func() bool {
+	if _, ok := testwait.For(3*time.Second, func() bool {
 		p, err := x.c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: lua.SinkGroup, Start: "-", End: "+", Count: 10000}).Result()
 		held = p
 		return err == nil && len(p) > 0
@@ -422,7 +423,9 @@ func sinkRestart(ctx context.Context, x *run) {
 		x.problem("ordersink-1 never held a batch while PostgreSQL was frozen: the fault did nothing")
 		return
 	}
-	time.Sleep(200 * time.Millisecond) // let it take the batch it is inserting, no more
+	// Left a sleep: the sink takes the batch it is inserting, no more, and
+	// when it has taken it shows nowhere outside it.
+	time.Sleep(200 * time.Millisecond)
 	held, _ = x.c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: lua.SinkGroup, Start: "-", End: "+", Count: 10000}).Result()
 	orders := map[string]string{} // entry id → order id
 	for _, h := range held {
@@ -446,7 +449,7 @@ func sinkRestart(ctx context.Context, x *run) {
 	since := x.repairAt
 	x.mu.Unlock()
 	var missing int
-	d, ok := waitFor(6*time.Second, func() bool {
+	d, ok := testwait.For(6*time.Second, func() bool {
 		missing = 0
 		for _, id := range orders {
 			if _, err := x.c.db.Order(ctx, id); err != nil {
@@ -491,7 +494,7 @@ func deadLetter(ctx context.Context, x *run) {
 	}
 	x.event("XADD an order entry the sink cannot store (%s, order %s)", id, poison)
 	var last string
-	d, ok := waitFor(5*time.Second, func() bool {
+	d, ok := testwait.For(5*time.Second, func() bool {
 		var v map[string]any
 		if err := x.c.adminDo(ctx, http.MethodGet, "/admin/sales/"+x.sale+"/dead-letters", nil, &v); err != nil {
 			last = err.Error()

@@ -16,6 +16,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for backdating orders
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -53,7 +54,7 @@ func (x *run) leaderProc(ctx context.Context) *proc {
 
 func pausedLeader(ctx context.Context, x *run) {
 	var old *proc
-	if _, ok := waitFor(15*time.Second, func() bool { old = x.leaderProc(ctx); return old != nil }); !ok {
+	if _, ok := testwait.For(15*time.Second, func() bool { old = x.leaderProc(ctx); return old != nil }); !ok {
 		x.problem("no control plane holds the leader lease")
 		return
 	}
@@ -80,6 +81,7 @@ func pausedLeader(ctx context.Context, x *run) {
 	}
 	x.event("the sale's hash, buyers and released set deleted from Redis (booked was %d)", before)
 	midRestore, began := false, false
+	// Polled every 2 ms, faster than testwait, to catch the restore mid-way.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		r, err := x.c.rdb.SCard(ctx, lua.ReleasedKey(x.sale)).Result()
 		b, berr := x.c.rdb.HLen(ctx, lua.BuyersKey(x.sale)).Result()
@@ -106,16 +108,16 @@ func pausedLeader(ctx context.Context, x *run) {
 		_ = old.signal(syscall.SIGCONT)
 		return
 	}
-	took, ok := waitFor(20*time.Second, func() bool { return x.leaderProc(ctx) == other })
+	took, ok := testwait.For(20*time.Second, func() bool { return x.leaderProc(ctx) == other })
 	if !ok {
 		x.problem("%s never took the lease of the frozen leader", other.name)
 	} else {
 		x.event("%s took the lease %v after the freeze", other.name, took.Round(10*time.Millisecond))
 	}
-	if _, ok := waitFor(20*time.Second, func() bool { return x.expired(ctx, due) == len(due) }); !ok {
+	if _, ok := testwait.For(20*time.Second, func() bool { return x.expired(ctx, due) == len(due) }); !ok {
 		x.problem("the new leader expired %d of %d due orders", x.expired(ctx, due), len(due))
 	}
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := testwait.For(20*time.Second, func() bool {
 		n, err := x.c.rdb.HExists(ctx, lua.SaleKey(x.sale), lua.FieldTotal).Result()
 		return err == nil && n
 	}); !ok {
@@ -123,7 +125,7 @@ func pausedLeader(ctx context.Context, x *run) {
 	}
 	// The new leader's work settles: booked is the database's live units.
 	var live int64
-	if _, ok := waitFor(20*time.Second, func() bool {
+	if _, ok := testwait.For(20*time.Second, func() bool {
 		fig, err := x.c.db.Figures(ctx, x.sale)
 		b, berr := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64()
 		live = fig.LiveUnits
@@ -131,7 +133,7 @@ func pausedLeader(ctx context.Context, x *run) {
 	}); !ok {
 		x.problem("booked never matched the %d live units after the new leader's expiries", live)
 	}
-	// The freeze lasts 8s in all.
+	// Not a synchronisation: the freeze lasts 8s in all.
 	time.Sleep(time.Until(frozeAt.Add(8 * time.Second)))
 	logAt := len(readLog(old.log))
 	x.repair("SIGCONT "+old.name, func() error { return old.signal(syscall.SIGCONT) })
@@ -144,6 +146,7 @@ func pausedLeader(ctx context.Context, x *run) {
 	var stopped time.Duration
 	var changed []int64
 	resumed := time.Now()
+	// An observation window (nothing may change booked), not a wait.
 	for deadline := resumed.Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != live && len(changed) < 5 {
 			changed = append(changed, b)

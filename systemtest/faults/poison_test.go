@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -69,7 +70,7 @@ func poison(ctx context.Context, x *run) {
 	}
 	x.event("XADD %d order entries whose user ids PostgreSQL refuses (NUL, invalid UTF-8)", len(orders))
 	var last string
-	d, ok := waitFor(5*time.Second, func() bool {
+	d, ok := testwait.For(5*time.Second, func() bool {
 		var v struct {
 			DeadLetters []struct {
 				OrderID string `json:"order_id"`
