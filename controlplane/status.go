@@ -66,10 +66,10 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("reading sale: %w", err)
 	}
-	fig, err := s.store.Figures(ctx, id)
-	if err != nil {
-		return Status{}, fmt.Errorf("reading figures: %w", err)
-	}
+	// Redis first, then the database: a sink commits an order before it
+	// removes its stream entry, so a stream read empty here means every
+	// order it held is in the database read next (the other order could
+	// report an empty backlog with figures from before the last commit).
 	rf, err := s.redisFigures(ctx, id)
 	if err != nil {
 		return Status{}, err
@@ -78,6 +78,10 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	buckets, err := s.buckets.Fold(ctx, sale, &rf)
 	if err != nil {
 		return Status{}, err
+	}
+	fig, err := s.store.Figures(ctx, id)
+	if err != nil {
+		return Status{}, fmt.Errorf("reading figures: %w", err)
 	}
 	st := Status{
 		ID:            sale.ID,
