@@ -9,7 +9,6 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -117,7 +116,7 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 			return archiveWait, nil
 		}
 		if i > 0 || !sale.Bucketed() { // a bucketed sale's own booked stays 0
-			booked += salehash.Num(v[2])
+			booked += lua.Int(v[2])
 		}
 	}
 	if missing || len(queued) > 0 || booked != fig.LiveUnits {

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -144,9 +143,9 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 		return queueFigures{}, fmt.Errorf("sale %s not in redis: %w", id, flashgate.ErrUnavailable)
 	}
 	return queueFigures{
-		total: salehash.Num(v[0]), booked: salehash.Num(v[1]), perUser: max(salehash.Num(v[2]), 1),
-		start: salehash.Num(v[3]) == 1, closed: salehash.Num(v[4]) == 1, open: salehash.Num(v[5]) == 1, started: salehash.Num(v[6]) == 1,
-		pre: salehash.Num(v[7]), late: salehash.Num(v[8]), ranked: salehash.Num(v[9]) == 1, k: salehash.Num(v[10]), e: salehash.Num(v[11]), maxnum: salehash.Num(v[12]),
+		total: lua.Int(v[0]), booked: lua.Int(v[1]), perUser: max(lua.Int(v[2]), 1),
+		start: lua.Int(v[3]) == 1, closed: lua.Int(v[4]) == 1, open: lua.Int(v[5]) == 1, started: lua.Int(v[6]) == 1,
+		pre: lua.Int(v[7]), late: lua.Int(v[8]), ranked: lua.Int(v[9]) == 1, k: lua.Int(v[10]), e: lua.Int(v[11]), maxnum: lua.Int(v[12]),
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -31,9 +30,9 @@ func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, err
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	q := &QueueStatus{Open: salehash.Num(v[0]) == 1, Started: salehash.Num(v[1]) == 1, PrequeueEntrants: salehash.Num(v[2]),
-		AdmittedPosition: salehash.Num(v[4]), ExpiredPosition: salehash.Num(v[5]), RatePerMinute: salehash.Num(v[6]), MaxNumber: salehash.Num(v[7])}
-	q.Entrants = q.PrequeueEntrants + salehash.Num(v[3])
+	q := &QueueStatus{Open: lua.Int(v[0]) == 1, Started: lua.Int(v[1]) == 1, PrequeueEntrants: lua.Int(v[2]),
+		AdmittedPosition: lua.Int(v[4]), ExpiredPosition: lua.Int(v[5]), RatePerMinute: lua.Int(v[6]), MaxNumber: lua.Int(v[7])}
+	q.Entrants = q.PrequeueEntrants + lua.Int(v[3])
 	if sha, ok := v[8].(string); ok {
 		q.SeedSHA256 = sha
 	}

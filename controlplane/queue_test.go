@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -74,7 +73,7 @@ func TestQueueAdmission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return salehash.Num(v[0]), salehash.Num(v[1])
+		return lua.Int(v[0]), lua.Int(v[1])
 	}
 	step := func(svc *Service, fence int64, wantK, wantE int64) {
 		t.Helper()

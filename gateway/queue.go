@@ -77,9 +77,9 @@ func applyQueue(cmds []*redis.SliceCmd, out []*saleState) {
 		}
 		str := func(i int) string { s, _ := v[i].(string); return s }
 		q := &queueView{
-			open: num(v[0]) == 1, started: num(v[1]) == 1, seedHex: str(2), seedSHA: str(3),
-			pre: num(v[4]), late: num(v[5]), ranked: num(v[6]) == 1, k: num(v[7]), e: num(v[9]),
-			rate: num(v[11]), maxnum: num(v[12]),
+			open: lua.Int(v[0]) == 1, started: lua.Int(v[1]) == 1, seedHex: str(2), seedSHA: str(3),
+			pre: lua.Int(v[4]), late: lua.Int(v[5]), ranked: lua.Int(v[6]) == 1, k: lua.Int(v[7]), e: lua.Int(v[9]),
+			rate: lua.Int(v[11]), maxnum: lua.Int(v[12]),
 		}
 		if b, err := hex.DecodeString(q.seedHex); err == nil && len(b) == 32 && q.started {
 			q.seed = b

@@ -122,6 +122,3 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 	}
 	return out, nil
 }
-
-// num is lua.Int, for the reads of queue.go.
-func num(v any) int64 { return lua.Int(v) }

@@ -8,7 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -41,7 +40,7 @@ func (k *Keeper) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, er
 		if len(v) != 6 || v[0] == nil {
 			continue
 		}
-		out[b] = bucketStock{found: true, total: salehash.Num(v[0]), booked: salehash.Num(v[1]), sseq: salehash.Num(v[2]), freed: salehash.Num(v[3]), gseq: salehash.Num(v[4]), want: salehash.Num(v[5])}
+		out[b] = bucketStock{found: true, total: lua.Int(v[0]), booked: lua.Int(v[1]), sseq: lua.Int(v[2]), freed: lua.Int(v[3]), gseq: lua.Int(v[4]), want: lua.Int(v[5])}
 	}
 	return out, nil
 }

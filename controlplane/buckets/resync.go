@@ -137,7 +137,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	count, access := salehash.Num(h[0]), salehash.Num(h[1])
+	count, access := lua.Int(h[0]), lua.Int(h[1])
 	before.AdmissionCap, before.Admitted = count, access
 	after.AdmissionCap, after.Admitted = count, access
 	if rem := sale.Total - after.Booked; rem > 0 {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,7 +49,7 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 			if i >= len(v) {
 				return 0
 			}
-			return Num(v[i])
+			return lua.Int(v[i])
 		}
 		out[i] = Figures{
 			Exists:   len(v) > 5 && v[5] != nil,
@@ -64,14 +63,6 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 		}
 	}
 	return out, nil
-}
-
-// Num reads a Redis reply value (a string, as HMGET answers) as an
-// integer, 0 when absent.
-func Num(v any) int64 {
-	str, _ := v.(string)
-	n, _ := strconv.ParseInt(str, 10, 64)
-	return n
 }
 
 // PerUser is a sale's per-user limit as the scripts take it: 1 when unset.

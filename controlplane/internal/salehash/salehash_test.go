@@ -10,17 +10,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestNum(t *testing.T) {
-	for _, c := range []struct {
-		v    any
-		want int64
-	}{{"42", 42}, {"-3", -3}, {nil, 0}, {"x", 0}, {int64(5), 0}} {
-		if got := Num(c.v); got != c.want {
-			t.Errorf("Num(%#v): got %d, want %d", c.v, got, c.want)
-		}
-	}
-}
-
 func TestSaleArgs(t *testing.T) {
 	if got := PerUser(flashgate.Sale{}); got != 1 {
 		t.Errorf("PerUser unset: got %d, want 1", got)
