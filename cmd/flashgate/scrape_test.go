@@ -342,7 +342,7 @@ func TestSplitMetricsOneOwner(t *testing.T) {
 
 	// Hold SQLite's write lock: the sinks read new entries and cannot
 	// commit them, so they stay pending in the sinks and in the stream.
-	lockDB, err := sql.Open("sqlite", dbPath)
+	lockDB, err := sql.Open("sqlite", dbPath+"?_busy_timeout=10000") // the tiers commit meanwhile
 	if err != nil {
 		t.Fatal(err)
 	}
