@@ -86,7 +86,7 @@ func TestOrdersinkRestart(t *testing.T) {
 	}, "the first sink's consumer group")
 	// Hold SQLite's write lock: the sink reads the entry and blocks on its
 	// insert.
-	lock, err := sql.Open("sqlite", dbPath)
+	lock, err := sql.Open("sqlite", dbPath+"?_busy_timeout=10000") // a commit may be under way
 	if err != nil {
 		t.Fatal(err)
 	}
