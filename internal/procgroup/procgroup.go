@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -256,14 +257,36 @@ func TCPReady(addr string) func(context.Context) error {
 	}
 }
 
-// FreePort returns a loopback TCP port nothing listens on now.
+// handedOut holds the ports FreePort returned, which it never returns
+// again: the kernel may offer a port it gave out a moment ago, before the
+// process it was meant for has bound it (a fault run saw a gateway and a
+// sink's metrics listener handed the same port).
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// FreePort returns a loopback TCP port nothing listens on now and that no
+// earlier call in this process returned.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("procgroup: no loopback port left that was not handed out already")
 }
 
 // Tail returns the last n lines of the file at path, for a diagnosis (the

@@ -5,7 +5,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/procgroup"
 )
 
 // Required reports whether missing test servers fail tests rather than skip
@@ -169,11 +170,13 @@ func (s *Server) WaitReplica(tb testing.TB) {
 	tb.Fatalf("redistest: replica %s never linked to its primary", s.Addr)
 }
 
+// freePort is procgroup.FreePort: one process-wide record of the ports
+// handed out, so that a server started here never gets a port another
+// harness has just handed to its own server.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := procgroup.FreePort()
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
