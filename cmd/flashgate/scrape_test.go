@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
@@ -87,15 +88,15 @@ func (a aggregate) over(scrapes []map[string][]sample, name string) map[string]f
 	return out
 }
 
-// freeAddr returns a loopback address with a port nobody listens on.
+// freeAddr returns a loopback address with a port nobody listens on and
+// no other harness of this process was handed (procgroup.FreePort).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := procgroup.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // dashboardExprs returns every query of deploy/grafana/flashgate.json by
