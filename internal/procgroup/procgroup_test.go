@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 	case "child":
 		helperChild(os.Args[len(os.Args)-1])
 	case "sleep":
+		// Not a synchronisation: the helper lives until the test kills its
+		// group; the minute only bounds it if the test never does.
 		time.Sleep(time.Minute)
 	}
 	os.Exit(0)
@@ -68,6 +70,8 @@ func helperChild(pidfile string) {
 	if err := os.WriteFile(pidfile, []byte(strconv.Itoa(child.Process.Pid)), 0o644); err != nil {
 		os.Exit(2)
 	}
+	// Not a synchronisation: the parent lives until the test kills its
+	// group; the minute only bounds it if the test never does.
 	time.Sleep(time.Minute)
 }
 

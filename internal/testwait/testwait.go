@@ -8,9 +8,12 @@ import (
 	"time"
 )
 
-// Poll bounds the pause between two checks of a condition: the first
-// pause is Poll.Min, each later one doubles up to Poll.Max.
-var Poll = struct{ Min, Max time.Duration }{time.Millisecond, 20 * time.Millisecond}
+// The pause between two checks of a condition: the first is minPause,
+// each later one doubles up to maxPause.
+const (
+	minPause = time.Millisecond
+	maxPause = 20 * time.Millisecond
+)
 
 // For calls cond until it returns true or timeout has passed, and returns
 // how long that took and whether cond held. cond runs on the caller's
@@ -19,7 +22,7 @@ var Poll = struct{ Min, Max time.Duration }{time.Millisecond, 20 * time.Millisec
 func For(timeout time.Duration, cond func() bool) (time.Duration, bool) {
 	start := time.Now()
 	deadline := start.Add(timeout)
-	pause := Poll.Min
+	pause := minPause
 	for {
 		if cond() {
 			return time.Since(start), true
@@ -29,7 +32,7 @@ func For(timeout time.Duration, cond func() bool) (time.Duration, bool) {
 			return time.Since(start), false
 		}
 		time.Sleep(min(pause, left))
-		pause = min(2*pause, Poll.Max)
+		pause = min(2*pause, maxPause)
 	}
 }
 
