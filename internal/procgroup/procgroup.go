@@ -268,19 +268,31 @@ var handedOut struct {
 
 // FreePort returns a loopback TCP port nothing listens on now and that no
 // earlier call in this process returned.
-func FreePort() (int, error) {
+func FreePort() (int, error) { return freePort(kernelPort) }
+
+// kernelPort returns the loopback port the kernel gives a listener on port
+// 0, closing the listener.
+func kernelPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePort is FreePort with the ports offered by pick.
+func freePort(pick func() (int, error)) (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if handedOut.ports == nil {
 		handedOut.ports = map[int]bool{}
 	}
 	for range 1000 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := pick()
 		if err != nil {
 			return 0, err
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
 		if !handedOut.ports[port] {
 			handedOut.ports[port] = true
 			return port, nil

@@ -265,19 +265,3 @@ func TestCommandContext(t *testing.T) {
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool { return gone(child) }, "child %d gone", child)
 }
-
-// TestFreePortNeverRepeats: no port is handed out twice, even when the
-// kernel offers it again.
-func TestFreePortNeverRepeats(t *testing.T) {
-	seen := map[int]bool{}
-	for range 300 {
-		p, err := procgroup.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[p] {
-			t.Fatalf("FreePort handed out port %d twice", p)
-		}
-		seen[p] = true
-	}
-}
