@@ -101,17 +101,8 @@ func newVerifier(secret []byte) *verifier {
 // verify returns the token's sub if its signature and claims hold at now
 // (unix nanoseconds) and the sub is a user id (flashgate.ValidUserID).
 func (v *verifier) verify(tok []byte, now int64) (string, bool) {
-	i := bytes.IndexByte(tok, '.')
-	if i < 0 {
-		return "", false
-	}
-	j := bytes.IndexByte(tok[i+1:], '.')
-	if j < 0 {
-		return "", false
-	}
-	j += i + 1
-	head, payload, sig := tok[:i], tok[i+1:j], tok[j+1:]
-	if bytes.IndexByte(sig, '.') >= 0 {
+	head, payload, sig, ok := segments(tok)
+	if !ok {
 		return "", false
 	}
 	m := v.macs.Get().(*macState)
@@ -124,7 +115,7 @@ func (v *verifier) verify(tok []byte, now int64) (string, bool) {
 		return "", false
 	}
 	m.mac.Reset()
-	m.mac.Write(tok[:j])
+	m.mac.Write(tok[:len(head)+1+len(payload)])
 	if !hmac.Equal(m.mac.Sum(m.sum[:0]), m.sig[:n]) {
 		return "", false
 	}
@@ -178,22 +169,30 @@ func (m *macState) claimsAt(payload []byte, now int64) (string, bool) {
 // it fully), so that without the secret nobody makes the gateway decode a
 // header; the claims scanner is the one verify runs, fuzzed.
 func (v *verifier) subject(tok []byte, now int64) (string, bool) {
-	i := bytes.IndexByte(tok, '.')
-	if i < 0 {
-		return "", false
-	}
-	j := bytes.IndexByte(tok[i+1:], '.')
-	if j < 0 {
-		return "", false
-	}
-	j += i + 1
-	head, payload := tok[:i], tok[i+1:j]
-	if !v.knownHeader(head) {
+	head, payload, _, ok := segments(tok)
+	if !ok || !v.knownHeader(head) {
 		return "", false
 	}
 	m := v.macs.Get().(*macState)
 	defer v.macs.Put(m)
 	return m.claimsAt(payload, now)
+}
+
+// segments splits a token into its three dot-separated segments.
+func segments(tok []byte) (head, payload, sig []byte, ok bool) {
+	i := bytes.IndexByte(tok, '.')
+	if i < 0 {
+		return nil, nil, nil, false
+	}
+	j := bytes.IndexByte(tok[i+1:], '.')
+	if j < 0 {
+		return nil, nil, nil, false
+	}
+	j += i + 1
+	if bytes.IndexByte(tok[j+1:], '.') >= 0 {
+		return nil, nil, nil, false
+	}
+	return tok[:i], tok[i+1 : j], tok[j+1:], true
 }
 
 func (v *verifier) knownHeader(head []byte) bool {
