@@ -26,13 +26,20 @@ const hs256SigLen = 43
 
 var bearer = []byte("bearer ")
 
+// hAuthorization is the header of the bearer token. The gateway reads its
+// request headers with PeekCanonical: the server normalizes header names
+// as it parses them (Server never sets DisableHeaderNamesNormalizing), so
+// a lookup by the canonical name finds any spelling a client sent, without
+// normalizing the key again per request.
+var hAuthorization = []byte(fasthttp.HeaderAuthorization)
+
 // bearerToken returns the request's bearer token if it has the shape of a
 // JWT: three non-empty segments, the last one as long as an HS256
 // signature in unpadded base64url.
 // It checks nothing cryptographic: docs/api.md has the shape judged before the
 // sale's cached state, the signature after it.
 func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
-	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	h := ctx.Request.Header.PeekCanonical(hAuthorization)
 	if len(h) <= len(bearer) ||
 		string(h[:len(bearer)]) != "Bearer " && !bytes.EqualFold(h[:len(bearer)], bearer) {
 		return nil, false

@@ -332,3 +332,25 @@ func TestTokenExpiry(t *testing.T) {
 		t.Fatalf("expired token: got %d, want 401", got)
 	}
 }
+
+// TestClaimIndex: each registered name is found by its own spelling, a
+// spelling encoding/json would fold onto one is refused, any other name is
+// another member.
+func TestClaimIndex(t *testing.T) {
+	for i, n := range claimNames {
+		if got := claimIndex([]byte(n)); got != i {
+			t.Errorf("claimIndex(%q): got %d, want %d", n, got, i)
+		}
+	}
+	for _, c := range []struct {
+		key  string
+		want int
+	}{
+		{"Sub", -2}, {"EXP", -2}, {"ſub", -2}, {"iſſ", -2}, {"nbF", -2},
+		{"subject", -1}, {"", -1}, {"su", -1}, {"name", -1},
+	} {
+		if got := claimIndex([]byte(c.key)); got != c.want {
+			t.Errorf("claimIndex(%q): got %d, want %d", c.key, got, c.want)
+		}
+	}
+}

@@ -41,7 +41,8 @@ const maxJSONDepth = 32
 // twice, or spelled in another case (encoding/json matches names without
 // case), or a sub that is not valid UTF-8, is rejected.
 func parseClaims(b []byte, c *claims) (ok bool) {
-	*c = claims{}
+	// subBuf is scratch: only the fields before it are reset.
+	c.sub, c.exp, c.nbf, c.hasExp, c.hasNbf = nil, 0, 0, false, false
 	p := scanner{b: b}
 	p.ws()
 	if !p.eat('{') {
@@ -123,10 +124,21 @@ func claimIndex(key []byte) int {
 	if key == nil {
 		return -1
 	}
-	for i, n := range claimNames {
-		if string(key) == n {
-			return i
-		}
+	switch string(key) {
+	case "sub":
+		return claimSub
+	case "exp":
+		return claimExp
+	case "nbf":
+		return claimNbf
+	case "iat":
+		return claimIat
+	case "iss":
+		return claimIss
+	case "aud":
+		return claimAud
+	case "jti":
+		return claimJti
 	}
 	for _, n := range claimNames {
 		if bytes.EqualFold(key, []byte(n)) {

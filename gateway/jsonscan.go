@@ -73,6 +73,16 @@ func (p *scanner) str(dst []byte, limit int) ([]byte, bool) {
 		}
 	}
 	for p.i < len(p.b) {
+		// A run of plain bytes is appended at once.
+		run := p.i
+		for run < len(p.b) && p.b[run] >= 0x20 && p.b[run] != '"' && p.b[run] != '\\' {
+			run++
+		}
+		if run > p.i {
+			add(p.b[p.i:run]...)
+			p.i = run
+			continue
+		}
 		c := p.b[p.i]
 		switch {
 		case c == '"':
@@ -86,10 +96,6 @@ func (p *scanner) str(dst []byte, limit int) ([]byte, bool) {
 			return dst, true
 		case c < 0x20:
 			return nil, false
-		case c != '\\':
-			add(c)
-			p.i++
-			continue
 		}
 		// An escape.
 		if p.i+1 >= len(p.b) {

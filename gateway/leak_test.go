@@ -20,5 +20,9 @@ func TestMain(m *testing.M) {
 		// and fasthttp.Client's cleaner of idle HostClients likewise.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		// A server's idle-worker cleaner sees Shutdown only when it wakes,
+		// MaxIdleWorkerDuration (10 s) after its last pass: a test run
+		// shorter than that (one test alone) would find it still asleep.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 	)
 }

@@ -47,7 +47,8 @@ type queueView struct {
 	seedTag [seedTagLen]byte
 }
 
-// hTicket is the header that carries a buyer's queue ticket.
+// hTicket is the header that carries a buyer's queue ticket, canonical
+// (see hAuthorization).
 var hTicket = []byte("X-Queue-Ticket")
 
 // challengeTTL is how long a proof-of-work challenge may be solved and

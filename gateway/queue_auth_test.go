@@ -1,11 +1,17 @@
 package gateway
 
 import (
+	"bufio"
+	"context"
 	"encoding/hex"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
 )
@@ -72,5 +78,50 @@ func TestQueueTicketVouches(t *testing.T) {
 	}
 	if code, body := call("POST", buy, tok, k); code != 201 {
 		t.Errorf("admitted bob with his token: got %d %s, want 201", code, body)
+	}
+}
+
+// TestHeaderNamesAnyCase: through the gateway's own server, the token and
+// the ticket are found whatever case the client spelled their header names
+// in (the gateway looks them up by their canonical names, which the
+// server's parser normalizes to), as a proxy speaking HTTP/2 sends them:
+// lower case.
+func TestHeaderNamesAnyCase(t *testing.T) {
+	e, tok, p := waitingEnv(t)
+	k := rankTicket(t, e, tok, p)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.s.Shutdown(ctx)
+	})
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, n := range []struct{ auth, ticket string }{
+		{"authorization", "x-queue-ticket"},
+		{"AUTHORIZATION", "X-QUEUE-TICKET"},
+		{"Authorization", "X-Queue-Ticket"},
+	} {
+		raw := "GET /api/sales/fq/queue HTTP/1.1\r\nHost: x\r\n" +
+			n.auth + ": Bearer " + tok + "\r\n" + n.ticket + ": " + k + "\r\n\r\n"
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		var r fasthttp.Response
+		if err := r.Read(br); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.StatusCode(); got != 200 || !strings.Contains(string(r.Body()), `"state":"waiting"`) {
+			t.Errorf("%s, %s: got %d %s, want 200 waiting", n.auth, n.ticket, got, r.Body())
+		}
 	}
 }

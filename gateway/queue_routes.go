@@ -103,7 +103,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	if e == nil {
 		return
 	}
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekBytes(hTicket), e.id, user)
+	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
 	if !ok {
 		if !verified {
 			if _, ok := s.jwt.verify(tok, now); !ok {
@@ -240,7 +240,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 	if !ok {
 		return false
 	}
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekBytes(hTicket), e.id, user)
+	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
 	if !ok {
 		return false
 	}
@@ -256,7 +256,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 // through to the reserve (which checks again); false has answered 409
 // not_admitted with the buyer's position, or closed.
 func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, user string) bool {
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekBytes(hTicket), e.id, user)
+	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
 	if !ok {
 		s.m.decision(ctx, decNotAdmitted)
 		e.rejected.Add(1)

@@ -221,7 +221,7 @@ func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
 // setBoughtTicket gives a buyer who reserved through a ticket its
 // purchased form, so that their status answers "purchased".
 func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user string) {
-	t := ctx.Request.Header.PeekBytes(hTicket)
+	t := ctx.Request.Header.PeekCanonical(hTicket)
 	tk, ok := s.qkeys.readTicket(t, e.id, user)
 	if !ok || tk.purchased {
 		return
