@@ -175,15 +175,21 @@ func (m *macState) claimsAt(payload []byte, now int64) (string, bool) {
 // token with a header never verified here is refused (the caller verifies
 // it fully), so that without the secret nobody makes the gateway decode a
 // header; the claims scanner is the one verify runs, fuzzed.
-func (v *verifier) subject(tok []byte, now int64) (string, bool) {
+//
+// It returns the token's exp (unix seconds) too.
+func (v *verifier) subject(tok []byte, now int64) (sub string, exp int64, ok bool) {
 	head, payload, _, ok := segments(tok)
 	if !ok || !v.knownHeader(head) {
-		return "", false
+		return "", 0, false
 	}
 	m := v.macs.Get().(*macState)
 	defer v.macs.Put(m)
-	return m.claimsAt(payload, now)
+	sub, ok = m.claimsAt(payload, now)
+	return sub, m.claims.exp, ok
 }
+
+// tokenSig is the signature segment of a token of bearerToken's shape.
+func tokenSig(tok []byte) []byte { return tok[len(tok)-hs256SigLen:] }
 
 // segments splits a token into its three dot-separated segments.
 func segments(tok []byte) (head, payload, sig []byte, ok bool) {

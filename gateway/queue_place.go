@@ -28,11 +28,15 @@ type place struct {
 	// rankComputed: locate computed the buyer's rank key (and stored it
 	// in the ticket): the ticket's "k" form is worth issuing.
 	rankComputed bool
+	// needUser: locate was given no user id and needed one to compute
+	// the rank key; nothing else is set.
+	needUser bool
 }
 
 // locate judges a ticket against the cached queue: no Redis. For a
 // pre-start entry it uses the rank key the ticket carries, when it carries
-// one of the revealed seed, and otherwise computes it and stores it in tk.
+// one of the revealed seed, and otherwise computes it and stores it in tk;
+// with user "" (not read) it then answers needUser instead.
 func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user string) place {
 	p := place{eta: -1}
 	switch {
@@ -49,6 +53,9 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 		admitted, expired, ok := false, false, false
 		if tk.hasRank && tk.tag == q.seedTag {
 			admitted, expired, ok = q.judgeRank(tk.rank[:])
+		}
+		if !ok && user == "" {
+			return place{needUser: true}
 		}
 		if !ok {
 			var h [sha256.Size]byte

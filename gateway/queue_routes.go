@@ -81,8 +81,10 @@ func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleSta
 // gateway gave it to a verified request of that user), and the answer is
 // that ticket's own place, which the sale's public figures and the user id
 // determine. So the token's claims are read (verifier.subject) and its
-// signature is checked only when no valid ticket comes: a status poll of a
-// waiting crowd costs one HMAC, the ticket's, not two.
+// signature is checked only when no valid ticket comes; and a ticket bound
+// to the request's token (the form this answer reissues) is judged without
+// even reading the claims (boundStatus): a status poll of a waiting crowd
+// costs one HMAC, the ticket's, not two.
 func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	tok, ok := bearerToken(ctx)
 	if !ok {
@@ -90,20 +92,24 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	now := s.clock.Now().UnixNano()
-	user, ok := s.jwt.subject(tok, now)
+	t := ctx.Request.Header.PeekCanonical(hTicket)
+	if s.boundStatus(ctx, id, tok, t, now) {
+		return
+	}
+	user, exp, ok := s.jwt.subject(tok, now)
 	verified := false
 	if !ok {
 		if user, ok = s.jwt.verify(tok, now); !ok {
 			writeAnswer(ctx, ansUnauth)
 			return
 		}
-		verified = true
+		verified, exp = true, 0
 	}
 	e, st, q := s.queueSale(ctx, id)
 	if e == nil {
 		return
 	}
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
+	tk, ok := s.qkeys.readTicket(t, e.id, user)
 	if !ok {
 		if !verified {
 			if _, ok := s.jwt.verify(tok, now); !ok {
@@ -117,8 +123,43 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	p := s.locate(e, st, q, &tk, user)
+	writePlace(ctx, p, q)
+	s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+}
+
+// boundStatus answers a status poll whose ticket is bound to the
+// request's token (queueKeys.readBound) and whose place needs no user id
+// to judge; it reports whether it answered. Anything else (no such
+// ticket, a sale with no fair queue to answer from, a rank key to compute)
+// is left to queueStatus's full path.
+func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, id, tok, t []byte, now int64) bool {
+	if len(t) == 0 {
+		return false
+	}
+	e := s.lookup(id)
+	st := e.state.Load()
+	if v := judge(st, 0); v == verdictUnavailable || v == verdictNotFound || !e.fairSale() {
+		return false
+	}
+	q := st.fairQueue()
+	if q == nil {
+		return false
+	}
+	tk, ok := s.qkeys.readBound(t, tokenSig(tok), e.id, now/1e9)
+	if !ok {
+		return false
+	}
+	p := s.locate(e, st, q, &tk, "")
+	if p.needUser {
+		return false
+	}
+	writePlace(ctx, p, q)
+	return true
+}
+
+// writePlace answers 200 with the status JSON of p.
+func writePlace(ctx *fasthttp.RequestCtx, p place, q *queueView) {
 	writeJSONHead(ctx, fasthttp.StatusOK)
-	s.reissue(ctx, e, user, &tk, &p)
 	b := ctx.Response.SwapBody(nil)
 	b = append(appendPlace(b[:0], p, q), '}')
 	ctx.Response.SwapBody(b)
@@ -227,20 +268,31 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 // checked, a purchase in a fair queue whose valid ticket places its buyer
 // outside the admitted window: like a sold-out answer, it turns the
 // waiting crowd away from the cache. The ticket binds sale and user (see
-// queueStatus), and the answer is the ticket's own place. Any other
-// purchase (no fair queue, no valid ticket, an admitted place) goes on to
-// the signature check; it reports whether it answered.
+// queueStatus), and the answer is the ticket's own place; a ticket bound
+// to this token is judged without reading its claims. Any other purchase
+// (no fair queue, no valid ticket, an admitted place) goes on to the
+// signature check; it reports whether it answered.
 func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now int64) bool {
 	st := e.state.Load()
 	q := st.fairQueue()
 	if q == nil {
 		return false
 	}
-	user, ok := s.jwt.subject(tok, now)
+	t := ctx.Request.Header.PeekCanonical(hTicket)
+	if tk, ok := s.qkeys.readBound(t, tokenSig(tok), e.id, now/1e9); ok {
+		if p := s.locate(e, st, q, &tk, ""); !p.needUser {
+			if p.state == qsAdmitted || p.state == qsBought {
+				return false
+			}
+			s.notAdmitted(ctx, e, q, &p)
+			return true
+		}
+	}
+	user, exp, ok := s.jwt.subject(tok, now)
 	if !ok {
 		return false
 	}
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
+	tk, ok := s.qkeys.readTicket(t, e.id, user)
 	if !ok {
 		return false
 	}
@@ -248,7 +300,8 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 	if p.state == qsAdmitted || p.state == qsBought {
 		return false
 	}
-	s.notAdmitted(ctx, e, q, user, &tk, &p)
+	s.notAdmitted(ctx, e, q, &p)
+	s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
 	return true
 }
 
@@ -256,7 +309,8 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 // through to the reserve (which checks again); false has answered 409
 // not_admitted with the buyer's position, or closed.
 func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, user string) bool {
-	tk, ok := s.qkeys.readTicket(ctx.Request.Header.PeekCanonical(hTicket), e.id, user)
+	t := ctx.Request.Header.PeekCanonical(hTicket)
+	tk, ok := s.qkeys.readTicket(t, e.id, user)
 	if !ok {
 		s.m.decision(ctx, decNotAdmitted)
 		e.rejected.Add(1)
@@ -268,16 +322,18 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 		e.admitted.Add(1)
 		return true
 	}
-	s.notAdmitted(ctx, e, q, user, &tk, &p)
+	s.notAdmitted(ctx, e, q, &p)
+	// The token was verified, its claims not kept: a new rank key is
+	// reissued in the short form.
+	s.reissue(ctx, e, user, t, &tk, &p, nil, 0)
 	return false
 }
 
 // notAdmitted answers 409 not_admitted with the buyer's place.
-func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, user string, tk *ticket, p *place) {
+func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p *place) {
 	s.m.decision(ctx, decNotAdmitted)
 	e.rejected.Add(1)
 	writeJSONHead(ctx, fasthttp.StatusConflict)
-	s.reissue(ctx, e, user, tk, p)
 	b := ctx.Response.SwapBody(nil)
 	b = append(b[:0], `{"error":"not_admitted","state":"`...)
 	b = append(b, p.state...)

@@ -16,8 +16,9 @@ import (
 // queueKeys are the gateway's keys for tickets and challenges, derived from
 // Config.QueueSecret.
 type queueKeys struct {
-	ticket, pow []byte
-	tickets     sync.Pool // of *macBuf keyed with ticket
+	ticket, token, pow []byte
+	tickets            sync.Pool // of *macBuf keyed with ticket
+	bound              sync.Pool // of *macBuf keyed with token
 }
 
 // macBuf is a keyed HMAC with scratch space for its message and sum, pooled
@@ -49,8 +50,9 @@ func newQueueKeys(secret []byte) *queueKeys {
 		m.Write([]byte(label))
 		return m.Sum(nil)
 	}
-	k := &queueKeys{ticket: derive("ticket"), pow: derive("pow")}
+	k := &queueKeys{ticket: derive("ticket"), token: derive("ticket token"), pow: derive("pow")}
 	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
+	k.bound.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.token)} }
 	return k
 }
 
@@ -92,6 +94,83 @@ func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte
 	return sum
 }
 
+// The bound form of a ticket, "<entry>.<user MAC>.<exp>.<token MAC>",
+// also names one token: the token MAC is the first ticketMACLen bytes of
+// HMAC(token key, sale 0 sig 0 entry 0 exp) over the token's signature
+// segment and its exp claim (unix seconds, decimal). The status poll and
+// the not-admitted answer issue it to a request whose ticket they judged
+// by its user MAC; from then on, with that token, the ticket is judged
+// without reading the token's claims (readBound): the token is the one
+// whose claims named the ticket's user, and its exp is in the ticket.
+// With any other token it is judged by its user MAC, as a short ticket.
+
+// tokenMAC is the token MAC of a bound ticket, in base64url.
+func (k *queueKeys) tokenMAC(sale string, sig, entry, exp []byte) [ticketMACB64]byte {
+	m := k.bound.Get().(*macBuf)
+	m.msg = append(append(append(append(m.msg[:0], sale...), 0), sig...), 0)
+	m.msg = append(append(append(m.msg, entry...), 0), exp...)
+	m.h.Reset()
+	m.h.Write(m.msg)
+	m.h.Sum(m.sum[:0])
+	var mac [ticketMACB64]byte
+	base64.RawURLEncoding.Encode(mac[:], m.sum[:ticketMACLen])
+	k.bound.Put(m)
+	return mac
+}
+
+// appendBound appends to b the bound form of a ticket whose entry and
+// user MAC (base64url) are given, for the token with signature segment sig
+// and exp.
+func (k *queueKeys) appendBound(b []byte, sale string, entry, umac, sig []byte, exp int64) []byte {
+	var eb [20]byte
+	expB := strconv.AppendInt(eb[:0], exp, 10)
+	tmac := k.tokenMAC(sale, sig, entry, expB)
+	b = append(append(append(b, entry...), '.'), umac...)
+	b = append(append(append(b, '.'), expB...), '.')
+	return append(b, tmac[:]...)
+}
+
+// ticketParts splits a ticket into its entry, user MAC and, in the bound
+// form, exp and token MAC; ok is false for any other shape.
+func ticketParts(t []byte) (entry, umac, exp, tmac []byte, ok bool) {
+	dot := bytes.IndexByte(t, '.')
+	if dot < 1 || len(t) < dot+1+ticketMACB64 {
+		return nil, nil, nil, nil, false
+	}
+	entry, umac = t[:dot], t[dot+1:dot+1+ticketMACB64]
+	rest := t[dot+1+ticketMACB64:]
+	if len(rest) == 0 {
+		return entry, umac, nil, nil, true
+	}
+	if rest[0] != '.' || len(rest) < 1+1+1+ticketMACB64 || rest[len(rest)-ticketMACB64-1] != '.' {
+		return nil, nil, nil, nil, false
+	}
+	exp, tmac = rest[1:len(rest)-ticketMACB64-1], rest[len(rest)-ticketMACB64:]
+	if n, ok := smallInt(exp); !ok || n <= 0 || exp[0] == '0' {
+		return nil, nil, nil, nil, false
+	}
+	return entry, umac, exp, tmac, true
+}
+
+// readBound verifies a bound ticket for the token whose signature segment
+// is sig at now (unix seconds) in sale: its token MAC must name sale, sig,
+// entry and exp, and exp must not have passed. The caller still needs the
+// user whenever judging the entry does (placeKnown).
+func (k *queueKeys) readBound(t, sig []byte, sale string, now int64) (ticket, bool) {
+	entry, _, exp, tmac, ok := ticketParts(t)
+	if !ok || exp == nil {
+		return ticket{}, false
+	}
+	if n, _ := smallInt(exp); now >= n {
+		return ticket{}, false
+	}
+	mac := k.tokenMAC(sale, sig, entry, exp)
+	if !hmac.Equal(tmac, mac[:]) {
+		return ticket{}, false
+	}
+	return parseEntry(entry)
+}
+
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
 // n after it); purchased when the buyer bought through it. A pre-start
 // entry may carry the buyer's rank key (hasRank: the "k" form, below).
@@ -117,22 +196,30 @@ const (
 	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
 )
 
-// readTicket verifies a ticket for (sale, user).
+// readTicket verifies a ticket, short or bound, for (sale, user) by its
+// user MAC.
 func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
-	dot := bytes.LastIndexByte(t, '.')
-	if dot < 1 || len(t)-dot-1 != ticketMACB64 {
+	entry, umac, _, _, ok := ticketParts(t)
+	if !ok {
 		return ticket{}, false
 	}
-	entry := t[:dot]
 	// The MAC is compared in its (canonical) base64url form: encoding the
 	// computed one costs less than decoding the one sent.
 	sum := k.ticketMAC(sale, user, entry)
 	var mac [ticketMACB64]byte
 	base64.RawURLEncoding.Encode(mac[:], sum[:ticketMACLen])
-	if !hmac.Equal(t[dot+1:], mac[:]) {
+	if !hmac.Equal(umac, mac[:]) {
 		return ticket{}, false
 	}
+	return parseEntry(entry)
+}
+
+// parseEntry reads a ticket's entry.
+func parseEntry(entry []byte) (ticket, bool) {
 	var tk ticket
+	if len(entry) == 0 {
+		return ticket{}, false
+	}
 	if entry[0] == 'b' {
 		tk.purchased = true
 		entry = entry[1:]
@@ -180,17 +267,33 @@ func appendEntry(b []byte, tk *ticket) []byte {
 	return append(b, 'p')
 }
 
-// reissue sends the "k" form of tk in X-Queue-Ticket when locate has just
-// computed its rank key (the request's ticket had none, or one of another
-// seed).
-func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, tk *ticket, p *place) {
-	if !p.rankComputed {
-		return
-	}
+// reissue sends in X-Queue-Ticket the canonical ticket of tk for the
+// request's token, when it differs from t, the ticket the request sent and
+// that was judged by its user MAC: its "k" form once locate has computed
+// the rank key (t had none, or one of another seed), bound to the token
+// whose signature segment is sig and exp claim exp. exp 0 (the token was
+// verified, its claims not kept): the short form.
+func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byte, tk *ticket, p *place, sig []byte, exp int64) {
+	sentEntry, umac, _, _, _ := ticketParts(t)
 	var eb [2 + rankEntryB64]byte
-	var tb [2 + rankEntryB64 + 1 + 24]byte
-	entry := appendEntry(eb[:0], tk)
-	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(tb[:0], e.id, user, entry))
+	entry := sentEntry
+	if p.rankComputed {
+		entry = appendEntry(eb[:0], tk)
+	}
+	var mb [ticketMACB64]byte
+	if !bytes.Equal(entry, sentEntry) {
+		sum := s.qkeys.ticketMAC(e.id, user, entry)
+		base64.RawURLEncoding.Encode(mb[:], sum[:ticketMACLen])
+		umac = mb[:]
+	}
+	var tb [2 + rankEntryB64 + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
+	out := append(append(append(tb[:0], entry...), '.'), umac...)
+	if exp > 0 {
+		out = s.qkeys.appendBound(tb[:0], e.id, entry, umac, sig, exp)
+	}
+	if !bytes.Equal(out, t) {
+		ctx.Response.Header.SetCanonical(hTicket, out)
+	}
 }
 
 // rankMacs pools HMACs keyed with one sale's seed.
@@ -226,7 +329,7 @@ func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user string)
 	if !ok || tk.purchased {
 		return
 	}
-	entry := t[:bytes.LastIndexByte(t, '.')]
+	entry, _, _, _, _ := ticketParts(t)
 	var buf [64]byte
 	b := append(buf[:0], 'b')
 	b = append(b, entry...)

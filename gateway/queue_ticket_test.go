@@ -3,10 +3,15 @@ package gateway
 import (
 	"context"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -51,7 +56,7 @@ func TestQueueRankTicket(t *testing.T) {
 		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
 	}
 	code, pBody, k := poll(tok, p)
-	if code != 200 || !strings.HasPrefix(k, "k") || len(k) != 1+rankEntryB64+1+ticketMACB64 {
+	if entry, _, _, _, ok := ticketParts([]byte(k)); code != 200 || !ok || len(entry) != 1+rankEntryB64 || entry[0] != 'k' {
 		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a k ticket", code, pBody, k)
 	}
 	if code, body, again := poll(tok, k); code != 200 || body != pBody || again != "" {
@@ -141,5 +146,141 @@ func TestQueueRankTicketPurchase(t *testing.T) {
 	r := do(h, req{method: "GET", path: "/api/sales/fq/queue", token: tok, header: map[string]string{"X-Queue-Ticket": bought}})
 	if r.StatusCode() != 200 || !strings.Contains(string(r.Body()), `"state":"purchased"`) {
 		t.Errorf("status with the purchased ticket: got %d %s, want purchased", r.StatusCode(), r.Body())
+	}
+}
+
+// TestTicketParts: the shapes of a short and a bound ticket, and nothing
+// else.
+func TestTicketParts(t *testing.T) {
+	mac := strings.Repeat("A", ticketMACB64)
+	for _, c := range []struct {
+		ticket     string
+		ok, bound  bool
+		entry, exp string
+	}{
+		{"p." + mac, true, false, "p", ""},
+		{"kXYZ." + mac + ".1796388727." + mac, true, true, "kXYZ", "1796388727"},
+		{"l12." + mac + ".1." + mac, true, true, "l12", "1"},
+		{"." + mac, false, false, "", ""},
+		{"p." + mac[1:], false, false, "", ""},
+		{"p." + mac + ".", false, false, "", ""},
+		{"p." + mac + "x", false, false, "", ""},
+		{"p." + mac + ".12", false, false, "", ""},
+		{"p." + mac + "..", false, false, "", ""},
+		{"p." + mac + ".." + mac, false, false, "", ""},
+		{"p." + mac + ".0123." + mac, false, false, "", ""},
+		{"p." + mac + ".0." + mac, false, false, "", ""},
+		{"p." + mac + ".-5." + mac, false, false, "", ""},
+		{"p." + mac + ".1x." + mac, false, false, "", ""},
+		{"p." + mac + ".1." + mac[1:], false, false, "", ""},
+		{"p." + mac + ".1." + mac + "A", false, false, "", ""},
+		{"p." + mac + ".99999999999999." + mac, false, false, "", ""},
+	} {
+		entry, _, exp, _, ok := ticketParts([]byte(c.ticket))
+		if ok != c.ok || ok && (string(entry) != c.entry || (exp != nil) != c.bound || string(exp) != c.exp) {
+			t.Errorf("ticketParts(%q): got %q %q %v, want %q %q %v", c.ticket, entry, exp, ok, c.entry, c.exp, c.ok)
+		}
+	}
+}
+
+// tokenExp is a token of user expiring at exp.
+func tokenExp(t testing.TB, user string, exp time.Time) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject: user, ExpiresAt: jwt.NewNumericDate(exp),
+	}).SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestBoundTicket: the ticket a poll reissues is bound to the poll's
+// token. With that token it is judged without reading the token's claims
+// (a token that kept bob's signature but not his claims gets bob's place,
+// on a poll and on a purchase while he waits, never a unit); with any
+// other token, by its user MAC as before, and bound anew; past the
+// token's exp, which it carries, nothing.
+func TestBoundTicket(t *testing.T) {
+	clock := testclock.New(time.Now())
+	e, tok, p := waitingEnv(t, func(c *Config) { c.Clock = clock; c.Reserver = constReserver{} })
+	h := e.s.Handler()
+	call := func(method, tok, ticket string) (int, string, string) {
+		path := "/api/sales/fq/queue"
+		if method == "POST" {
+			path = "/api/sales/fq/orders"
+		}
+		r := do(h, req{method: method, path: path, token: tok, header: map[string]string{"X-Queue-Ticket": ticket}})
+		body := string(r.Body())
+		if i := strings.Index(body, `,"poll_after_ms"`); i >= 0 {
+			body = body[:i] // jittered
+		}
+		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
+	}
+	code, want, k := call("GET", tok, p)
+	entry, _, exp, _, ok := ticketParts([]byte(k))
+	if code != 200 || !ok || exp == nil || entry[0] != 'k' {
+		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a bound k ticket", code, want, k)
+	}
+	expAt, _ := strconv.ParseInt(string(exp), 10, 64)
+
+	dot := strings.LastIndexByte(tok, '.')
+	garbled := tok[:strings.IndexByte(tok, '.')] + ".bm90IGpzb24" + tok[dot:] // payload "not json", bob's signature
+	carol := token(t, "carol")
+	tok2 := tokenExp(t, "bob", clock.Now().Add(2*time.Hour))
+	for _, c := range []struct {
+		name, method, tok, ticket string
+		code                      int
+		body                      string
+		reissued                  bool
+	}{
+		{"poll, bound ticket", "GET", tok, k, 200, want, false},
+		{"poll, bound ticket, bob's signature without his claims", "GET", garbled, k, 200, want, false},
+		{"poll, entry ticket, bob's signature without his claims", "GET", garbled, p, 401, `{"error":"unauthorized"}`, false},
+		{"buy, bound ticket, bob's signature without his claims", "POST", garbled, k, 409, `{"error":"not_admitted","state":"waiting"`, false},
+		{"poll, bound ticket, carol's token", "GET", carol, k, 404, `{"error":"not_found"}`, false},
+		{"poll, bound ticket, bob's next token", "GET", tok2, k, 200, want, true},
+		{"buy, bound ticket, bob's next token", "POST", tok2, k, 409, `{"error":"not_admitted","state":"waiting"`, true},
+	} {
+		code, body, again := call(c.method, c.tok, c.ticket)
+		if code != c.code || !strings.HasPrefix(body, c.body) || (again != "") != c.reissued {
+			t.Errorf("%s: got %d %s, new ticket %q; want %d %s, new ticket %v", c.name, code, body, again, c.code, c.body, c.reissued)
+		}
+		if c.reissued {
+			if code, body, none := call("GET", c.tok, again); code != 200 || body != want || none != "" {
+				t.Errorf("%s, then with the ticket bound to it: got %d %s, new ticket %q; want 200 %s and none", c.name, code, body, none, want)
+			}
+		}
+	}
+
+	// A bound ticket altered in its exp or token MAC is judged by its user
+	// MAC (and bound again as it was); in its entry, it is no ticket.
+	i := strings.LastIndexByte(k, '.')
+	for _, c := range []struct{ name, ticket string }{
+		{"exp", k[:strings.LastIndexByte(k[:i], '.')+1] + strconv.FormatInt(expAt+1, 10) + k[i:]},
+		{"token MAC", k[:i+1] + strings.Repeat("A", ticketMACB64)},
+	} {
+		if code, body, again := call("GET", tok, c.ticket); code != 200 || body != want || again != k {
+			t.Errorf("%s altered: got %d %s, new ticket %q; want 200 %s and %q", c.name, code, body, again, want, k)
+		}
+	}
+	alt := []byte(k)
+	alt[3] ^= 1
+	if code, _, _ := call("GET", tok, string(alt)); code != 404 {
+		t.Errorf("entry altered: got %d, want 404", code)
+	}
+
+	// Admitted, the bound ticket takes a purchase on to the signature
+	// check: bob's signature without his claims buys nothing.
+	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
+	setFrontier(t, e, 1, flashgate.QueueRank(seed, "fq", "bob"), 0, "")
+	if code, body, _ := call("POST", garbled, k); code != 401 {
+		t.Errorf("admitted, bob's signature without his claims: got %d %s, want 401", code, body)
+	}
+
+	// Past the token's exp the ticket bound to it answers nothing either.
+	clock.Set(time.Unix(expAt, 0))
+	if code, body, _ := call("GET", tok, k); code != 401 {
+		t.Errorf("poll at the token's exp: got %d %s, want 401", code, body)
 	}
 }
