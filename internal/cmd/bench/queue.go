@@ -138,7 +138,8 @@ func (b *bench) enterQueue(ctx context.Context, st *stack, n int, starts time.Ti
 	env := &queueEnv{all: n, pre: pub.Queue.Pre, admitted: pub.Queue.AdmittedPosition, maxnum: pub.Queue.MaxNumber}
 	// Only waiting entrants go to wrk: the gateway judges each one. Their
 	// first poll after the start answers the ticket a client uses from
-	// then on (carrying the rank key: docs/api.md, "Fair queue").
+	// then on (carrying the rank key, bound to the entrant's token:
+	// docs/api.md, "Fair queue").
 	states := make([]string, n)
 	err = parallel(ctx, 32, n, func(i int) error {
 		var s struct{ State string }
