@@ -85,18 +85,9 @@ func TestIdleConnectionClosedSilently(t *testing.T) {
 		c.ReadTimeout = 150 * time.Millisecond
 		c.IdleTimeout = 150 * time.Millisecond
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = e.s.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = e.s.Shutdown(ctx)
-	})
+	addr := e.serveLoopback(t)
 	dial := func(t *testing.T) net.Conn {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"errors"
 	"fmt"
 	"io"
@@ -323,4 +324,21 @@ func cmdStats(t testing.TB, c *redis.Client) map[string]int64 {
 		out[cmd] = st.Calls
 	}
 	return out
+}
+
+// serveLoopback serves e's gateway on a free loopback port until the test
+// ends and returns the address.
+func (e *env) serveLoopback(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.s.Shutdown(ctx)
+	})
+	return ln.Addr().String()
 }

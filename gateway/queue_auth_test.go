@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"encoding/hex"
 	"io"
 	"net"
@@ -89,17 +88,8 @@ func TestQueueTicketVouches(t *testing.T) {
 func TestHeaderNamesAnyCase(t *testing.T) {
 	e, tok, p := waitingEnv(t)
 	k := rankTicket(t, e, tok, p)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = e.s.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = e.s.Shutdown(ctx)
-	})
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr := e.serveLoopback(t)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
