@@ -145,7 +145,7 @@ func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, id, tok, t []byte, now in
 	if q == nil {
 		return false
 	}
-	tk, ok := s.qkeys.readBound(t, tokenSig(tok), e.id, now/1e9)
+	tk, ok := s.qkeys.readBound(t, tokenSig(tok), e, now/1e9)
 	if !ok {
 		return false
 	}
@@ -279,7 +279,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 		return false
 	}
 	t := ctx.Request.Header.PeekCanonical(hTicket)
-	if tk, ok := s.qkeys.readBound(t, tokenSig(tok), e.id, now/1e9); ok {
+	if tk, ok := s.qkeys.readBound(t, tokenSig(tok), e, now/1e9); ok {
 		if p := s.locate(e, st, q, &tk, ""); !p.needUser {
 			if p.state == qsAdmitted || p.state == qsBought {
 				return false

@@ -18,7 +18,6 @@ import (
 type queueKeys struct {
 	ticket, token, pow []byte
 	tickets            sync.Pool // of *macBuf keyed with ticket
-	bound              sync.Pool // of *macBuf keyed with token
 }
 
 // macBuf is a keyed HMAC with scratch space for its message and sum, pooled
@@ -52,7 +51,6 @@ func newQueueKeys(secret []byte) *queueKeys {
 	}
 	k := &queueKeys{ticket: derive("ticket"), token: derive("ticket token"), pow: derive("pow")}
 	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
-	k.bound.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.token)} }
 	return k
 }
 
@@ -96,35 +94,50 @@ func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte
 
 // The bound form of a ticket, "<entry>.<user MAC>.<exp>.<token MAC>",
 // also names one token: the token MAC is the first ticketMACLen bytes of
-// HMAC(token key, sale 0 sig 0 entry 0 exp) over the token's signature
-// segment and its exp claim (unix seconds, decimal). The status poll and
+// HMAC(the sale's token key, sig[:boundSigLen] entry "." exp) over the
+// token's signature segment and its exp claim (unix seconds, decimal);
+// the sale's token key is HMAC(token key, sale id). The status poll and
 // the not-admitted answer issue it to a request whose ticket they judged
 // by its user MAC; from then on, with that token, the ticket is judged
 // without reading the token's claims (readBound): the token is the one
 // whose claims named the ticket's user, and its exp is in the ticket.
 // With any other token it is judged by its user MAC, as a short ticket.
 
-// tokenMAC is the token MAC of a bound ticket, in base64url.
-func (k *queueKeys) tokenMAC(sale string, sig, entry, exp []byte) [ticketMACB64]byte {
-	m := k.bound.Get().(*macBuf)
-	m.msg = append(append(append(append(m.msg[:0], sale...), 0), sig...), 0)
-	m.msg = append(append(append(m.msg, entry...), 0), exp...)
+// boundSigLen is how much of the token's signature segment a bound ticket
+// names: 72 bits, which tell one token from another (binding decides
+// nothing else: any token with the ticket's own user MAC gets the same
+// place), and keep the token MAC's message within one SHA-256 block.
+const boundSigLen = 12
+
+// tokenMAC is the token MAC of a bound ticket of e, in base64url.
+func (k *queueKeys) tokenMAC(e *sale, sig, entry, exp []byte) [ticketMACB64]byte {
+	pool := e.fair.tokens.Load()
+	if pool == nil {
+		m := hmac.New(sha256.New, k.token)
+		m.Write([]byte(e.id))
+		key := m.Sum(nil)
+		pool = &sync.Pool{New: func() any { return &macBuf{h: hmac.New(sha256.New, key)} }}
+		e.fair.tokens.Store(pool) // a racing store holds the same key
+	}
+	m := pool.Get().(*macBuf)
+	m.msg = append(append(m.msg[:0], sig[:boundSigLen]...), entry...)
+	m.msg = append(append(m.msg, '.'), exp...)
 	m.h.Reset()
 	m.h.Write(m.msg)
 	m.h.Sum(m.sum[:0])
 	var mac [ticketMACB64]byte
 	base64.RawURLEncoding.Encode(mac[:], m.sum[:ticketMACLen])
-	k.bound.Put(m)
+	pool.Put(m)
 	return mac
 }
 
 // appendBound appends to b the bound form of a ticket whose entry and
 // user MAC (base64url) are given, for the token with signature segment sig
 // and exp.
-func (k *queueKeys) appendBound(b []byte, sale string, entry, umac, sig []byte, exp int64) []byte {
+func (k *queueKeys) appendBound(b []byte, e *sale, entry, umac, sig []byte, exp int64) []byte {
 	var eb [20]byte
 	expB := strconv.AppendInt(eb[:0], exp, 10)
-	tmac := k.tokenMAC(sale, sig, entry, expB)
+	tmac := k.tokenMAC(e, sig, entry, expB)
 	b = append(append(append(b, entry...), '.'), umac...)
 	b = append(append(append(b, '.'), expB...), '.')
 	return append(b, tmac[:]...)
@@ -153,10 +166,10 @@ func ticketParts(t []byte) (entry, umac, exp, tmac []byte, ok bool) {
 }
 
 // readBound verifies a bound ticket for the token whose signature segment
-// is sig at now (unix seconds) in sale: its token MAC must name sale, sig,
+// is sig at now (unix seconds) in e: its token MAC must name e, sig,
 // entry and exp, and exp must not have passed. The caller still needs the
 // user whenever judging the entry does (placeKnown).
-func (k *queueKeys) readBound(t, sig []byte, sale string, now int64) (ticket, bool) {
+func (k *queueKeys) readBound(t, sig []byte, e *sale, now int64) (ticket, bool) {
 	entry, _, exp, tmac, ok := ticketParts(t)
 	if !ok || exp == nil {
 		return ticket{}, false
@@ -164,7 +177,7 @@ func (k *queueKeys) readBound(t, sig []byte, sale string, now int64) (ticket, bo
 	if n, _ := smallInt(exp); now >= n {
 		return ticket{}, false
 	}
-	mac := k.tokenMAC(sale, sig, entry, exp)
+	mac := k.tokenMAC(e, sig, entry, exp)
 	if !hmac.Equal(tmac, mac[:]) {
 		return ticket{}, false
 	}
@@ -289,7 +302,7 @@ func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byt
 	var tb [2 + rankEntryB64 + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
 	out := append(append(append(tb[:0], entry...), '.'), umac...)
 	if exp > 0 {
-		out = s.qkeys.appendBound(tb[:0], e.id, entry, umac, sig, exp)
+		out = s.qkeys.appendBound(tb[:0], e, entry, umac, sig, exp)
 	}
 	if !bytes.Equal(out, t) {
 		ctx.Response.Header.SetCanonical(hTicket, out)
@@ -304,7 +317,8 @@ type rankMacs struct {
 
 // fairCache is what a sale keeps for its fair queue between refreshes.
 type fairCache struct {
-	macs atomic.Pointer[rankMacs]
+	macs   atomic.Pointer[rankMacs]
+	tokens atomic.Pointer[sync.Pool] // of *macBuf keyed with the sale's token key
 }
 
 // rankKey computes flashgate.QueueRank for user, as bytes.
