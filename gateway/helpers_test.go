@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
