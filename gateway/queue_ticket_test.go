@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -9,6 +12,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/zeebo/blake3"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/testclock"
@@ -282,5 +286,37 @@ func TestBoundTicket(t *testing.T) {
 	clock.Set(time.Unix(expAt, 0))
 	if code, body, _ := call("GET", tok, k); code != 401 {
 		t.Errorf("poll at the token's exp: got %d %s, want 401", code, body)
+	}
+}
+
+// TestTokenMAC: a bound ticket's token MAC is keyed BLAKE3 under the sale's
+// token key over the signature prefix, entry and exp, computed afresh each
+// time by the pooled hashers (a hasher that kept state from one message
+// would fail the second and later rounds).
+func TestTokenMAC(t *testing.T) {
+	k := newQueueKeys([]byte("queue secret"))
+	e := &sale{id: "fq"}
+	m := hmac.New(sha256.New, k.token)
+	m.Write([]byte("fq"))
+	key := m.Sum(nil)
+	sig := []byte(strings.Repeat("s", hs256SigLen))
+	for i, c := range []struct{ entry, exp string }{
+		{"p", "1796388727"}, {"kABCDEFGHIJKLMNOPQRSTUVWXYZ01", "1796388727"}, {"l7", "1"},
+		{"p", "1796388727"}, {"bkABCDEFGHIJKLMNOPQRSTUVWXYZ01", "68719476736"},
+	} {
+		h, err := blake3.NewKeyed(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write([]byte(string(sig[:boundSigLen]) + c.entry + "." + c.exp))
+		want := base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:ticketMACLen])
+		got := k.tokenMAC(e, sig, []byte(c.entry), []byte(c.exp))
+		if string(got[:]) != want {
+			t.Errorf("round %d, %s %s: got %s, want %s", i, c.entry, c.exp, got, want)
+		}
+	}
+	other := &sale{id: "fq2"}
+	if a, b := k.tokenMAC(e, sig, []byte("p"), []byte("1")), k.tokenMAC(other, sig, []byte("p"), []byte("1")); a == b {
+		t.Errorf("two sales, one token MAC %s", a)
 	}
 }
