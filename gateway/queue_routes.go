@@ -57,22 +57,36 @@ var (
 // queueSale looks a fair sale up for a queue route and answers the request
 // itself (and returns nil) when the sale has no fair queue to use.
 func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleState, *queueView) {
-	e := s.lookup(id)
-	st := e.state.Load()
-	switch v := judge(st, 0); {
-	case v == verdictUnavailable, v == verdictNotFound:
-		s.rejectLocal(ctx, e, v)
-		return nil, nil, nil
-	case !e.fairSale():
-		writeAnswer(ctx, ansNotFound)
-		return nil, nil, nil
-	}
-	q := st.fairQueue()
+	e, st, q := s.fairLookup(id)
 	if q == nil {
-		writeAnswer(ctx, ansUnavail)
+		s.noQueue(ctx, e, st)
 		return nil, nil, nil
 	}
 	return e, st, q
+}
+
+// fairLookup looks a sale up for a queue route without answering: q is
+// nil when it has no fair queue to use (noQueue says why).
+func (s *Server) fairLookup(id []byte) (*sale, *saleState, *queueView) {
+	e := s.lookup(id)
+	st := e.state.Load()
+	if v := judge(st, 0); v == verdictUnavailable || v == verdictNotFound || !e.fairSale() {
+		return e, st, nil
+	}
+	return e, st, st.fairQueue()
+}
+
+// noQueue answers a queue route whose sale fairLookup found no fair queue
+// to use in.
+func (s *Server) noQueue(ctx *fasthttp.RequestCtx, e *sale, st *saleState) {
+	switch v := judge(st, 0); {
+	case v == verdictUnavailable, v == verdictNotFound:
+		s.rejectLocal(ctx, e, v)
+	case !e.fairSale():
+		writeAnswer(ctx, ansNotFound)
+	default:
+		writeAnswer(ctx, ansUnavail)
+	}
 }
 
 // queueStatus answers GET /api/sales/{id}/queue from the cache.
@@ -84,7 +98,7 @@ func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleSta
 // signature is checked only when no valid ticket comes; and a ticket bound
 // to the request's token (the form this answer reissues) is judged without
 // even reading the claims (boundStatus): a status poll of a waiting crowd
-// costs one HMAC, the ticket's, not two.
+// costs one MAC, the ticket's, not two.
 func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	tok, ok := bearerToken(ctx)
 	if !ok {
@@ -93,7 +107,8 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	now := s.clock.Now().UnixNano()
 	t := ctx.Request.Header.PeekCanonical(hTicket)
-	if s.boundStatus(ctx, id, tok, t, now) {
+	e, st, q := s.fairLookup(id)
+	if q != nil && s.boundStatus(ctx, e, st, q, tok, t, now) {
 		return
 	}
 	user, exp, ok := s.jwt.subject(tok, now)
@@ -105,8 +120,8 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 		verified, exp = true, 0
 	}
-	e, st, q := s.queueSale(ctx, id)
-	if e == nil {
+	if q == nil {
+		s.noQueue(ctx, e, st)
 		return
 	}
 	tk, ok := s.qkeys.readTicket(t, e.id, user)
@@ -130,21 +145,8 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 // boundStatus answers a status poll whose ticket is bound to the
 // request's token (queueKeys.readBound) and whose place needs no user id
 // to judge; it reports whether it answered. Anything else (no such
-// ticket, a sale with no fair queue to answer from, a rank key to compute)
-// is left to queueStatus's full path.
-func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, id, tok, t []byte, now int64) bool {
-	if len(t) == 0 {
-		return false
-	}
-	e := s.lookup(id)
-	st := e.state.Load()
-	if v := judge(st, 0); v == verdictUnavailable || v == verdictNotFound || !e.fairSale() {
-		return false
-	}
-	q := st.fairQueue()
-	if q == nil {
-		return false
-	}
+// ticket, a rank key to compute) is left to queueStatus's full path.
+func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, tok, t []byte, now int64) bool {
 	tk, ok := s.qkeys.readBound(t, tokenSig(tok), e, now/1e9)
 	if !ok {
 		return false

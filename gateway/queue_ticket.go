@@ -151,45 +151,50 @@ func (k *queueKeys) appendBound(b []byte, e *sale, entry, umac, sig []byte, exp 
 	return append(b, tmac[:]...)
 }
 
-// ticketParts splits a ticket into its entry, user MAC and, in the bound
-// form, exp and token MAC; ok is false for any other shape.
-func ticketParts(t []byte) (entry, umac, exp, tmac []byte, ok bool) {
+// ticketText is a ticket split into its parts, unverified: entry and
+// user MAC; in the bound form also exp (and expAt, its value) and the
+// token MAC.
+type ticketText struct {
+	entry, umac, exp, tmac []byte
+	expAt                  int64
+}
+
+// ticketParts splits a ticket; ok is false for any shape but the short
+// and the bound form.
+func ticketParts(t []byte) (tt ticketText, ok bool) {
 	dot := bytes.IndexByte(t, '.')
 	if dot < 1 || len(t) < dot+1+ticketMACB64 {
-		return nil, nil, nil, nil, false
+		return ticketText{}, false
 	}
-	entry, umac = t[:dot], t[dot+1:dot+1+ticketMACB64]
+	tt.entry, tt.umac = t[:dot], t[dot+1:dot+1+ticketMACB64]
 	rest := t[dot+1+ticketMACB64:]
 	if len(rest) == 0 {
-		return entry, umac, nil, nil, true
+		return tt, true
 	}
 	if rest[0] != '.' || len(rest) < 1+1+1+ticketMACB64 || rest[len(rest)-ticketMACB64-1] != '.' {
-		return nil, nil, nil, nil, false
+		return ticketText{}, false
 	}
-	exp, tmac = rest[1:len(rest)-ticketMACB64-1], rest[len(rest)-ticketMACB64:]
-	if n, ok := smallInt(exp); !ok || n <= 0 || exp[0] == '0' {
-		return nil, nil, nil, nil, false
+	tt.exp, tt.tmac = rest[1:len(rest)-ticketMACB64-1], rest[len(rest)-ticketMACB64:]
+	if tt.expAt, ok = smallInt(tt.exp); !ok || tt.expAt <= 0 || tt.exp[0] == '0' {
+		return ticketText{}, false
 	}
-	return entry, umac, exp, tmac, true
+	return tt, true
 }
 
 // readBound verifies a bound ticket for the token whose signature segment
 // is sig at now (unix seconds) in e: its token MAC must name e, sig,
 // entry and exp, and exp must not have passed. The caller still needs the
-// user whenever judging the entry does (placeKnown).
+// user whenever judging the entry does (locate's needUser).
 func (k *queueKeys) readBound(t, sig []byte, e *sale, now int64) (ticket, bool) {
-	entry, _, exp, tmac, ok := ticketParts(t)
-	if !ok || exp == nil {
+	tt, ok := ticketParts(t)
+	if !ok || tt.exp == nil || now >= tt.expAt {
 		return ticket{}, false
 	}
-	if n, _ := smallInt(exp); now >= n {
+	mac := k.tokenMAC(e, sig, tt.entry, tt.exp)
+	if !hmac.Equal(tt.tmac, mac[:]) {
 		return ticket{}, false
 	}
-	mac := k.tokenMAC(e, sig, entry, exp)
-	if !hmac.Equal(tmac, mac[:]) {
-		return ticket{}, false
-	}
-	return parseEntry(entry)
+	return parseEntry(tt.entry)
 }
 
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
@@ -220,19 +225,19 @@ const (
 // readTicket verifies a ticket, short or bound, for (sale, user) by its
 // user MAC.
 func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
-	entry, umac, _, _, ok := ticketParts(t)
+	tt, ok := ticketParts(t)
 	if !ok {
 		return ticket{}, false
 	}
 	// The MAC is compared in its (canonical) base64url form: encoding the
 	// computed one costs less than decoding the one sent.
-	sum := k.ticketMAC(sale, user, entry)
+	sum := k.ticketMAC(sale, user, tt.entry)
 	var mac [ticketMACB64]byte
 	base64.RawURLEncoding.Encode(mac[:], sum[:ticketMACLen])
-	if !hmac.Equal(umac, mac[:]) {
+	if !hmac.Equal(tt.umac, mac[:]) {
 		return ticket{}, false
 	}
-	return parseEntry(entry)
+	return parseEntry(tt.entry)
 }
 
 // parseEntry reads a ticket's entry.
@@ -295,22 +300,24 @@ func appendEntry(b []byte, tk *ticket) []byte {
 // whose signature segment is sig and exp claim exp. exp 0 (the token was
 // verified, its claims not kept): the short form.
 func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byte, tk *ticket, p *place, sig []byte, exp int64) {
-	sentEntry, umac, _, _, _ := ticketParts(t)
+	sent, _ := ticketParts(t)
+	entry, umac := sent.entry, sent.umac
 	var eb [2 + rankEntryB64]byte
-	entry := sentEntry
 	if p.rankComputed {
 		entry = appendEntry(eb[:0], tk)
 	}
 	var mb [ticketMACB64]byte
-	if !bytes.Equal(entry, sentEntry) {
+	if !bytes.Equal(entry, sent.entry) {
 		sum := s.qkeys.ticketMAC(e.id, user, entry)
 		base64.RawURLEncoding.Encode(mb[:], sum[:ticketMACLen])
 		umac = mb[:]
 	}
 	var tb [2 + rankEntryB64 + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
-	out := append(append(append(tb[:0], entry...), '.'), umac...)
+	var out []byte
 	if exp > 0 {
 		out = s.qkeys.appendBound(tb[:0], e, entry, umac, sig, exp)
+	} else {
+		out = append(append(append(tb[:0], entry...), '.'), umac...)
 	}
 	if !bytes.Equal(out, t) {
 		ctx.Response.Header.SetCanonical(hTicket, out)
@@ -351,9 +358,9 @@ func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user string)
 	if !ok || tk.purchased {
 		return
 	}
-	entry, _, _, _, _ := ticketParts(t)
+	tt, _ := ticketParts(t)
 	var buf [64]byte
 	b := append(buf[:0], 'b')
-	b = append(b, entry...)
+	b = append(b, tt.entry...)
 	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(nil, e.id, user, b))
 }

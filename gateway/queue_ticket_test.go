@@ -60,7 +60,7 @@ func TestQueueRankTicket(t *testing.T) {
 		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
 	}
 	code, pBody, k := poll(tok, p)
-	if entry, _, _, _, ok := ticketParts([]byte(k)); code != 200 || !ok || len(entry) != 1+rankEntryB64 || entry[0] != 'k' {
+	if tt, ok := ticketParts([]byte(k)); code != 200 || !ok || len(tt.entry) != 1+rankEntryB64 || tt.entry[0] != 'k' {
 		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a k ticket", code, pBody, k)
 	}
 	if code, body, again := poll(tok, k); code != 200 || body != pBody || again != "" {
@@ -180,7 +180,8 @@ func TestTicketParts(t *testing.T) {
 		{"p." + mac + ".1." + mac + "A", false, false, "", ""},
 		{"p." + mac + ".99999999999999." + mac, false, false, "", ""},
 	} {
-		entry, _, exp, _, ok := ticketParts([]byte(c.ticket))
+		tt, ok := ticketParts([]byte(c.ticket))
+		entry, exp := tt.entry, tt.exp
 		if ok != c.ok || ok && (string(entry) != c.entry || (exp != nil) != c.bound || string(exp) != c.exp) {
 			t.Errorf("ticketParts(%q): got %q %q %v, want %q %q %v", c.ticket, entry, exp, ok, c.entry, c.exp, c.ok)
 		}
@@ -222,11 +223,11 @@ func TestBoundTicket(t *testing.T) {
 		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
 	}
 	code, want, k := call("GET", tok, p)
-	entry, _, exp, _, ok := ticketParts([]byte(k))
-	if code != 200 || !ok || exp == nil || entry[0] != 'k' {
+	tt, ok := ticketParts([]byte(k))
+	if code != 200 || !ok || tt.exp == nil || tt.entry[0] != 'k' {
 		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a bound k ticket", code, want, k)
 	}
-	expAt, _ := strconv.ParseInt(string(exp), 10, 64)
+	expAt, _ := strconv.ParseInt(string(tt.exp), 10, 64)
 
 	dot := strings.LastIndexByte(tok, '.')
 	garbled := tok[:strings.IndexByte(tok, '.')] + ".bm90IGpzb24" + tok[dot:] // payload "not json", bob's signature
