@@ -18,14 +18,16 @@ import (
 // costs little memory, and the busy ones stay fast.
 type connSplit struct {
 	ln         net.Listener
+	to         *connTimeouts // the timeouts every connection enforces
 	limit      int64
 	open       atomic.Int64 // connections open on fast
 	fast, lean *chanListener
 }
 
-func newConnSplit(ln net.Listener, limit int) *connSplit {
+func newConnSplit(ln net.Listener, limit int, to *connTimeouts) *connSplit {
 	return &connSplit{
 		ln:    ln,
+		to:    to,
 		limit: int64(limit),
 		fast:  newChanListener(ln.Addr()),
 		lean:  newChanListener(ln.Addr()),
@@ -58,10 +60,13 @@ func (c *connSplit) run() error {
 		to := c.lean
 		if c.open.Load() < c.limit {
 			c.open.Add(1)
-			conn = &countedConn{lazyConn: lazyConn{Conn: conn}, open: &c.open}
-			to = c.fast
+			cc := &countedConn{open: &c.open}
+			cc.init(conn, c.to)
+			conn, to = cc, c.fast
 		} else {
-			conn = &lazyConn{Conn: conn}
+			lc := &lazyConn{}
+			lc.init(conn, c.to)
+			conn = lc
 		}
 		if !to.hand(conn) {
 			_ = conn.Close()

@@ -1,35 +1,132 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// lazyConn makes the deadlines fasthttp sets on every request cheap. The
-// server sets a read deadline twice and a write deadline once per request
-// (the idle timeout, then the read and write timeouts), and each is a timer
-// update in the runtime's poller: about 5% of a rejection's CPU. lazyConn
-// passes a deadline to the socket only when it is earlier than the one
-// armed there; a later one is only recorded. A read or write that the armed
-// deadline cuts short while the recorded one is still ahead is re-armed to
-// the recorded deadline and carried on, so the deadline in force is always
-// the one set last, as on a plain connection. On a busy keep-alive
+// lazyConn makes the deadlines of a request cheap. fasthttp, given read,
+// idle and write timeouts, reads the clock three times a request to set
+// three deadlines (the idle timeout, then the read and write timeouts), and
+// each is a timer update in the runtime's poller: with a VM's clock, about
+// 5% of a rejection's CPU. So the gateway gives fasthttp no timeouts and
+// lazyConn applies them itself (to, connTimeouts): each Read and Write
+// computes its deadline from a coarse clock that costs an atomic load, and
+// passes it to the socket only when it is earlier than the one armed there;
+// a later one is only recorded. A read or write that the armed deadline
+// cuts short while the recorded one is still ahead is re-armed to the
+// recorded deadline and carried on, so the deadline in force is always the
+// one computed last, as on a plain connection. On a busy keep-alive
 // connection the socket's deadline thus moves about once per ReadTimeout
-// instead of three times a request.
+// instead of three times a request. Deadlines set with Set*Deadline (any
+// caller, with or without to) are kept the same lazy way.
+//
+// With to, the timeouts mean what fasthttp's mean: a new connection's first
+// request must arrive within ReadTimeout of the accept; on a keep-alive
+// connection the wait for the next request's first byte is bounded by
+// IdleTimeout, and the rest of that request must arrive within ReadTimeout
+// of its first byte; each write of a response ends within WriteTimeout (a
+// response is one write unless it outgrows the 4 KB write buffer). Each is
+// short of its exact value by at most the coarse clock's lag, less than a
+// tick.
 type lazyConn struct {
 	net.Conn
 	rd, wd lazyDeadline
+	// to, when not nil, are the timeouts Read and Write apply. reading
+	// and reqEnd belong to the goroutine serving the connection: reading
+	// is true from a request's first byte (or the accept) to its answer,
+	// and reqEnd (Unix nanoseconds, 0 for none) is when its reading must
+	// end.
+	to      *connTimeouts
+	reading bool
+	reqEnd  int64
+}
+
+// init makes l wrap c; with to, it enforces to's timeouts from now on.
+func (l *lazyConn) init(c net.Conn, to *connTimeouts) {
+	l.Conn, l.to = c, to
+	if to != nil {
+		l.reading, l.reqEnd = true, to.after(to.read)
+	}
+}
+
+// connTimeouts are the timeouts lazyConn enforces in place of fasthttp's;
+// zero durations mean none.
+type connTimeouts struct {
+	read, idle, write time.Duration
+	clock             *coarseClock
+}
+
+// after returns the deadline d from the coarse clock's now (Unix
+// nanoseconds), or 0 for none when d is zero.
+func (t *connTimeouts) after(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return t.clock.nanos() + int64(d)
+}
+
+// coarseClock is a clock read from memory: run stores the time every tick,
+// so a reading costs an atomic load where time.Now reads the clock twice.
+// A reading lags the time by less than a tick (plus the ticker's
+// scheduling delay), never leads it.
+type coarseClock struct {
+	now     atomic.Int64 // Unix nanoseconds
+	running atomic.Bool  // run is moving now on
+	tick    time.Duration
+}
+
+// newCoarseClock returns a clock that reads now until run moves it on.
+func newCoarseClock(tick time.Duration) *coarseClock {
+	c := &coarseClock{tick: tick}
+	c.now.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *coarseClock) nanos() int64 { return c.now.Load() }
+
+// run moves the clock on every tick until ctx ends.
+func (c *coarseClock) run(ctx context.Context) {
+	t := time.NewTicker(c.tick)
+	defer t.Stop()
+	c.now.Store(time.Now().UnixNano())
+	c.running.Store(true)
+	defer c.running.Store(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.now.Store(now.UnixNano())
+		}
+	}
+}
+
+// coarseTick is the coarse clock's tick for these timeouts: a twentieth of
+// the shortest, between 1 ms and 250 ms.
+func coarseTick(ds ...time.Duration) time.Duration {
+	tick := 250 * time.Millisecond
+	for _, d := range ds {
+		if d > 0 {
+			tick = min(tick, d/20)
+		}
+	}
+	return max(tick, time.Millisecond)
 }
 
 // lazyDeadline is one direction's deadlines, in Unix nanoseconds with 0 for
-// none. mu guards both: Shutdown may set a deadline from another goroutine.
+// none. want and armed change only under mu (a deadline may be set from
+// another goroutine); set reads them without it to see that a deadline
+// equal to the one last set changes nothing, the common case.
 type lazyDeadline struct {
 	mu    sync.Mutex
-	want  int64 // the deadline last set
-	armed int64 // the deadline the socket holds
+	want  atomic.Int64 // the deadline last set
+	armed atomic.Int64 // the deadline the socket holds
 }
 
 func unixNano(t time.Time) int64 {
@@ -42,14 +139,17 @@ func unixNano(t time.Time) int64 {
 // earlier reports whether deadline a comes before b (0 is never).
 func earlier(a, b int64) bool { return a != 0 && (b == 0 || a < b) }
 
-// set records t and reports whether the socket must be armed with it now.
-func (d *lazyDeadline) set(t time.Time) bool {
-	w := unixNano(t)
+// set records w (Unix nanoseconds, 0 for none) and reports whether the
+// socket must be armed with it now.
+func (d *lazyDeadline) set(w int64) bool {
+	if w == d.want.Load() && !earlier(w, d.armed.Load()) {
+		return false
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.want = w
-	if earlier(w, d.armed) {
-		d.armed = w
+	d.want.Store(w)
+	if earlier(w, d.armed.Load()) {
+		d.armed.Store(w)
 		return true
 	}
 	return false
@@ -61,14 +161,12 @@ func (d *lazyDeadline) set(t time.Time) bool {
 func (d *lazyDeadline) rearm(now time.Time) (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.want == d.armed || d.want != 0 && d.want <= now.UnixNano() {
+	want := d.want.Load()
+	if want == d.armed.Load() || want != 0 && want <= now.UnixNano() {
 		return time.Time{}, false
 	}
-	d.armed = d.want
-	if d.want == 0 {
-		return time.Time{}, true
-	}
-	return time.Unix(0, d.want), true
+	d.armed.Store(want)
+	return fromNano(want), true
 }
 
 func (c *lazyConn) SetDeadline(t time.Time) error {
@@ -76,22 +174,46 @@ func (c *lazyConn) SetDeadline(t time.Time) error {
 }
 
 func (c *lazyConn) SetReadDeadline(t time.Time) error {
-	if c.rd.set(t) {
+	if c.rd.set(unixNano(t)) {
 		return c.Conn.SetReadDeadline(t)
 	}
 	return nil
 }
 
 func (c *lazyConn) SetWriteDeadline(t time.Time) error {
-	if c.wd.set(t) {
+	if c.wd.set(unixNano(t)) {
 		return c.Conn.SetWriteDeadline(t)
 	}
 	return nil
 }
 
+// fromNano is the time.Time of a deadline in Unix nanoseconds (0: none).
+func fromNano(w int64) time.Time {
+	if w == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, w)
+}
+
 func (c *lazyConn) Read(p []byte) (int, error) {
+	if c.to != nil {
+		w := c.reqEnd
+		if !c.reading {
+			w = c.to.after(c.to.idle)
+		}
+		if c.rd.set(w) {
+			if err := c.Conn.SetReadDeadline(fromNano(w)); err != nil {
+				return 0, err
+			}
+		}
+	}
 	for {
 		n, err := c.Conn.Read(p)
+		if n > 0 && c.to != nil && !c.reading {
+			// A request's first byte: the rest must follow within
+			// ReadTimeout.
+			c.reading, c.reqEnd = true, c.to.after(c.to.read)
+		}
 		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
@@ -106,6 +228,15 @@ func (c *lazyConn) Read(p []byte) (int, error) {
 }
 
 func (c *lazyConn) Write(p []byte) (int, error) {
+	if c.to != nil {
+		// An answer: the next read waits for a new request.
+		c.reading = false
+		if w := c.to.after(c.to.write); c.wd.set(w) {
+			if err := c.Conn.SetWriteDeadline(fromNano(w)); err != nil {
+				return 0, err
+			}
+		}
+	}
 	written := 0
 	for {
 		n, err := c.Conn.Write(p[written:])
@@ -123,13 +254,18 @@ func (c *lazyConn) Write(p []byte) (int, error) {
 	}
 }
 
-// lazyListener hands out lazyConns.
-type lazyListener struct{ net.Listener }
+// lazyListener hands out lazyConns enforcing to.
+type lazyListener struct {
+	net.Listener
+	to *connTimeouts
+}
 
 func (l lazyListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &lazyConn{Conn: c}, nil
+	lc := &lazyConn{}
+	lc.init(c, l.to)
+	return lc, nil
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -144,36 +145,157 @@ func (c *countingConn) SetWriteDeadline(t time.Time) error {
 }
 
 // TestLazyConnFewDeadlines checks the point of lazyConn: requests served
-// in a row on one connection, each setting the idle, read and write
-// deadlines as fasthttp does, move the socket's deadlines a few times, not
-// three times a request.
+// in a row on one connection, under read, idle and write timeouts, move
+// the socket's deadlines a few times, not three times a request; and so
+// do deadlines set as fasthttp sets its own.
 func TestLazyConnFewDeadlines(t *testing.T) {
-	client, server := tcpPair(t)
-	counted := &countingConn{Conn: server}
-	c := &lazyConn{Conn: counted}
-	const requests = 1000
-	go func() {
-		buf := make([]byte, 16)
-		for range requests {
-			client.Write([]byte("q"))
-			io.ReadFull(client, buf[:1])
+	for _, tc := range []struct {
+		name string
+		to   *connTimeouts
+	}{
+		{"timeouts", &connTimeouts{read: 5 * time.Second, idle: 60 * time.Second, write: 5 * time.Second, clock: newCoarseClock(time.Millisecond)}},
+		{"set deadlines", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server := tcpPair(t)
+			counted := &countingConn{Conn: server}
+			c := &lazyConn{}
+			c.init(counted, tc.to)
+			const requests = 1000
+			go func() {
+				buf := make([]byte, 16)
+				for range requests {
+					client.Write([]byte("q"))
+					io.ReadFull(client, buf[:1])
+				}
+			}()
+			buf := make([]byte, 1)
+			for i := range requests {
+				if tc.to != nil {
+					// Time passes as on a busy connection.
+					tc.to.clock.now.Add(int64(time.Millisecond))
+				}
+				if i > 0 && tc.to == nil {
+					c.SetReadDeadline(time.Now().Add(60 * time.Second)) // idle
+				}
+				if _, err := c.Read(buf); err != nil {
+					t.Fatal(err)
+				}
+				if tc.to == nil {
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				}
+				if _, err := c.Write(buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r, w := counted.reads.Load(), counted.writes.Load(); r > 4 || w > 4 {
+				t.Fatalf("got %d read and %d write deadlines on the socket for %d requests, want a few", r, w, requests)
+			}
+		})
+	}
+}
+
+// TestLazyConnTimeouts checks the timeouts a lazyConn enforces itself: a
+// new connection's first request within ReadTimeout, a keep-alive
+// connection's wait for the next request within IdleTimeout, and the rest
+// of a request within ReadTimeout of its first byte, however the bytes
+// trickle.
+func TestLazyConnTimeouts(t *testing.T) {
+	const read, idle = 300 * time.Millisecond, 900 * time.Millisecond
+	newConn := func(t *testing.T) (client net.Conn, c *lazyConn, tick time.Duration) {
+		client, server := tcpPair(t)
+		tick = coarseTick(read, idle)
+		clock := newCoarseClock(tick)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { clock.run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		c = &lazyConn{}
+		c.init(server, &connTimeouts{read: read, idle: idle, write: 5 * time.Second, clock: clock})
+		return client, c, tick
+	}
+	// readUntilTimeout reads until the deadline error and returns when
+	// it came, measured from start.
+	readUntilTimeout := func(t *testing.T, c *lazyConn, start time.Time) time.Duration {
+		t.Helper()
+		buf := make([]byte, 64)
+		for {
+			_, err := c.Read(buf)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("got %v, want a deadline error", err)
+			}
+			return time.Since(start)
 		}
-	}()
-	buf := make([]byte, 1)
-	for i := range requests {
-		if i > 0 {
-			c.SetReadDeadline(time.Now().Add(60 * time.Second)) // idle
+	}
+	within := func(t *testing.T, got, want, tick time.Duration) {
+		t.Helper()
+		// The coarse clock lags by less than a tick (and its ticker's
+		// scheduling delay): a timeout comes at most that much early.
+		if got < want-2*tick || got > want+2*time.Second {
+			t.Fatalf("timed out after %s, want about %s", got, want)
 		}
+	}
+	t.Run("new connection", func(t *testing.T) {
+		_, c, tick := newConn(t)
+		within(t, readUntilTimeout(t, c, time.Now()), read, tick)
+	})
+	t.Run("trickled request", func(t *testing.T) {
+		client, c, tick := newConn(t)
+		start := time.Now()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			// A byte every 50 ms: each read is quick, the request never ends.
+			tk := time.NewTicker(50 * time.Millisecond)
+			defer tk.Stop()
+			for range 100 {
+				select {
+				case <-stop:
+					return
+				case <-tk.C:
+					client.Write([]byte("G"))
+				}
+			}
+		}()
+		within(t, readUntilTimeout(t, c, start), read, tick)
+	})
+	t.Run("idle after an answer", func(t *testing.T) {
+		client, c, tick := newConn(t)
+		client.Write([]byte("q"))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		within(t, readUntilTimeout(t, c, start), idle, tick)
+	})
+	t.Run("request after an idle wait", func(t *testing.T) {
+		client, c, tick := newConn(t)
+		client.Write([]byte("q"))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		// The next request's first byte comes after more than ReadTimeout
+		// of idling, its rest never: the read times out ReadTimeout after
+		// that byte.
+		go func() {
+			// Not a synchronisation: the byte must come later than ReadTimeout into the idle wait.
+			time.Sleep(read + 100*time.Millisecond)
+			client.Write([]byte("G"))
+		}()
+		buf := make([]byte, 1)
 		if _, err := c.Read(buf); err != nil {
-			t.Fatal(err)
+			t.Fatalf("got %v, want the first byte within the idle timeout", err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Write(buf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if r, w := counted.reads.Load(), counted.writes.Load(); r > 4 || w > 4 {
-		t.Fatalf("got %d read and %d write deadlines on the socket for %d requests, want a few", r, w, requests)
-	}
+		within(t, readUntilTimeout(t, c, time.Now()), read, tick)
+	})
 }

@@ -120,6 +120,15 @@ type Server struct {
 	draining    atomic.Bool
 	ready       readiness
 
+	// coarse is the clock the connections' timeouts (and the cached
+	// answers' token checks) read; timeouts are those Serve's
+	// connections enforce (lazyConn).
+	coarse   *coarseClock
+	timeouts *connTimeouts
+	// sysClock is whether clock is the system clock, which secondsNow may
+	// read from coarse.
+	sysClock bool
+
 	startOnce sync.Once
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -166,10 +175,25 @@ func New(cfg Config) (*Server, error) {
 	if s.m, err = newMetrics(cfg.Metrics); err != nil {
 		return nil, err
 	}
+	_, s.sysClock = cfg.Clock.(flashgate.SystemClock)
+	s.coarse = newCoarseClock(coarseTick(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout))
+	s.timeouts = &connTimeouts{read: cfg.ReadTimeout, idle: cfg.IdleTimeout, write: cfg.WriteTimeout, clock: s.coarse}
 	s.handler = s.serve
 	s.srv = s.newHTTPServer(false)
 	if cfg.FastConns > 0 {
 		s.lean = s.newHTTPServer(true)
 	}
 	return s, nil
+}
+
+// secondsNow returns the time, in Unix nanoseconds, for judging what counts
+// in whole seconds (a token's or a ticket's exp and nbf) in the answers the
+// cache gives: the coarse clock's while it runs, behind by less than its
+// tick (at most 250 ms), so that such an answer reads no clock; the
+// Config's Clock otherwise (and always when it is not the system clock).
+func (s *Server) secondsNow() int64 {
+	if s.sysClock && s.coarse.running.Load() {
+		return s.coarse.nanos()
+	}
+	return s.clock.Now().UnixNano()
 }

@@ -80,10 +80,10 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
-	now := s.clock.Now()
-	if s.fairRejected(ctx, e, tok, now.UnixNano()) { // queue_routes.go
+	if s.fairRejected(ctx, e, tok, s.secondsNow()) { // queue_routes.go
 		return
 	}
+	now := s.clock.Now()
 	user, ok := s.jwt.verify(tok, now.UnixNano())
 	if !ok {
 		writeAnswer(ctx, ansUnauth)

@@ -105,7 +105,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansUnauth)
 		return
 	}
-	now := s.clock.Now().UnixNano()
+	now := s.secondsNow()
 	t := ctx.Request.Header.PeekCanonical(hTicket)
 	e, st, q := s.fairLookup(id)
 	if q != nil && s.boundStatus(ctx, e, st, q, tok, t, now) {

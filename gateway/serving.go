@@ -12,13 +12,18 @@ import (
 )
 
 // Start runs the background goroutines: the state refresher (every
-// StateRefresh), the counter flusher (every FlushInterval) and the catalog
-// refresher (every CatalogRefresh). Calling it again does nothing. Close
+// StateRefresh), the counter flusher (every FlushInterval), the catalog
+// refresher (every CatalogRefresh) and the coarse clock of the
+// connections' timeouts. Calling it again does nothing. Close
 // (or Shutdown) stops them.
 func (s *Server) Start() {
 	s.startOnce.Do(func() {
 		s.startShare()
-		s.wg.Add(3)
+		s.wg.Add(4)
+		go func() {
+			defer s.wg.Done()
+			s.coarse.run(s.base)
+		}()
 		go s.loop(s.cfg.StateRefresh, s.refreshState, nil)
 		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog, nil)
 		// A last flush, so counts admitted just before Close reach the
@@ -62,12 +67,12 @@ func (s *Server) Close() error {
 func (s *Server) Serve(ln net.Listener) error {
 	s.Start()
 	if s.lean == nil {
-		return s.srv.Serve(lazyListener{ln})
+		return s.srv.Serve(lazyListener{ln, s.timeouts})
 	}
 	s.lnMu.Lock()
 	s.lns = append(s.lns, ln)
 	s.lnMu.Unlock()
-	split := newConnSplit(ln, s.cfg.FastConns)
+	split := newConnSplit(ln, s.cfg.FastConns, s.timeouts)
 	errc := make(chan error, 2)
 	go func() { errc <- s.srv.Serve(split.fast) }()
 	go func() { errc <- s.lean.Serve(split.lean) }()
@@ -112,7 +117,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // newHTTPServer builds one of the two fasthttp servers (see connSplit);
-// lean ones hold no buffers for idle connections.
+// lean ones hold no buffers for idle connections. They have no timeouts of
+// their own: the connections Serve hands them enforce ReadTimeout,
+// IdleTimeout and WriteTimeout (lazyConn), reading no clock.
 func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
 	cfg := s.cfg
 	return &fasthttp.Server{
@@ -121,9 +128,6 @@ func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
 		ErrorHandler:                  s.serveError,
 		NoDefaultServerHeader:         true,
 		NoDefaultDate:                 false,
-		ReadTimeout:                   cfg.ReadTimeout,
-		WriteTimeout:                  cfg.WriteTimeout,
-		IdleTimeout:                   cfg.IdleTimeout,
 		Concurrency:                   cfg.Concurrency,
 		MaxRequestBodySize:            cfg.MaxBodySize,
 		ReadBufferSize:                cfg.MaxRequestHeaderSize,
