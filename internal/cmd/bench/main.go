@@ -26,7 +26,7 @@ import (
 
 // settings are the run's knobs, each from an environment variable.
 type settings struct {
-	Rounds      int           // ROUNDS: alternating bare/flashgate rounds per scenario; 5
+	Rounds      int           // ROUNDS: alternating bare/flashgate rounds per scenario; 7
 	Duration    time.Duration // DURATION: one wrk run; 5s
 	Threads     int           // THREADS: wrk threads; 2
 	Tokens      int           // TOKENS: buyer tokens per round file; 60,000 per second of DURATION
@@ -92,7 +92,7 @@ func loadSettings() (settings, error) {
 		name string
 		def  int
 	}{
-		{&s.Rounds, "ROUNDS", 5}, {&s.Threads, "THREADS", 2}, {&s.GoBench, "GOBENCH_COUNT", 3},
+		{&s.Rounds, "ROUNDS", 7}, {&s.Threads, "THREADS", 2}, {&s.GoBench, "GOBENCH_COUNT", 3},
 		{&s.CrowdUsers, "CROWD_USERS", 100000}, {&s.CrowdUnits, "CROWD_UNITS", 100},
 		{&s.CrowdRounds, "CROWD_ROUNDS", 3}, {&s.CrowdConc, "CROWD_CONC", 256},
 		{&s.OpenSeconds, "OPEN_SECONDS", 10}, {&s.Conns, "CONNS", 10000},
