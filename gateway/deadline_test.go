@@ -203,17 +203,31 @@ func TestLazyConnFewDeadlines(t *testing.T) {
 // trickle.
 func TestLazyConnTimeouts(t *testing.T) {
 	const read, idle = 300 * time.Millisecond, 900 * time.Millisecond
-	newConn := func(t *testing.T) (client net.Conn, c *lazyConn, tick time.Duration) {
+	// newConn returns a lazyConn under the timeouts, its clock moving on
+	// by itself when run is set and only as the test moves it otherwise.
+	newConn := func(t *testing.T, run bool) (client net.Conn, c *lazyConn, clock *coarseClock) {
 		client, server := tcpPair(t)
-		tick = coarseTick(read, idle)
-		clock := newCoarseClock(tick)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { clock.run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		clock = newCoarseClock(coarseTick(read, idle))
+		if run {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { clock.run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+		}
 		c = &lazyConn{}
 		c.init(server, &connTimeouts{read: read, idle: idle, write: 5 * time.Second, clock: clock})
-		return client, c, tick
+		return client, c, clock
+	}
+	// answer serves one one-byte request on c.
+	answer := func(t *testing.T, client net.Conn, c *lazyConn) {
+		t.Helper()
+		client.Write([]byte("q"))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// readUntilTimeout reads until the deadline error and returns when
 	// it came, measured from start.
@@ -240,11 +254,11 @@ func TestLazyConnTimeouts(t *testing.T) {
 		}
 	}
 	t.Run("new connection", func(t *testing.T) {
-		_, c, tick := newConn(t)
-		within(t, readUntilTimeout(t, c, time.Now()), read, tick)
+		_, c, clock := newConn(t, true)
+		within(t, readUntilTimeout(t, c, time.Now()), read, clock.tick)
 	})
 	t.Run("trickled request", func(t *testing.T) {
-		client, c, tick := newConn(t)
+		client, c, clock := newConn(t, true)
 		start := time.Now()
 		stop := make(chan struct{})
 		defer close(stop)
@@ -261,41 +275,28 @@ func TestLazyConnTimeouts(t *testing.T) {
 				}
 			}
 		}()
-		within(t, readUntilTimeout(t, c, start), read, tick)
+		within(t, readUntilTimeout(t, c, start), read, clock.tick)
 	})
 	t.Run("idle after an answer", func(t *testing.T) {
-		client, c, tick := newConn(t)
-		client.Write([]byte("q"))
-		if _, err := c.Read(make([]byte, 1)); err != nil {
-			t.Fatal(err)
-		}
+		client, c, clock := newConn(t, true)
 		start := time.Now()
-		if _, err := c.Write([]byte("a")); err != nil {
-			t.Fatal(err)
-		}
-		within(t, readUntilTimeout(t, c, start), idle, tick)
+		answer(t, client, c)
+		within(t, readUntilTimeout(t, c, start), idle, clock.tick)
 	})
 	t.Run("request after an idle wait", func(t *testing.T) {
-		client, c, tick := newConn(t)
-		client.Write([]byte("q"))
+		// The next request's first byte comes, by the connection's clock,
+		// more than ReadTimeout into the idle wait: its rest must follow
+		// within ReadTimeout of that byte, not of the wait's start.
+		client, c, clock := newConn(t, false)
+		answer(t, client, c)
+		clock.now.Add(int64(read + 100*time.Millisecond))
+		client.Write([]byte("G"))
 		if _, err := c.Read(make([]byte, 1)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Write([]byte("a")); err != nil {
-			t.Fatal(err)
-		}
-		// The next request's first byte comes after more than ReadTimeout
-		// of idling, its rest never: the read times out ReadTimeout after
-		// that byte.
-		go func() {
-			// Not a synchronisation: the byte must come later than ReadTimeout into the idle wait.
-			time.Sleep(read + 100*time.Millisecond)
-			client.Write([]byte("G"))
-		}()
-		buf := make([]byte, 1)
-		if _, err := c.Read(buf); err != nil {
 			t.Fatalf("got %v, want the first byte within the idle timeout", err)
 		}
-		within(t, readUntilTimeout(t, c, time.Now()), read, tick)
+		if got, want := c.reqEnd, clock.nanos()+int64(read); got != want {
+			t.Fatalf("got the request's reading to end at %d, want %d: ReadTimeout after its first byte", got, want)
+		}
+		within(t, readUntilTimeout(t, c, time.Now()), read, clock.tick)
 	})
 }
