@@ -36,21 +36,24 @@ import (
 // tick.
 type lazyConn struct {
 	net.Conn
-	rd, wd lazyDeadline
-	// to, when not nil, are the timeouts Read and Write apply. reading
-	// and reqEnd belong to the goroutine serving the connection: reading
-	// is true from a request's first byte (or the accept) to its answer,
-	// and reqEnd (Unix nanoseconds, 0 for none) is when its reading must
-	// end.
-	to      *connTimeouts
+	// to, when timed, are the timeouts Read and Write apply: a copy, so
+	// that a request reads them from the connection's own cache lines.
+	// reading and reqEnd belong to the goroutine serving the connection:
+	// reading is true from a request's first byte (or the accept) to its
+	// answer, and reqEnd (Unix nanoseconds, 0 for none) is when its
+	// reading must end.
+	to      connTimeouts
+	timed   bool
 	reading bool
 	reqEnd  int64
+	rd, wd  lazyDeadline
 }
 
 // init makes l wrap c; with to, it enforces to's timeouts from now on.
 func (l *lazyConn) init(c net.Conn, to *connTimeouts) {
-	l.Conn, l.to = c, to
+	l.Conn = c
 	if to != nil {
+		l.to, l.timed = *to, true
 		l.reading, l.reqEnd = true, to.after(to.read)
 	}
 }
@@ -76,9 +79,13 @@ func (t *connTimeouts) after(d time.Duration) int64 {
 // A reading lags the time by less than a tick (plus the ticker's
 // scheduling delay), never leads it.
 type coarseClock struct {
+	// The padding keeps the clock, which every request reads, off cache
+	// lines that something else writes.
+	_       [64]byte
 	now     atomic.Int64 // Unix nanoseconds
 	running atomic.Bool  // run is moving now on
 	tick    time.Duration
+	_       [64]byte
 }
 
 // newCoarseClock returns a clock that reads now until run moves it on.
@@ -196,7 +203,7 @@ func fromNano(w int64) time.Time {
 }
 
 func (c *lazyConn) Read(p []byte) (int, error) {
-	if c.to != nil {
+	if c.timed {
 		w := c.reqEnd
 		if !c.reading {
 			w = c.to.after(c.to.idle)
@@ -209,7 +216,7 @@ func (c *lazyConn) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := c.Conn.Read(p)
-		if n > 0 && c.to != nil && !c.reading {
+		if n > 0 && c.timed && !c.reading {
 			// A request's first byte: the rest must follow within
 			// ReadTimeout.
 			c.reading, c.reqEnd = true, c.to.after(c.to.read)
@@ -228,7 +235,7 @@ func (c *lazyConn) Read(p []byte) (int, error) {
 }
 
 func (c *lazyConn) Write(p []byte) (int, error) {
-	if c.to != nil {
+	if c.timed {
 		// An answer: the next read waits for a new request.
 		c.reading = false
 		if w := c.to.after(c.to.write); c.wd.set(w) {

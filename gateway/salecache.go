@@ -30,6 +30,21 @@ type sale struct {
 	meta   atomic.Pointer[saleMeta]
 	api    atomic.Pointer[apiDoc]
 
+	fair fairCache // queue.go
+
+	asked   atomic.Bool // someone asked since the last refresh
+	limiter *rate.Limiter
+
+	// lostRace, when not nil, runs in admit between its reading of
+	// admitted and its compare-and-swap: tests make another buyer win the
+	// race there.
+	lostRace func()
+
+	// The counters below are written by requests on every core: they
+	// keep off the cache lines of the fields above, which every request
+	// reads, so that a rejection on one core does not take those lines
+	// from the other.
+	_ [64]byte
 	// admitted counts purchases admitted here, ever; flushed is how many of
 	// them were added to "access" on the primary (written by the flusher).
 	admitted atomic.Int64
@@ -38,17 +53,8 @@ type sale struct {
 	// the flusher's share of it.
 	rejected        atomic.Int64
 	rejectedFlushed atomic.Int64
-
-	fair fairCache // queue.go
-
-	asked   atomic.Bool // someone asked since the last refresh
-	idle    int         // refreshes since someone asked (refresher only)
-	limiter *rate.Limiter
-
-	// lostRace, when not nil, runs in admit between its reading of
-	// admitted and its compare-and-swap: tests make another buyer win the
-	// race there.
-	lostRace func()
+	idle            int // refreshes since someone asked (refresher only)
+	_               [64]byte
 }
 
 // lookup returns the cached sale for id, loading it synchronously the first
@@ -137,7 +143,7 @@ func (s *Server) unlist(e *sale) {
 }
 
 func (s *Server) newSale(id string) *sale {
-	e := &sale{id: id, ready: make(chan struct{})}
+	e := &sale{id: id, ready: make(chan struct{}), fair: fairCache{tokenKey: s.qkeys.saleTokenKey(id)}}
 	if s.cfg.SaleRate > 0 {
 		e.limiter = rate.NewLimiter(s.saleShare())
 	}
