@@ -26,8 +26,8 @@ import (
 
 // settings are the run's knobs, each from an environment variable.
 type settings struct {
-	Rounds      int           // ROUNDS: alternating bare/flashgate rounds per scenario; 7
-	Duration    time.Duration // DURATION: one wrk run; 5s
+	Rounds      int           // ROUNDS: alternating bare/flashgate rounds per scenario; 15
+	Duration    time.Duration // DURATION: one wrk run; 2s
 	Threads     int           // THREADS: wrk threads; 2
 	Tokens      int           // TOKENS: buyer tokens per round file; 60,000 per second of DURATION
 	GoBench     int           // GOBENCH_COUNT: go test -count of the Go benchmarks, 0 = skip; 3
@@ -92,7 +92,7 @@ func loadSettings() (settings, error) {
 		name string
 		def  int
 	}{
-		{&s.Rounds, "ROUNDS", 7}, {&s.Threads, "THREADS", 2}, {&s.GoBench, "GOBENCH_COUNT", 3},
+		{&s.Rounds, "ROUNDS", 15}, {&s.Threads, "THREADS", 2}, {&s.GoBench, "GOBENCH_COUNT", 3},
 		{&s.CrowdUsers, "CROWD_USERS", 100000}, {&s.CrowdUnits, "CROWD_UNITS", 100},
 		{&s.CrowdRounds, "CROWD_ROUNDS", 3}, {&s.CrowdConc, "CROWD_CONC", 256},
 		{&s.OpenSeconds, "OPEN_SECONDS", 10}, {&s.Conns, "CONNS", 10000},
@@ -104,7 +104,7 @@ func loadSettings() (settings, error) {
 			return s, err
 		}
 	}
-	if s.Duration, err = envDur("DURATION", 5*time.Second); err != nil {
+	if s.Duration, err = envDur("DURATION", 2*time.Second); err != nil {
 		return s, err
 	}
 	if s.StormLimit, err = envDur("STORM_LIMIT", 180*time.Second); err != nil {
