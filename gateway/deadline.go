@@ -36,14 +36,14 @@ import (
 // tick.
 type lazyConn struct {
 	net.Conn
-	// to, when timed, are the timeouts Read and Write apply: a copy, so
-	// that a request reads them from the connection's own cache lines.
+	// to, when its clock is set, are the timeouts Read and Write apply: a
+	// copy, so that a request reads them from the connection's own cache
+	// lines.
 	// reading and reqEnd belong to the goroutine serving the connection:
 	// reading is true from a request's first byte (or the accept) to its
 	// answer, and reqEnd (Unix nanoseconds, 0 for none) is when its
 	// reading must end.
 	to      connTimeouts
-	timed   bool
 	reading bool
 	reqEnd  int64
 	rd, wd  lazyDeadline
@@ -53,13 +53,16 @@ type lazyConn struct {
 func (l *lazyConn) init(c net.Conn, to *connTimeouts) {
 	l.Conn = c
 	if to != nil {
-		l.to, l.timed = *to, true
+		l.to = *to
 		l.reading, l.reqEnd = true, to.after(to.read)
 	}
 }
 
+// timed reports whether c enforces timeouts (init was given some).
+func (c *lazyConn) timed() bool { return c.to.clock != nil }
+
 // connTimeouts are the timeouts lazyConn enforces in place of fasthttp's;
-// zero durations mean none.
+// zero durations mean none, and so does a nil clock (no timeouts at all).
 type connTimeouts struct {
 	read, idle, write time.Duration
 	clock             *coarseClock
@@ -203,7 +206,7 @@ func fromNano(w int64) time.Time {
 }
 
 func (c *lazyConn) Read(p []byte) (int, error) {
-	if c.timed {
+	if c.timed() {
 		w := c.reqEnd
 		if !c.reading {
 			w = c.to.after(c.to.idle)
@@ -216,7 +219,7 @@ func (c *lazyConn) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := c.Conn.Read(p)
-		if n > 0 && c.timed && !c.reading {
+		if n > 0 && c.timed() && !c.reading {
 			// A request's first byte: the rest must follow within
 			// ReadTimeout.
 			c.reading, c.reqEnd = true, c.to.after(c.to.read)
@@ -235,7 +238,7 @@ func (c *lazyConn) Read(p []byte) (int, error) {
 }
 
 func (c *lazyConn) Write(p []byte) (int, error) {
-	if c.timed {
+	if c.timed() {
 		// An answer: the next read waits for a new request.
 		c.reading = false
 		if w := c.to.after(c.to.write); c.wd.set(w) {

@@ -45,13 +45,15 @@ func (m *macBuf) mac(sep int, parts ...string) [sha256.Size]byte {
 	return m.sum
 }
 
+// hmacSum returns HMAC-SHA256(key, msg): how the queue's keys are derived.
+func hmacSum(key []byte, msg string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(msg))
+	return m.Sum(nil)
+}
+
 func newQueueKeys(secret []byte) *queueKeys {
-	derive := func(label string) []byte {
-		m := hmac.New(sha256.New, secret)
-		m.Write([]byte(label))
-		return m.Sum(nil)
-	}
-	k := &queueKeys{ticket: derive("ticket"), token: derive("ticket token"), pow: derive("pow")}
+	k := &queueKeys{ticket: hmacSum(secret, "ticket"), token: hmacSum(secret, "ticket token"), pow: hmacSum(secret, "pow")}
 	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
 	return k
 }
@@ -61,9 +63,7 @@ func newQueueKeys(secret []byte) *queueKeys {
 // "flashgate fair queue v1"). Every gateway of a deployment derives the
 // same.
 func DeriveQueueSecret(jwtSecret []byte) []byte {
-	m := hmac.New(sha256.New, jwtSecret)
-	m.Write([]byte("flashgate fair queue v1"))
-	return m.Sum(nil)
+	return hmacSum(jwtSecret, "flashgate fair queue v1")
 }
 
 // ticketMACLen is the bytes of HMAC a ticket carries, ticketMACB64 their
@@ -120,9 +120,7 @@ const boundSigLen = 22
 // saleTokenKey is the SipHash key of the token MACs of sale id: the first
 // 16 bytes of HMAC-SHA256(token key, id). newSale stores it in the sale.
 func (k *queueKeys) saleTokenKey(id string) [2]uint64 {
-	m := hmac.New(sha256.New, k.token)
-	m.Write([]byte(id))
-	sum := m.Sum(nil)
+	sum := hmacSum(k.token, id)
 	return [2]uint64{binary.LittleEndian.Uint64(sum), binary.LittleEndian.Uint64(sum[8:])}
 }
 

@@ -292,8 +292,8 @@ func TestBoundTicket(t *testing.T) {
 
 // TestTokenMAC: a bound ticket's token MAC is SipHash-2-4-128 under the
 // first 16 bytes of the sale's token key over the signature prefix, entry
-// and exp, computed afresh each time (here checked with the library's
-// streaming form, which shares no code path with Hash128).
+// and exp (checked with the library's streaming form, which shares no code
+// path with Hash128).
 func TestTokenMAC(t *testing.T) {
 	k := newQueueKeys([]byte("queue secret"))
 	e := &sale{id: "fq", fair: fairCache{tokenKey: k.saleTokenKey("fq")}}
