@@ -157,7 +157,7 @@ func (s *Service) send(ctx context.Context, b *reserveBatch) {
 			args = append(args, r.order, r.user, r.qty)
 		}
 	}
-	res, acked, err := s.runReserve(ctx, script, b.keys, args...)
+	res, acked, want, err := s.runReserve(ctx, script, b.tag, b.keys, args...)
 	if err != nil {
 		b.err = s.redisError("reserving", err)
 		return
@@ -175,23 +175,25 @@ func (s *Service) send(ctx context.Context, b *reserveBatch) {
 			return
 		}
 		r.code, r.existing = code, existing
-		r.err = s.confirm(ctx, b.sale, acked, code, existing, r.order)
+		r.err = s.confirm(ctx, b.sale, acked, want, code, existing, r.order)
 	}
 }
 
 // confirm returns errWaitShort, and logs it, when a reserve answered code
-// and existing for order stands in Redis unconfirmed: it reserved (or found
-// reserved by an earlier attempt with the same order id), and WAIT counted
-// fewer replicas than WaitReplicas; acked < 0 means no WAIT was sent.
-func (s *Service) confirm(ctx context.Context, sale string, acked, code int64, existing, order string) error {
-	if acked < 0 || acked >= int64(s.waitReplicas) {
+// and existing for order stands in Redis unconfirmed: it reserved, or found
+// the user's order already purchased, and WAIT counted fewer replicas than
+// the want it asked for; acked < 0 means no WAIT was sent. A found order
+// is held back as well: it may be the unconfirmed reserve of an earlier
+// attempt, and a 409 naming it would confirm it.
+func (s *Service) confirm(ctx context.Context, sale string, acked int64, want int, code int64, existing, order string) error {
+	if acked < 0 || acked >= int64(want) {
 		return nil
 	}
-	if code != lua.ReserveOK && (code != lua.ReservePurchased || existing != order) {
+	if code != lua.ReserveOK && code != lua.ReservePurchased {
 		return nil
 	}
 	s.log.WarnContext(ctx, "reserve not acknowledged by enough replicas",
-		"sale", sale, "order", order, "acked", acked, "want", s.waitReplicas)
+		"sale", sale, "order", order, "existing", existing, "acked", acked, "want", want)
 	return errWaitShort
 }
 

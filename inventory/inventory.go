@@ -52,28 +52,32 @@ type Config struct {
 	// use and return ids that satisfy flashgate.ValidOrderID. Nil means a
 	// monotonic ULID taken from Clock.
 	NewOrderID func() string
-	// WaitReplicas, when > 0, makes Reserve send `WAIT WaitReplicas
-	// WaitTimeout` on the same connection right after the script (in a
-	// cluster, on the connection to the sale's primary), so that a
-	// reservation answered with an order id has reached that many replicas.
-	// When WAIT falls short, Reserve answers ErrUnavailable instead: the
+	// WaitReplicas is how many replicas must hold a reservation before
+	// Reserve answers it with an order id: WaitAuto (the zero value) waits
+	// for those the sale's primary reports online (INFO replication, read
+	// at most once a second per primary; on a cluster, the primary of the
+	// sale's slot) and sends no WAIT when it has none; a count n waits for
+	// exactly n; WaitOff never waits, trading the promise for latency (a
+	// failover may lose an order answered just before it). The WAIT goes on
+	// the connection of the script call, right after it, and covers every
+	// reserve of that call (one batch: group commit). When WAIT falls short
+	// within WaitTimeout, Reserve answers ErrUnavailable instead: the
 	// reservation stands in Redis, and the buyer's retry finds it as
-	// ErrAlreadyPurchased with its order id. Zero: no WAIT.
+	// ErrAlreadyPurchased with its order id, once the replicas hold it.
 	WaitReplicas int
 	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
-	// timeout. Zero means DefaultWaitTimeout (only used when WaitReplicas
-	// > 0).
+	// timeout. Zero means DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_reserve_total{outcome} and
 	// flashgate_redis_call_seconds{op}. Nil: no metrics.
 	Metrics prometheus.Registerer
 	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
 	// reserves. By default, when primary is a *redis.Client or a
-	// *redis.ClusterClient (which groups each batch by slot) and WaitReplicas
-	// is 0, reserves running at the same time share one pipelined round trip
+	// *redis.ClusterClient (which groups each batch by slot), reserves that
+	// send no WAIT and run at the same time share one pipelined round trip
 	// (each still one atomic script); the pipeliner belongs to the client and
-	// closes with it. With WaitReplicas the pipeliner is never used: it would
-	// send WAIT on another connection than the write's.
+	// closes with it. A reserve that waits for replicas never uses it: it
+	// would send WAIT on another connection than the write's.
 	NoAutoPipeline bool
 	// MaxReserveBatch is the most reserves of one sale (or bucket) that one
 	// script call carries (lua.ReserveMany): reserves arriving while
@@ -126,9 +130,11 @@ type Service struct {
 	clock        flashgate.Clock
 	log          *slog.Logger
 	newID        func() string
-	waitReplicas int
-	waitMillis   int64
-	m            *metrics // nil without Config.Metrics
+	waitReplicas int           // Config.WaitReplicas
+	waitTimeout  time.Duration // Config.WaitTimeout, at least 1ms
+	single       *replicaCount // the replicas of rdb when it is a *redis.Client
+	replicas     replicaCounts // the replicas of each primary of a cluster
+	m            *metrics      // nil without Config.Metrics
 
 	layoutMu sync.RWMutex
 	layouts  map[string]lua.Layout // sale → its fixed bucket layout
@@ -150,6 +156,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		log:           cfg.Logger,
 		newID:         cfg.NewOrderID,
 		waitReplicas:  cfg.WaitReplicas,
+		single:        &replicaCount{},
 		batchMax:      cfg.MaxReserveBatch,
 		batchInFlight: cfg.ReserveCallsInFlight,
 	}
@@ -162,10 +169,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		}
 	}
 	s.lanes = make(map[string]*lane)
-	s.waitMillis = cfg.WaitTimeout.Milliseconds()
-	if s.waitMillis < 1 {
-		s.waitMillis = 1 // WAIT 0 would block forever
-	}
+	s.waitTimeout = max(cfg.WaitTimeout, time.Millisecond) // WAIT 0 would block forever
 	if cfg.Metrics != nil {
 		s.m = newMetrics(cfg.Metrics, s.log)
 	}

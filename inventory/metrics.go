@@ -45,6 +45,7 @@ var opNames = [numOps]string{"reserve", "reserve_wait", "release", "ping"}
 type metrics struct {
 	outcomes [numOutcomes]prometheus.Counter
 	calls    [numOps]prometheus.Observer
+	batch    prometheus.Observer // reserves covered by one WAIT
 }
 
 func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
@@ -57,15 +58,21 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		Help:    "Duration of the inventory tier's Redis calls, by operation.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	}, []string{"op"})
-	var errs [2]error
+	batch := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flashgate_reserve_wait_batch",
+		Help:    "Reserves covered by one WAIT for replicas (group commit).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+	})
+	var errs [3]error
 	reserves, errs[0] = promreg.Register(reg, reserves)
 	calls, errs[1] = promreg.Register(reg, calls)
+	batch, errs[2] = promreg.Register(reg, batch)
 	if err := errors.Join(errs[:]...); err != nil {
 		// The tier reserves on: it counts into its own collectors, which
 		// nobody scrapes.
 		log.Error("inventory: registering metrics", "err", err)
 	}
-	m := &metrics{}
+	m := &metrics{batch: batch}
 	for i, name := range outcomeNames {
 		m.outcomes[i] = reserves.WithLabelValues(name)
 	}
@@ -84,5 +91,14 @@ func (m *metrics) outcome(o int) {
 func (m *metrics) call(op int, start time.Time) {
 	if m != nil {
 		m.calls[op].Observe(time.Since(start).Seconds())
+	}
+}
+
+// waitBatch counts the reserves of a script answer (code, order id pairs)
+// that one WAIT covered.
+func (m *metrics) waitBatch(res any) {
+	if m != nil {
+		vals, _ := res.([]any)
+		m.batch.Observe(float64(len(vals) / 2))
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -73,7 +71,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 		if l.Bucketed() {
 			args = append(args, home)
 		}
-		code, existing, err = s.reserveIn(ctx, "reserving", lua.ReserveKeys(tag), args...)
+		code, existing, err = s.reserveIn(ctx, "reserving", tag, lua.ReserveKeys(tag), args...)
 	}
 	if err != nil {
 		return "", err
@@ -123,12 +121,12 @@ func (s *Service) answer(code int64) (string, error) {
 	}
 }
 
-// reserveIn runs lua.Reserve on keys (what names the step in errors) and
+// reserveIn runs lua.Reserve on tag's keys (what names the step in errors) and
 // returns its code and the existing order it names; a failed call or an
 // answer it cannot read counts as an error outcome.
-func (s *Service) reserveIn(ctx context.Context, what string, keys []string, args ...any) (code int64, existing string, err error) {
+func (s *Service) reserveIn(ctx context.Context, what, tag string, keys []string, args ...any) (code int64, existing string, err error) {
 	start := time.Now()
-	res, acked, err := s.runReserve(ctx, lua.Reserve, keys, args...)
+	res, acked, want, err := s.runReserve(ctx, lua.Reserve, tag, keys, args...)
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)
@@ -141,58 +139,11 @@ func (s *Service) reserveIn(ctx context.Context, what string, keys []string, arg
 	}
 	order, _ := args[0].(string)
 	sale, _ := args[4].(string)
-	if err := s.confirm(ctx, sale, acked, code, existing, order); err != nil {
+	if err := s.confirm(ctx, sale, acked, want, code, existing, order); err != nil {
 		s.m.outcome(outError)
 		return 0, "", err
 	}
 	return code, existing, nil
-}
-
-// runReserve runs script (lua.Reserve or lua.ReserveMany) and, when
-// WaitReplicas is set, WAIT on the same connection; acked is the number of
-// replicas WAIT counted (0 when WAIT failed), or -1 without WAIT.
-func (s *Service) runReserve(ctx context.Context, script *redis.Script, keys []string, args ...any) (res any, acked int64, err error) {
-	if s.waitReplicas <= 0 {
-		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
-		return res, -1, err
-	}
-	// A pipeline holds one connection for all its commands, and WAIT counts
-	// the writes of its own connection. In a cluster the pipeline must go
-	// to the sale's master itself, or WAIT would go to a random node.
-	var node redis.Cmdable = s.rdb
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		c, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, 0, err
-		}
-		node = c
-	}
-	for attempt := 0; ; attempt++ {
-		pipe := node.Pipeline()
-		var cmd *redis.Cmd
-		if attempt == 0 {
-			cmd = script.EvalSha(ctx, pipe, keys, args...)
-		} else {
-			cmd = script.Eval(ctx, pipe, keys, args...)
-		}
-		wait := pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitMillis)
-		start := time.Now()
-		_, _ = pipe.Exec(ctx)
-		s.m.call(opWait, start)
-		res, err := cmd.Result()
-		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			continue
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		n, werr := wait.Int64()
-		if werr != nil {
-			s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", werr)
-			n = 0
-		}
-		return res, n, nil
-	}
 }
 
 // errWaitShort answers a reserve that WAIT could not confirm on enough

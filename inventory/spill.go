@@ -59,7 +59,7 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 	}
 	paused := false
 	for _, b := range cands {
-		c, ex, err := s.reserveIn(ctx, "reserving in a spill bucket", lua.SpillReserveKeys(l.Tag(b)), orderID, userID, qty, now, l.Sale, b, lua.SpillArg)
+		c, ex, err := s.reserveIn(ctx, "reserving in a spill bucket", l.Tag(b), lua.SpillReserveKeys(l.Tag(b)), orderID, userID, qty, now, l.Sale, b, lua.SpillArg)
 		if err != nil {
 			// The outcome is unknown: the claim stays, and the leader
 			// finalises or clears it (controlplane.SettleClaims).

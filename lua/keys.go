@@ -194,3 +194,9 @@ func UnclaimKeys(tag string) []string { return []string{BuyersKey(tag), ClaimsKe
 
 // AckTrimKeys is AckTrim's KEYS: the orders stream.
 func AckTrimKeys(tag string) []string { return []string{OrdersKey(tag)} }
+
+// WaitMarkKey is a tag's WAIT mark: the inventory tier sets it, with a short
+// TTL, on the connection of a reserve that answered an order it did not
+// write (already purchased), so that the WAIT after it covers that order
+// too (WAIT counts the writes of its own connection).
+func WaitMarkKey(tag string) string { return "fg:{" + tag + "}:waitmark" }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -36,7 +36,7 @@ func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) (int, 
 	info, err := node.Info(ctx, "replication").Result()
 	var refused redis.Error
 	switch {
-	case errors.As(err, &refused) || (err == nil && !strings.Contains(info, "connected_slaves:")):
+	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
 		if !d.blind {
 			d.blind = true
 			d.log.Info("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
@@ -46,7 +46,7 @@ func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) (int, 
 	case err != nil:
 		return 0, fmt.Errorf("ordersink: counting the replicas of %s: %w", addr, err)
 	}
-	n := countOnline(info)
+	n := flashgate.OnlineReplicas(info)
 	d.noteReplicas(addr, n)
 	return n, nil
 }
@@ -61,19 +61,6 @@ func (d *Drainer) noteReplicas(addr string, n int) {
 		d.log.Info("the primary's online replicas changed; the sink waits for each", "primary", addr, "was", last.online, "now", n)
 	}
 	d.replicas[addr] = replicaCount{online: n, at: time.Now()}
-}
-
-// countOnline counts the replicas in state online in the text of INFO
-// replication ("slave0:ip=…,port=…,state=online,offset=…,lag=…").
-func countOnline(info string) int {
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && strings.HasPrefix(k, "slave") && strings.Contains(v, "state=online") {
-			n++
-		}
-	}
-	return n
 }
 
 // awaitReplicas returns nil once the replicas it waits for (WaitReplicas)
@@ -153,7 +140,7 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
 	}
 	if info != nil {
-		want = countOnline(info.Val())
+		want = flashgate.OnlineReplicas(info.Val())
 		d.noteReplicas(node.Options().Addr, want)
 		if want == 0 {
 			return nil

@@ -58,7 +58,7 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		cpReg = prometheus.NewRegistry()
 	}
 	s.inv = inventory.New(c.primary, inventory.Config{
-		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: inventoryWait(cfg.WaitReplicas),
 		MaxReserveBatch: cfg.ReserveBatch,
 	})
 	var err error
@@ -248,7 +248,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 		return err
 	}
 	inv := inventory.New(primary, inventory.Config{
-		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: cfg.WaitReplicas,
+		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: inventoryWait(cfg.WaitReplicas),
 		MaxReserveBatch: cfg.ReserveBatch,
 	})
 	ln, err := listen("--listen", cfg.Listen)

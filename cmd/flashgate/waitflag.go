@@ -5,10 +5,11 @@ import (
 	"flag"
 	"strconv"
 
+	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
 )
 
-// waitCount is the value of --sink-wait-replicas: "auto"
+// waitCount is the value of --wait-replicas and --sink-wait-replicas: "auto"
 // (ordersink.WaitAuto, the default), "0" (ordersink.WaitOff) or a count.
 type waitCount struct{ p *int }
 
@@ -47,4 +48,15 @@ func waitFlag(p func(*Config) *int) func(*flag.FlagSet, *Config, string, string)
 		*p(c) = ordersink.WaitAuto
 		fs.Var(waitCount{p(c)}, n, u)
 	}
+}
+
+// inventoryWait is inventory.Config.WaitReplicas for a waitCount's value.
+func inventoryWait(n int) int {
+	switch n {
+	case ordersink.WaitAuto:
+		return inventory.WaitAuto
+	case ordersink.WaitOff:
+		return inventory.WaitOff
+	}
+	return n
 }

@@ -1,0 +1,196 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Values of Config.WaitReplicas besides a count.
+const (
+	// WaitAuto waits for the replicas the sale's primary has online (per
+	// shard on a cluster); a primary without any is not waited on.
+	WaitAuto = 0
+	// WaitOff never waits for replicas.
+	WaitOff = -1
+)
+
+// replicasEvery is how long a primary's count of online replicas is kept
+// before a reserve reads it again (WaitAuto).
+const replicasEvery = time.Second
+
+// replicaCount is what one primary last said of its online replicas: read
+// by every reserve without a lock, refreshed by at most one at a time.
+type replicaCount struct {
+	online     atomic.Int64
+	next       atomic.Int64 // unix nanoseconds: when to read it again
+	refreshing atomic.Bool
+}
+
+// replicaCounts holds a replicaCount per primary, by address.
+type replicaCounts struct {
+	mu     sync.Mutex
+	byAddr map[string]*replicaCount
+	blind  atomic.Bool // a primary could not tell its replicas; logged once
+}
+
+func (rc *replicaCounts) of(addr string) *replicaCount {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	c := rc.byAddr[addr]
+	if c == nil {
+		if rc.byAddr == nil {
+			rc.byAddr = map[string]*replicaCount{}
+		}
+		c = &replicaCount{}
+		rc.byAddr[addr] = c
+	}
+	return c
+}
+
+// wantReplicas returns how many replicas a reserve on node must reach:
+// Config.WaitReplicas, or with WaitAuto the count node last reported online,
+// read again (INFO replication, one round trip) by the first reserve that
+// finds it older than replicasEvery; the others use the last count meanwhile.
+func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replicaCount) int {
+	switch {
+	case s.waitReplicas > 0:
+		return s.waitReplicas
+	case s.waitReplicas < 0:
+		return 0
+	}
+	if now := time.Now().UnixNano(); now >= c.next.Load() && c.refreshing.CompareAndSwap(false, true) {
+		s.readReplicas(ctx, node, c)
+		c.refreshing.Store(false)
+	}
+	return int(c.online.Load())
+}
+
+// readReplicas reads node's online replicas into c. A primary that cannot
+// tell (miniredis, INFO renamed) counts as having none, noted once; a read
+// that fails keeps the last count and is tried again by the next reserve.
+func (s *Service) readReplicas(ctx context.Context, node *redis.Client, c *replicaCount) {
+	info, err := node.Info(ctx, "replication").Result()
+	var refused redis.Error
+	n := 0
+	switch {
+	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
+		if s.replicas.blind.CompareAndSwap(false, true) {
+			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", node.Options().Addr, "err", err)
+		}
+	case err != nil:
+		return
+	default:
+		n = flashgate.OnlineReplicas(info)
+	}
+	if was := c.online.Swap(int64(n)); was != int64(n) {
+		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", node.Options().Addr, "was", was, "now", n)
+	}
+	c.next.Store(time.Now().Add(replicasEvery).UnixNano())
+}
+
+// primaryOf returns the client of the primary that holds tag's keys (keys[0])
+// and its replica count: the client itself, or on a cluster the master of
+// the keys' slot. ok is false for a client WAIT cannot follow (no WAIT then).
+func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client, c *replicaCount, err error) {
+	switch r := s.rdb.(type) {
+	case *redis.Client:
+		return r, s.single, nil
+	case *redis.ClusterClient:
+		node, err := r.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		return node, s.replicas.of(node.Options().Addr), nil
+	}
+	return nil, nil, nil
+}
+
+// runReserve runs script (lua.Reserve or lua.ReserveMany, on tag's keys)
+// and, when the sale's primary has replicas to wait for (wantReplicas),
+// WAIT on the same connection: one WAIT covers every reserve of the batch
+// (group commit). acked is the number of replicas WAIT counted (0 when WAIT
+// failed) and want the number it asked for; acked < 0 means no WAIT was
+// sent. An answer naming an order the script did not write (already
+// purchased) with no order of the call's own written is covered by a write
+// of the WAIT mark on the same connection before a second WAIT: the order
+// was written earlier, and replication is in order.
+func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag string, keys []string, args ...any) (res any, acked int64, want int, err error) {
+	var node *redis.Client
+	if s.waitReplicas >= 0 {
+		var c *replicaCount
+		if node, c, err = s.primaryOf(ctx, keys[0]); err != nil {
+			return nil, 0, 0, err
+		}
+		if node != nil {
+			want = s.wantReplicas(ctx, node, c)
+		}
+	}
+	if want == 0 {
+		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
+		return res, -1, 0, err
+	}
+	// A pinned connection: WAIT counts the writes of its own connection.
+	conn := node.Conn()
+	defer conn.Close()
+	for attempt := 0; ; attempt++ {
+		var cmd *redis.Cmd
+		var wait *redis.Cmd
+		start := time.Now()
+		_, _ = conn.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			if attempt == 0 {
+				cmd = script.EvalSha(ctx, pipe, keys, args...)
+			} else {
+				cmd = script.Eval(ctx, pipe, keys, args...)
+			}
+			wait = pipe.Do(ctx, "WAIT", want, s.waitTimeout.Milliseconds())
+			return nil
+		})
+		res, err := cmd.Result()
+		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		if err != nil {
+			s.m.call(opWait, start)
+			return nil, 0, want, err
+		}
+		if foundOnly(res) {
+			_, _ = conn.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				pipe.Set(ctx, lua.WaitMarkKey(tag), 1, 10*time.Second)
+				wait = pipe.Do(ctx, "WAIT", want, s.waitTimeout.Milliseconds())
+				return nil
+			})
+		}
+		s.m.call(opWait, start)
+		n, werr := wait.Int64()
+		if werr != nil {
+			s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", werr)
+			n = 0
+		}
+		s.m.waitBatch(res)
+		return res, n, want, nil
+	}
+}
+
+// foundOnly reports whether a Reserve or ReserveMany answer (code, order id
+// pairs) names an order found already purchased and reserves none itself.
+func foundOnly(res any) bool {
+	vals, _ := res.([]any)
+	found := false
+	for i := 0; i+1 < len(vals); i += 2 {
+		switch code, _ := vals[i].(int64); code {
+		case lua.ReserveOK:
+			return false
+		case lua.ReservePurchased:
+			found = true
+		}
+	}
+	return found
+}
