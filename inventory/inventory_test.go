@@ -391,7 +391,9 @@ func TestWaitReplicas(t *testing.T) {
 		}
 	}
 	// Asking for more replicas than exist answers ErrUnavailable (503, never
-	// 201); the reservation stands, and the buyer's retry finds the order.
+	// 201), and so does a retry that asks as much (it would confirm the
+	// order); the reservation stands, and a retry whose WAIT is met finds
+	// the order.
 	svc2 := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond})
 	if id, err := svc2.Reserve(ctx, "wait", "late", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("Reserve waiting for a missing replica: got %q, %v; want \"\", ErrUnavailable", id, err)
@@ -400,7 +402,10 @@ func TestWaitReplicas(t *testing.T) {
 	if err != nil || !flashgate.ValidOrderID(stored) {
 		t.Fatalf("buyer entry after the short WAIT: got %q, %v; want an order id", stored, err)
 	}
-	_, err = svc2.Reserve(ctx, "wait", "late", 1)
+	if _, err := svc2.Reserve(ctx, "wait", "late", 1); !errors.Is(err, flashgate.ErrUnavailable) {
+		t.Fatalf("retry still short of replicas: got %v; want ErrUnavailable", err)
+	}
+	_, err = svc.Reserve(ctx, "wait", "late", 1)
 	var pe *flashgate.PurchasedError
 	if !errors.As(err, &pe) || pe.OrderID != stored {
 		t.Errorf("retry after the short WAIT: got %v; want PurchasedError{%s}", err, stored)
