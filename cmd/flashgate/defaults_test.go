@@ -42,7 +42,7 @@ func TestFlagDefaultsAreTierDefaults(t *testing.T) {
 		{"payment-window", cfg.PaymentWindow, controlplane.DefaultPaymentWindow},
 		{"resync-every", cfg.ResyncEvery, controlplane.DefaultResyncEvery},
 		{"reserve-batch", cfg.ReserveBatch, inventory.DefaultMaxReserveBatch},
-		{"wait-replicas", cfg.WaitReplicas, 0},
+		{"wait-replicas", inventoryWait(cfg.WaitReplicas), inventory.WaitAuto},
 		{"sink-wait-replicas", cfg.SinkWaitReplicas, ordersink.WaitAuto},
 		{"sink-wait-timeout", cfg.SinkWaitTimeout, ordersink.DefaultWaitTimeout},
 		{"sink-claim-idle", cfg.SinkClaimIdle, ordersink.DefaultClaimIdle},

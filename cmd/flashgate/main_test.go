@@ -44,7 +44,7 @@ func TestRunErrors(t *testing.T) {
 		{"crowd bad source range", []string{"crowd", "--jwt-secret", "s", "--source-addrs", "127.0.0.9-127.0.0.2"}, nil, "--source-addrs: \"127.0.0.9-127.0.0.2\" is not a range", 2},
 		{"crowd bad source address", []string{"crowd", "--jwt-secret", "s"}, map[string]string{"FLASHGATE_SOURCE_ADDRS": "127.0.0.300"}, "--source-addrs: \"127.0.0.300\" is not an IP address", 2},
 		{"crowd zero timeout", []string{"crowd", "--jwt-secret", "s", "--timeout", "0s"}, nil, "--timeout must be positive", 2},
-		{"negative wait replicas", []string{"inventory", "--redis", "redis://127.0.0.1:1/0", "--wait-replicas", "-1"}, nil, "must not be negative", 2},
+		{"negative wait replicas", []string{"inventory", "--redis", "redis://127.0.0.1:1/0", "--wait-replicas", "-1"}, nil, "wait-replicas", 2},
 		{"unreachable redis", []string{"serve", "--redis", "redis://127.0.0.1:1/0", "--jwt-secret", "s", "--admin-token", "a"}, nil, "cannot reach Redis primary at 127.0.0.1:1", 1},
 	}
 	for _, tt := range tests {

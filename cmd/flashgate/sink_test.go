@@ -17,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -184,6 +185,29 @@ func TestSinkWaitReplicasFlag(t *testing.T) {
 		}
 		if got := sinkConfig(&stack{log: slog.New(slog.DiscardHandler)}, cfg).WaitReplicas; got != tc.want {
 			t.Errorf("%q: ordersink.Config.WaitReplicas: got %d, want %d", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestWaitReplicasFlag: --wait-replicas defaults to auto (the replicas the
+// sale's primary has online), 0 turns WAIT off, a number asks for exactly
+// that many.
+func TestWaitReplicasFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, inventory.WaitAuto},
+		{[]string{"--wait-replicas", "auto"}, inventory.WaitAuto},
+		{[]string{"--wait-replicas", "0"}, inventory.WaitOff},
+		{[]string{"--wait-replicas", "2"}, 2},
+	} {
+		cfg, err := parseConfig("inventory", append([]string{"--redis", "redis://127.0.0.1:1/0"}, tc.args...), &bytes.Buffer{}, env(nil))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := inventoryWait(cfg.WaitReplicas); got != tc.want {
+			t.Errorf("%q: got %d, want %d", tc.args, got, tc.want)
 		}
 	}
 }
