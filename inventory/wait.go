@@ -29,9 +29,9 @@ const replicasEvery = time.Second
 // replicaCount is what one primary last said of its online replicas: read
 // by every reserve without a lock, refreshed by at most one at a time.
 type replicaCount struct {
-	online     atomic.Int64
-	next       atomic.Int64 // unix nanoseconds: when to read it again
-	refreshing atomic.Bool
+	online atomic.Int64
+	next   atomic.Int64 // unix nanoseconds: when to read it again
+	mu     sync.Mutex   // held by the reserve reading it again
 }
 
 // replicaCounts holds a replicaCount per primary, by address.
@@ -58,7 +58,9 @@ func (rc *replicaCounts) of(addr string) *replicaCount {
 // wantReplicas returns how many replicas a reserve on node must reach:
 // Config.WaitReplicas, or with WaitAuto the count node last reported online,
 // read again (INFO replication, one round trip) by the first reserve that
-// finds it older than replicasEvery; the others use the last count meanwhile.
+// finds it older than replicasEvery. The reserves that find it old
+// meanwhile wait for that read: a count of none that is out of date would
+// answer them without WAIT.
 func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replicaCount) int {
 	switch {
 	case s.waitReplicas > 0:
@@ -66,9 +68,12 @@ func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *repli
 	case s.waitReplicas < 0:
 		return 0
 	}
-	if now := time.Now().UnixNano(); now >= c.next.Load() && c.refreshing.CompareAndSwap(false, true) {
-		s.readReplicas(ctx, node, c)
-		c.refreshing.Store(false)
+	if time.Now().UnixNano() >= c.next.Load() {
+		c.mu.Lock()
+		if time.Now().UnixNano() >= c.next.Load() {
+			s.readReplicas(ctx, node, c)
+		}
+		c.mu.Unlock()
 	}
 	return int(c.online.Load())
 }

@@ -20,7 +20,15 @@ type scenario struct {
 	Tokens     bool     // a new buyer token on every request (purchase.lua)
 	Entrants   bool     // the next waiting entrant of the fair queue on every request: token and ticket (queue.lua)
 	Sale       string   // a purchase scenario's sale, whose units sold are counted
+	// Replica: with one replica attached, the stack's serve (default flags,
+	// --wait-replicas auto) against a second serve with --wait-replicas 0
+	// in the bare server's place (replica.go).
+	Replica bool
 }
+
+// replicaLabel is the (r) scenarios' label: the bare column is the serve
+// with --wait-replicas 0.
+const replicaLabel = "(r) purchase with one replica attached, default flags (`WAIT` on) against `--wait-replicas 0` in the bare column, a new buyer every request"
 
 // httpSaleRate is the http phase's --sale-rate.
 const httpSaleRate = 1_000_000
@@ -51,6 +59,8 @@ func (b *bench) scenarios(tok string) []scenario {
 		{Key: "b256", Label: "(b) item page, gzip", Conns: 256, Method: "GET", Path: page, Headers: gz},
 		{Key: "c64", Label: "(c) purchase, large stock, a new buyer every request", Conns: 64, Method: "POST", Path: "/api/sales/c64/orders", Tokens: true, Sale: "c64"},
 		{Key: "c256", Label: "(c) purchase, large stock, a new buyer every request", Conns: 256, Method: "POST", Path: "/api/sales/c256/orders", Tokens: true, Sale: "c256"},
+		{Key: "r64", Label: replicaLabel, Conns: 64, Method: "POST", Path: "/api/sales/r64/orders", Tokens: true, Sale: "r64", Replica: true},
+		{Key: "r256", Label: replicaLabel, Conns: 256, Method: "POST", Path: "/api/sales/r256/orders", Tokens: true, Sale: "r256", Replica: true},
 	}
 }
 
@@ -116,7 +126,8 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		id    string
 		total int64
 		open  bool
-	}{{"soldout", 1, true}, {"page", 100, false}, {"c64", maxUnits, true}, {"c256", maxUnits, true}, {"open", maxUnits, true}} {
+	}{{"soldout", 1, true}, {"page", 100, false}, {"c64", maxUnits, true}, {"c256", maxUnits, true}, {"open", maxUnits, true},
+		{"r64", maxUnits, true}, {"r256", maxUnits, true}} {
 		if err := b.createSale(st, s.id, s.total, s.open); err != nil {
 			return err
 		}
@@ -201,6 +212,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	purchaseLua := b.root + "/scripts/purchase.lua"
 	queueLua := b.root + "/scripts/queue.lua"
 	b.r.alias(b.root+"/", "")
+	var renv *replicaEnv // the (r) scenarios', started by the first
 	for _, sc := range b.scenarios(tok) {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -211,6 +223,18 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		p := &pairResult{Key: sc.Key, Label: sc.Label, Threads: b.cfg.Threads, Conns: sc.Conns}
 		res.pairs = append(res.pairs, p)
 		b.logf("  %s: %s, -c%d", sc.Key, sc.Label, sc.Conns)
+		if sc.Replica && renv == nil {
+			if renv, err = b.startReplicaEnv(ctx, st, "--sale-rate", strconv.Itoa(httpSaleRate)); err != nil {
+				p.Err = err
+				b.logf("  %s failed: %v", sc.Key, p.Err)
+				continue
+			}
+		}
+		var batches waitHist
+		other, otherPid := bareAddr, bare.Pid()
+		if sc.Replica {
+			other, otherPid = renv.off.gw, renv.off.serve.Pid()
+		}
 		for r := 1; r <= b.cfg.Rounds && ctx.Err() == nil; r++ {
 			spec := wrkSpec{Threads: b.cfg.Threads, Conns: sc.Conns, Headers: sc.Headers}
 			var tokFile string
@@ -231,8 +255,12 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			var bw, gw wrkRun
 			runBare := func() (err error) {
 				bs := spec
-				bs.URL = "http://" + bareAddr + sc.Path
-				bw, err = b.runWrk(ctx, bare.Pid(), bs)
+				bs.URL = "http://" + other + sc.Path
+				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || !sc.Replica {
+					return err
+				}
+				// The other serve's backlog drains before the next run too.
+				_, err = b.waitFigures(ctx, st, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
 				return err
 			}
 			runGate := func() (err error) {
@@ -244,10 +272,19 @@ func (b *bench) httpPhase(ctx context.Context) error {
 				if sc.Entrants && sc.Method == "POST" {
 					decBefore, _ = b.admissionCounts(st)
 				}
+				var hBefore waitHist
+				if sc.Replica {
+					hBefore, _ = b.waitBatches(st)
+				}
 				gs := spec
 				gs.URL = "http://" + st.gw + sc.Path
 				if gw, err = b.runWrk(ctx, st.serve.Pid(), gs); err != nil {
 					return err
+				}
+				if sc.Replica {
+					if h, err := b.waitBatches(st); err == nil {
+						batches = batches.plus(h.minus(hBefore))
+					}
 				}
 				if sc.Entrants && sc.Method == "GET" && gw.Non2xx > 0 {
 					p.Notes = append(p.Notes, fmt.Sprintf("round %d: %d requests, %d answers not 200", r, gw.Requests, gw.Non2xx))
@@ -296,6 +333,13 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			if tokFile != "" {
 				os.Remove(tokFile)
 			}
+		}
+		if sc.Replica {
+			p.Notes = append(p.Notes, "default flags (`WAIT` on): "+batches.String())
+			if h, err := b.waitBatches(renv.off); err == nil && h.count > 0 {
+				p.Notes = append(p.Notes, "`--wait-replicas 0` sent WAITs: "+h.String())
+			}
+			b.logf("  %s: %s", sc.Key, batches)
 		}
 		if p.Err != nil {
 			b.logf("  %s failed: %v", sc.Key, p.Err)
