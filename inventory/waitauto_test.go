@@ -128,7 +128,7 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	rc := replica.Client(t)
 	ctx := context.Background()
 	prepSale(t, rdb, "held", 10, 1, "open")
-	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 50 * time.Millisecond})
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 250 * time.Millisecond})
 	if _, err := svc.Reserve(ctx, "held", "first", 1); err != nil {
 		t.Fatalf("Reserve with the replica in step: %v", err)
 	}
