@@ -296,7 +296,7 @@ type lagStats struct {
 	requests, created int
 	live, lost        int
 	committedEarly    int
-	earlyCreated      int // 201s answered before the kill
+	earlyCreated      int           // 201s answered before the kill
 	recovery          time.Duration // from the failover to the first 201 on the new primary
 	doubled, problems []string
 	history           hCheck // the round's history check, if checked

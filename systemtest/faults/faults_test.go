@@ -157,6 +157,8 @@ var scenarios = []scenario{
 	{name: "redis-kill9-always", fault: "kill -9 the Redis primary (appendfsync always), restart from its AOF 1s later (SQLite)",
 		opts: clusterOpts{fsyncAlways: true}, inject: redisKill},
 	laggingReplicaFailover, // failover_test.go
+	sentinelFailover,       // redisha_test.go
+	clusterPrimaryKill,     // redisha_test.go
 	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started", opts: clusterOpts{postgres: true}, inject: postgresStop},
 	{name: "postgres-freeze", fault: "PostgreSQL frozen (SIGSTOP, every process) for 3s", opts: clusterOpts{postgres: true}, inject: postgresFreeze},
 	{name: "replica-freeze", fault: "Redis replica frozen (SIGSTOP) for 3s (SQLite)", inject: replicaFreeze},

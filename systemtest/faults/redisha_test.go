@@ -1,0 +1,218 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/sqldb"
+)
+
+// The Redis failovers with default flags (issue 26): every tier runs with
+// its defaults (--wait-replicas auto) on a Redis that fails over by itself,
+// Sentinel (a primary, a replica, one Sentinel) or Redis Cluster (three
+// primaries with a replica each), and a crowd buys while the sale's primary
+// is killed (kill -9) 1.5 s into it; the replica takes over, the tiers
+// follow it, the control plane rebuilds the sale from the database (the
+// failover fence) and the crowd buys on. Every 201 (and every
+// already_purchased naming an order) must be a row, no unit sold twice, no
+// buyer with two live orders, and the history is checked (history.go) with
+// no loss window.
+const (
+	haUnits  = 300
+	haBuyers = 400
+)
+
+var (
+	sentinelFailover = scenario{name: "sentinel-failover",
+		fault: "kill -9 of the Redis primary under Sentinel mid-crowd, default flags: the Sentinel promotes the replica (SQLite)",
+		needs: "26 (a 201 is kept)", own: func(t *testing.T, s *suite, sc scenario) result { return haFailover(t, s, sc, false) }}
+	clusterPrimaryKill = scenario{name: "cluster-primary-kill9",
+		fault: "kill -9 of the sale's primary in a Redis Cluster (3 primaries, 3 replicas) mid-crowd, default flags: its replica takes over (SQLite)",
+		needs: "26 (a 201 is kept)", own: func(t *testing.T, s *suite, sc scenario) result { return haFailover(t, s, sc, true) }}
+)
+
+// haFailover is the scenarios' own run.
+func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) {
+	r = result{name: sc.name, fault: sc.fault, needs: sc.needs, outage: "–", recovery: "–"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	began := time.Now()
+	dir := filepath.Join(s.work, sc.name)
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const sale = "ha"
+	var redisURL string
+	var kill func() string // kills the sale's primary, returns what it killed
+	var data redis.UniversalClient
+	if onCluster {
+		cl := redistest.StartCluster(t)
+		redisURL = "redis+cluster://" + strings.Join(cl.Addrs, ",")
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+		data = cc
+		kill = func() string {
+			m, err := cc.MasterForKey(ctx, lua.SaleKey(sale))
+			if err != nil {
+				return "no primary: " + err.Error()
+			}
+			addr := m.Options().Addr
+			cl.Node(addr).Stop()
+			return addr
+		}
+	} else {
+		st := redistest.StartSentinel(t)
+		redisURL = st.URL()
+		data = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: []string{st.Addr}})
+		kill = func() string { st.Primary.Stop(); return st.Primary.Addr }
+	}
+	t.Cleanup(func() { _ = data.Close() })
+
+	c := &cluster{t: t, dir: dir, jwt: []byte(randomHex(32)), admin: randomHex(32), dbKind: "sqlite",
+		dbURL: "sqlite://" + filepath.Join(dir, "orders.db"), hist: newHistory()}
+	// down closes these: the checker reads through data.
+	c.rdb, c.rep = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(c.down)
+	port := func() int {
+		p, err := procgroup.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	logf := func(n string) string { return filepath.Join(dir, "logs", n+".log") }
+	env := []string{"FLASHGATE_JWT_SECRET=" + string(c.jwt), "FLASHGATE_ADMIN_TOKEN=" + c.admin,
+		"FLASHGATE_INVENTORY_TOKEN=" + randomHex(32), "FLASHGATE_LOG_LEVEL=info"}
+	// Every tier with its default flags: only where to listen and what to
+	// reach.
+	ap := port()
+	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
+	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
+		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
+	c.must(c.cp.start(30 * time.Second))
+	sp := port()
+	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
+		args: []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--redis", redisURL, "--db", c.dbURL}}}
+	ip := port()
+	invURL := fmt.Sprintf("http://127.0.0.1:%d", ip)
+	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: procgroup.HTTPReady(invURL + "/readyz"),
+		args: []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", ip), "--redis", redisURL}}}
+	gp := port()
+	c.gwURL = []string{fmt.Sprintf("http://127.0.0.1:%d", gp)}
+	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: procgroup.HTTPReady(c.gwURL[0] + "/readyz"),
+		args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gp), "--redis", redisURL, "--db", c.dbURL, "--inventory", invURL}}}
+	for _, p := range append(append(append([]*proc{}, c.sinks...), c.invs...), c.gws...) {
+		c.must(p.start(30 * time.Second))
+	}
+	db, err := sqldb.Open(ctx, c.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.db = db
+
+	c.openSale(ctx, sale, haUnits)
+	// The tiers' count of the primary's replicas is up to a second old.
+	time.Sleep(1100 * time.Millisecond)
+	cr := &crowd{c: c, sale: sale, prefix: "ha-", n: haBuyers, spread: 5 * time.Second, inFlight: 32, budget: 30 * time.Second}
+	var killedAt time.Time
+	var killed string
+	done := make(chan []outcome, 1)
+	start := time.Now()
+	go func() { done <- cr.run(ctx) }()
+	select {
+	case <-time.After(1500 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	before := 0
+	if f, err := db.Figures(ctx, sale); err == nil {
+		before = int(f.Persisted)
+	}
+	killed, killedAt = kill(), time.Now()
+	outs := <-done
+	t.Logf("killed the primary %s %v into the crowd (%d rows then); the crowd ended with %s", killed,
+		killedAt.Sub(start).Round(10*time.Millisecond), before, countList(stats(outs).finals))
+
+	// Every order reaches the database.
+	var backlog struct {
+		StreamBacklog int64 `json:"stream_backlog"`
+		State         string
+	}
+	if _, ok := testwait.For(60*time.Second, func() bool {
+		err := c.adminDo(ctx, http.MethodGet, "/admin/sales/"+sale, nil, &backlog)
+		return err == nil && backlog.StreamBacklog == 0
+	}); !ok {
+		r.problems = append(r.problems, fmt.Sprintf("the sale's stream never drained (%+v)", backlog))
+	}
+	readCall := time.Now()
+	live, err := db.LiveOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := db.ReleasedOrders(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readRet := time.Now()
+	c.hist.finish(sale, finalRows(released, live), readCall, readRet)
+	hc := c.hist.check(sale, haUnits, readCall, time.Minute, filepath.Join(t.ArtifactDir(), sc.name))
+	r.history = hc.String()
+	if !hc.ok() {
+		r.problems = append(r.problems, "HISTORY: "+hc.String())
+	}
+	rows := map[string]bool{}
+	per := map[string]int{}
+	units := 0
+	for _, o := range live {
+		rows[o.ID] = true
+		per[o.UserID]++
+		units += int(o.Quantity)
+	}
+	if units > haUnits {
+		r.problems = append(r.problems, fmt.Sprintf("OVERSELL: %d live units of %d", units, haUnits))
+	}
+	for u, n := range per {
+		if n > 1 {
+			r.problems = append(r.problems, fmt.Sprintf("TWICE: %s holds %d live orders", u, n))
+		}
+	}
+	var created int
+	var recovery time.Duration
+	for _, o := range outs {
+		r.requests += len(o.attempts)
+		for _, a := range o.attempts {
+			if a.status == http.StatusCreated {
+				created++
+				if at := a.end.Sub(killedAt); at > 0 && (recovery == 0 || at < recovery) {
+					recovery = at
+				}
+			}
+		}
+		if o.orderID != "" && !rows[o.orderID] {
+			r.losses++
+			r.problems = append(r.problems, fmt.Sprintf("LOSS: %s's %s (order %s) has no row", o.user, o.final, o.orderID))
+		}
+	}
+	r.created, r.rows = created, len(live)
+	if recovery > 0 {
+		r.recovery = fmt.Sprintf("%v (first 201 after the kill)", recovery.Round(10*time.Millisecond))
+	}
+	r.happened = fmt.Sprintf("in %v: primary %s killed %v into the crowd (%d rows then); %d 201s, %d live orders for %d units, %d confirmed orders without a row; the crowd ended with %s",
+		time.Since(began).Round(time.Second), killed, killedAt.Sub(start).Round(10*time.Millisecond), before, created, len(live), haUnits, r.losses, countList(stats(outs).finals))
+	for _, p := range r.problems {
+		t.Error(p)
+	}
+	return r
+}
