@@ -16,8 +16,8 @@ func (r *report) httpHeadline() []string {
 	cells := map[string]map[int]string{}
 	var conns []int
 	for _, p := range r.http.pairs {
-		if len(p.Gate) == 0 || p.Key[0] == 'r' {
-			continue // (r) is no ratio to the bare server
+		if len(p.Gate) == 0 || p.Key[0] == 'r' || p.Key[0] == 'f' {
+			continue // (r) and (f) are no ratio to the bare server
 		}
 		if cells[p.Label] == nil {
 			cells[p.Label] = map[int]string{}

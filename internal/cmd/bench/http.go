@@ -24,10 +24,16 @@ type scenario struct {
 	// --wait-replicas auto) against a second serve with --wait-replicas 0
 	// in the bare server's place (replica.go).
 	Replica bool
+	// Fsync: a stack whose Redis has AOF with appendfsync always against
+	// one with appendfsync everysec (the shipped configuration) in the bare
+	// server's place, each with no replica (replica.go).
+	Fsync bool
 }
 
 // replicaLabel is the (r) scenarios' label: the bare column is the serve
 // with --wait-replicas 0.
+const fsyncLabel = "(f) purchase, Redis with AOF `appendfsync always` against `appendfsync everysec` (the shipped configuration) in the bare column, no replica, a new buyer every request"
+
 const replicaLabel = "(r) purchase with one replica attached, default flags (`WAIT` on) against `--wait-replicas 0` in the bare column, a new buyer every request"
 
 // httpSaleRate is the http phase's --sale-rate.
@@ -61,6 +67,7 @@ func (b *bench) scenarios(tok string) []scenario {
 		{Key: "c256", Label: "(c) purchase, large stock, a new buyer every request", Conns: 256, Method: "POST", Path: "/api/sales/c256/orders", Tokens: true, Sale: "c256"},
 		{Key: "r64", Label: replicaLabel, Conns: 64, Method: "POST", Path: "/api/sales/r64/orders", Tokens: true, Sale: "r64", Replica: true},
 		{Key: "r256", Label: replicaLabel, Conns: 256, Method: "POST", Path: "/api/sales/r256/orders", Tokens: true, Sale: "r256", Replica: true},
+		{Key: "f64", Label: fsyncLabel, Conns: 64, Method: "POST", Path: "/api/sales/f64/orders", Tokens: true, Sale: "f64", Fsync: true},
 	}
 }
 
@@ -213,6 +220,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	queueLua := b.root + "/scripts/queue.lua"
 	b.r.alias(b.root+"/", "")
 	var renv *replicaEnv // the (r) scenarios', started by the first
+	var fenv *fsyncEnv   // the (f) scenario's
 	for _, sc := range b.scenarios(tok) {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -230,10 +238,27 @@ func (b *bench) httpPhase(ctx context.Context) error {
 				continue
 			}
 		}
+		if sc.Fsync && fenv == nil {
+			if fenv, err = b.startFsyncEnv(ctx, sc.Sale, "--sale-rate", strconv.Itoa(httpSaleRate)); err != nil {
+				p.Err = err
+				b.logf("  %s failed: %v", sc.Key, p.Err)
+				continue
+			}
+		}
 		var batches waitHist
+		// gst is the stack measured as flashgate, ost the one in the bare
+		// server's place (nil: the bare server), figs the one whose admin
+		// API tells the other's sale figures.
+		gst, ost, ofigs := st, (*stack)(nil), st
 		other, otherPid := bareAddr, bare.Pid()
-		if sc.Replica {
-			other, otherPid = renv.off.gw, renv.off.serve.Pid()
+		switch {
+		case sc.Replica:
+			ost = renv.off
+		case sc.Fsync:
+			gst, ost, ofigs = fenv.always, fenv.everysec, fenv.everysec
+		}
+		if ost != nil {
+			other, otherPid = ost.gw, ost.serve.Pid()
 		}
 		for r := 1; r <= b.cfg.Rounds && ctx.Err() == nil; r++ {
 			spec := wrkSpec{Threads: b.cfg.Threads, Conns: sc.Conns, Headers: sc.Headers}
@@ -256,17 +281,17 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			runBare := func() (err error) {
 				bs := spec
 				bs.URL = "http://" + other + sc.Path
-				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || !sc.Replica {
+				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || ost == nil {
 					return err
 				}
 				// The other serve's backlog drains before the next run too.
-				_, err = b.waitFigures(ctx, st, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
+				_, err = b.waitFigures(ctx, ofigs, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
 				return err
 			}
 			runGate := func() (err error) {
 				var before saleFigures
 				if sc.Sale != "" {
-					before, _ = b.figures(st, sc.Sale)
+					before, _ = b.figures(gst, sc.Sale)
 				}
 				var decBefore map[string]float64
 				if sc.Entrants && sc.Method == "POST" {
@@ -277,8 +302,8 @@ func (b *bench) httpPhase(ctx context.Context) error {
 					hBefore, _ = b.waitBatches(st)
 				}
 				gs := spec
-				gs.URL = "http://" + st.gw + sc.Path
-				if gw, err = b.runWrk(ctx, st.serve.Pid(), gs); err != nil {
+				gs.URL = "http://" + gst.gw + sc.Path
+				if gw, err = b.runWrk(ctx, gst.serve.Pid(), gs); err != nil {
 					return err
 				}
 				if sc.Replica {
@@ -292,7 +317,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 				if sc.Sale != "" {
 					// The sink's backlog drains before the next run, which
 					// may be the bare server's.
-					after, _ := b.waitFigures(ctx, st, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
+					after, _ := b.waitFigures(ctx, gst, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
 					sold := after.Booked - before.Booked
 					res.purchaseN += sold
 					if gw.Non2xx > 0 {

@@ -166,3 +166,32 @@ func (h waitHist) String() string {
 	}
 	return fmt.Sprintf("%s WAITs, median batch %s reserves (histogram bucket), mean %.1f", num(h.count), med, h.sum/h.count)
 }
+
+// fsyncEnv is the (f) scenario's two stacks: Redis with AOF, fsync always
+// and everysec.
+type fsyncEnv struct{ always, everysec *stack }
+
+// startFsyncEnv starts the (f) stacks, each with its own database, and
+// opens sale on both.
+func (b *bench) startFsyncEnv(ctx context.Context, sale string, extra ...string) (*fsyncEnv, error) {
+	e := &fsyncEnv{}
+	for _, f := range []struct {
+		name string
+		st   **stack
+	}{{"always", &e.always}, {"everysec", &e.everysec}} {
+		db, err := b.dbURL(ctx, "bench_fsync_"+f.name)
+		if err != nil {
+			return nil, err
+		}
+		st, err := b.startStackRedis(ctx, "fsync"+f.name, db, []string{"--save", "", "--appendonly", "yes", "--appendfsync", f.name}, extra...)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.createSale(st, sale, maxUnits, true); err != nil {
+			return nil, err
+		}
+		*f.st = st
+	}
+	time.Sleep(300 * time.Millisecond) // the gateways' state refresh
+	return e, nil
+}

@@ -103,11 +103,15 @@ func (b *bench) markdown() []byte {
 		p("%s.\n", strings.Join(sz, "; "))
 		p("Units sold by the (c) rounds: %s.\n", num(float64(h.purchaseN)))
 		for _, pr := range h.pairs {
-			if pr.Key[0] == 'r' && len(pr.Gate) > 0 {
+			if (pr.Key[0] == 'r' || pr.Key[0] == 'f') && len(pr.Gate) > 0 {
 				g99 := durStat(pr.Gate, func(w wrkRun) time.Duration { return w.P99 })
 				o99 := durStat(pr.Bare, func(w wrkRun) time.Duration { return w.P99 })
-				p("- %s, `-c%d`: throughput with `WAIT` %s of `--wait-replicas 0`'s (median ratio of the rounds), p99 %s against %s (%.2f×)\n",
-					pr.Label, pr.Conns, ratioCell(statOf(pr.ratios())), ms(time.Duration(g99.Med)), ms(time.Duration(o99.Med)), g99.Med/o99.Med)
+				what, of := "with `WAIT`", "`--wait-replicas 0`'s"
+				if pr.Key[0] == 'f' {
+					what, of = "with `appendfsync always`", "`everysec`'s"
+				}
+				p("- %s, `-c%d`: throughput %s %s of %s (median ratio of the rounds), p99 %s against %s (%.2f×)\n",
+					pr.Label, pr.Conns, what, ratioCell(statOf(pr.ratios())), of, ms(time.Duration(g99.Med)), ms(time.Duration(o99.Med)), g99.Med/o99.Med)
 			}
 			for _, n := range pr.Notes {
 				p("- %s, `-c%d`: %s\n", pr.Label, pr.Conns, n)

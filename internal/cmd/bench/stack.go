@@ -35,6 +35,12 @@ type stack struct {
 
 // startStack starts a fresh redis-server and `flashgate serve` on it.
 func (b *bench) startStack(ctx context.Context, name, db string, extra ...string) (*stack, error) {
+	// No persistence: the figures are of flashgate, not of the disk.
+	return b.startStackRedis(ctx, name, db, []string{"--save", "", "--appendonly", "no"}, extra...)
+}
+
+// startStackRedis is startStack with redisArgs for its redis-server.
+func (b *bench) startStackRedis(ctx context.Context, name, db string, redisArgs []string, extra ...string) (*stack, error) {
 	st := &stack{name: name, db: db}
 	var err error
 	if st.redisAddr, err = freeAddr(); err != nil {
@@ -45,9 +51,8 @@ func (b *bench) startStack(ctx context.Context, name, db string, extra ...string
 	b.r.alias(" "+port+" ", " $REDIS_"+strings.ToUpper(name)+"_PORT ")
 	rdir := b.path("redis-" + name)
 	os.MkdirAll(rdir, 0o755)
-	// No persistence: the figures are of flashgate, not of the disk.
-	if st.redis, err = b.r.start("redis-"+name, nil, "redis-server", "--port", port, "--bind", host,
-		"--save", "", "--appendonly", "no", "--dir", rdir); err != nil {
+	if st.redis, err = b.r.start("redis-"+name, nil, append([]string{"redis-server", "--port", port, "--bind", host,
+		"--dir", rdir}, redisArgs...)...); err != nil {
 		return nil, err
 	}
 	if err := waitTCP(ctx, st.redisAddr, st.redis, 10*time.Second); err != nil {
