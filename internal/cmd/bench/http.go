@@ -262,13 +262,22 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		}
 		for r := 1; r <= b.cfg.Rounds && ctx.Err() == nil; r++ {
 			spec := wrkSpec{Threads: b.cfg.Threads, Conns: sc.Conns, Headers: sc.Headers}
-			var tokFile string
+			var tokFile, otherTok string
 			if sc.Tokens {
 				if tokFile, err = b.tokens(ctx, fmt.Sprintf("%sr%d-", sc.Key, r), b.cfg.Tokens); err != nil {
 					p.Err = err
 					break
 				}
 				spec.Script, spec.ScriptArgs = purchaseLua, []string{tokFile, strconv.Itoa(b.cfg.Threads)}
+				if ost != nil {
+					// The other serve sells the same sale (r) or one of the
+					// same name (f): buyers of its own, or the second run
+					// would answer the first's buyers already_purchased.
+					if otherTok, err = b.tokens(ctx, fmt.Sprintf("%sr%do-", sc.Key, r), b.cfg.Tokens); err != nil {
+						p.Err = err
+						break
+					}
+				}
 			} else if sc.Entrants {
 				spec.Script, spec.ScriptArgs = queueLua, []string{qenv.file, strconv.Itoa(b.cfg.Threads), sc.Method}
 			} else if sc.Method == "POST" {
@@ -281,6 +290,9 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			runBare := func() (err error) {
 				bs := spec
 				bs.URL = "http://" + other + sc.Path
+				if otherTok != "" {
+					bs.ScriptArgs = []string{otherTok, strconv.Itoa(b.cfg.Threads)}
+				}
 				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || ost == nil {
 					return err
 				}
@@ -355,8 +367,10 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			if gw.SockErrs != "" {
 				p.Notes = append(p.Notes, fmt.Sprintf("round %d: flashgate socket errors: %s", r, gw.SockErrs))
 			}
-			if tokFile != "" {
-				os.Remove(tokFile)
+			for _, f := range []string{tokFile, otherTok} {
+				if f != "" {
+					os.Remove(f)
+				}
 			}
 		}
 		if sc.Replica {
