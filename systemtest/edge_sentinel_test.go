@@ -23,8 +23,9 @@ import (
 // the primary is killed (SIGKILL) once the sale has booked its first units;
 // the Sentinels promote the replica, the tiers follow it, and buyers who
 // keep coming buy the rest. Exactly the stock is sold: as many rows as
-// units, as many 201s (but for one lost in the failover, which the default
-// --wait-replicas 0 allows), and later buyers are told sold_out.
+// units, as many 201s (the default --wait-replicas auto answers a 201 only
+// once the replica holds it, so none is lost in the failover), and later
+// buyers are told sold_out.
 func edgeSentinel(t *testing.T, bin, root string) {
 	c := startEdgeClusterArgs(t, bin, root, "sentinel", []string{"--redis-sentinel"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -77,15 +78,11 @@ func edgeSentinel(t *testing.T, bin, root string) {
 		}
 	}
 	t.Logf("after the kill (%.1f s until sold out): %v", time.Since(at).Seconds(), after)
-	// Without --wait-replicas (the default) a 201 answered just before the
-	// kill and not yet replicated is lost and its unit sold again: the
-	// rows below are the stock exactly either way; the 201s may exceed it
-	// by such losses, which a kill within milliseconds of replication
-	// makes rare.
-	if sold < units || sold > units+2 {
-		t.Errorf("201s: got %d, want %d (at most 2 more, lost in the failover)", sold, units)
-	} else if sold > units {
-		t.Logf("%d 201s for %d units: %d answered on the old primary and lost", sold, units, sold-units)
+	// With --wait-replicas auto (the default) a 201 is on the replica
+	// before it is sent: none is lost in the failover, so as many 201s as
+	// units (a 201 more would be one answered on the old primary and lost).
+	if sold != units {
+		t.Errorf("201s: got %d, want %d", sold, units)
 	}
 	// The replica took over: the Sentinels promoted it.
 	if out, err := exec.Command("redis-cli", "-p", c.redisPort(t, "redis-replica"), "role").Output(); err != nil || !strings.HasPrefix(string(out), "master") {

@@ -465,7 +465,7 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("then a second crowd of free + 20 buyers must buy exactly the free units. In the first crowd every tenth buyer pays\n")
 	b.WriteString("and every 25th cancels their order right after buying (retrying as for a purchase).\n\n")
 	b.WriteString("**history**: every purchase attempt, pay, cancel and admin refund with its invocation and answer times, and the\n")
-	b.WriteString("expiries, FLUSHALL and failover losses and final rows read from the database, checked for linearizability (porcupine) against\n")
+	b.WriteString("expiries, FLUSHALL losses and final rows read from the database, checked for linearizability (porcupine) against\n")
 	b.WriteString("a model of a sale: per user, at most one live order and the states an order may pass through; per sale, no more\n")
 	b.WriteString("units live than on sale (the model: systemtest/faults/history.go). Unknown: operations without an answer (no answer after\n")
 	b.WriteString("the request was sent, or a 5xx), which may or may not have taken effect.\n\n")
