@@ -16,8 +16,8 @@ import (
 
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testwait"
-	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )

@@ -146,43 +146,7 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 	c.rdb = redis.NewClient(&redis.Options{Addr: front.addr(), MaxRetries: 2, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 	c.rep = redis.NewClient(&redis.Options{Addr: front.addr()})
 	t.Cleanup(c.down)
-	port := func() int {
-		p, err := procgroup.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	logf := func(n string) string { return filepath.Join(dir, "logs", n+".log") }
-	env := []string{"FLASHGATE_JWT_SECRET=" + string(c.jwt), "FLASHGATE_ADMIN_TOKEN=" + c.admin,
-		"FLASHGATE_INVENTORY_TOKEN=" + randomHex(32), "FLASHGATE_LOG_LEVEL=info"}
-	redisURL := "redis://" + front.addr() + "/0"
-	// Every tier with its default flags: only where to listen and what to
-	// reach.
-	ap := port()
-	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
-	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
-		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
-	c.must(c.cp.start(30 * time.Second))
-	sp := port()
-	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
-		args: []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--redis", redisURL, "--db", c.dbURL}}}
-	ip := port()
-	invURL := fmt.Sprintf("http://127.0.0.1:%d", ip)
-	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: procgroup.HTTPReady(invURL + "/readyz"),
-		args: []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", ip), "--redis", redisURL}}}
-	gp := port()
-	c.gwURL = []string{fmt.Sprintf("http://127.0.0.1:%d", gp)}
-	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: procgroup.HTTPReady(c.gwURL[0] + "/readyz"),
-		args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gp), "--redis", redisURL, "--db", c.dbURL, "--inventory", invURL}}}
-	for _, p := range append(append(append([]*proc{}, c.sinks...), c.invs...), c.gws...) {
-		c.must(p.start(30 * time.Second))
-	}
-	db, err := sqldb.Open(ctx, c.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.db = db
+	startDefaultTiers(ctx, t, s, c, "redis://"+front.addr()+"/0")
 
 	var oversold, doubled, unsold []string
 	var checks []hCheck
@@ -267,6 +231,49 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 		r.happened += "; " + strings.Join(hnotes, "; ")
 	}
 	return r
+}
+
+// startDefaultTiers starts one control plane, order sink, inventory and
+// gateway for c, every tier with its default flags: only where to listen
+// and what to reach (redisURL, c.dbURL); logs go to c.dir/logs. It opens
+// the checker's database connection as c.db.
+func startDefaultTiers(ctx context.Context, t *testing.T, s *suite, c *cluster, redisURL string) {
+	t.Helper()
+	dir := c.dir
+	port := func() int {
+		p, err := procgroup.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	logf := func(n string) string { return filepath.Join(dir, "logs", n+".log") }
+	env := []string{"FLASHGATE_JWT_SECRET=" + string(c.jwt), "FLASHGATE_ADMIN_TOKEN=" + c.admin,
+		"FLASHGATE_INVENTORY_TOKEN=" + randomHex(32), "FLASHGATE_LOG_LEVEL=info"}
+	ap := port()
+	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
+	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
+		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
+	c.must(c.cp.start(30 * time.Second))
+	sp := port()
+	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
+		args: []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--redis", redisURL, "--db", c.dbURL}}}
+	ip := port()
+	invURL := fmt.Sprintf("http://127.0.0.1:%d", ip)
+	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: procgroup.HTTPReady(invURL + "/readyz"),
+		args: []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", ip), "--redis", redisURL}}}
+	gp := port()
+	c.gwURL = []string{fmt.Sprintf("http://127.0.0.1:%d", gp)}
+	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: procgroup.HTTPReady(c.gwURL[0] + "/readyz"),
+		args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gp), "--redis", redisURL, "--db", c.dbURL, "--inventory", invURL}}}
+	for _, p := range append(append(append([]*proc{}, c.sinks...), c.invs...), c.gws...) {
+		c.must(p.start(30 * time.Second))
+	}
+	db, err := sqldb.Open(ctx, c.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.db = db
 }
 
 // lagPair is one round's Redis: a primary and a replica whose link runs

@@ -14,11 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
 	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/testwait"
 	"github.com/flashgate/flashgate/lua"
-	"github.com/flashgate/flashgate/sqldb"
 )
 
 // The Redis failovers with default flags (issue 26): every tier runs with
@@ -86,42 +84,8 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	// down closes these: the checker reads through data.
 	c.rdb, c.rep = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(c.down)
-	port := func() int {
-		p, err := procgroup.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	logf := func(n string) string { return filepath.Join(dir, "logs", n+".log") }
-	env := []string{"FLASHGATE_JWT_SECRET=" + string(c.jwt), "FLASHGATE_ADMIN_TOKEN=" + c.admin,
-		"FLASHGATE_INVENTORY_TOKEN=" + randomHex(32), "FLASHGATE_LOG_LEVEL=info"}
-	// Every tier with its default flags: only where to listen and what to
-	// reach.
-	ap := port()
-	c.adminURL = fmt.Sprintf("http://127.0.0.1:%d", ap)
-	c.cp = &proc{name: "controlplane", bin: s.bin, env: env, log: logf("controlplane"), ready: procgroup.HTTPReady(c.adminURL + "/readyz"),
-		args: []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--redis", redisURL, "--db", c.dbURL}}
-	c.must(c.cp.start(30 * time.Second))
-	sp := port()
-	c.sinks = []*proc{{name: "ordersink-1", bin: s.bin, env: env, log: logf("ordersink-1"), ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", sp)),
-		args: []string{"ordersink", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--redis", redisURL, "--db", c.dbURL}}}
-	ip := port()
-	invURL := fmt.Sprintf("http://127.0.0.1:%d", ip)
-	c.invs = []*proc{{name: "inventory-1", bin: s.bin, env: env, log: logf("inventory-1"), ready: procgroup.HTTPReady(invURL + "/readyz"),
-		args: []string{"inventory", "--listen", fmt.Sprintf("127.0.0.1:%d", ip), "--redis", redisURL}}}
-	gp := port()
-	c.gwURL = []string{fmt.Sprintf("http://127.0.0.1:%d", gp)}
-	c.gws = []*proc{{name: "gateway-1", bin: s.bin, env: env, log: logf("gateway-1"), ready: procgroup.HTTPReady(c.gwURL[0] + "/readyz"),
-		args: []string{"gateway", "--listen", fmt.Sprintf("127.0.0.1:%d", gp), "--redis", redisURL, "--db", c.dbURL, "--inventory", invURL}}}
-	for _, p := range append(append(append([]*proc{}, c.sinks...), c.invs...), c.gws...) {
-		c.must(p.start(30 * time.Second))
-	}
-	db, err := sqldb.Open(ctx, c.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.db = db
+	startDefaultTiers(ctx, t, s, c, redisURL)
+	db := c.db
 
 	c.openSale(ctx, sale, haUnits)
 	// The tiers' count of the primary's replicas is up to a second old.
