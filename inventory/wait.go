@@ -101,9 +101,10 @@ func (s *Service) readReplicas(ctx context.Context, node *redis.Client, c *repli
 	c.next.Store(time.Now().Add(replicasEvery).UnixNano())
 }
 
-// primaryOf returns the client of the primary that holds tag's keys (keys[0])
-// and its replica count: the client itself, or on a cluster the master of
-// the keys' slot. ok is false for a client WAIT cannot follow (no WAIT then).
+// primaryOf returns the client of the primary that holds key and its
+// replica count: the client itself, or on a cluster the master of key's
+// slot. node is nil for another kind of client (a ring), which no WAIT can
+// follow: its reserves are sent without one.
 func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client, c *replicaCount, err error) {
 	switch r := s.rdb.(type) {
 	case *redis.Client:
