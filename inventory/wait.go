@@ -174,15 +174,47 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 				return nil
 			})
 		}
-		s.m.call(opWait, start)
 		n, werr := wait.Int64()
 		if werr != nil {
 			s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", werr)
 			n = 0
 		}
+		if n < int64(want) && s.waitReplicas == WaitAuto {
+			n, want = s.rewait(ctx, node, conn, n, want)
+		}
+		s.m.call(opWait, start)
 		s.m.waitBatch(res)
 		return res, n, want, nil
 	}
+}
+
+// rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
+// the primary's count of online replicas is read again at once, and when
+// a replica has gone since (killed, cut off: no longer online), the
+// reserves wait for those still online, on the same connection, rather
+// than answer 503 for a second until the count would be read anyway. A
+// replica still online but behind keeps the shortfall.
+func (s *Service) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
+	c := s.single
+	if _, ok := s.rdb.(*redis.ClusterClient); ok {
+		c = s.replicas.of(node.Options().Addr)
+	}
+	c.mu.Lock()
+	s.readReplicas(ctx, node, c)
+	c.mu.Unlock()
+	online := int(c.online.Load())
+	if online >= want {
+		return acked, want
+	}
+	if online == 0 {
+		return 0, 0
+	}
+	n, err := conn.Wait(ctx, online, s.waitTimeout).Result()
+	if err != nil {
+		s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", err)
+		n = 0
+	}
+	return n, online
 }
 
 // foundOnly reports whether a Reserve or ReserveMany answer (code, order id

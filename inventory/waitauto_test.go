@@ -128,10 +128,12 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	rc := replica.Client(t)
 	ctx := context.Background()
 	prepSale(t, rdb, "held", 10, 1, "open")
-	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 250 * time.Millisecond})
-	if _, err := svc.Reserve(ctx, "held", "first", 1); err != nil {
+	// A generous bound while the replica is in step (a busy machine), a
+	// short one while it is held back.
+	if _, err := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 5 * time.Second}).Reserve(ctx, "held", "first", 1); err != nil {
 		t.Fatalf("Reserve with the replica in step: %v", err)
 	}
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 250 * time.Millisecond})
 
 	link.Pause()
 	id, err := svc.Reserve(ctx, "held", "u1", 1)
@@ -162,6 +164,28 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	}
 	if got, err := rc.HGet(ctx, lua.BuyersKey("held"), "u1").Result(); err != nil || got != stored {
 		t.Errorf("replica buyer after the retry: got %q, %v; want %q", got, err, stored)
+	}
+}
+
+// TestWaitAutoReplicaGone: a replica that dies is not waited for: the
+// reserve right after is answered, not 503 for the second the count of
+// online replicas is kept.
+func TestWaitAutoReplicaGone(t *testing.T) {
+	primary := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	rdb := primary.Client(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	replica.WaitReplica(t)
+	waitOnline(t, rdb, 1)
+	ctx := context.Background()
+	prepSale(t, rdb, "gone", 10, 1, "open")
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 2 * time.Second})
+	if _, err := svc.Reserve(ctx, "gone", "u0", 1); err != nil {
+		t.Fatalf("Reserve with the replica up: %v", err)
+	}
+	replica.Stop()
+	waitOnline(t, rdb, 0)
+	if id, err := svc.Reserve(ctx, "gone", "u1", 1); err != nil || !flashgate.ValidOrderID(id) {
+		t.Fatalf("Reserve right after the replica died: got %q, %v; want an order id", id, err)
 	}
 }
 
