@@ -185,7 +185,7 @@ func TestQueueArchiveDropsKeys(t *testing.T) {
 	if s, err := e.db.Sale(e.ctx, "fa"); err != nil || !s.Archived {
 		t.Fatalf("the sale is not archived: %v %v", s.Archived, err)
 	}
-	for _, k := range []string{lua.QueueKey("fa"), lua.QueueLateKey("fa"), lua.QueueWindowsKey("fa")} {
+	for _, k := range []string{lua.QueueKey("fa"), lua.QueueLateKey("fa"), lua.QueueWindowsKey("fa"), lua.QueueJournalKey("fa")} {
 		if e.rdb.Exists(e.ctx, k).Val() != 0 {
 			t.Errorf("%s still in Redis after the archive", k)
 		}
@@ -284,5 +284,51 @@ func testQueueRestoreAfterFlushAll(t *testing.T, dsn string) {
 	}
 	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueue).Val(); got != flashgate.QueueFair {
 		t.Errorf("after a FLUSHALL past the start: got queue %q, want fair", got)
+	}
+}
+
+// TestQueueRestoreLaggingRedis: Redis comes back older than the journal
+// (a promoted replica that missed the last entries and admissions): the
+// leader puts the missing entrants back and the frontier where it was; it
+// never moves back.
+func TestQueueRestoreLaggingRedis(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	const id = "fl"
+	sale, fence := fairEnv(t, e, id, 4, 10, func(s *flashgate.Sale) { s.AdmitPerMinute = 120 })
+	e.clock.Set(*sale.StartsAt)
+	if err := e.svc.Start(e.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	step := func() {
+		t.Helper()
+		if err := e.svc.QueueStep(e.ctx, sale, fence); err != nil {
+			t.Fatalf("QueueStep: %v", err)
+		}
+	}
+	step() // ranks, admits 2
+	if err := lua.QueueEnter.Run(e.ctx, e.rdb, lua.QueueEnterKeys(id, "none"), "late", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Add(time.Second)
+	step() // admits 2 more, journals the late entrant
+	want := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val()
+	wantK := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val()
+	if wantK != "4" {
+		t.Fatalf("got q_k %s, want 4", wantK)
+	}
+	// The older Redis: the late entrant and the last admission missing.
+	pipe := e.rdb.TxPipeline()
+	pipe.HDel(e.ctx, lua.QueueKey(id), "late")
+	pipe.Del(e.ctx, lua.QueueLateKey(id))
+	pipe.HSet(e.ctx, lua.SaleKey(id), lua.FieldQLate, 0, lua.FieldQAdmitted, 2)
+	if _, err := pipe.Exec(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if got := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val(); !maps.Equal(got, want) {
+		t.Errorf("after the restore: got entrants %v, want %v", got, want)
+	}
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val(); got != wantK {
+		t.Errorf("after the restore: got q_k %s, want %s (never back)", got, wantK)
 	}
 }
