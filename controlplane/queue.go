@@ -198,11 +198,14 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		// remembers belongs to a queue that is gone.
 		*run = queueRun{journaled: run.journaled}
 	}
-	if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
-		return err
-	} else if restored {
-		if f, err = s.queueFigures(ctx, sale.ID); err != nil {
+	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
+	if f.open || !now.Before(opensAt) { // no journal before the opening
+		if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
 			return err
+		} else if restored {
+			if f, err = s.queueFigures(ctx, sale.ID); err != nil {
+				return err
+			}
 		}
 	}
 	defer func() {
@@ -212,7 +215,6 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 			}
 		}
 	}()
-	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
 	if !f.open {
 		if now.Before(opensAt) {
 			return nil
