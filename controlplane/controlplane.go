@@ -60,6 +60,10 @@ type Store interface {
 	// yet delivered to Redis, and their acknowledgement.
 	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// JournalQueue and QueueJournal keep a fair queue's mark and entrants
+	// (queue_journal.go) for a rebuild.
+	JournalQueue(ctx context.Context, saleID string, m flashgate.QueueMark, entrants []flashgate.QueueEntrant) error
+	QueueJournal(ctx context.Context, saleID string) (m flashgate.QueueMark, entrants []flashgate.QueueEntrant, ok bool, err error)
 	Ping(ctx context.Context) error
 }
 
@@ -130,6 +134,14 @@ type Config struct {
 	// QueueLatency holds a fair queue's admission while reading the sale
 	// from Redis takes longer than this; zero means DefaultQueueLatency.
 	QueueLatency time.Duration
+	// QueueSeedSecret keys the seeds of fair queues: a queue's seed is
+	// HMAC-SHA256(QueueSeedSecret, sale id and the queue's epoch), so only
+	// the control plane can derive it, the same after a restart or a
+	// rebuild, and it reaches Redis only at the start. Never give it to
+	// gateways. Empty means DeriveQueueSeedSecret(AdminToken). Changing it
+	// while a queue waits for its start stops that start (the seed would
+	// no longer hash to the published commitment).
+	QueueSeedSecret []byte
 }
 
 // The defaults of Config's fields, the one source of them: withDefaults
@@ -215,6 +227,7 @@ type Service struct {
 	// queues is the leader's memory of the fair queues (queue.go).
 	queues       queueState
 	queueBacklog int64
+	seedKey      []byte // Config.QueueSeedSecret
 	queueLatency time.Duration
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
@@ -267,6 +280,10 @@ func New(cfg Config) (*Service, error) {
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
 		queueLatency:  cfg.QueueLatency,
+		seedKey:       cfg.QueueSeedSecret,
+	}
+	if len(s.seedKey) == 0 {
+		s.seedKey = DeriveQueueSeedSecret(cfg.AdminToken)
 	}
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})

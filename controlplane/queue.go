@@ -2,11 +2,12 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -76,14 +77,13 @@ type queueRun struct {
 	ranked bool
 	pre    []queueEntrant // in the seed's order
 	late   []string       // users by arrival, as far as read
-	// admittedAt holds when (unix ms) each position in (base, k] was
-	// admitted, at index pos-base-1; positions this process did not admit
-	// count from when it first saw them (their window only grows).
-	base       int64
-	admittedAt []int64
 	// tokens and refilled are admit_per_minute's bucket.
 	tokens   float64
 	refilled time.Time
+	// journalRead is set once this process compared Redis' queue with
+	// its journal; journaled holds the mark last written to it.
+	journalRead bool
+	journaled   flashgate.QueueMark
 	// entrants and seenAt measure the queue's growth for challenge_auto.
 	entrants int64
 	seenAt   time.Time
@@ -120,12 +120,13 @@ func (q *queueState) drop(id string) {
 var queueFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldPerUser, lua.FieldStart, lua.FieldClosed,
 	lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate, lua.FieldQRanked,
-	lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQMaxNumber,
+	lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQMaxNumber, lua.FieldQEpoch, lua.FieldQSeedSHA,
 }
 
 type queueFigures struct {
 	total, booked, perUser, pre, late, k, e, maxnum int64
 	start, closed, open, started, ranked            bool
+	epoch, seedSHA                                  string
 	backlog                                         int64
 	latency                                         time.Duration
 }
@@ -146,6 +147,7 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 		total: lua.Int(v[0]), booked: lua.Int(v[1]), perUser: max(lua.Int(v[2]), 1),
 		start: lua.Int(v[3]) == 1, closed: lua.Int(v[4]) == 1, open: lua.Int(v[5]) == 1, started: lua.Int(v[6]) == 1,
 		pre: lua.Int(v[7]), late: lua.Int(v[8]), ranked: lua.Int(v[9]) == 1, k: lua.Int(v[10]), e: lua.Int(v[11]), maxnum: lua.Int(v[12]),
+		epoch: str(v[13]), seedSHA: str(v[14]),
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }
@@ -178,7 +180,7 @@ func (s *Service) queueTick(ctx context.Context) {
 // leader loop calls it every tick with its lease's fencing token (every
 // frontier write carries it, and Redis refuses a token below the last
 // one); tests call it with their clock and a token of their own.
-func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) error {
+func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) (err error) {
 	if !sale.Fair() || sale.StartsAt == nil {
 		return nil
 	}
@@ -194,14 +196,34 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	if run.ranked && !f.ranked {
 		// Redis lost the queue (its sale was rebuilt): what this process
 		// remembers belongs to a queue that is gone.
-		*run = queueRun{}
+		*run = queueRun{journaled: run.journaled}
 	}
 	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
+	if f.open || !now.Before(opensAt) { // no journal before the opening
+		if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
+			return err
+		} else if restored {
+			if f, err = s.queueFigures(ctx, sale.ID); err != nil {
+				return err
+			}
+		}
+	}
+	defer func() {
+		if f.open {
+			if jerr := s.journalQueue(ctx, sale.ID, run); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}()
 	if !f.open {
 		if now.Before(opensAt) {
 			return nil
 		}
-		return s.openQueue(ctx, sale)
+		if err := s.openQueue(ctx, sale); err != nil {
+			return err
+		}
+		f.open = true // journaled at once
+		return nil
 	}
 	f.maxnum = s.tuneChallenge(ctx, sale, run, f, now)
 	if !f.started {
@@ -232,14 +254,33 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	return s.admit(ctx, sale, run, f, fence, now)
 }
 
-// openQueue draws the seed and opens the queue.
-func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
+// DeriveQueueSeedSecret is the seed secret the control plane uses when
+// Config.QueueSeedSecret is empty: HMAC-SHA256(key = the admin token,
+// message = "flashgate fair queue seed v1"). Only the control plane holds
+// the admin token; gateways never do.
+func DeriveQueueSeedSecret(adminToken string) []byte {
+	m := hmac.New(sha256.New, []byte(adminToken))
+	m.Write([]byte("flashgate fair queue seed v1"))
+	return m.Sum(nil)
+}
+
+// queueSeed derives a queue's seed: HMAC-SHA256(seed secret, "seed/" sale
+// id "/" epoch).
+func (s *Service) queueSeed(id, epoch string) [32]byte {
 	var seed [32]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return fmt.Errorf("drawing the seed: %w", err)
-	}
+	m := hmac.New(sha256.New, s.seedKey)
+	m.Write([]byte("seed/" + id + "/" + epoch))
+	m.Sum(seed[:0])
+	return seed
+}
+
+// openQueue opens the queue under a new epoch and publishes its seed's
+// SHA-256; the seed itself stays here until the start.
+func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
+	epoch := strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
+	seed := s.queueSeed(sale.ID, epoch)
 	sum := sha256.Sum256(seed[:])
-	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), hex.EncodeToString(seed[:]), hex.EncodeToString(sum[:]),
+	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), epoch, hex.EncodeToString(sum[:]),
 		sale.ChallengeMaxNumber, sale.AdmitWindow()).Int()
 	if err != nil {
 		return fmt.Errorf("opening the queue: %w: %w", flashgate.ErrUnavailable, err)
@@ -250,12 +291,28 @@ func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
 	return nil
 }
 
-// startQueue ends the pre-queue and reveals the seed; it returns the
-// pre-start entrants.
+// startQueue ends the pre-queue and reveals the seed, derived again from
+// the queue's epoch and checked against the published commitment; it
+// returns the pre-start entrants.
 func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
-	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id)).Slice()
-	if err != nil || len(v) != 2 {
+	h, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQEpoch, lua.FieldQSeedSHA).Result()
+	if err != nil {
 		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	epoch, _ := h[0].(string)
+	sha, _ := h[1].(string)
+	seed := s.queueSeed(id, epoch)
+	if sum := sha256.Sum256(seed[:]); epoch == "" || hex.EncodeToString(sum[:]) != sha {
+		// The seed secret changed since the opening (or the hash lost its
+		// epoch): revealing another seed would break the commitment.
+		return 0, fmt.Errorf("starting the queue: the seed derived from epoch %q does not hash to the published q_seedsha (was the queue seed secret changed?)", epoch)
+	}
+	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id), hex.EncodeToString(seed[:])).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("starting the queue: %d values in the answer, want 2", len(v))
 	}
 	pre, _ := v[0].(int64)
 	if pre < 0 {

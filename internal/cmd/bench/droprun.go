@@ -138,7 +138,7 @@ func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntran
 		return 0, 0, err
 	}
 	if late {
-		if err := lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id)).Err(); err != nil {
+		if err := lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32)).Err(); err != nil {
 			return 0, 0, err
 		}
 	}
