@@ -52,8 +52,9 @@ type queueView struct {
 var hTicket = []byte("X-Queue-Ticket")
 
 // challengeTTL is how long a proof-of-work challenge may be solved and
-// used.
-const challengeTTL = 10 * time.Minute
+// used: minutes, not a whole pre-queue, so that work done early cannot be
+// hoarded for the opening's rush or outlive a raised difficulty for long.
+const challengeTTL = 5 * time.Minute
 
 // queueReads adds the queue fields' HMGET of each fair sale of list to p.
 func queueReads(ctx context.Context, p redis.Pipeliner, list []*sale) []*redis.SliceCmd {

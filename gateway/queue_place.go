@@ -119,7 +119,7 @@ func frontierState(pos, k, e int64) string {
 }
 
 // pollAfter spreads the polls: the further from the frontier (or the
-// start), the longer, within 1–30 s, and jittered by ±20%.
+// start), the longer, jittered by ±20%, and within 1–30 s.
 func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
 	ms := int64(0)
 	switch p.state {
@@ -139,9 +139,18 @@ func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
 			ms = 1000 + p.ahead*20
 		}
 	}
-	ms = min(max(ms, 1000), 30000)
-	return ms + ms*int64(mrand.IntN(41)-20)/100
+	// The jitter goes on before the bounds: 30 s jittered up would leave
+	// the contract's 1–30 s (35.7 s was seen).
+	ms += ms * int64(mrand.IntN(41)-20) / 100
+	return min(max(ms, minPollMS), maxPollMS)
 }
+
+// minPollMS and maxPollMS bound poll_after_ms outside a final state
+// (docs/api.md).
+const (
+	minPollMS = 1000
+	maxPollMS = 30000
+)
 
 // appendPlace appends the status JSON of p to b.
 func appendPlace(b []byte, p place, q *queueView) []byte {

@@ -202,9 +202,9 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 	}
 	challenge, ttl := "none", time.Duration(0)
-	if m := e.meta.Load(); q.maxnum > 0 || m.sale.ChallengeMaxNumber > 0 {
+	if floor := powFloor(e, q); floor > 0 {
 		var err error
-		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, now); err != nil {
+		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, floor, now); err != nil {
 			s.writeError(ctx, err)
 			return
 		}
