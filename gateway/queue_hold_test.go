@@ -157,3 +157,43 @@ func shifted(e *env, salt string, number int64) string {
 	b, _ = json.Marshal(p)
 	return `{"payload":"` + base64.StdEncoding.EncodeToString(b) + `"}`
 }
+
+// TestTicketNamesItsQueue: a ticket carries its queue's commitment; once
+// the sale's commitment differs (the queue is gone and opened anew) its
+// status and its purchase answer 409 queue_reset, in every form, never a
+// place; entering again gives a ticket of the new queue.
+func TestTicketNamesItsQueue(t *testing.T) {
+	e, tok, ticket := waitingEnv(t)
+	h := e.s.Handler()
+	k := rankTicket(t, e, tok, ticket)
+	if !strings.Contains(ticket, ":00000000.") {
+		t.Fatalf("entry ticket %q does not name its queue (want \":00000000.\")", ticket)
+	}
+	ctx := context.Background()
+	commit := strings.Repeat("9f", 32)
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQSeedSHA, commit).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.s.refreshState(ctx)
+	for _, c := range []struct{ name, method, path, ticket string }{
+		{"status", "GET", "/api/sales/fq/queue", ticket},
+		{"status, bound k ticket", "GET", "/api/sales/fq/queue", k},
+		{"purchase", "POST", "/api/sales/fq/orders", ticket},
+		{"purchase, bound k ticket", "POST", "/api/sales/fq/orders", k},
+	} {
+		r := do(h, req{method: c.method, path: c.path, token: tok, header: map[string]string{"X-Queue-Ticket": c.ticket}})
+		if r.StatusCode() != 409 || string(r.Body()) != `{"error":"queue_reset"}` || len(r.Header.Peek("X-Queue-Ticket")) != 0 {
+			t.Errorf("%s with the old queue's ticket: got %d %s (ticket %q), want 409 queue_reset and no ticket",
+				c.name, r.StatusCode(), r.Body(), r.Header.Peek("X-Queue-Ticket"))
+		}
+	}
+	r := do(h, req{method: "POST", path: "/api/sales/fq/queue", token: tok})
+	var st struct{ Ticket string }
+	if r.StatusCode() != 200 || json.Unmarshal(r.Body(), &st) != nil || !strings.Contains(st.Ticket, ":"+commit[:8]+".") {
+		t.Fatalf("entering again: got %d %s, want 200 and a ticket naming %s", r.StatusCode(), r.Body(), commit[:8])
+	}
+	r = do(h, req{method: "GET", path: "/api/sales/fq/queue", token: tok, header: map[string]string{"X-Queue-Ticket": st.Ticket}})
+	if r.StatusCode() != 200 || !strings.Contains(string(r.Body()), `"state":"waiting"`) {
+		t.Errorf("status with the new ticket: got %d %s, want 200 waiting", r.StatusCode(), r.Body())
+	}
+}

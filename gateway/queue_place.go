@@ -16,6 +16,9 @@ const (
 	qsBought   = "purchased"
 	qsExpired  = "expired"
 	qsClosed   = "closed"
+	// qsReset is no state of the answer: the ticket's queue is gone
+	// (409 queue_reset).
+	qsReset = "queue_reset"
 )
 
 // place is where a ticket stands in the cached queue.
@@ -42,6 +45,9 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 	switch {
 	case st.closed:
 		p.state = qsClosed
+	case tk.queue != q.qtag:
+		p.state = qsReset
+		return p
 	case tk.purchased:
 		p.state = qsBought
 	case !q.started || tk.kind == 'p' && q.seed == nil:

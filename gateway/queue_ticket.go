@@ -126,9 +126,9 @@ func (k *queueKeys) saleTokenKey(id string) [2]uint64 {
 
 // tokenMAC is the token MAC of a bound ticket of e, in base64url.
 func (e *sale) tokenMAC(sig, entry, exp []byte) [ticketMACB64]byte {
-	// A well-formed message is at most 22+30+1+20 bytes: it stays on the
+	// A well-formed message is at most 22+39+1+20 bytes: it stays on the
 	// stack.
-	var buf [80]byte
+	var buf [96]byte
 	msg := append(append(buf[:0], sig[:boundSigLen]...), entry...)
 	msg = append(append(msg, '.'), exp...)
 	lo, hi := siphash.Hash128(e.fair.tokenKey[0], e.fair.tokenKey[1], msg)
@@ -201,11 +201,13 @@ func (k *queueKeys) readBound(t, sig []byte, e *sale, now int64) (ticket, bool) 
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
 // n after it); purchased when the buyer bought through it. A pre-start
 // entry may carry the buyer's rank key (hasRank: the "k" form, below).
+// queue names the queue it was given in (queueView.qtag).
 type ticket struct {
 	kind      byte
 	n         int64
 	purchased bool
 	hasRank   bool
+	queue     [queueTagLen]byte
 	// rank is the first rankLen bytes of the buyer's rank key under the
 	// seed that tag names.
 	rank [rankLen]byte
@@ -222,6 +224,14 @@ const (
 	seedTagLen   = 5
 	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
 )
+
+// Every entry ends with ":<queue tag>", the first queueTagLen hex digits
+// of the queue's seed_sha256 (the commitment published at the opening), so
+// that the ticket's MACs cover the queue it was given in: a ticket of a
+// queue that is gone (a lost Redis whose queue was not restored) is told
+// apart from a forged one and answered 409 queue_reset, never a made-up
+// place. A restored queue keeps its commitment, and so its tickets.
+const queueTagLen = 8
 
 // readTicket verifies a ticket, short or bound, for (sale, user) by its
 // user MAC.
@@ -244,9 +254,11 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 // parseEntry reads a ticket's entry.
 func parseEntry(entry []byte) (ticket, bool) {
 	var tk ticket
-	if len(entry) == 0 {
+	if len(entry) < 2+queueTagLen || entry[len(entry)-queueTagLen-1] != ':' {
 		return ticket{}, false
 	}
+	copy(tk.queue[:], entry[len(entry)-queueTagLen:])
+	entry = entry[:len(entry)-queueTagLen-1]
 	if entry[0] == 'b' {
 		tk.purchased = true
 		entry = entry[1:]
@@ -283,15 +295,17 @@ func appendEntry(b []byte, tk *ticket) []byte {
 	switch {
 	case tk.kind == 'l':
 		b = append(b, 'l')
-		return strconv.AppendInt(b, tk.n, 10)
+		b = strconv.AppendInt(b, tk.n, 10)
 	case tk.hasRank:
 		var raw [seedTagLen + rankLen]byte
 		copy(raw[:], tk.tag[:])
 		copy(raw[seedTagLen:], tk.rank[:])
 		b = append(b, 'k')
-		return base64.RawURLEncoding.AppendEncode(b, raw[:])
+		b = base64.RawURLEncoding.AppendEncode(b, raw[:])
+	default:
+		b = append(b, 'p')
 	}
-	return append(b, 'p')
+	return append(append(b, ':'), tk.queue[:]...)
 }
 
 // reissue sends in X-Queue-Ticket the canonical ticket of tk for the
@@ -303,7 +317,7 @@ func appendEntry(b []byte, tk *ticket) []byte {
 func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byte, tk *ticket, p *place, sig []byte, exp int64) {
 	sent, _ := ticketParts(t)
 	entry, umac := sent.entry, sent.umac
-	var eb [2 + rankEntryB64]byte
+	var eb [2 + rankEntryB64 + 1 + queueTagLen]byte
 	if p.rankComputed {
 		entry = appendEntry(eb[:0], tk)
 	}
@@ -313,7 +327,7 @@ func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byt
 		base64.RawURLEncoding.Encode(mb[:], sum[:ticketMACLen])
 		umac = mb[:]
 	}
-	var tb [2 + rankEntryB64 + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
+	var tb [2 + rankEntryB64 + 1 + queueTagLen + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
 	var out []byte
 	if exp > 0 {
 		out = s.qkeys.appendBound(tb[:0], e, entry, umac, sig, exp)

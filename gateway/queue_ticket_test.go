@@ -60,7 +60,7 @@ func TestQueueRankTicket(t *testing.T) {
 		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
 	}
 	code, pBody, k := poll(tok, p)
-	if tt, ok := ticketParts([]byte(k)); code != 200 || !ok || len(tt.entry) != 1+rankEntryB64 || tt.entry[0] != 'k' {
+	if tt, ok := ticketParts([]byte(k)); code != 200 || !ok || len(tt.entry) != 1+rankEntryB64+1+queueTagLen || tt.entry[0] != 'k' {
 		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a k ticket", code, pBody, k)
 	}
 	if code, body, again := poll(tok, k); code != 200 || body != pBody || again != "" {
