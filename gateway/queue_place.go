@@ -34,6 +34,8 @@ type place struct {
 	// needUser: locate was given no user id and needed one to compute
 	// the rank key; nothing else is set.
 	needUser bool
+	// order is the order a purchased ticket bought.
+	order []byte
 }
 
 // locate judges a ticket against the cached queue: no Redis. For a
@@ -49,7 +51,7 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 		p.state = qsReset
 		return p
 	case tk.purchased:
-		p.state = qsBought
+		p.state, p.order = qsBought, tk.order
 	case !q.started || tk.kind == 'p' && q.seed == nil:
 		p.state = qsPrequeue
 	case tk.kind == 'l':
@@ -171,7 +173,14 @@ func appendPlace(b []byte, p place, q *queueView) []byte {
 	b = append(b, `,"eta_seconds":`...)
 	b = appendOptInt(b, p.eta, p.eta >= 0)
 	b = append(b, `,"poll_after_ms":`...)
-	return strconv.AppendInt(b, p.pollMS, 10)
+	b = strconv.AppendInt(b, p.pollMS, 10)
+	if len(p.order) > 0 {
+		// An order id is ValidID's: nothing in it needs escaping.
+		b = append(b, `,"order_id":"`...)
+		b = append(b, p.order...)
+		b = append(b, '"')
+	}
+	return b
 }
 
 func appendOptInt(b []byte, n int64, ok bool) []byte {
