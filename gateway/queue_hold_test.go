@@ -197,3 +197,46 @@ func TestTicketNamesItsQueue(t *testing.T) {
 		t.Errorf("status with the new ticket: got %d %s, want 200 waiting", r.StatusCode(), r.Body())
 	}
 }
+
+// TestParseEntry: every entry names its queue (":<8 characters>" at its
+// end), a purchased one its order ("b<order id>~"), and appendEntry
+// writes back what parseEntry read.
+func TestParseEntry(t *testing.T) {
+	k := "k" + strings.Repeat("A", rankEntryB64)
+	for _, c := range []struct {
+		entry     string
+		ok        bool
+		kind      byte
+		purchased bool
+		order     string
+	}{
+		{"p:3f9a0c1e", true, 'p', false, ""},
+		{"l42:3f9a0c1e", true, 'l', false, ""},
+		{k + ":3f9a0c1e", true, 'p', false, ""},
+		{"bo-1~p:3f9a0c1e", true, 'p', true, "o-1"},
+		{"b01J9ZQ7Y3M8K2V5T6W4X1N0PQR~" + k + ":3f9a0c1e", true, 'p', true, "01J9ZQ7Y3M8K2V5T6W4X1N0PQR"},
+		{"p", false, 0, false, ""},                    // no queue tag (issued before tickets named their queue)
+		{"bp:3f9a0c1e", false, 0, false, ""},          // purchased without its order
+		{"b~p:3f9a0c1e", false, 0, false, ""},         // an empty order id
+		{"bo.1~p:3f9a0c1e", false, 0, false, ""},      // not an id
+		{"bo-1~:3f9a0c1e", false, 0, false, ""},       // no entry after the order
+		{"p:3f9a0c1", false, 0, false, ""},            // a short tag
+		{"p;3f9a0c1e", false, 0, false, ""},           // no separator
+		{"l0:3f9a0c1e", false, 0, false, ""},          // no such arrival
+		{"x:3f9a0c1e", false, 0, false, ""},           // no such kind
+		{":3f9a0c1e", false, 0, false, ""},            // no entry
+		{"bo-1~bo-2~p:3f9a0c1e", false, 0, false, ""}, // twice purchased
+	} {
+		tk, ok := parseEntry([]byte(c.entry))
+		if ok != c.ok || ok && (tk.kind != c.kind || tk.purchased != c.purchased || string(tk.order) != c.order || string(tk.queue[:]) != "3f9a0c1e") {
+			t.Errorf("parseEntry(%q): got %v kind %q purchased %v order %q queue %q, want %v kind %q purchased %v order %q queue 3f9a0c1e",
+				c.entry, ok, tk.kind, tk.purchased, tk.order, tk.queue[:], c.ok, c.kind, c.purchased, c.order)
+			continue
+		}
+		if ok {
+			if got := string(appendEntry(nil, &tk)); got != c.entry {
+				t.Errorf("appendEntry(parseEntry(%q)): got %q", c.entry, got)
+			}
+		}
+	}
+}
