@@ -31,6 +31,9 @@ var (
 	// call that does their work) refused because a newer writer holds a
 	// higher fencing token (docs/internals.md); a client sees it as
 	// ErrUnavailable and may retry.
+	// ErrBadSignature is a webhook whose signature does not verify (or is
+	// older than the tolerance).
+	ErrBadSignature = errors.New("flashgate: bad signature")
 	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
 )
 
@@ -78,6 +81,7 @@ var errorTable = []struct {
 	{ErrExists, http.StatusConflict, "exists"},
 	{ErrNotAdmitted, http.StatusConflict, "not_admitted"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
+	{ErrBadSignature, http.StatusBadRequest, "bad_signature"},
 }
 
 // ErrorStatus returns the HTTP status and JSON error code for err. Errors

@@ -24,6 +24,7 @@ var (
 	sOrders   = []byte("/orders")
 	sPay      = []byte("/pay")
 	sCancel   = []byte("/cancel")
+	pWebhook  = []byte("/webhooks/stripe")
 )
 
 // serve is the top handler: it routes on the raw request path (never the
@@ -170,6 +171,14 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 
 	case bytes.HasPrefix(path, pAPI):
 		writeAnswer(ctx, ansNotFound)
+		return routeOther
+
+	case bytes.Equal(path, pWebhook) && s.cfg.Webhooks != nil:
+		if !post {
+			methodNotAllowed(ctx, vPost)
+		} else {
+			s.webhook(ctx)
+		}
 		return routeOther
 	}
 	// Only item pages answer with pages; any other path is the API's 404.

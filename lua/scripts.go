@@ -61,6 +61,8 @@ var (
 	queueRankSrc string
 	//go:embed queueadvance.lua
 	queueAdvanceSrc string
+	//go:embed retake.lua
+	retakeSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -108,6 +110,17 @@ var (
 	QueueStart   = redis.NewScript(queueStartSrc)
 	QueueRank    = redis.NewScript(queueRankSrc)
 	QueueAdvance = redis.NewScript(queueAdvanceSrc)
+
+	// Retake takes an expired order's units again for a late payment.
+	Retake = redis.NewScript(retakeSrc)
+)
+
+// Return codes of Retake.
+const (
+	RetakeOK      = 0
+	RetakeNoSale  = 1
+	RetakeHolds   = 2
+	RetakeSoldOut = 3
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's
