@@ -361,7 +361,11 @@ func (s *Service) refundLate(ctx context.Context, p flashgate.Payment, o flashga
 // audit writes one line of the audit log about a payment.
 func (s *Service) audit(msg string, p flashgate.Payment, reason string, kv ...any) {
 	args := append([]any{"order", p.OrderID, "payment_intent", p.IntentID, "reason", reason}, kv...)
-	s.auditLogger.Info(msg, args...)
+	l := s.auditLogger
+	if l == nil {
+		l = s.log.With("log", "audit")
+	}
+	l.Info(msg, args...)
 }
 
 // ReconcilePayments asks the provider about the payments the webhooks

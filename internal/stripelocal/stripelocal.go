@@ -61,6 +61,7 @@ type Server struct {
 	requests []Request
 	fail     int           // answer this many next requests 500
 	stall    time.Duration // hold each request this long first
+	unstall  chan struct{} // closed when the stall ends
 }
 
 // New returns a stand-in with key and webhook secret.
@@ -71,8 +72,20 @@ func New(key, webhookSecret string) *Server {
 // FailNext makes the next n requests answer 500.
 func (s *Server) FailNext(n int) { s.mu.Lock(); s.fail = n; s.mu.Unlock() }
 
-// Stall makes every request wait d before it is served (0: none).
-func (s *Server) Stall(d time.Duration) { s.mu.Lock(); s.stall = d; s.mu.Unlock() }
+// Stall makes every request wait d before it is served; Stall(0) ends
+// the stall and lets the waiting requests go on.
+func (s *Server) Stall(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unstall != nil {
+		close(s.unstall)
+		s.unstall = nil
+	}
+	s.stall = d
+	if d > 0 {
+		s.unstall = make(chan struct{})
+	}
+}
 
 // Requests returns the requests received so far.
 func (s *Server) Requests() []Request {
@@ -130,14 +143,15 @@ func (s *Server) SetStatus(id, status string) bool {
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	stall := s.stall
+	stall, unstall := s.stall, s.unstall
 	s.mu.Unlock()
 	if stall > 0 {
 		t := time.NewTimer(stall)
+		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-unstall:
 		case <-r.Context().Done():
-			t.Stop()
 			return
 		}
 	}
