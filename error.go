@@ -31,10 +31,11 @@ var (
 	// call that does their work) refused because a newer writer holds a
 	// higher fencing token (docs/internals.md); a client sees it as
 	// ErrUnavailable and may retry.
+	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
+
 	// ErrBadSignature is a webhook whose signature does not verify (or is
 	// older than the tolerance).
 	ErrBadSignature = errors.New("flashgate: bad signature")
-	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
 )
 
 // PurchasedError is ErrAlreadyPurchased carrying the user's live order id.

@@ -179,7 +179,6 @@ func (d *DB) SalePayments(ctx context.Context, saleID string) (map[string]flashg
 	return out, rows.Err()
 }
 
-
 // UnadoptedIntents returns up to limit intents named by webhook events
 // received since since that no payment names, of orders that are rows
 // now: events that came before their order (or its payment) was stored.
