@@ -442,11 +442,26 @@ func (s *Service) reconcile(ctx context.Context, p flashgate.Payment, now time.T
 	return s.settlePayment(ctx, p.OrderID)
 }
 
-// OrderPayments returns the payments of a sale's orders by order id (the
-// admin API's orders listing).
+// OrderPayments returns the payments of a sale's orders by order id (none
+// with simulated payments); an unknown sale is flashgate.ErrNotFound.
 func (s *Service) OrderPayments(ctx context.Context, saleID string) (map[string]flashgate.Payment, error) {
+	if !flashgate.ValidSaleID(saleID) {
+		return nil, fmt.Errorf("sale %q: %w", saleID, flashgate.ErrNotFound)
+	}
+	if _, err := s.store.Sale(ctx, saleID); err != nil {
+		return nil, err
+	}
 	if s.paymentStore == nil {
 		return nil, nil
 	}
 	return s.paymentStore.SalePayments(ctx, saleID)
+}
+
+// OrderPayment returns an order's payment; flashgate.ErrNotFound without
+// one (always, with simulated payments).
+func (s *Service) OrderPayment(ctx context.Context, orderID string) (flashgate.Payment, error) {
+	if s.paymentStore == nil || !flashgate.ValidOrderID(orderID) {
+		return flashgate.Payment{}, fmt.Errorf("payment of %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	return s.paymentStore.Payment(ctx, orderID)
 }

@@ -122,7 +122,7 @@ type Config struct {
 	// DefaultMaxPages.
 	MaxPages int
 
-	// Webhooks takes POST /webhooks/stripe; nil answers that path 404.
+	// Webhooks takes POST /webhooks/stripe; nil answers a POST there 404.
 	// (Provider events run to a few KB: give MaxBodySize room, as
 	// cmd/flashgate does with --payments stripe.)
 	Webhooks Webhooks

@@ -173,13 +173,16 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		writeAnswer(ctx, ansNotFound)
 		return routeOther
 
-	case bytes.Equal(path, pWebhook) && s.cfg.Webhooks != nil:
-		if !post {
+	case bytes.Equal(path, pWebhook):
+		switch {
+		case !post:
 			methodNotAllowed(ctx, vPost)
-		} else {
+		case s.cfg.Webhooks == nil: // simulated payments
+			writeAnswer(ctx, ansNotFound)
+		default:
 			s.webhook(ctx)
 		}
-		return routeOther
+		return routeWebhook
 	}
 	// Only item pages answer with pages; any other path is the API's 404.
 	writeAnswer(ctx, ansNotFound)

@@ -518,6 +518,13 @@ func paymentLateCases(t *testing.T, ctx context.Context, db string) {
 		if n := p.refundsOf(pi); n != 1 {
 			t.Errorf("refunds of a late payment with no unit: got %d, want 1", n)
 		}
+		if a := p.do("GET", p.admin+"/admin/orders/"+o+"/payment", p.tokAdm, nil, nil); a.status != 200 ||
+			a.body["payment_intent"] != pi || a.body["outcome"] != "refunded_late" || a.body["refund_id"] == "" || a.body["refunded"] != true {
+			t.Errorf("admin payment: got %d %s, want the intent, refunded_late and its refund", a.status, a.raw)
+		}
+		if a := p.do("GET", p.admin+"/admin/sales/pone/payments", p.tokAdm, nil, nil); a.status != 200 || len(a.body["payments"].([]any)) != 2 {
+			t.Errorf("admin sale payments: got %d %s, want 2", a.status, a.raw)
+		}
 		p.stand.SetStatus(pi2, "succeeded")
 		p.event("evt_lateso2_"+o2, flashgate.EventIntentSucceeded, pi2, "")
 		p.waitOrder(o2, flashgate.StatusPaid, "paid")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,4 +155,32 @@ func (s *server) handleRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, o)
+}
+
+// handlePayment answers an order's payment at the provider: intent,
+// status, outcome, refund and dispute (404 without one, or with simulated
+// payments).
+func (s *server) handlePayment(w http.ResponseWriter, r *http.Request) {
+	p, err := s.svc.OrderPayment(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// handleSalePayments lists the payments of a sale's orders.
+func (s *server) handleSalePayments(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ps, err := s.svc.OrderPayments(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]flashgate.Payment, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b flashgate.Payment) int { return strings.Compare(a.OrderID, b.OrderID) })
+	writeJSON(w, http.StatusOK, map[string]any{"sale_id": id, "payments": out})
 }
