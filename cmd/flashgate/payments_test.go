@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -553,4 +554,25 @@ func paymentLateCases(t *testing.T, ctx context.Context, db string) {
 			t.Errorf("intent of an expired order: got %s, want canceled before the unit went back", in.Status)
 		}
 	})
+}
+
+// TestDemoStripeLocal: demo --payments stripe-local runs a checkout
+// against the in-process stand-in: paying, confirmed at the provider, paid
+// by the stand-in's signed webhook.
+func TestDemoStripeLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"demo", "--payments", "stripe-local", "--units", "10", "--users", "500", "--concurrency", "16", "--progress=false"}, &out, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	for _, want := range []string{": paying, intent pi_local", "paid\n", "every invariant held"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
 }

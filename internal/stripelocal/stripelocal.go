@@ -7,6 +7,7 @@
 package stripelocal
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -52,6 +53,12 @@ type Server struct {
 	// Key is the secret key requests must carry; WebhookSecret signs
 	// events.
 	Key, WebhookSecret string
+	// webhookURL, when set (SetWebhookURL), receives a signed
+	// payment_intent.succeeded event after each confirm, as Stripe's
+	// webhook would (Deliveries waits for those in flight).
+	webhookURL string
+	// Deliveries tracks the webhook deliveries in flight.
+	Deliveries sync.WaitGroup
 
 	mu       sync.Mutex
 	n        int
@@ -233,6 +240,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			in.Status = "succeeded"
+			if s.webhookURL != "" {
+				s.n++
+				ev := s.eventLocked(fmt.Sprintf("evt_local%06d", s.n), "payment_intent.succeeded", *in)
+				s.Deliveries.Add(1)
+				go s.deliver(s.webhookURL, ev)
+			}
 		default:
 			apiError(w, http.StatusNotFound, "invalid_request_error", "unknown route")
 			return
@@ -269,6 +282,34 @@ func apiError(w http.ResponseWriter, status int, typ, msg string) {
 	w.WriteHeader(status)
 	b, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
 	_, _ = w.Write(b)
+}
+
+// SetWebhookURL sets where confirmed payments' events are sent.
+func (s *Server) SetWebhookURL(u string) { s.mu.Lock(); s.webhookURL = u; s.mu.Unlock() }
+
+// deliver posts a signed event to url once (bounded by a timeout).
+func (s *Server) deliver(url string, payload []byte) {
+	defer s.Deliveries.Done()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stripe-Signature", s.Sign(payload, time.Now()))
+	cl := &http.Client{Timeout: 5 * time.Second}
+	if res, err := cl.Do(req); err == nil {
+		_ = res.Body.Close()
+	}
+}
+
+// eventLocked is the payload of an event of typ carrying intent in.
+func (s *Server) eventLocked(evID, typ string, in Intent) []byte {
+	raw, _ := json.Marshal(in)
+	b, _ := json.Marshal(map[string]any{
+		"id": evID, "object": "event", "type": typ, "api_version": stripe.APIVersion,
+		"created": time.Now().Unix(), "data": map[string]any{"object": json.RawMessage(raw)},
+	})
+	return b
 }
 
 // Event builds the payload of an event of type typ about intent id with
