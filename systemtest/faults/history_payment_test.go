@@ -16,14 +16,14 @@ func TestCheckPayments(t *testing.T) {
 	}
 	sound := func() payFinal {
 		return payFinal{Total: 2, Booked: 1,
-			Orders: map[string]flashgate.Order{"o1": ord("o1", "u1", flashgate.StatusPaid), "o2": ord("o2", "u2", flashgate.StatusExpired)},
-			Buyers: map[string]string{"u1": "o1"},
+			Orders:  map[string]flashgate.Order{"o1": ord("o1", "u1", flashgate.StatusPaid), "o2": ord("o2", "u2", flashgate.StatusExpired)},
+			Buyers:  map[string]string{"u1": "o1"},
 			Intents: []payIntent{{ID: "pi1", OrderID: "o1", Status: "succeeded"}, {ID: "pi2", OrderID: "o2", Status: "succeeded", Refunds: 1}}}
 	}
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(f *payFinal)
-		check func(v payVerdict) int
+		check  func(v payVerdict) int
 	}{
 		{"sound", func(*payFinal) {}, func(v payVerdict) int { return btoi(!v.ok()) }},
 		{"paid without a unit", func(f *payFinal) { delete(f.Buyers, "u1") }, func(v payVerdict) int { return v.PaidWithoutUnit }},
