@@ -137,19 +137,28 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 	lateHonoured := map[string]bool{}
 	var wg sync.WaitGroup
 	var late []buyer
+	// paid checks b's order out through a gateway and pays its intent at
+	// the provider; it returns the intent ("" after a problem).
+	paid := func(i int, b buyer) string {
+		_, body := call("POST", gw(i)+"/api/orders/"+b.order+"/pay", b.tok, nil, nil)
+		pi, _ := body["payment_intent"].(string)
+		if pi == "" {
+			problem("pay %s: %v", b.order, body)
+			return ""
+		}
+		stand.SetStatus(pi, "succeeded")
+		return pi
+	}
 	for i, b := range first {
 		switch i % 5 {
 		case 0, 1: // paid at once; its webhook duplicated x3 and a stale failure after it
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, body := call("POST", gw(i)+"/api/orders/"+b.order+"/pay", b.tok, nil, nil)
-				pi, _ := body["payment_intent"].(string)
+				pi := paid(i, b)
 				if pi == "" {
-					problem("pay %s: %v", b.order, body)
 					return
 				}
-				stand.SetStatus(pi, "succeeded")
 				var dup sync.WaitGroup
 				for range 3 {
 					dup.Add(1)
@@ -162,13 +171,10 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, body := call("POST", gw(i)+"/api/orders/"+b.order+"/pay", b.tok, nil, nil)
-				pi, _ := body["payment_intent"].(string)
+				pi := paid(i, b)
 				if pi == "" {
-					problem("pay %s: %v", b.order, body)
 					return
 				}
-				stand.SetStatus(pi, "succeeded")
 				time.Sleep(payWindow + payGrace + 2*time.Second) // the delivery delay being simulated
 				hook(i, "evt_late_"+b.order, flashgate.EventIntentSucceeded, pi, "")
 			}()
