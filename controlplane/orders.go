@@ -176,7 +176,14 @@ func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate
 // Refund refunds a pending or paid order (an admin action: any owner) and
 // gives its units back. Refunding a refunded order again returns it; a
 // cancelled or expired one is flashgate.ErrNotPayable.
+//
+// With a payment provider, a payment that succeeded is refunded at the
+// provider first (idempotency key flashgate-refund-<order>); a provider
+// that cannot be reached is flashgate.ErrUnavailable and nothing changed.
 func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, error) {
+	if err := s.refundPayment(ctx, orderID); err != nil {
+		return flashgate.Order{}, err
+	}
 	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
 }
 

@@ -465,3 +465,26 @@ func (s *Service) OrderPayment(ctx context.Context, orderID string) (flashgate.P
 	}
 	return s.paymentStore.Payment(ctx, orderID)
 }
+
+// refundPayment refunds at the provider the succeeded payment of an order
+// an admin refunds (nothing without a provider or a succeeded payment).
+func (s *Service) refundPayment(ctx context.Context, orderID string) error {
+	if s.provider == nil || !flashgate.ValidOrderID(orderID) {
+		return nil
+	}
+	p, err := s.paymentStore.Payment(ctx, orderID)
+	if errors.Is(err, flashgate.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading payment: %w", err)
+	}
+	if p.Status != flashgate.IntentSucceeded || p.Outcome == outcomeRefundedLate || p.Outcome == outcomeRefundingLate {
+		return nil
+	}
+	rid, err := s.provider.Refund(ctx, p.IntentID, "flashgate-refund-"+orderID)
+	if err != nil {
+		return fmt.Errorf("refund of %s: %w", orderID, err)
+	}
+	return s.paymentStore.MarkPayment(ctx, orderID, true, false, rid, s.clock.Now())
+}

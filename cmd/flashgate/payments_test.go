@@ -451,6 +451,26 @@ func paymentWebhookCases(t *testing.T, ctx context.Context, db string) {
 			t.Errorf("charge.refunded: got %+v, want refunded", pm)
 		}
 	})
+
+	t.Run("admin refund refunds at the provider", func(t *testing.T) {
+		p.t = t
+		o, tok := p.buy("pw", "u-adminrefund")
+		pi := p.checkout(o, tok)
+		p.stand.SetStatus(pi, "succeeded")
+		p.event("evt_ar_"+o, flashgate.EventIntentSucceeded, pi, "")
+		p.waitOrder(o, flashgate.StatusPaid, "paid")
+		for range 2 {
+			if a := p.do("POST", p.admin+"/admin/orders/"+o+"/refund", p.tokAdm, nil, nil); a.status != 200 || a.body["status"] != "refunded" {
+				t.Fatalf("admin refund: got %d %s, want 200 refunded", a.status, a.raw)
+			}
+		}
+		if n := p.refundsOf(pi); n != 1 {
+			t.Errorf("refunds at the provider: got %d, want 1", n)
+		}
+		if pm := p.payment(o); !pm.Refunded || pm.RefundID == "" {
+			t.Errorf("payment after the admin refund: got %+v, want refunded with its refund id", pm)
+		}
+	})
 }
 
 func paymentLateCases(t *testing.T, ctx context.Context, db string) {
