@@ -67,6 +67,10 @@ type Sale struct {
 	// AdmitSeconds is how long an admitted buyer may buy before the slot
 	// passes on; 0 means DefaultAdmitSeconds.
 	AdmitSeconds int `json:"admit_seconds,omitempty"`
+
+	// Currency is the ISO 4217 code (lower case) its payments are taken
+	// in; "" means the deployment's (--payment-currency, default usd).
+	Currency string `json:"currency,omitempty"`
 }
 
 // MaxBuckets is the most buckets one sale may be split into.

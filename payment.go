@@ -44,3 +44,21 @@ const (
 	EventChargeRefunded  = "charge.refunded"
 	EventDisputeCreated  = "charge.dispute.created"
 )
+
+// ValidCurrency reports whether c is "" (the deployment's currency) or
+// three lower-case letters, the shape of an ISO 4217 code as Stripe takes
+// it.
+func ValidCurrency(c string) bool {
+	if c == "" {
+		return true
+	}
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'a' || c[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}

@@ -126,12 +126,20 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	if o.Status != flashgate.StatusPendingPayment {
 		return o, fmt.Errorf("order %q is %s: %w", orderID, o.Status, flashgate.ErrNotPayable)
 	}
-	in, err := s.provider.Checkout(ctx, o, o.PriceCents*o.Quantity, s.currency)
+	sale, err := s.store.Sale(ctx, o.SaleID)
+	if err != nil {
+		return flashgate.Order{}, fmt.Errorf("reading sale: %w", err)
+	}
+	currency := sale.Currency
+	if currency == "" {
+		currency = s.currency
+	}
+	in, err := s.provider.Checkout(ctx, o, o.PriceCents*o.Quantity, currency)
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("checkout of %s: %w", orderID, err)
 	}
 	p, err = s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: o.ID, IntentID: in.ID, Status: in.Status,
-		AmountCents: o.PriceCents * o.Quantity, Currency: s.currency}, s.clock.Now())
+		AmountCents: o.PriceCents * o.Quantity, Currency: currency}, s.clock.Now())
 	if err != nil {
 		return flashgate.Order{}, err
 	}

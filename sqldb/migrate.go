@@ -165,13 +165,15 @@ var migrations = []migration{
 		},
 	},
 	{
-		// Version 8 keeps payments at a provider (docs/api.md, "Payments"):
+		// Version 8 keeps payments at a provider (docs/api.md, "Payments"),
+		// and a sale's currency ('' = the deployment's):
 		// payments holds one payment per order (its PaymentIntent, the
 		// intent's last known status, what flashgate made of a success:
 		// outcome, and refunds and disputes), payment_events each webhook
 		// event id once, so that a redelivered event changes nothing.
 		version: 8,
 		both: []string{
+			`ALTER TABLE sales ADD COLUMN currency TEXT NOT NULL DEFAULT ''`,
 			`CREATE TABLE IF NOT EXISTS payments (
 				order_id     TEXT PRIMARY KEY,
 				intent_id    TEXT NOT NULL UNIQUE,

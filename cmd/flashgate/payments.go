@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/internal/stripelocal"
 	"github.com/flashgate/flashgate/payments"
@@ -44,8 +45,8 @@ func checkPayments(cmd string, c *Config) error {
 	default:
 		return fmt.Errorf("--payments %q: want simulated or stripe", c.Payments)
 	}
-	if c.PaymentCurrency == "" {
-		return fmt.Errorf("--payment-currency must not be empty")
+	if c.PaymentCurrency == "" || !flashgate.ValidCurrency(c.PaymentCurrency) {
+		return fmt.Errorf("--payment-currency %q: want an ISO 4217 code in lower case, such as usd", c.PaymentCurrency)
 	}
 	return nil
 }

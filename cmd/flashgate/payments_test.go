@@ -302,6 +302,28 @@ func paymentWebhookCases(t *testing.T, ctx context.Context, db string) {
 		}
 	})
 
+	t.Run("sale currency", func(t *testing.T) {
+		p.t = t
+		if _, err := p.s.cp.CreateSale(p.ctx, flashgate.Sale{ID: "peur", Name: "peur", PriceCents: 300, Total: 5, Currency: "eur"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.s.cp.Start(p.ctx, "peur"); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitOpen(p.ctx, p.public, "peur", 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		o, tok := p.buy("peur", "u-eur")
+		p.checkout(o, tok)
+		if ins := p.intentsOf(o); len(ins) != 1 || ins[0].Currency != "eur" || ins[0].Amount != 300 {
+			t.Errorf("intent of a eur sale: got %+v, want one of 300 eur", ins)
+		}
+		a := p.do("POST", p.admin+"/admin/sales", p.tokAdm, []byte(`{"id":"pbad","name":"x","price_cents":1,"total":1,"currency":"EUR"}`), nil)
+		if a.status != 400 || a.body["field"] != "currency" {
+			t.Errorf("a bad currency: got %d %s, want 400 naming currency", a.status, a.raw)
+		}
+	})
+
 	t.Run("duplicate x3", func(t *testing.T) {
 		p.t = t
 		o, tok := p.buy("pw", "u-dup")

@@ -35,6 +35,8 @@ type saleRequest struct {
 	ChallengeAuto      *bool  `json:"challenge_auto"`
 	AdmitPerMinute     int64  `json:"admit_per_minute"`
 	AdmitSeconds       int    `json:"admit_seconds"`
+	// Currency of the sale's payments; absent means the deployment's.
+	Currency string `json:"currency"`
 }
 
 func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -65,7 +67,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		StartsAt: startsAt, EndsAt: endsAt, AdmitRatio: req.AdmitRatio, PerUser: req.PerUser,
 		Buckets: req.Buckets, Queue: req.Queue, PrequeueSeconds: req.PrequeueSeconds,
 		ChallengeMaxNumber: req.ChallengeMaxNumber, ChallengeAuto: req.ChallengeAuto,
-		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds,
+		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds, Currency: req.Currency,
 	})
 	if err != nil {
 		s.fail(w, r, err)
