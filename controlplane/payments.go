@@ -309,6 +309,12 @@ func (s *Service) settlePayment(ctx context.Context, orderID string) error {
 		return err
 	}
 	l := buckets.Layout(sale)
+	if l.Bucketed() && o.Bucket != l.Home(o.UserID) {
+		// A spilled order's buyer is known to the home bucket only by a
+		// marker; Retake guards one bucket's buyers hash, so it cannot
+		// keep the one-per-user rule here.
+		return s.refundLate(ctx, p, o, "the order was spilled to another bucket of a bucketed sale")
+	}
 	tag := l.Tag(o.Bucket)
 	code, err := lua.Retake.Run(ctx, s.rdb, lua.RetakeKeys(tag), o.ID, o.UserID, o.Quantity).Int()
 	if err != nil {
