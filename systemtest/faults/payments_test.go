@@ -136,7 +136,7 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 	stored(first)
 	lateHonoured := map[string]bool{}
 	var wg sync.WaitGroup
-	var late []buyer
+	var late, never []buyer
 	// paid checks b's order out through a gateway and pays its intent at
 	// the provider; it returns the intent ("" after a problem).
 	paid := func(i int, b buyer) string {
@@ -180,13 +180,15 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 			}()
 		case 3: // checkout, never paid: the reconciliation cancels it
 			call("POST", gw(i)+"/api/orders/"+b.order+"/pay", b.tok, nil, nil)
+			never = append(never, b)
 		case 4: // the checkout's answer lost; the payment succeeds after expiry
 			late = append(late, b)
 		}
 	}
-	// The late ones expire; half of their freed units are sold again
-	// before their payments succeed.
-	for _, b := range late {
+	// The late ones and the never-paid ones expire; then the freed units
+	// are sold again but for half as many as there are late payments, so
+	// that some late payments find a unit and the others none.
+	for _, b := range append(append([]buyer{}, late...), never...) {
 		if _, ok := testwait.For(60*time.Second, func() bool {
 			o, err := c.db.Order(ctx, b.order)
 			return err == nil && o.Status == flashgate.StatusExpired
@@ -195,7 +197,8 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // let the gateways' cached state show the freed units
-	second := buy("pay-b-", len(late)/2+1)
+	booked, _ := c.rdb.HGet(ctx, lua.SaleKey(sale), "booked").Int64()
+	second := buy("pay-b-", max(int(payUnits-booked)-len(late)/2, 0))
 	r.created += len(second)
 	stored(second)
 	sc2 := stripe.NewClient(stand.Key, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
@@ -282,7 +285,7 @@ func paymentsRun(t *testing.T, s *suite, sc scenario) (r result) {
 	v := checkPayments(f, lateHonoured)
 	r.history = v.String()
 	r.rows = len(f.Orders)
-	r.happened = fmt.Sprintf("%d buyers then %d more; %d orders, %d late payments; took %v", payUnits+20, len(late)/2+1, len(f.Orders), len(late), time.Since(start).Round(time.Second))
+	r.happened = fmt.Sprintf("%d buyers then %d more; %d orders, %d late payments; took %v", payUnits+20, len(second), len(f.Orders), len(late), time.Since(start).Round(time.Second))
 	t.Log("payments: " + v.String())
 	for _, p := range v.problems {
 		problem("%s", p)
