@@ -174,14 +174,17 @@ func (p *payServe) payment(id string) flashgate.Payment {
 
 func (p *payServe) waitOrder(id string, want flashgate.OrderStatus, outcome string) {
 	p.t.Helper()
-	testwait.Eventually(p.t, 20*time.Second, func() bool {
+	if d, ok := testwait.For(20*time.Second, func() bool {
 		o, err := p.s.db.Order(p.ctx, id)
 		if err != nil || o.Status != want {
 			return false
 		}
 		pm, err := p.s.db.Payment(p.ctx, id)
 		return err == nil && pm.Outcome == outcome
-	}, "order %s %s with payment outcome %q (got %+v, %+v)", id, want, outcome, p.order(id), p.paymentOrZero(id))
+	}); !ok {
+		p.t.Fatalf("waited %v for order %s %s with payment outcome %q: got %s and %+v",
+			d, id, want, outcome, p.order(id).Status, p.paymentOrZero(id))
+	}
 }
 
 func (p *payServe) paymentOrZero(id string) flashgate.Payment {
