@@ -36,6 +36,10 @@ var (
 	// higher fencing token (docs/internals.md); a client sees it as
 	// ErrUnavailable and may retry.
 	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
+
+	// ErrBadSignature is a webhook whose signature does not verify (or is
+	// older than the tolerance).
+	ErrBadSignature = errors.New("flashgate: bad signature")
 )
 
 // PurchasedError is ErrAlreadyPurchased carrying the user's live order id.
@@ -83,6 +87,7 @@ var errorTable = []struct {
 	{ErrNotAdmitted, http.StatusConflict, "not_admitted"},
 	{ErrQueueReset, http.StatusConflict, "queue_reset"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
+	{ErrBadSignature, http.StatusBadRequest, "bad_signature"},
 }
 
 // ErrorStatus returns the HTTP status and JSON error code for err. Errors

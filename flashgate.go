@@ -67,6 +67,10 @@ type Sale struct {
 	// AdmitSeconds is how long an admitted buyer may buy before the slot
 	// passes on; 0 means DefaultAdmitSeconds.
 	AdmitSeconds int `json:"admit_seconds,omitempty"`
+
+	// Currency is the ISO 4217 code (lower case) its payments are taken
+	// in; "" means the deployment's (--payment-currency, default usd).
+	Currency string `json:"currency,omitempty"`
 }
 
 // MaxBuckets is the most buckets one sale may be split into.
@@ -120,6 +124,9 @@ const (
 	StatusCancelled      OrderStatus = "cancelled"
 	StatusExpired        OrderStatus = "expired"
 	StatusRefunded       OrderStatus = "refunded"
+	// StatusPaying is a pending_payment order with a payment in flight at
+	// the provider: an answer of the order routes, never a row's status.
+	StatusPaying OrderStatus = "paying"
 )
 
 // Live reports whether an order in status s holds its units.
@@ -140,6 +147,38 @@ type Order struct {
 	Bucket    int       `json:"bucket,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// PaymentIntent and ClientSecret name the order's payment at the
+	// provider (empty with simulated payments): what the item page needs
+	// to collect it.
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	ClientSecret  string `json:"client_secret,omitempty"`
+}
+
+// Payment is an order's payment at the provider as the database keeps it.
+type Payment struct {
+	OrderID  string `json:"order_id"`
+	IntentID string `json:"payment_intent"`
+	// Status is the intent's last known status (requires_payment_method,
+	// processing, succeeded, canceled, ...).
+	Status string `json:"status"`
+	// Outcome is what flashgate made of a success: "" (none yet), "paid",
+	// "honoured_late" (succeeded after the order expired, a unit taken
+	// again) or "refunded_late" (no unit left: refunded).
+	Outcome     string    `json:"outcome,omitempty"`
+	AmountCents int64     `json:"amount_cents"`
+	Currency    string    `json:"currency"`
+	RefundID    string    `json:"refund_id,omitempty"`
+	Refunded    bool      `json:"refunded,omitempty"`
+	Disputed    bool      `json:"disputed,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// InFlight reports whether p still holds its order's units against the
+// expiry: not settled and not canceled (a succeeded intent not yet
+// applied holds them too).
+func (p Payment) InFlight() bool {
+	return p.Outcome == "" && p.Status != IntentCanceled
 }
 
 // Clock tells the time; tests pass their own.

@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/stripe/stripe-go/v82 v82.5.1
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.24.0

@@ -142,6 +142,19 @@ type Config struct {
 	// while a queue waits for its start stops that start (the seed would
 	// no longer hash to the published commitment).
 	QueueSeedSecret []byte
+	// Payments is the payment provider (payments.go); nil means simulated
+	// payments: Pay marks an order paid on the buyer's word.
+	Payments PaymentProvider
+	// PaymentStore keeps payments and webhook events; required with
+	// Payments.
+	PaymentStore PaymentStore
+	// Currency is the currency of payments (ISO 4217, lower case); ""
+	// means DefaultCurrency.
+	Currency string
+	// PaymentGrace is how long past PaymentWindow the reconciliation waits
+	// for a payment's webhook before asking the provider; zero means
+	// DefaultPaymentGrace.
+	PaymentGrace time.Duration
 }
 
 // The defaults of Config's fields, the one source of them: withDefaults
@@ -195,6 +208,12 @@ func (c Config) withDefaults() Config {
 	if c.QueueLatency <= 0 {
 		c.QueueLatency = DefaultQueueLatency
 	}
+	if c.Currency == "" {
+		c.Currency = DefaultCurrency
+	}
+	if c.PaymentGrace <= 0 {
+		c.PaymentGrace = DefaultPaymentGrace
+	}
 	return c
 }
 
@@ -244,6 +263,14 @@ type Service struct {
 	// tell its replication state (failover.go), until it can again.
 	replBlind atomic.Bool
 
+	// provider takes payments (nil: simulated); paymentStore keeps them
+	// (payments.go).
+	provider     PaymentProvider
+	paymentStore PaymentStore
+	currency     string
+	paymentGrace time.Duration
+	pm           *paymentMetrics
+
 	// mu guards settled, leading and term.
 	mu      sync.Mutex
 	settled map[string]bool // closed sales whose settlement was reported
@@ -262,6 +289,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("controlplane: Config.Releaser is required")
 	case cfg.AdminToken == "":
 		return nil, errors.New("controlplane: Config.AdminToken is required")
+	case cfg.Payments != nil && cfg.PaymentStore == nil:
+		return nil, errors.New("controlplane: Config.PaymentStore is required with Payments")
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{
@@ -280,6 +309,10 @@ func New(cfg Config) (*Service, error) {
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
 		queueLatency:  cfg.QueueLatency,
+		provider:      cfg.Payments,
+		paymentStore:  cfg.PaymentStore,
+		currency:      cfg.Currency,
+		paymentGrace:  cfg.PaymentGrace,
 		seedKey:       cfg.QueueSeedSecret,
 	}
 	if len(s.seedKey) == 0 {
@@ -309,6 +342,9 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
+	if s.pm, err = newPaymentMetrics(reg); err != nil {
+		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
+	}
 	if s.ops, err = newOpsMetrics(s, reg); err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

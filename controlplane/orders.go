@@ -30,6 +30,15 @@ func (s *Service) Order(ctx context.Context, orderID, userID string) (flashgate.
 		if o.UserID != userID {
 			return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
 		}
+		if s.provider != nil {
+			p, err := s.paymentStore.Payment(ctx, orderID)
+			if err == nil {
+				return s.withPayment(o, p), nil
+			}
+			if !errors.Is(err, flashgate.ErrNotFound) {
+				return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
+			}
+		}
 		return o, nil
 	}
 	if !errors.Is(err, flashgate.ErrNotFound) {
@@ -139,11 +148,21 @@ func (s *Service) claimedOrder(ctx context.Context, claimed []flashgate.Sale, or
 	return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
 }
 
-// Pay marks userID's order paid (payment itself is simulated). Paying a paid
-// order again returns it; a cancelled, expired or refunded one is
-// flashgate.ErrNotPayable. An order not yet in the database is waited for up
-// to Config.PersistWait, then is flashgate.ErrNotPayable.
+// Pay marks userID's order paid when payments are simulated (no provider).
+// Paying a paid order again returns it; a cancelled, expired or refunded
+// one is flashgate.ErrNotPayable. An order not yet in the database is
+// waited for up to Config.PersistWait, then is flashgate.ErrNotPayable.
+// With a provider, Pay starts the order's checkout instead (payments.go):
+// the order is answered paying, with its intent and client secret, and
+// paying again answers the same intent.
 func (s *Service) Pay(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	if s.provider != nil {
+		o, err := s.checkout(ctx, orderID, userID)
+		if err == nil && o.ClientSecret == "" && o.Status == flashgate.StatusPaying {
+			o = s.clientSecret(ctx, o)
+		}
+		return o, err
+	}
 	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid)
 }
 
@@ -157,7 +176,14 @@ func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate
 // Refund refunds a pending or paid order (an admin action: any owner) and
 // gives its units back. Refunding a refunded order again returns it; a
 // cancelled or expired one is flashgate.ErrNotPayable.
+//
+// With a payment provider, a payment that succeeded is refunded at the
+// provider first (idempotency key flashgate-refund-<order>); a provider
+// that cannot be reached is flashgate.ErrUnavailable and nothing changed.
 func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, error) {
+	if err := s.refundPayment(ctx, orderID); err != nil {
+		return flashgate.Order{}, err
+	}
 	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
 }
 

@@ -53,6 +53,11 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	s.queueTick(lctx) // queue.go
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+	if _, err := s.ReconcilePayments(lctx); err != nil && ctx.Err() == nil { // payments.go
+		s.log.Warn("payment reconciliation", "err", err)
+	}
+	cancel()
+	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ExpireDue(lctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("expiry", "err", err)
 	}

@@ -33,6 +33,8 @@ func validateSale(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "name", Reason: "1-200 characters"}
 	case s.PriceCents < 0:
 		return &flashgate.FieldError{Field: "price_cents", Reason: "negative"}
+	case !flashgate.ValidCurrency(s.Currency):
+		return &flashgate.FieldError{Field: "currency", Reason: "3 lower-case letters (ISO 4217), or absent"}
 	case s.Total < 1 || s.Total > maxTotal:
 		return &flashgate.FieldError{Field: "total", Reason: "outside 1..1000000"}
 	case s.AdmitRatio != 0 && (s.AdmitRatio < 1 || s.AdmitRatio > maxAdmitRatio) || s.AdmitRatio != s.AdmitRatio:

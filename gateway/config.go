@@ -122,6 +122,10 @@ type Config struct {
 	// DefaultMaxPages.
 	MaxPages int
 
+	// Webhooks takes POST /webhooks/stripe; nil answers a POST there 404.
+	// (Provider events run to a few KB: give MaxBodySize room, as
+	// cmd/flashgate does with --payments stripe.)
+	Webhooks Webhooks
 	// MaxBodySize is the largest request body accepted. Zero means
 	// DefaultMaxBodySize.
 	MaxBodySize int

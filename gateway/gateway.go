@@ -48,6 +48,13 @@ type Orders interface {
 	Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error)
 }
 
+// Webhooks takes the payment provider's webhook deliveries (the raw body
+// and its signature header); *controlplane.Service satisfies it. A bad
+// signature is flashgate.ErrBadSignature.
+type Webhooks interface {
+	Webhook(ctx context.Context, payload []byte, signature string) error
+}
+
 // Server is the gateway. Create it with New; Start runs its background
 // refresher and flusher (Serve calls Start itself), and Shutdown or Close
 // stops them.

@@ -27,12 +27,13 @@ const (
 	routeStatic
 	routeQueue
 	routeChallenge
+	routeWebhook
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "other",
+	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "webhook", "other",
 }
 
 // The status codes the gateway answers with; anything else counts as

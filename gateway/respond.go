@@ -108,6 +108,14 @@ func appendOrderJSON(b []byte, o flashgate.Order) []byte {
 	b = jsonstr.Append(b, o.UserID)
 	b = append(b, `,"status":`...)
 	b = jsonstr.Append(b, string(o.Status))
+	if o.PaymentIntent != "" {
+		b = append(b, `,"payment_intent":`...)
+		b = jsonstr.Append(b, o.PaymentIntent)
+	}
+	if o.ClientSecret != "" {
+		b = append(b, `,"client_secret":`...)
+		b = jsonstr.Append(b, o.ClientSecret)
+	}
 	return append(b, '}')
 }
 

@@ -24,6 +24,7 @@ var (
 	sOrders   = []byte("/orders")
 	sPay      = []byte("/pay")
 	sCancel   = []byte("/cancel")
+	pWebhook  = []byte("/webhooks/stripe")
 )
 
 // serve is the top handler: it routes on the raw request path (never the
@@ -171,6 +172,17 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 	case bytes.HasPrefix(path, pAPI):
 		writeAnswer(ctx, ansNotFound)
 		return routeOther
+
+	case bytes.Equal(path, pWebhook):
+		switch {
+		case !post:
+			methodNotAllowed(ctx, vPost)
+		case s.cfg.Webhooks == nil: // simulated payments
+			writeAnswer(ctx, ansNotFound)
+		default:
+			s.webhook(ctx)
+		}
+		return routeWebhook
 	}
 	// Only item pages answer with pages; any other path is the API's 404.
 	writeAnswer(ctx, ansNotFound)

@@ -160,6 +160,16 @@ func ReleaseKeys(tag string) []string {
 	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag)}
 }
 
+// RetakenKey is the set of orders whose units a late payment took again
+// (lua.Retake).
+func RetakenKey(sale string) string { return "fg:{" + sale + "}:retaken" }
+
+// RetakeKeys is Retake's KEYS: sale hash, buyers hash, released set,
+// retaken set.
+func RetakeKeys(tag string) []string {
+	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag), RetakenKey(tag)}
+}
+
 // RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash.
 func RestoreKeys(tag string) []string {
 	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag)}

@@ -63,6 +63,8 @@ var (
 	queueAdvanceSrc string
 	//go:embed queuerestore.lua
 	queueRestoreSrc string
+	//go:embed retake.lua
+	retakeSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -111,6 +113,17 @@ var (
 	QueueRank    = redis.NewScript(queueRankSrc)
 	QueueAdvance = redis.NewScript(queueAdvanceSrc)
 	QueueRestore = redis.NewScript(queueRestoreSrc)
+
+	// Retake takes an expired order's units again for a late payment.
+	Retake = redis.NewScript(retakeSrc)
+)
+
+// Return codes of Retake.
+const (
+	RetakeOK      = 0
+	RetakeNoSale  = 1
+	RetakeHolds   = 2
+	RetakeSoldOut = 3
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's

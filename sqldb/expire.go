@@ -9,7 +9,9 @@ import (
 )
 
 // ExpireDue moves up to limit pending_payment orders created before
-// createdBefore to expired (updated_at = now) and returns them, oldest first.
+// createdBefore, and without a payment in flight at the provider (a
+// payments row neither settled nor canceled: the reconciliation asks the
+// provider about those first), to expired (updated_at = now) and returns them, oldest first.
 // Every returned order was moved by this call: on PostgreSQL the rows are
 // picked with FOR UPDATE SKIP LOCKED, so two control planes never expire the
 // same row; SQLite serialises writers. A limit below 1 means 100. It runs
@@ -57,6 +59,9 @@ func (d *DB) expireDueSQL() string {
 	}
 	return d.q(`UPDATE orders SET status = ?, updated_at = ?
 		WHERE order_id IN (SELECT order_id FROM orders
-			WHERE status = ? AND created_at < ? ORDER BY created_at, order_id LIMIT ?` + lock + `)
+			WHERE status = ? AND created_at < ?
+			AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.order_id
+				AND p.outcome = '' AND p.status <> 'canceled')
+			ORDER BY created_at, order_id LIMIT ?` + lock + `)
 		AND ` + outer + ` = ? RETURNING ` + orderColsB)
 }

@@ -187,6 +187,39 @@ var migrations = []migration{
 			)`,
 		},
 	},
+	{
+		// Version 9 keeps payments at a provider (docs/api.md, "Payments"),
+		// and a sale's currency ('' = the deployment's):
+		// payments holds one payment per order (its PaymentIntent, the
+		// intent's last known status, what flashgate made of a success:
+		// outcome, and refunds and disputes), payment_events each webhook
+		// event id once, so that a redelivered event changes nothing.
+		version: 9,
+		both: []string{
+			`ALTER TABLE sales ADD COLUMN currency TEXT NOT NULL DEFAULT ''`,
+			`CREATE TABLE IF NOT EXISTS payments (
+				order_id     TEXT PRIMARY KEY,
+				intent_id    TEXT NOT NULL UNIQUE,
+				status       TEXT NOT NULL,
+				outcome      TEXT NOT NULL DEFAULT '',
+				amount_cents {int} NOT NULL,
+				currency     TEXT NOT NULL,
+				refund_id    TEXT NOT NULL DEFAULT '',
+				refunded     {int} NOT NULL DEFAULT 0,
+				disputed     {int} NOT NULL DEFAULT 0,
+				created_at   {time} NOT NULL,
+				updated_at   {time} NOT NULL
+			)`,
+			`CREATE INDEX IF NOT EXISTS payments_open ON payments (outcome, status)`,
+			`CREATE TABLE IF NOT EXISTS payment_events (
+				event_id    TEXT PRIMARY KEY,
+				type        TEXT NOT NULL,
+				intent_id   TEXT NOT NULL,
+				order_id    TEXT NOT NULL DEFAULT '',
+				received_at {time} NOT NULL
+			)`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -13,7 +13,7 @@ import (
 func nowUTC() time.Time { return time.Now().UTC() }
 
 const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts,
-	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds`
+	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds, currency`
 
 // saleReadCols are the columns scanSale reads: saleCols and archived.
 const saleReadCols = saleCols + `, archived`
@@ -32,7 +32,7 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		auto       int64
 	)
 	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts,
-		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &archived); err != nil {
+		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &s.Currency, &archived); err != nil {
 		return flashgate.Sale{}, err
 	}
 	s.Archived = archived != 0
@@ -96,10 +96,10 @@ func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 		s.PerUser = 1
 	}
 	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
 		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
 		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts),
-		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds)
+		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds, s.Currency)
 	if err != nil {
 		return fmt.Errorf("creating sale %s: %w", s.ID, err)
 	}

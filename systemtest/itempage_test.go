@@ -262,6 +262,17 @@ func TestItemPage(t *testing.T) {
 		t.Errorf("buyers hash has %d entries (%v), want 1", n, err)
 	}
 
+	// The pay button pays the order (simulated payments: at once).
+	waitJS(t, ctx, "the pay button", `!document.getElementById('pay').hidden`, 5*time.Second)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#pay`))); err != nil {
+		t.Fatalf("clicking pay: %v", err)
+	}
+	waitJS(t, ctx, "the order paid", `(function(){ var s = document.getElementById('status');
+		return s.className === "status ok" && s.textContent.indexOf("Paid") === 0 ? s.textContent : ""; })()`, 10*time.Second)
+	if o, err := s.cp.Order(s.ctx, orderID, "alice"); err != nil || o.Status != flashgate.StatusPaid {
+		t.Errorf("order after the pay button: got %+v, %v; want paid", o, err)
+	}
+
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)

@@ -49,6 +49,14 @@ type Config struct {
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
 	MetricsListen string        // gateway/inventory: /metrics and health listener; "" = none
 
+	// payments
+	Payments        string        // simulated, stripe (demo: stripe-local); "simulated"
+	StripeKey       string        // Stripe secret API key; required with stripe
+	StripeSecret    string        // Stripe webhook signing secret; required with stripe
+	StripeAPIBase   string        // Stripe API base URL; "" = Stripe's
+	PaymentCurrency string        // currency of payments; controlplane.DefaultCurrency
+	PaymentGrace    time.Duration // wait past the window before asking the provider; controlplane.DefaultPaymentGrace
+
 	// order sink
 	SinkName         string        // consumer name; "" = <hostname>-<admin-listen port>
 	SinkWaitReplicas int           // replicas a batch must reach (WAIT) before its commit, as ordersink.Config.WaitReplicas; ordersink.WaitAuto
@@ -150,6 +158,7 @@ const (
 	servers = cmdServe | cmdGateway | cmdInventory | cmdOrdersink | cmdControlplane
 	gwLike  = cmdServe | cmdGateway | cmdDemo
 	cpLike  = cmdServe | cmdControlplane | cmdDemo
+	payCmds = cmdServe | cmdGateway | cmdControlplane | cmdDemo
 )
 
 var flagSpecs = []flagSpec{
@@ -168,6 +177,12 @@ var flagSpecs = []flagSpec{
 	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, gateway.DefaultUserBurst)},
 	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, gateway.DefaultSaleRate)},
 	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, controlplane.DefaultPaymentWindow)},
+	{"payments", "payment provider: simulated (pay marks an order paid) or stripe (demo also: stripe-local, a local stand-in of Stripe's API served in process)", payCmds, strFlag(func(c *Config) *string { return &c.Payments }, "simulated")},
+	{"stripe-key", "Stripe secret API key (required with --payments stripe)", payCmds, strFlag(func(c *Config) *string { return &c.StripeKey }, "")},
+	{"stripe-webhook-secret", "Stripe webhook signing secret, whsec_… (required with --payments stripe)", payCmds, strFlag(func(c *Config) *string { return &c.StripeSecret }, "")},
+	{"stripe-api-base", "Stripe API base URL (default: Stripe's; tests and demos point it at a local stand-in)", payCmds, strFlag(func(c *Config) *string { return &c.StripeAPIBase }, "")},
+	{"payment-currency", "currency of payments (ISO 4217, lower case)", payCmds, strFlag(func(c *Config) *string { return &c.PaymentCurrency }, controlplane.DefaultCurrency)},
+	{"payment-grace", "how long past the payment window an unsettled payment waits for its webhook before the provider is asked", payCmds, durFlag(func(c *Config) *time.Duration { return &c.PaymentGrace }, controlplane.DefaultPaymentGrace)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, gateway.DefaultStateRefresh)},
 	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, gateway.DefaultMaxUsers)},
 	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, gateway.DefaultFastConns)},
@@ -370,6 +385,7 @@ func (c *Config) validate(cmd string) error {
 		cmds cmdSet
 	}{
 		{"payment-window", c.PaymentWindow, cmdServe | cmdGateway | cmdControlplane | cmdDemo},
+		{"payment-grace", c.PaymentGrace, payCmds},
 		{"state-refresh", c.StateRefresh, gwLike},
 		{"resync-every", c.ResyncEvery, cpLike},
 		{"timeout", c.Timeout, cmdCrowd},
@@ -378,6 +394,11 @@ func (c *Config) validate(cmd string) error {
 	} {
 		if d.cmds.has(cmd) && d.v <= 0 {
 			return fmt.Errorf("--%s must be positive", d.name)
+		}
+	}
+	if payCmds.has(cmd) {
+		if err := checkPayments(cmd, c); err != nil {
+			return err
 		}
 	}
 	if cmd == "crowd" && c.Quantity < 1 {

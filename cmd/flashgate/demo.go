@@ -55,6 +55,10 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	}
 	cfg.Redis = "redis://" + mr.Addr() + "/0"
 	cfg.DB = "sqlite://" + filepath.Join(dir, "orders.db")
+	stand, err := startStandIn(st, cfg) // payments.go; nil without stripe-local
+	if err != nil {
+		return err
+	}
 
 	s, c, g, base, admin, err := serveAll(ctx, st, cfg)
 	if err != nil {
@@ -114,6 +118,17 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	}
 	if failed > 0 {
 		return fmt.Errorf("demo: %d of %d invariant checks failed", failed, len(checks))
+	}
+	if stand != nil {
+		if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: saleID + "-checkout", Name: "Checkout", PriceCents: 12900, Total: 1}); err != nil {
+			return fmt.Errorf("creating the checkout sale: %w", err)
+		}
+		if err := s.cp.Start(ctx, saleID+"-checkout"); err != nil {
+			return fmt.Errorf("opening the checkout sale: %w", err)
+		}
+		if err := demoCheckout(ctx, stdout, cfg, stand, base, saleID); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "demo: every invariant held (%s)\n", time.Since(start).Round(time.Millisecond))
 	if !cfg.Serve {

@@ -73,7 +73,13 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		}
 		reserver = cl
 	}
+	var hooks gateway.Webhooks
+	bodySize := 0
+	if s.cp.Paying() {
+		hooks, bodySize = s.cp, webhookBodySize
+	}
 	s.gw, err = gateway.New(gateway.Config{
+		Webhooks: hooks, MaxBodySize: bodySize,
 		// --sale-rate is the deployment's: the live gateways share it.
 		ShareEvery: time.Second,
 
@@ -122,10 +128,19 @@ func noLimitIfZero(r float64) float64 {
 // newControlplane wires a control plane to the primary, the database and
 // the releaser of units; it registers its collectors in reg.
 func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
+	prov, err := paymentProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var pstore controlplane.PaymentStore
+	if prov != nil {
+		pstore = db
+	}
 	return controlplane.New(controlplane.Config{
 		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec),
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
 		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
+		Payments: prov, PaymentStore: pstore, Currency: cfg.PaymentCurrency, PaymentGrace: cfg.PaymentGrace,
 	})
 }
 

@@ -54,6 +54,8 @@ func Handler(svc *controlplane.Service) http.Handler {
 	mux.Handle("POST /admin/sales/{id}/stop", s.auth(s.handleState(s.svc.Stop)))
 	mux.Handle("POST /admin/sales/{id}/resync", s.auth(s.handleResync))
 	mux.Handle("POST /admin/orders/{id}/refund", s.auth(s.handleRefund))
+	mux.Handle("GET /admin/orders/{id}/payment", s.auth(s.handlePayment))
+	mux.Handle("GET /admin/sales/{id}/payments", s.auth(s.handleSalePayments))
 	mux.Handle("GET /admin/sales/{id}/dead-letters", s.auth(s.handleDeadLetters))
 	mux.Handle("POST /admin/sales/{id}/dead-letters/replay", s.auth(s.handleReplayDeadLetters))
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ type saleRequest struct {
 	ChallengeAuto      *bool  `json:"challenge_auto"`
 	AdmitPerMinute     int64  `json:"admit_per_minute"`
 	AdmitSeconds       int    `json:"admit_seconds"`
+	// Currency of the sale's payments; absent means the deployment's.
+	Currency string `json:"currency"`
 }
 
 func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +67,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		StartsAt: startsAt, EndsAt: endsAt, AdmitRatio: req.AdmitRatio, PerUser: req.PerUser,
 		Buckets: req.Buckets, Queue: req.Queue, PrequeueSeconds: req.PrequeueSeconds,
 		ChallengeMaxNumber: req.ChallengeMaxNumber, ChallengeAuto: req.ChallengeAuto,
-		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds,
+		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds, Currency: req.Currency,
 	})
 	if err != nil {
 		s.fail(w, r, err)
@@ -154,4 +157,32 @@ func (s *server) handleRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, o)
+}
+
+// handlePayment answers an order's payment at the provider: intent,
+// status, outcome, refund and dispute (404 without one, or with simulated
+// payments).
+func (s *server) handlePayment(w http.ResponseWriter, r *http.Request) {
+	p, err := s.svc.OrderPayment(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// handleSalePayments lists the payments of a sale's orders.
+func (s *server) handleSalePayments(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ps, err := s.svc.OrderPayments(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := make([]flashgate.Payment, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b flashgate.Payment) int { return strings.Compare(a.OrderID, b.OrderID) })
+	writeJSON(w, http.StatusOK, map[string]any{"sale_id": id, "payments": out})
 }

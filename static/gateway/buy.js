@@ -15,6 +15,8 @@
   var startsAt = null;
   var busy = false;
   var done = false;
+  var payBtn = document.getElementById("pay");
+  var orderID = "";
 
   // A token given in the URL is moved into sessionStorage and taken out of
   // the address bar (and so out of the history, bookmarks and Referer); the
@@ -95,7 +97,8 @@
     not_found: "This sale does not exist.",
     bad_request: "The request was not understood.",
     unavailable: "The shop is busy: press again in a moment.",
-    not_admitted: "Not your turn yet: wait for the queue."
+    not_admitted: "Not your turn yet: wait for the queue.",
+    not_payable: "This order can no longer be paid."
   };
 
   buy.addEventListener("click", function () {
@@ -116,9 +119,11 @@
         done = true;
         if (fq && fq.fair()) { fq.bought(res.ticket); }
         say("Got it! Your order is " + res.body.order_id + ".", "ok");
+        offerPay(res.body.order_id);
       } else if (res.body.error === "already_purchased") {
         done = true;
         say("Already purchased: your order is " + res.body.order_id + ".", "ok");
+        offerPay(res.body.order_id);
       } else {
         if (res.body.error === "unauthorized") { tokenBox.open = true; }
         say(messages[res.body.error] || "Something went wrong: " + res.body.error, "err");
@@ -130,6 +135,55 @@
       buy.disabled = state !== "open";
     });
   });
+
+  // The pay button: with simulated payments the order is paid at once;
+  // with a payment provider the answer is "paying" with the intent and
+  // its client secret, which a shop's page hands to the provider's
+  // checkout (Stripe.js); the page then follows the order until the
+  // provider's webhook marks it paid.
+  function offerPay(id) {
+    if (!payBtn || !id) { return; }
+    orderID = id;
+    payBtn.hidden = false;
+    payBtn.disabled = false;
+  }
+  function follow(n) {
+    fetch("/api/orders/" + encodeURIComponent(orderID), { headers: { "Authorization": "Bearer " + token() } })
+      .then(function (r) { return r.json(); })
+      .then(function (o) {
+        if (o.status === "paid") { payBtn.hidden = true; say("Paid: thank you! Order " + orderID + ".", "ok"); return; }
+        if (o.status === "expired" || o.status === "cancelled" || o.status === "refunded") { payBtn.hidden = true; say("The order is " + o.status + ".", "err"); return; }
+        if (n > 0) { setTimeout(function () { follow(n - 1); }, 2000); }
+      })
+      .catch(function () { /* The next look tries again. */ if (n > 0) { setTimeout(function () { follow(n - 1); }, 2000); } });
+  }
+  if (payBtn) {
+    payBtn.addEventListener("click", function () {
+      payBtn.disabled = true;
+      say("Paying…");
+      fetch("/api/orders/" + encodeURIComponent(orderID) + "/pay", {
+        method: "POST", headers: { "Authorization": "Bearer " + token() }
+      }).then(function (r) {
+        return r.json().then(function (b) { return { status: r.status, body: b }; });
+      }).then(function (res) {
+        if (res.status === 200 && res.body.status === "paid") {
+          payBtn.hidden = true;
+          say("Paid: thank you! Order " + orderID + ".", "ok");
+        } else if (res.status === 200 && res.body.status === "paying") {
+          payBtn.setAttribute("data-intent", res.body.payment_intent || "");
+          payBtn.setAttribute("data-client-secret", res.body.client_secret || "");
+          say("Payment started (" + res.body.payment_intent + "): complete it at the payment provider; this page shows when it is paid.", "ok");
+          follow(150);
+        } else {
+          payBtn.disabled = false;
+          say(messages[res.body.error] || "Payment failed: " + res.body.error, "err");
+        }
+      }).catch(function () {
+        payBtn.disabled = false;
+        say("The network failed: press pay again.", "err");
+      });
+    });
+  }
 
   poll();
   setInterval(poll, 1000);

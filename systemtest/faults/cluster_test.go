@@ -179,6 +179,9 @@ type clusterOpts struct {
 	// controlPlanes is how many control planes run (default 1); a second
 	// one has an admin listener of its own and stands by for the lease.
 	controlPlanes int
+	// env adds FLASHGATE_* settings to every tier (the payment scenario's
+	// provider flags).
+	env []string
 }
 
 // startCluster starts the whole deployment for t and tears it down in
@@ -246,6 +249,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 
 	env := []string{"FLASHGATE_JWT_SECRET=" + string(c.jwt), "FLASHGATE_ADMIN_TOKEN=" + c.admin,
 		"FLASHGATE_INVENTORY_TOKEN=" + randomHex(32), "FLASHGATE_LOG_LEVEL=info"}
+	env = append(env, o.env...)
 	redisURL := fmt.Sprintf("redis://127.0.0.1:%d/0", rp)
 	replicaURL := fmt.Sprintf("redis://127.0.0.1:%d/0", rr)
 

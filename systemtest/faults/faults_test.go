@@ -178,6 +178,7 @@ var scenarios = []scenario{
 		needs: "8.2 (sink)", opts: clusterOpts{postgres: true}, inject: sinkRestart},
 	poisonSubjects,
 	pausedLeaderScenario, // leader_test.go
+	paymentsScenario,     // payments_test.go
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.

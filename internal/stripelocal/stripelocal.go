@@ -1,0 +1,352 @@
+// Package stripelocal is a local stand-in of the few endpoints of Stripe's
+// API flashgate calls (PaymentIntents: create, retrieve, cancel, confirm;
+// refunds: create), for tests and the demo. It keeps idempotency keys as
+// Stripe does (the same key answers the first result), records every
+// request, can be told to fail or stall, and builds webhook events signed
+// with stripe-go's own test signer.
+package stripelocal
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/webhook"
+)
+
+// Request is one API request as the stand-in received it.
+type Request struct {
+	Method, Path   string
+	IdempotencyKey string
+	Form           map[string]string
+}
+
+// Intent is a PaymentIntent the stand-in holds.
+type Intent struct {
+	ID           string            `json:"id"`
+	Object       string            `json:"object"`
+	Amount       int64             `json:"amount"`
+	Currency     string            `json:"currency"`
+	Status       string            `json:"status"`
+	ClientSecret string            `json:"client_secret"`
+	Metadata     map[string]string `json:"metadata"`
+	Created      int64             `json:"created"`
+}
+
+// Refund is a refund the stand-in made.
+type Refund struct {
+	ID            string `json:"id"`
+	Object        string `json:"object"`
+	PaymentIntent string `json:"payment_intent"`
+	Amount        int64  `json:"amount"`
+	Status        string `json:"status"`
+}
+
+// Server is the stand-in: an http.Handler.
+type Server struct {
+	// Key is the secret key requests must carry; WebhookSecret signs
+	// events.
+	Key, WebhookSecret string
+	// webhookURL, when set (SetWebhookURL), receives a signed
+	// payment_intent.succeeded event after each confirm, as Stripe's
+	// webhook would (Deliveries waits for those in flight).
+	webhookURL string
+	// Deliveries tracks the webhook deliveries in flight.
+	Deliveries sync.WaitGroup
+
+	mu       sync.Mutex
+	n        int
+	intents  map[string]*Intent
+	refunds  []Refund
+	keys     map[string][]byte // idempotency key → first answer
+	requests []Request
+	fail     int           // answer this many next requests 500
+	stall    time.Duration // hold each request this long first
+	unstall  chan struct{} // closed when the stall ends
+}
+
+// New returns a stand-in with key and webhook secret.
+func New(key, webhookSecret string) *Server {
+	return &Server{Key: key, WebhookSecret: webhookSecret, intents: map[string]*Intent{}, keys: map[string][]byte{}}
+}
+
+// FailNext makes the next n requests answer 500.
+func (s *Server) FailNext(n int) { s.mu.Lock(); s.fail = n; s.mu.Unlock() }
+
+// Stall makes every request wait d before it is served; Stall(0) ends
+// the stall and lets the waiting requests go on.
+func (s *Server) Stall(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unstall != nil {
+		close(s.unstall)
+		s.unstall = nil
+	}
+	s.stall = d
+	if d > 0 {
+		s.unstall = make(chan struct{})
+	}
+}
+
+// Requests returns the requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Intents returns a copy of every intent.
+func (s *Server) Intents() []Intent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Intent, 0, len(s.intents))
+	for _, in := range s.intents {
+		out = append(out, *in)
+	}
+	return out
+}
+
+// Intent returns intent id.
+func (s *Server) Intent(id string) (Intent, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.intents[id]
+	if !ok {
+		return Intent{}, false
+	}
+	return *in, true
+}
+
+// Refunds returns the refunds made.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Refund(nil), s.refunds...)
+}
+
+// SetStatus moves intent id to status (succeeded, requires_payment_method,
+// processing, canceled), as a buyer's payment at Stripe would, and
+// reports whether the intent exists. A canceled or succeeded intent does
+// not move.
+func (s *Server) SetStatus(id, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.intents[id]
+	if !ok {
+		return false
+	}
+	if in.Status != "succeeded" && in.Status != "canceled" {
+		in.Status = status
+	}
+	return true
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	stall, unstall := s.stall, s.unstall
+	s.mu.Unlock()
+	if stall > 0 {
+		t := time.NewTimer(stall)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-unstall:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if err := r.ParseForm(); err != nil {
+		apiError(w, http.StatusBadRequest, "invalid_request_error", "bad form")
+		return
+	}
+	req := Request{Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"), Form: map[string]string{}}
+	for k, v := range r.PostForm {
+		req.Form[k] = v[0]
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, req)
+	if s.fail > 0 {
+		s.fail--
+		apiError(w, http.StatusInternalServerError, "api_error", "stand-in told to fail")
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+s.Key {
+		if cs := r.PostForm.Get("client_secret"); cs == "" || !strings.HasSuffix(r.URL.Path, "/confirm") {
+			apiError(w, http.StatusUnauthorized, "invalid_request_error", "bad key")
+			return
+		}
+	}
+	if r.Method == http.MethodPost && req.IdempotencyKey != "" {
+		if b, ok := s.keys[req.IdempotencyKey]; ok {
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+			return
+		}
+	}
+	var (
+		out  any
+		code = http.StatusOK
+	)
+	path := strings.TrimPrefix(r.URL.Path, "/v1/")
+	parts := strings.Split(path, "/")
+	switch {
+	case r.Method == http.MethodPost && path == "payment_intents":
+		amount, err := strconv.ParseInt(req.Form["amount"], 10, 64)
+		if err != nil || amount < 1 || req.Form["currency"] == "" {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "amount and currency are required")
+			return
+		}
+		s.n++
+		id := fmt.Sprintf("pi_local%06d", s.n)
+		in := &Intent{ID: id, Object: "payment_intent", Amount: amount, Currency: req.Form["currency"],
+			Status: "requires_payment_method", ClientSecret: id + "_secret_local", Metadata: map[string]string{}, Created: time.Now().Unix()}
+		for k, v := range req.Form {
+			if strings.HasPrefix(k, "metadata[") {
+				in.Metadata[strings.TrimSuffix(strings.TrimPrefix(k, "metadata["), "]")] = v
+			}
+		}
+		s.intents[id] = in
+		out = in
+	case len(parts) >= 2 && parts[0] == "payment_intents":
+		in, ok := s.intents[parts[1]]
+		if !ok {
+			apiError(w, http.StatusNotFound, "invalid_request_error", "no such payment_intent")
+			return
+		}
+		switch {
+		case r.Method == http.MethodGet && len(parts) == 2:
+		case r.Method == http.MethodPost && len(parts) == 3 && parts[2] == "cancel":
+			if in.Status == "succeeded" || in.Status == "processing" {
+				apiError(w, http.StatusBadRequest, "invalid_request_error", "payment_intent_unexpected_state")
+				return
+			}
+			in.Status = "canceled"
+		case r.Method == http.MethodPost && len(parts) == 3 && parts[2] == "confirm":
+			if r.PostForm.Get("client_secret") != "" && r.PostForm.Get("client_secret") != in.ClientSecret {
+				apiError(w, http.StatusUnauthorized, "invalid_request_error", "bad client secret")
+				return
+			}
+			if in.Status == "canceled" || in.Status == "succeeded" {
+				apiError(w, http.StatusBadRequest, "invalid_request_error", "payment_intent_unexpected_state")
+				return
+			}
+			in.Status = "succeeded"
+			if s.webhookURL != "" {
+				s.n++
+				ev := s.eventLocked(fmt.Sprintf("evt_local%06d", s.n), "payment_intent.succeeded", *in)
+				s.Deliveries.Add(1)
+				go s.deliver(s.webhookURL, ev)
+			}
+		default:
+			apiError(w, http.StatusNotFound, "invalid_request_error", "unknown route")
+			return
+		}
+		out = in
+	case r.Method == http.MethodPost && path == "refunds":
+		in, ok := s.intents[req.Form["payment_intent"]]
+		if !ok {
+			apiError(w, http.StatusNotFound, "invalid_request_error", "no such payment_intent")
+			return
+		}
+		if in.Status != "succeeded" {
+			apiError(w, http.StatusBadRequest, "invalid_request_error", "payment_intent not succeeded")
+			return
+		}
+		rf := Refund{ID: fmt.Sprintf("re_local%06d", len(s.refunds)+1), Object: "refund", PaymentIntent: in.ID, Amount: in.Amount, Status: "succeeded"}
+		s.refunds = append(s.refunds, rf)
+		out = rf
+	default:
+		apiError(w, http.StatusNotFound, "invalid_request_error", "unknown route")
+		return
+	}
+	b, _ := json.Marshal(out)
+	if r.Method == http.MethodPost && req.IdempotencyKey != "" {
+		s.keys[req.IdempotencyKey] = b
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+func apiError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "message": msg}})
+	_, _ = w.Write(b)
+}
+
+// SetWebhookURL sets where confirmed payments' events are sent.
+func (s *Server) SetWebhookURL(u string) { s.mu.Lock(); s.webhookURL = u; s.mu.Unlock() }
+
+// deliver posts a signed event to url once (bounded by a timeout).
+func (s *Server) deliver(url string, payload []byte) {
+	defer s.Deliveries.Done()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stripe-Signature", s.Sign(payload, time.Now()))
+	cl := &http.Client{Timeout: 5 * time.Second}
+	if res, err := cl.Do(req); err == nil {
+		_ = res.Body.Close()
+	}
+}
+
+// eventLocked is the payload of an event of typ carrying intent in.
+func (s *Server) eventLocked(evID, typ string, in Intent) []byte {
+	raw, _ := json.Marshal(in)
+	b, _ := json.Marshal(map[string]any{
+		"id": evID, "object": "event", "type": typ, "api_version": stripe.APIVersion,
+		"created": time.Now().Unix(), "data": map[string]any{"object": json.RawMessage(raw)},
+	})
+	return b
+}
+
+// Event builds the payload of an event of type typ about intent id with
+// event id evID: a payment_intent event carries the intent (in status, or
+// its current status when status is ""), a charge or dispute event an
+// object naming the intent.
+func (s *Server) Event(evID, typ, intentID, status string) []byte {
+	s.mu.Lock()
+	in := Intent{ID: intentID, Object: "payment_intent", Metadata: map[string]string{}}
+	if p, ok := s.intents[intentID]; ok {
+		in = *p
+		in.Metadata = map[string]string{}
+		for k, v := range p.Metadata {
+			in.Metadata[k] = v
+		}
+	}
+	s.mu.Unlock()
+	if status != "" {
+		in.Status = status
+	}
+	var obj any = in
+	switch {
+	case strings.HasPrefix(typ, "charge.dispute"):
+		obj = map[string]any{"id": "dp_" + evID, "object": "dispute", "payment_intent": intentID}
+	case strings.HasPrefix(typ, "charge."):
+		obj = map[string]any{"id": "ch_" + evID, "object": "charge", "payment_intent": intentID, "refunded": true}
+	}
+	raw, _ := json.Marshal(obj)
+	b, _ := json.Marshal(map[string]any{
+		"id": evID, "object": "event", "type": typ, "api_version": stripe.APIVersion,
+		"created": time.Now().Unix(), "data": map[string]any{"object": json.RawMessage(raw)},
+	})
+	return b
+}
+
+// Sign returns the Stripe-Signature header of payload at time t, made by
+// stripe-go's test signer with the stand-in's webhook secret.
+func (s *Server) Sign(payload []byte, t time.Time) string {
+	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: s.WebhookSecret, Timestamp: t}).Header
+}

@@ -1,0 +1,64 @@
+package flashgate
+
+// Intent is a payment at the provider (a Stripe PaymentIntent): its id,
+// the secret the buyer's page confirms it with, its status, and the order
+// it pays (from its metadata).
+type Intent struct {
+	ID           string
+	ClientSecret string
+	Status       string
+	OrderID      string
+	AmountCents  int64
+	Currency     string
+}
+
+// The intent statuses flashgate acts on (Stripe's names); any other is a
+// payment still in flight.
+const (
+	IntentSucceeded  = "succeeded"
+	IntentCanceled   = "canceled"
+	IntentProcessing = "processing"
+	// IntentFailed is what a payment_intent.payment_failed event records:
+	// the intent itself goes back to requires_payment_method, and the
+	// buyer may try again.
+	IntentFailed = "payment_failed"
+)
+
+// PaymentEvent is a verified webhook event of the provider, reduced to what
+// flashgate reads: its id (stored once), its type, the intent it concerns
+// and, for intent events, the intent's status and order.
+type PaymentEvent struct {
+	ID       string
+	Type     string
+	IntentID string
+	OrderID  string
+	Status   string
+}
+
+// The webhook event types flashgate handles; any other is acknowledged and
+// ignored.
+const (
+	EventIntentSucceeded = "payment_intent.succeeded"
+	EventIntentFailed    = "payment_intent.payment_failed"
+	EventIntentCanceled  = "payment_intent.canceled"
+	EventChargeRefunded  = "charge.refunded"
+	EventDisputeCreated  = "charge.dispute.created"
+)
+
+// ValidCurrency reports whether c is "" (the deployment's currency) or
+// three lower-case letters, the shape of an ISO 4217 code as Stripe takes
+// it.
+func ValidCurrency(c string) bool {
+	if c == "" {
+		return true
+	}
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'a' || c[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}
