@@ -24,6 +24,10 @@ var (
 	// ErrNotAdmitted is a purchase in a fair queue by a buyer whose
 	// position is not admitted (or whose window has passed).
 	ErrNotAdmitted = errors.New("flashgate: not admitted")
+	// ErrQueueReset is a fair-queue ticket of a queue that is gone (its
+	// seed's commitment is no longer the sale's): the buyer must enter
+	// again.
+	ErrQueueReset = errors.New("flashgate: queue reset")
 	// ErrMethodNotAllowed is a request whose route exists but not for its
 	// method; HTTP servers add an Allow header.
 	ErrMethodNotAllowed = errors.New("flashgate: method not allowed")
@@ -77,6 +81,7 @@ var errorTable = []struct {
 	{ErrNotPayable, http.StatusConflict, "not_payable"},
 	{ErrExists, http.StatusConflict, "exists"},
 	{ErrNotAdmitted, http.StatusConflict, "not_admitted"},
+	{ErrQueueReset, http.StatusConflict, "queue_reset"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
 }
 

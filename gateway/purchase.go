@@ -134,7 +134,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	if st.fairQueue() != nil {
-		s.setBoughtTicket(ctx, e, user)
+		s.setBoughtTicket(ctx, e, user, orderID)
 	}
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved})
 }

@@ -45,6 +45,9 @@ type queueView struct {
 	// seedTag names the revealed seed in the rank tickets made from it:
 	// the first bytes of its SHA-256.
 	seedTag [seedTagLen]byte
+	// qtag names the queue in every ticket: the first queueTagLen hex
+	// digits of seedSHA, the commitment published at the opening.
+	qtag [queueTagLen]byte
 }
 
 // hTicket is the header that carries a buyer's queue ticket, canonical
@@ -52,8 +55,9 @@ type queueView struct {
 var hTicket = []byte("X-Queue-Ticket")
 
 // challengeTTL is how long a proof-of-work challenge may be solved and
-// used.
-const challengeTTL = 10 * time.Minute
+// used: minutes, not a whole pre-queue, so that work done early cannot be
+// hoarded for the opening's rush or outlive a raised difficulty for long.
+const challengeTTL = 5 * time.Minute
 
 // queueReads adds the queue fields' HMGET of each fair sale of list to p.
 func queueReads(ctx context.Context, p redis.Pipeliner, list []*sale) []*redis.SliceCmd {
@@ -82,6 +86,7 @@ func applyQueue(cmds []*redis.SliceCmd, out []*saleState) {
 			pre: lua.Int(v[4]), late: lua.Int(v[5]), ranked: lua.Int(v[6]) == 1, k: lua.Int(v[7]), e: lua.Int(v[9]),
 			rate: lua.Int(v[11]), maxnum: lua.Int(v[12]),
 		}
+		q.qtag = queueTag(q.seedSHA)
 		if b, err := hex.DecodeString(q.seedHex); err == nil && len(b) == 32 && q.started {
 			q.seed = b
 			sum := sha256.Sum256(b)
@@ -99,6 +104,18 @@ func applyQueue(cmds []*redis.SliceCmd, out []*saleState) {
 		}
 		out[i].q = q
 	}
+}
+
+// queueTag is the queue tag of the commitment seedSHA: its first
+// queueTagLen characters, "0"-padded (a queue the cache has no commitment
+// of has the tag "00000000").
+func queueTag(seedSHA string) [queueTagLen]byte {
+	var t [queueTagLen]byte
+	for i := range t {
+		t[i] = '0'
+	}
+	copy(t[:], seedSHA)
+	return t
 }
 
 // fairQueue returns st's queue when the sale has a fair queue whose state

@@ -16,6 +16,9 @@ const (
 	qsBought   = "purchased"
 	qsExpired  = "expired"
 	qsClosed   = "closed"
+	// qsReset is no state of the answer: the ticket's queue is gone
+	// (409 queue_reset).
+	qsReset = "queue_reset"
 )
 
 // place is where a ticket stands in the cached queue.
@@ -31,6 +34,8 @@ type place struct {
 	// needUser: locate was given no user id and needed one to compute
 	// the rank key; nothing else is set.
 	needUser bool
+	// order is the order a purchased ticket bought.
+	order []byte
 }
 
 // locate judges a ticket against the cached queue: no Redis. For a
@@ -42,8 +47,11 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 	switch {
 	case st.closed:
 		p.state = qsClosed
+	case tk.queue != q.qtag:
+		p.state = qsReset
+		return p
 	case tk.purchased:
-		p.state = qsBought
+		p.state, p.order = qsBought, tk.order
 	case !q.started || tk.kind == 'p' && q.seed == nil:
 		p.state = qsPrequeue
 	case tk.kind == 'l':
@@ -119,7 +127,7 @@ func frontierState(pos, k, e int64) string {
 }
 
 // pollAfter spreads the polls: the further from the frontier (or the
-// start), the longer, within 1–30 s, and jittered by ±20%.
+// start), the longer, jittered by ±20%, and within 1–30 s.
 func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
 	ms := int64(0)
 	switch p.state {
@@ -139,9 +147,18 @@ func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
 			ms = 1000 + p.ahead*20
 		}
 	}
-	ms = min(max(ms, 1000), 30000)
-	return ms + ms*int64(mrand.IntN(41)-20)/100
+	// The jitter goes on before the bounds: 30 s jittered up would leave
+	// the contract's 1–30 s (35.7 s was seen).
+	ms += ms * int64(mrand.IntN(41)-20) / 100
+	return min(max(ms, minPollMS), maxPollMS)
 }
+
+// minPollMS and maxPollMS bound poll_after_ms outside a final state
+// (docs/api.md).
+const (
+	minPollMS = 1000
+	maxPollMS = 30000
+)
 
 // appendPlace appends the status JSON of p to b.
 func appendPlace(b []byte, p place, q *queueView) []byte {
@@ -156,7 +173,14 @@ func appendPlace(b []byte, p place, q *queueView) []byte {
 	b = append(b, `,"eta_seconds":`...)
 	b = appendOptInt(b, p.eta, p.eta >= 0)
 	b = append(b, `,"poll_after_ms":`...)
-	return strconv.AppendInt(b, p.pollMS, 10)
+	b = strconv.AppendInt(b, p.pollMS, 10)
+	if len(p.order) > 0 {
+		// An order id is ValidID's: nothing in it needs escaping.
+		b = append(b, `,"order_id":"`...)
+		b = append(b, p.order...)
+		b = append(b, '"')
+	}
+	return b
 }
 
 func appendOptInt(b []byte, n int64, ok bool) []byte {

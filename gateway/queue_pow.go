@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -28,12 +29,26 @@ type powPayload struct {
 	Signature string `json:"signature"`
 }
 
-// errPoW is a missing, malformed, expired or wrong proof of work.
-var errPoW = &flashgate.FieldError{Field: "payload", Reason: "no valid proof-of-work solution"}
+// The proof of work's refusals (400 bad_request): errPoW is a missing,
+// malformed, forged or foreign solution; errPoWExpired one whose challenge
+// expired; errPoWWeak one whose signed difficulty is below the floor in
+// force at entry (challenge_auto may have raised it since). The last two
+// ask for a fresh challenge.
+var (
+	errPoW        = &flashgate.FieldError{Field: "payload", Reason: "no valid proof-of-work solution"}
+	errPoWExpired = &flashgate.FieldError{Field: "payload", Reason: "challenge expired: fetch a new one"}
+	errPoWWeak    = &flashgate.FieldError{Field: "payload", Reason: "challenge below the difficulty in force: fetch a new one"}
+)
 
 // verifyPoW checks an ALTCHA payload for sale at now with one hash and one
-// HMAC; it returns the challenge and the solution's remaining life.
-func (s *Server) verifyPoW(payload, sale string, now time.Time) (challenge string, ttl time.Duration, err error) {
+// HMAC; it returns the challenge and the solution's remaining life. The
+// salt is the challenge's terms, covered by the signature (challenge is
+// SHA-256 of salt and number, signature the HMAC of challenge):
+// "<hex>?sale=<id>&max=<maxnumber>&expires=<unix>&". Its last "&" ends
+// it, so no digit can move between salt and number. The sale must be
+// sale, the number within 0..max, max at least floor (the difficulty in
+// force now), and expires not passed.
+func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
 	raw, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil {
 		return "", 0, errPoW
@@ -43,6 +58,9 @@ func (s *Server) verifyPoW(payload, sale string, now time.Time) (challenge strin
 		return "", 0, errPoW
 	}
 	_, query, _ := stringsCut(p.Salt, '?')
+	if !strings.HasSuffix(query, "&") {
+		return "", 0, errPoW
+	}
 	params, err := url.ParseQuery(query)
 	if err != nil || params.Get("sale") != sale {
 		return "", 0, errPoW
@@ -51,8 +69,8 @@ func (s *Server) verifyPoW(payload, sale string, now time.Time) (challenge strin
 	if err != nil {
 		return "", 0, errPoW
 	}
-	ttl = time.Unix(exp, 0).Sub(now)
-	if ttl <= 0 {
+	maxnum, err := strconv.ParseInt(params.Get("max"), 10, 64)
+	if err != nil || p.Number > maxnum {
 		return "", 0, errPoW
 	}
 	sum := sha256.Sum256([]byte(p.Salt + strconv.FormatInt(p.Number, 10)))
@@ -65,6 +83,13 @@ func (s *Server) verifyPoW(payload, sale string, now time.Time) (challenge strin
 	if !hmac.Equal([]byte(want), []byte(p.Signature)) {
 		return "", 0, errPoW
 	}
+	// The terms are the server's own from here on.
+	if ttl = time.Unix(exp, 0).Sub(now); ttl <= 0 {
+		return "", 0, errPoWExpired
+	}
+	if maxnum < floor {
+		return "", 0, errPoWWeak
+	}
 	return p.Challenge, ttl, nil
 }
 
@@ -76,7 +101,8 @@ func stringsCut(s string, sep byte) (before, after string, found bool) {
 }
 
 // challenge answers GET /api/sales/{id}/challenge with a fresh ALTCHA
-// challenge for the sale at the cached maxnumber.
+// challenge for the sale at the difficulty in force (powFloor), once the
+// queue is open: a challenge fetched before could be solved before.
 func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	e, st, q := s.queueSale(ctx, id)
 	if e == nil {
@@ -86,13 +112,18 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
+	if !q.open {
+		s.writeError(ctx, flashgate.ErrNotStarted)
+		return
+	}
 	// The salt and the secret number come from crypto/rand: a number a
 	// client could predict would cost it no work.
 	var rnd [20]byte
 	_, _ = rand.Read(rnd[:])
-	maxnum := max(q.maxnum, 0)
+	maxnum := powFloor(e, q)
 	number := int64(binary.BigEndian.Uint64(rnd[12:]) % uint64(maxnum+1))
-	salt := hex.EncodeToString(rnd[:12]) + "?expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&sale=" + e.id
+	salt := hex.EncodeToString(rnd[:12]) + "?sale=" + e.id + "&max=" + strconv.FormatInt(maxnum, 10) +
+		"&expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&"
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
 	m := hmac.New(sha256.New, s.qkeys.pow)
@@ -109,4 +140,15 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	b = append(b, `"}`...)
 	writeJSONHead(ctx, fasthttp.StatusOK)
 	ctx.Response.SetBodyRaw(b)
+}
+
+// powFloor is the proof of work's difficulty in force for e: the queue's
+// maxnumber now (challenge_auto raises it), never below the sale's
+// challenge_maxnumber.
+func powFloor(e *sale, q *queueView) int64 {
+	floor := max(q.maxnum, 0)
+	if m := e.meta.Load(); m != nil {
+		floor = max(floor, m.sale.ChallengeMaxNumber)
+	}
+	return floor
 }

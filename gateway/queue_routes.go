@@ -139,7 +139,9 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	p := s.locate(e, st, q, &tk, user)
 	writePlace(ctx, p, q)
-	s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+	if p.state != qsReset {
+		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+	}
 }
 
 // boundStatus answers a status poll whose ticket is bound to the
@@ -159,8 +161,12 @@ func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q
 	return true
 }
 
-// writePlace answers 200 with the status JSON of p.
+// writePlace answers 200 with the status JSON of p, or 409 queue_reset.
 func writePlace(ctx *fasthttp.RequestCtx, p place, q *queueView) {
+	if p.state == qsReset {
+		writeAnswer(ctx, ansQueueReset)
+		return
+	}
 	writeJSONHead(ctx, fasthttp.StatusOK)
 	b := ctx.Response.SwapBody(nil)
 	b = append(appendPlace(b[:0], p, q), '}')
@@ -202,9 +208,9 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 	}
 	challenge, ttl := "none", time.Duration(0)
-	if m := e.meta.Load(); q.maxnum > 0 || m.sale.ChallengeMaxNumber > 0 {
+	if floor := powFloor(e, q); floor > 0 {
 		var err error
-		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, now); err != nil {
+		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, floor, now); err != nil {
 			s.writeError(ctx, err)
 			return
 		}
@@ -238,17 +244,17 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	var tk ticket
+	tk := ticket{queue: q.qtag}
 	switch {
 	case entry == "p" || len(entry) > 1 && entry[0] == 'r':
-		tk.kind, entry = 'p', "p"
+		tk.kind = 'p'
 	case len(entry) > 1 && entry[0] == 'l':
 		tk.kind = 'l'
 		tk.n, _ = strconv.ParseInt(entry[1:], 10, 64)
 	}
 	if fresh == 1 && !q.started && tk.kind == 'l' {
 		// The cache has not seen the start yet; the entry has.
-		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate}
+		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate, qtag: q.qtag}
 	}
 	p := s.locate(e, st, q, &tk, user)
 	status := fasthttp.StatusOK
@@ -258,10 +264,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	writeJSONHead(ctx, status)
 	b := appendPlace(nil, p, q)
 	b = append(b, `,"ticket":"`...)
-	if tk.hasRank {
-		entry = string(appendEntry(nil, &tk))
-	}
-	b = s.qkeys.appendTicket(b, e.id, user, []byte(entry))
+	b = s.qkeys.appendTicket(b, e.id, user, appendEntry(nil, &tk))
 	b = append(b, `"}`...)
 	ctx.Response.SetBodyRaw(b)
 }
@@ -303,7 +306,9 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 		return false
 	}
 	s.notAdmitted(ctx, e, q, &p)
-	s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+	if p.state != qsReset {
+		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+	}
 	return true
 }
 
@@ -327,14 +332,21 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 	s.notAdmitted(ctx, e, q, &p)
 	// The token was verified, its claims not kept: a new rank key is
 	// reissued in the short form.
-	s.reissue(ctx, e, user, t, &tk, &p, nil, 0)
+	if p.state != qsReset {
+		s.reissue(ctx, e, user, t, &tk, &p, nil, 0)
+	}
 	return false
 }
 
-// notAdmitted answers 409 not_admitted with the buyer's place.
+// notAdmitted answers 409 not_admitted with the buyer's place (409
+// queue_reset for a ticket of a queue that is gone).
 func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p *place) {
 	s.m.decision(ctx, decNotAdmitted)
 	e.rejected.Add(1)
+	if p.state == qsReset {
+		writeAnswer(ctx, ansQueueReset)
+		return
+	}
 	writeJSONHead(ctx, fasthttp.StatusConflict)
 	b := ctx.Response.SwapBody(nil)
 	b = append(b[:0], `{"error":"not_admitted","state":"`...)
@@ -346,4 +358,7 @@ func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p 
 	ctx.Response.SwapBody(append(b, '}'))
 }
 
-var ansNotAdmitted = answerFor(flashgate.ErrNotAdmitted)
+var (
+	ansNotAdmitted = answerFor(flashgate.ErrNotAdmitted)
+	ansQueueReset  = answerFor(flashgate.ErrQueueReset)
+)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/dchest/siphash"
 	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
 )
 
 // queueKeys are the gateway's keys for tickets and challenges, derived from
@@ -126,9 +128,9 @@ func (k *queueKeys) saleTokenKey(id string) [2]uint64 {
 
 // tokenMAC is the token MAC of a bound ticket of e, in base64url.
 func (e *sale) tokenMAC(sig, entry, exp []byte) [ticketMACB64]byte {
-	// A well-formed message is at most 22+30+1+20 bytes: it stays on the
-	// stack.
-	var buf [80]byte
+	// A well-formed message is at most boundSigLen+maxEntryLen+1+20
+	// bytes: it stays on the stack.
+	var buf [boundSigLen + maxEntryLen + 1 + 20]byte
 	msg := append(append(buf[:0], sig[:boundSigLen]...), entry...)
 	msg = append(append(msg, '.'), exp...)
 	lo, hi := siphash.Hash128(e.fair.tokenKey[0], e.fair.tokenKey[1], msg)
@@ -201,11 +203,15 @@ func (k *queueKeys) readBound(t, sig []byte, e *sale, now int64) (ticket, bool) 
 // ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
 // n after it); purchased when the buyer bought through it. A pre-start
 // entry may carry the buyer's rank key (hasRank: the "k" form, below).
+// queue names the queue it was given in (queueView.qtag); order is the
+// order a purchased ticket bought (a slice of the ticket's text).
 type ticket struct {
 	kind      byte
 	n         int64
 	purchased bool
 	hasRank   bool
+	queue     [queueTagLen]byte
+	order     []byte
 	// rank is the first rankLen bytes of the buyer's rank key under the
 	// seed that tag names.
 	rank [rankLen]byte
@@ -222,6 +228,18 @@ const (
 	seedTagLen   = 5
 	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
 )
+
+// Every entry ends with ":<queue tag>", the first queueTagLen hex digits
+// of the queue's seed_sha256 (the commitment published at the opening), so
+// that the ticket's MACs cover the queue it was given in: a ticket of a
+// queue that is gone (a lost Redis whose queue was not restored) is told
+// apart from a forged one and answered 409 queue_reset, never a made-up
+// place. A restored queue keeps its commitment, and so its tickets.
+const queueTagLen = 8
+
+// maxEntryLen is the longest entry: "b<order id>~", a "k" entry, and the
+// queue tag.
+const maxEntryLen = 1 + 64 + 1 + 1 + rankEntryB64 + 1 + queueTagLen
 
 // readTicket verifies a ticket, short or bound, for (sale, user) by its
 // user MAC.
@@ -244,12 +262,21 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 // parseEntry reads a ticket's entry.
 func parseEntry(entry []byte) (ticket, bool) {
 	var tk ticket
-	if len(entry) == 0 {
+	if len(entry) < 2+queueTagLen || entry[len(entry)-queueTagLen-1] != ':' {
 		return ticket{}, false
 	}
+	copy(tk.queue[:], entry[len(entry)-queueTagLen:])
+	entry = entry[:len(entry)-queueTagLen-1]
 	if entry[0] == 'b' {
-		tk.purchased = true
-		entry = entry[1:]
+		i := bytes.IndexByte(entry, '~')
+		if i < 0 || !flashgate.ValidID(entry[1:i]) {
+			return ticket{}, false
+		}
+		tk.purchased, tk.order = true, entry[1:i]
+		entry = entry[i+1:]
+		if len(entry) == 0 {
+			return ticket{}, false
+		}
 	}
 	switch {
 	case len(entry) == 1 && entry[0] == 'p':
@@ -278,20 +305,22 @@ func parseEntry(entry []byte) (ticket, bool) {
 // pre-start entry with a rank key) to b.
 func appendEntry(b []byte, tk *ticket) []byte {
 	if tk.purchased {
-		b = append(b, 'b')
+		b = append(append(append(b, 'b'), tk.order...), '~')
 	}
 	switch {
 	case tk.kind == 'l':
 		b = append(b, 'l')
-		return strconv.AppendInt(b, tk.n, 10)
+		b = strconv.AppendInt(b, tk.n, 10)
 	case tk.hasRank:
 		var raw [seedTagLen + rankLen]byte
 		copy(raw[:], tk.tag[:])
 		copy(raw[seedTagLen:], tk.rank[:])
 		b = append(b, 'k')
-		return base64.RawURLEncoding.AppendEncode(b, raw[:])
+		b = base64.RawURLEncoding.AppendEncode(b, raw[:])
+	default:
+		b = append(b, 'p')
 	}
-	return append(b, 'p')
+	return append(append(b, ':'), tk.queue[:]...)
 }
 
 // reissue sends in X-Queue-Ticket the canonical ticket of tk for the
@@ -303,7 +332,7 @@ func appendEntry(b []byte, tk *ticket) []byte {
 func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byte, tk *ticket, p *place, sig []byte, exp int64) {
 	sent, _ := ticketParts(t)
 	entry, umac := sent.entry, sent.umac
-	var eb [2 + rankEntryB64]byte
+	var eb [maxEntryLen]byte
 	if p.rankComputed {
 		entry = appendEntry(eb[:0], tk)
 	}
@@ -313,7 +342,7 @@ func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byt
 		base64.RawURLEncoding.Encode(mb[:], sum[:ticketMACLen])
 		umac = mb[:]
 	}
-	var tb [2 + rankEntryB64 + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
+	var tb [maxEntryLen + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
 	var out []byte
 	if exp > 0 {
 		out = s.qkeys.appendBound(tb[:0], e, entry, umac, sig, exp)
@@ -351,17 +380,17 @@ func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
 	rm.pool.Put(m)
 }
 
-// setBoughtTicket gives a buyer who reserved through a ticket its
-// purchased form, so that their status answers "purchased".
-func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user string) {
+// setBoughtTicket gives a buyer who reserved order through a ticket its
+// purchased form, "b<order>~<entry>", so that their status answers
+// "purchased" with the order's id (whose own status tells whether it
+// still holds the unit: docs/api.md).
+func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user, order string) {
 	t := ctx.Request.Header.PeekCanonical(hTicket)
 	tk, ok := s.qkeys.readTicket(t, e.id, user)
-	if !ok || tk.purchased {
+	if !ok || !flashgate.ValidID(order) {
 		return
 	}
-	tt, _ := ticketParts(t)
-	var buf [64]byte
-	b := append(buf[:0], 'b')
-	b = append(b, tt.entry...)
-	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(nil, e.id, user, b))
+	tk.purchased, tk.order = true, []byte(order)
+	var buf [maxEntryLen]byte
+	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(nil, e.id, user, appendEntry(buf[:0], &tk)))
 }

@@ -60,7 +60,7 @@ func TestQueueRankTicket(t *testing.T) {
 		return r.StatusCode(), body, string(r.Header.Peek("X-Queue-Ticket"))
 	}
 	code, pBody, k := poll(tok, p)
-	if tt, ok := ticketParts([]byte(k)); code != 200 || !ok || len(tt.entry) != 1+rankEntryB64 || tt.entry[0] != 'k' {
+	if tt, ok := ticketParts([]byte(k)); code != 200 || !ok || len(tt.entry) != 1+rankEntryB64+1+queueTagLen || tt.entry[0] != 'k' {
 		t.Fatalf("first poll: got %d %s, ticket %q; want 200 and a k ticket", code, pBody, k)
 	}
 	if code, body, again := poll(tok, k); code != 200 || body != pBody || again != "" {
@@ -144,12 +144,12 @@ func TestQueueRankTicketPurchase(t *testing.T) {
 	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
 	setFrontier(t, e, 1, flashgate.QueueRank(seed, "fq", "bob"), 0, "")
 	code, body, bought := buy(k)
-	if code != 201 || !strings.HasPrefix(bought, "bk") {
-		t.Fatalf("bob buys when admitted: got %d %s, ticket %q; want 201 and a bk ticket", code, body, bought)
+	if code != 201 || !strings.HasPrefix(bought, "bo-1~k") {
+		t.Fatalf("bob buys when admitted: got %d %s, ticket %q; want 201 and a bo-1~k ticket", code, body, bought)
 	}
 	r := do(h, req{method: "GET", path: "/api/sales/fq/queue", token: tok, header: map[string]string{"X-Queue-Ticket": bought}})
-	if r.StatusCode() != 200 || !strings.Contains(string(r.Body()), `"state":"purchased"`) {
-		t.Errorf("status with the purchased ticket: got %d %s, want purchased", r.StatusCode(), r.Body())
+	if r.StatusCode() != 200 || !strings.Contains(string(r.Body()), `"state":"purchased"`) || !strings.HasSuffix(string(r.Body()), `,"order_id":"o-1"}`) {
+		t.Errorf("status with the purchased ticket: got %d %s, want purchased with order_id o-1", r.StatusCode(), r.Body())
 	}
 }
 

@@ -281,10 +281,11 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	}
 	// The gateway answers a queue route 503 until its caches have read the
 	// new sale from the catalog (a fair sale) and its queue from Redis; a
-	// buyer's client retries that, so wait for it here.
+	// buyer's client retries that, so wait for it here (until the queue
+	// opens a challenge is 409 not_started).
 	if _, ok := testwait.For(10*time.Second, func() bool {
 		code, _, _ := s.call("GET", "/api/sales/"+spec.id+"/challenge", "", "", "")
-		return code == 200
+		return code == 200 || code == 409
 	}); !ok {
 		t.Fatalf("sale %s: the gateway never read it from Redis", spec.id)
 	}

@@ -17,6 +17,9 @@
   var enterBtn = document.getElementById("enter");
   var work = document.getElementById("pow-bar");
   var key = "flashgate-ticket-" + saleID;
+  // entryKey keeps the ticket from before a purchase: a purchased ticket
+  // stands for its order only while the order holds the unit.
+  var entryKey = "flashgate-entry-" + saleID;
   var fair = false, state = "", entering = false, timer = null, queueOpen = false;
 
   function token() { return sessionStorage.getItem("flashgate-token") || ""; }
@@ -28,7 +31,10 @@
     admitted: function () { return state === "admitted"; },
     ticket: ticket,
     bought: function (t) {
-      if (t) { sessionStorage.setItem(key, t); }
+      if (t) {
+        if (ticket()) { sessionStorage.setItem(entryKey, ticket()); }
+        sessionStorage.setItem(key, t);
+      }
       state = "purchased";
       line.textContent = words.purchased;
       bar.value = 100;
@@ -43,7 +49,8 @@
     admitted: "It's your turn: buy now.",
     purchased: "You bought your unit.",
     expired: "Your turn passed without a purchase.",
-    closed: "The queue is closed."
+    closed: "The queue is closed.",
+    reset: "The queue was started again: join it again."
   };
 
   function show(s) {
@@ -79,11 +86,27 @@
       headers: { "Authorization": "Bearer " + token(), "X-Queue-Ticket": ticket(), "Accept": "application/json" }
     }).then(function (r) {
       if (r.status === 404) { sessionStorage.removeItem(key); show(); return null; }
+      if (r.status === 409) {
+        // queue_reset: the ticket's queue is gone; the buyer joins anew.
+        sessionStorage.removeItem(key);
+        sessionStorage.removeItem(entryKey);
+        line.textContent = words.reset;
+        show();
+        return "stop";
+      }
       // A reissued ticket (the entry with its rank key) is cheaper to judge.
       var t = r.headers.get("X-Queue-Ticket");
       if (r.ok && t) { sessionStorage.setItem(key, t); }
       return r.ok ? r.json() : null;
     }).then(function (s) {
+      if (s === "stop") { return; }
+      if (s && s.state === "purchased" && s.order_id) { return orderLive(s); }
+      return s;
+    }).then(function (s) {
+      if (s === "stop" || s === "again") {
+        if (s === "again") { timer = setTimeout(poll, 0); }
+        return;
+      }
       var next = 2000;
       if (s) {
         var was = state;
@@ -94,6 +117,22 @@
       }
       if (next > 0) { timer = setTimeout(poll, next); }
     }).catch(function () { timer = setTimeout(poll, 3000); });
+  }
+
+  // orderLive checks the order a purchased ticket bought: while it holds
+  // the unit the state stands; once it is expired, cancelled or refunded,
+  // the ticket from before the purchase takes over ("again": poll with it).
+  function orderLive(s) {
+    return fetch("/api/orders/" + encodeURIComponent(s.order_id), {
+      headers: { "Authorization": "Bearer " + token(), "Accept": "application/json" }
+    }).then(function (r) { return r.ok ? r.json() : null; }).then(function (o) {
+      if (!o || ["expired", "cancelled", "refunded"].indexOf(o.status) < 0) { return s; }
+      var before = sessionStorage.getItem(entryKey);
+      sessionStorage.removeItem(entryKey);
+      if (before) { sessionStorage.setItem(key, before); } else { sessionStorage.removeItem(key); }
+      line.textContent = "Your order " + o.status + ".";
+      return before ? "again" : "stop";
+    }, function () { return s; });
   }
 
   function solve(c) {
@@ -120,18 +159,25 @@
     entering = true;
     show();
     line.textContent = "Proving you are not a bot (this takes a moment)…";
-    fetch("/api/sales/" + encodeURIComponent(saleID) + "/challenge").then(function (r) {
-      if (!r.ok) { throw new Error("challenge " + r.status); }
-      return r.json();
-    }).then(solve).then(function (payload) {
-      return fetch("/api/sales/" + encodeURIComponent(saleID) + "/queue", {
-        method: "POST",
-        headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
-        body: JSON.stringify(payload ? { payload: payload } : {})
+    // A solution is refused (400) when its challenge expired or the
+    // difficulty rose meanwhile: one more try with a fresh challenge.
+    function attempt(tries) {
+      return fetch("/api/sales/" + encodeURIComponent(saleID) + "/challenge").then(function (r) {
+        if (!r.ok) { throw new Error("challenge " + r.status); }
+        return r.json();
+      }).then(solve).then(function (payload) {
+        return fetch("/api/sales/" + encodeURIComponent(saleID) + "/queue", {
+          method: "POST",
+          headers: { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
+          body: JSON.stringify(payload ? { payload: payload } : {})
+        });
+      }).then(function (r) {
+        return r.json().then(function (b) { return { status: r.status, body: b }; });
+      }).then(function (res) {
+        return res.status === 400 && tries > 1 ? attempt(tries - 1) : res;
       });
-    }).then(function (r) {
-      return r.json().then(function (b) { return { status: r.status, body: b }; });
-    }).then(function (res) {
+    }
+    attempt(2).then(function (res) {
       entering = false;
       work.hidden = true;
       if (res.body.ticket) {
