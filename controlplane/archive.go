@@ -17,7 +17,8 @@ import (
 // passes (scheduling, failover watch, re-sync and settlement, all of which
 // list only live sales), the order sinks' polls nor the lookup of orders
 // not yet stored spend anything on it; their cost follows the live sales,
-// not every sale ever made. Its keys stay in Redis, so GET /api/sales/{id}
+// not every sale ever made. Its keys stay in Redis (but a fair queue's
+// entrants, late list and windows, which go), so GET /api/sales/{id}
 // and the admin figures answer as before; its orders are all rows, so order
 // lookups, pay (of none: none is pending), expiry (of none) and refunds go
 // to the database as for any stored order. A refund of an archived sale's
@@ -169,6 +170,16 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 	s.mu.Lock()
 	delete(s.settled, sale.ID)
 	s.mu.Unlock()
+	if sale.Fair() {
+		// The queue's entrants, late list and windows go (about 70 bytes an
+		// entrant); the sale hash keeps the queue's published fields (the
+		// seed and its SHA-256, the frontiers). Proof-of-work markers expire
+		// on their own.
+		s.queues.drop(sale.ID)
+		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID)).Err(); err != nil {
+			return fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
+		}
+	}
 	return nil
 }
 

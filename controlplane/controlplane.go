@@ -130,6 +130,14 @@ type Config struct {
 	// QueueLatency holds a fair queue's admission while reading the sale
 	// from Redis takes longer than this; zero means DefaultQueueLatency.
 	QueueLatency time.Duration
+	// QueueSeedSecret keys the seeds of fair queues: a queue's seed is
+	// HMAC-SHA256(QueueSeedSecret, sale id and the queue's epoch), so only
+	// the control plane can derive it, the same after a restart or a
+	// rebuild, and it reaches Redis only at the start. Never give it to
+	// gateways. Empty means DeriveQueueSeedSecret(AdminToken). Changing it
+	// while a queue waits for its start stops that start (the seed would
+	// no longer hash to the published commitment).
+	QueueSeedSecret []byte
 }
 
 // The defaults of Config's fields, the one source of them: withDefaults
@@ -215,6 +223,7 @@ type Service struct {
 	// queues is the leader's memory of the fair queues (queue.go).
 	queues       queueState
 	queueBacklog int64
+	seedKey      []byte // Config.QueueSeedSecret
 	queueLatency time.Duration
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
@@ -267,6 +276,10 @@ func New(cfg Config) (*Service, error) {
 		settled:       make(map[string]bool),
 		queueBacklog:  cfg.QueueBacklog,
 		queueLatency:  cfg.QueueLatency,
+		seedKey:       cfg.QueueSeedSecret,
+	}
+	if len(s.seedKey) == 0 {
+		s.seedKey = DeriveQueueSeedSecret(cfg.AdminToken)
 	}
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})

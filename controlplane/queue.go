@@ -2,11 +2,12 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -76,11 +77,6 @@ type queueRun struct {
 	ranked bool
 	pre    []queueEntrant // in the seed's order
 	late   []string       // users by arrival, as far as read
-	// admittedAt holds when (unix ms) each position in (base, k] was
-	// admitted, at index pos-base-1; positions this process did not admit
-	// count from when it first saw them (their window only grows).
-	base       int64
-	admittedAt []int64
 	// tokens and refilled are admit_per_minute's bucket.
 	tokens   float64
 	refilled time.Time
@@ -232,14 +228,33 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	return s.admit(ctx, sale, run, f, fence, now)
 }
 
-// openQueue draws the seed and opens the queue.
-func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
+// DeriveQueueSeedSecret is the seed secret the control plane uses when
+// Config.QueueSeedSecret is empty: HMAC-SHA256(key = the admin token,
+// message = "flashgate fair queue seed v1"). Only the control plane holds
+// the admin token; gateways never do.
+func DeriveQueueSeedSecret(adminToken string) []byte {
+	m := hmac.New(sha256.New, []byte(adminToken))
+	m.Write([]byte("flashgate fair queue seed v1"))
+	return m.Sum(nil)
+}
+
+// queueSeed derives a queue's seed: HMAC-SHA256(seed secret, "seed/" sale
+// id "/" epoch).
+func (s *Service) queueSeed(id, epoch string) [32]byte {
 	var seed [32]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return fmt.Errorf("drawing the seed: %w", err)
-	}
+	m := hmac.New(sha256.New, s.seedKey)
+	m.Write([]byte("seed/" + id + "/" + epoch))
+	m.Sum(seed[:0])
+	return seed
+}
+
+// openQueue opens the queue under a new epoch and publishes its seed's
+// SHA-256; the seed itself stays here until the start.
+func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
+	epoch := strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
+	seed := s.queueSeed(sale.ID, epoch)
 	sum := sha256.Sum256(seed[:])
-	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), hex.EncodeToString(seed[:]), hex.EncodeToString(sum[:]),
+	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), epoch, hex.EncodeToString(sum[:]),
 		sale.ChallengeMaxNumber, sale.AdmitWindow()).Int()
 	if err != nil {
 		return fmt.Errorf("opening the queue: %w: %w", flashgate.ErrUnavailable, err)
@@ -250,12 +265,28 @@ func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
 	return nil
 }
 
-// startQueue ends the pre-queue and reveals the seed; it returns the
-// pre-start entrants.
+// startQueue ends the pre-queue and reveals the seed, derived again from
+// the queue's epoch and checked against the published commitment; it
+// returns the pre-start entrants.
 func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
-	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id)).Slice()
-	if err != nil || len(v) != 2 {
+	h, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQEpoch, lua.FieldQSeedSHA).Result()
+	if err != nil {
 		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	epoch, _ := h[0].(string)
+	sha, _ := h[1].(string)
+	seed := s.queueSeed(id, epoch)
+	if sum := sha256.Sum256(seed[:]); epoch == "" || hex.EncodeToString(sum[:]) != sha {
+		// The seed secret changed since the opening (or the hash lost its
+		// epoch): revealing another seed would break the commitment.
+		return 0, fmt.Errorf("starting the queue: the seed derived from epoch %q does not hash to the published q_seedsha (was the queue seed secret changed?)", epoch)
+	}
+	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id), hex.EncodeToString(seed[:])).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("starting the queue: %d values in the answer, want 2", len(v))
 	}
 	pre, _ := v[0].(int64)
 	if pre < 0 {

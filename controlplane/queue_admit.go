@@ -11,41 +11,14 @@ import (
 )
 
 // admit ends the windows that passed and admits the positions the free
-// stock allows, in one QueueAdvance.
+// stock allows, in one QueueAdvance: the script reads the stock, the
+// buyers and the windows (kept in Redis, lua.QueueWindowsKey) together, so
+// a buyer who reserves meanwhile cannot make it promise a unit twice. The
+// leader passes what only it knows: the users at the admitted positions
+// still in their windows, the rank keys of the positions it may admit, and
+// how many it may admit (admit_per_minute, back-pressure).
 func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
-	ms := now.UnixMilli()
-	// Positions this process has not seen admitted count from now.
-	for p := run.base + int64(len(run.admittedAt)); p < f.k; p++ {
-		run.admittedAt = append(run.admittedAt, ms)
-	}
-	window := int64(sale.AdmitWindow()) * 1000
-	e := max(f.e, run.base)
-	for e < f.k && run.admittedAt[e-run.base]+window <= ms {
-		e++
-	}
-	// Positions in (e, k] whose buyer holds no order are promised a bound.
-	users := make([]string, 0, f.k-e)
-	for p := e + 1; p <= f.k; p++ {
-		u, err := s.queueUser(ctx, sale.ID, run, p)
-		if err != nil {
-			return err
-		}
-		users = append(users, u)
-	}
-	pending := int64(0)
-	if len(users) > 0 {
-		held, err := s.rdb.HMGet(ctx, lua.BuyersKey(sale.ID), users...).Result()
-		if err != nil {
-			return fmt.Errorf("reading buyers: %w: %w", flashgate.ErrUnavailable, err)
-		}
-		for _, h := range held {
-			if h == nil {
-				pending++
-			}
-		}
-	}
-	free := max(f.total-f.booked, 0)/f.perUser - pending
-	n := min(max(free, 0), f.pre+f.late-f.k)
+	n := f.pre + f.late - f.k
 	if f.backlog > s.queueBacklog || f.latency > s.queueLatency {
 		n = 0 // hold admission while the system is behind
 	}
@@ -59,56 +32,43 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 		run.tokens = min(run.tokens, burst)
 		run.refilled = now
 		n = min(n, int64(run.tokens))
-		run.tokens -= float64(n)
 	}
-	if n <= 0 && e == f.e {
-		return nil
-	}
-	k := f.k + n
-	rate := int64(0)
-	for p := k; p > run.base && p > 0; p-- {
-		if p > f.k {
-			rate++ // admitted now
-			continue
+	// Free units bound what may be admitted, so no more rank keys than
+	// units are passed.
+	n = max(min(n, max(f.total-f.booked, 0)), 0)
+	args := make([]any, 0, 7+(f.k-f.e)+min(n, max(int64(len(run.pre))-f.k, 0)))
+	args = append(args, fence, f.k, f.e, now.UnixMilli(), n, f.maxnum, f.k-f.e)
+	for p := f.e + 1; p <= f.k; p++ {
+		u, err := s.queueUser(ctx, sale.ID, run, p)
+		if err != nil {
+			return err
 		}
-		if run.admittedAt[p-run.base-1] <= ms-60_000 {
-			break
-		}
-		rate++
+		args = append(args, u)
 	}
-	res, err := lua.QueueAdvance.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fence, f.k, k, run.theta(k), e, run.theta(e),
-		rate, f.maxnum).Int()
+	for p := f.k + 1; p <= min(f.k+n, int64(len(run.pre))); p++ {
+		args = append(args, hex.EncodeToString(run.pre[p-1].key[:]))
+	}
+	v, err := lua.QueueAdvance.Run(ctx, s.rdb, lua.QueueAdvanceKeys(sale.ID), args...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("advancing the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	switch res {
+	if len(v) != 3 {
+		return fmt.Errorf("advancing the queue: %d values in the answer, want 3", len(v))
+	}
+	switch v[0] {
 	case 1:
-		for range n {
-			run.admittedAt = append(run.admittedAt, ms)
+		if sale.AdmitPerMinute > 0 {
+			run.tokens -= float64(v[1] - f.k)
 		}
-		// Forget the times of positions whose window ended.
-		if drop := e - run.base; drop > 0 {
-			run.admittedAt = run.admittedAt[drop:]
-			run.base = e
-		}
-		if n > 0 {
-			s.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", k, "pending", pending)
+		if v[1] > f.k {
+			s.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", v[1], "window_ended", v[2])
 		}
 	case 0:
-		// Another writer moved q_k: read again next tick.
+		// Another writer moved a frontier: read again next tick.
 	default:
-		return fmt.Errorf("advancing the queue: refused (%d)", res)
+		return fmt.Errorf("advancing the queue: refused (%d)", v[0])
 	}
 	return nil
-}
-
-// theta is the rank key of pre-start position min(k, pre), "" for none.
-func (r *queueRun) theta(k int64) string {
-	k = min(k, int64(len(r.pre)))
-	if k <= 0 {
-		return ""
-	}
-	return hex.EncodeToString(r.pre[k-1].key[:])
 }
 
 // tuneChallenge sets the proof-of-work's maxnumber: the sale's

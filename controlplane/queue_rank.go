@@ -83,7 +83,6 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
 	}
 	run.pre, run.ranked = pre, true
-	run.base, run.admittedAt = f.e, nil
 	return nil
 }
 

@@ -74,7 +74,7 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 	tok := fencing.Of(ctx)
 	resync := func(restored string) ([]int64, error) {
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok).Int64Slice()
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {

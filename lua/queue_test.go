@@ -45,34 +45,43 @@ func TestQueueScripts(t *testing.T) {
 		want("alice again", enter("alice", "c2", 60000), []any{int64(0), "p", int64(0)})
 		want("bob reuses c1", enter("bob", "c1", 60000), []any{int64(lua.EnterSolveUsed), "", int64(0)})
 		want("bob enters", enter("bob", "c3", 60000), []any{int64(0), "p", int64(1)})
-		if v, err := lua.QueueStart.Run(ctx, rdb, lua.SaleKeys(sale)).Slice(); err != nil || !reflect.DeepEqual(v, []any{int64(2), "00"}) {
+		if v, err := lua.QueueStart.Run(ctx, rdb, lua.SaleKeys(sale), "00").Slice(); err != nil || !reflect.DeepEqual(v, []any{int64(2), "00"}) {
 			t.Fatalf("QueueStart: %v %v", v, err)
 		}
 		want("carol enters late", enter("carol", "c4", 60000), []any{int64(0), "l1", int64(1)})
 		want("dave enters late", enter("dave", "", 0), []any{int64(0), "l2", int64(1)})
 
-		// The frontier moves only once ranked, only forward, only with the
-		// newest fencing token.
-		adv := func(fence, from, k, e int64) int64 {
+		// The frontier moves only once ranked, only with the newest fencing
+		// token, from the frontiers Redis has, and no further than the
+		// units nobody was promised.
+		adv := func(fence, k, e, now, most int64, users []string, thetas ...string) []int64 {
 			t.Helper()
-			n, err := lua.QueueAdvance.Run(ctx, rdb, lua.SaleKeys(sale), fence, from, k, "t", e, "et", 0, 0).Int64()
+			args := []any{fence, k, e, now, most, 0, len(users)}
+			for _, u := range users {
+				args = append(args, u)
+			}
+			for _, th := range thetas {
+				args = append(args, th)
+			}
+			v, err := lua.QueueAdvance.Run(ctx, rdb, lua.QueueAdvanceKeys(sale), args...).Int64Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
-			return n
+			return v
 		}
-		if got := adv(5, 0, 1, 0); got != -3 {
-			t.Errorf("advance before ranking: got %d, want -3", got)
+		wantAdv := func(what string, got, want []int64) {
+			t.Helper()
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: got %v, want %v", what, got, want)
+			}
 		}
+		wantAdv("advance before ranking", adv(5, 0, 0, 1000, 1, nil, "t1"), []int64{-3, 0, 0})
 		if n, err := lua.QueueRank.Run(ctx, rdb, lua.QueueRankKeys(sale), 5, "1", "bob", "r1", "alice", "r2").Int(); err != nil || n != 2 {
 			t.Fatalf("QueueRank: %d %v, want 2", n, err)
 		}
-		if got := adv(4, 0, 1, 0); got != -1 {
-			t.Errorf("advance with a stale fencing token: got %d, want -1", got)
-		}
-		if got := adv(5, 1, 2, 0); got != 0 {
-			t.Errorf("advance from a q_k that is not Redis's: got %d, want 0", got)
-		}
+		wantAdv("a stale fencing token", adv(4, 0, 0, 1000, 1, nil, "t1"), []int64{-1, 0, 0})
+		wantAdv("from a q_k that is not Redis's", adv(5, 1, 0, 1000, 1, []string{"bob"}), []int64{0, 0, 0})
+		wantAdv("users that do not cover (q_e, q_k]", adv(5, 0, 0, 1000, 1, []string{"bob"}), []int64{-4, 0, 0})
 		reserve := func(user string) int64 {
 			t.Helper()
 			v, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(sale), "o-"+user, user, 1, 1, sale).Slice()
@@ -87,9 +96,7 @@ func TestQueueScripts(t *testing.T) {
 		if got := reserve("bob"); got != lua.ReserveNotAdmitted {
 			t.Errorf("bob before admission: got %d, want %d", got, lua.ReserveNotAdmitted)
 		}
-		if got := adv(5, 0, 1, 0); got != 1 {
-			t.Errorf("advance to 1: got %d, want 1", got)
-		}
+		wantAdv("admit 1", adv(5, 0, 0, 1000, 1, nil, "t1"), []int64{1, 1, 0})
 		if got := reserve("alice"); got != lua.ReserveNotAdmitted {
 			t.Errorf("alice (position 2) with 1 admitted: got %d, want not admitted", got)
 		}
@@ -99,14 +106,17 @@ func TestQueueScripts(t *testing.T) {
 		if got := reserve("bob"); got != lua.ReserveOK {
 			t.Errorf("bob (position 1) admitted: got %d, want OK", got)
 		}
-		if got := adv(6, 1, 3, 0); got != 1 { // alice and carol (2 + 1)
-			t.Errorf("advance to 3: got %d, want 1", got)
-		}
-		if got := adv(6, 3, 2, 0); got != -2 {
-			t.Errorf("advance backwards: got %d, want -2", got)
-		}
-		if got := adv(6, 3, 3, 2); got != 1 { // alice's window ends
-			t.Errorf("expire to 2: got %d, want 1", got)
+		// 2 units left, bob holds his: alice and carol (2 + 1).
+		wantAdv("admit up to 3", adv(6, 1, 0, 2000, 5, []string{"bob"}, "t2"), []int64{1, 3, 0})
+		// Both are promised a unit: nothing is free.
+		wantAdv("every unit promised", adv(6, 3, 0, 3000, 5, []string{"bob", "alice", "carol"}), []int64{1, 3, 0})
+		// Bob's window (from 1000, 60 s) ends; alice's and carol's not yet.
+		wantAdv("bob's window ends", adv(6, 3, 0, 61000, 5, []string{"bob", "alice", "carol"}), []int64{1, 3, 1})
+		// Theirs end: 2 units free, dave (position 4) is the last.
+		wantAdv("the others' windows end", adv(6, 3, 1, 62000, 5, []string{"alice", "carol"}), []int64{1, 4, 3})
+		if v, err := rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldQTheta, lua.FieldQETheta, lua.FieldQRate).Result(); err != nil ||
+			!reflect.DeepEqual(v, []any{"t2", "t2", "1"}) {
+			t.Errorf("q_theta, q_etheta, q_rate: got %v %v, want [t2 t2 1]", v, err)
 		}
 		// ReserveMany answers as Reserve would for each.
 		v, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(sale), 1, sale, "",
@@ -114,6 +124,6 @@ func TestQueueScripts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want("ReserveMany", v, []any{int64(9), "", int64(0), "o-c", int64(9), ""})
+		want("ReserveMany", v, []any{int64(9), "", int64(9), "", int64(0), "o-d"})
 	})
 }

@@ -13,6 +13,13 @@ func QueueKey(sale string) string { return "fg:{" + sale + "}:queue" }
 // arrival order (index n-1 holds arrival n).
 func QueueLateKey(sale string) string { return "fg:{" + sale + "}:qlate" }
 
+// QueueWindowsKey is the list of a fair queue's admission windows, oldest
+// first: each entry "<k> <ms> <theta>" says positions up to k were admitted
+// at unix millisecond ms (theta: q_theta then). QueueAdvance appends one
+// when it admits and drops those whose window ended; it lives in Redis with
+// the frontier, so a new leader keeps every window.
+func QueueWindowsKey(sale string) string { return "fg:{" + sale + "}:qwin" }
+
 // QueuePowKey marks one proof-of-work challenge as used until its salt
 // expires.
 func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:" + challenge }
@@ -23,7 +30,7 @@ func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:
 const (
 	FieldQueue      = "queue"     // "fair" for a fair queue
 	FieldQOpen      = "q_open"    // "1" once the queue takes entries
-	FieldQSecret    = "q_secret"  // the seed, hex, until the start (never published)
+	FieldQEpoch     = "q_epoch"   // what the control plane derives the seed from, with the sale id
 	FieldQSeedSHA   = "q_seedsha" // hex SHA-256 of the seed bytes
 	FieldQStarted   = "q_started" // "1" from the start: entries are late ones
 	FieldQSeed      = "q_seed"    // the seed, hex, revealed at the start
@@ -44,6 +51,12 @@ const (
 // the proof-of-work marker (any key of the sale when there is none).
 func QueueEnterKeys(sale, challenge string) []string {
 	return []string{SaleKey(sale), QueueKey(sale), QueueLateKey(sale), QueuePowKey(sale, challenge)}
+}
+
+// QueueAdvanceKeys is QueueAdvance's KEYS: sale hash, buyers hash, windows
+// list.
+func QueueAdvanceKeys(sale string) []string {
+	return []string{SaleKey(sale), BuyersKey(sale), QueueWindowsKey(sale)}
 }
 
 // QueueRankKeys is QueueRank's KEYS: sale hash, queue hash.

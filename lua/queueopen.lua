@@ -1,9 +1,12 @@
--- QueueOpen opens a sale's fair queue once: it stores the secret seed, its
--- SHA-256 (published from now on) and the queue's settings, and from then
--- on QueueEnter takes entries. Opening an open queue changes nothing.
+-- QueueOpen opens a sale's fair queue once: it stores the queue's epoch,
+-- the SHA-256 of its seed (published from now on; the seed itself stays
+-- with the control plane, which derives it from a secret of its own, until
+-- QueueStart) and the queue's settings, and from then on QueueEnter takes
+-- entries. Opening an open queue changes nothing.
 --
 -- KEYS[1] sale hash  fg:{<sale>}:sale
--- ARGV[1] the seed, 64 hex characters (kept secret until QueueStart)
+-- ARGV[1] the queue's epoch (what the control plane derives the seed from,
+--         with the sale id)
 -- ARGV[2] hex SHA-256 of the seed's 32 bytes
 -- ARGV[3] the proof-of-work's maxnumber (0: none)
 -- ARGV[4] admit_seconds
@@ -16,6 +19,6 @@ end
 if f[2] == '1' then
   return 0
 end
-redis.call('HSET', KEYS[1], 'queue', 'fair', 'q_open', 1, 'q_secret', ARGV[1], 'q_seedsha', ARGV[2],
+redis.call('HSET', KEYS[1], 'queue', 'fair', 'q_open', 1, 'q_epoch', ARGV[1], 'q_seedsha', ARGV[2],
   'q_maxnum', ARGV[3], 'q_window', ARGV[4], 'q_k', 0, 'q_e', 0, 'q_theta', '', 'q_etheta', '')
 return 1

@@ -19,6 +19,9 @@
 --         buyers from every row of the sale (Restore), else "0"
 -- ARGV[10] the caller's fencing token (the leader's, or an admin call's):
 --         refused below the hash's fence field, which it raises
+-- ARGV[11] optional: "fair" for a sale sold through a fair queue
+--         (lua.FieldQueue), written whenever the hash lacks it, so that a
+--         rebuilt sale keeps checking admission in every reserve
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -68,6 +71,10 @@ if not restored then
     end
     return {-1}
   end
+end
+
+if ARGV[11] == 'fair' and redis.call('HGET', KEYS[1], 'queue') ~= 'fair' then
+  redis.call('HSET', KEYS[1], 'queue', 'fair')
 end
 
 local rebuilt = 0

@@ -32,6 +32,7 @@ type Config struct {
 	JWTSecret     string        // HS256 secret for buyer tokens; required
 	QueueSecret   string        // fair queue tickets and challenges; "" = derived from JWTSecret
 	AdminToken    string        // bearer token of the admin API; required
+	QueueSeedSec  string        // key of fair-queue seeds, control plane only; "" = derived from AdminToken
 	Inventory     string        // comma-separated inventory tiers; "" = in-process
 	InventoryTok  string        // bearer token between gateways and inventory tiers; "" = none
 	UserRate      float64       // per-user attempts per second; gateway.DefaultUserRate
@@ -160,6 +161,7 @@ var flagSpecs = []flagSpec{
 	{"jwt-secret", "HS256 secret for buyer tokens (required)", cmdServe | cmdGateway | cmdCrowd | cmdToken | cmdDemo, strFlag(func(c *Config) *string { return &c.JWTSecret }, "")},
 	{"queue-secret", "key of fair-queue tickets and proof-of-work challenges, the same on every gateway (default: derived from --jwt-secret)", gwLike, strFlag(func(c *Config) *string { return &c.QueueSecret }, "")},
 	{"admin-token", "bearer token for the admin API (required)", cpLike | cmdCrowd, strFlag(func(c *Config) *string { return &c.AdminToken }, "")},
+	{"queue-seed-secret", "key the control plane derives fair-queue seeds from, never given to gateways (default: derived from --admin-token)", cpLike, strFlag(func(c *Config) *string { return &c.QueueSeedSec }, "")},
 	{"inventory", "comma-separated http://host:port of inventory tiers (default: in-process)", cmdServe | cmdGateway, strFlag(func(c *Config) *string { return &c.Inventory }, "")},
 	{"inventory-token", "bearer token the inventory tier requires and gateways send (split mode; default none)", cmdServe | cmdGateway | cmdInventory, strFlag(func(c *Config) *string { return &c.InventoryTok }, "")},
 	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, gateway.DefaultUserRate)},

@@ -123,7 +123,7 @@ func noLimitIfZero(r float64) float64 {
 // the releaser of units; it registers its collectors in reg.
 func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
 	return controlplane.New(controlplane.Config{
-		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken,
+		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec),
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
 		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
 	})
