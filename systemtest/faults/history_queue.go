@@ -1,0 +1,223 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The queue model checks a fair sale's queue as its buyers saw it, for
+// linearizability (porcupine). Its state is a lower bound of the admitted
+// frontier, the range [lo, hi] of units sold to admitted buyers, and the
+// entries acknowledged. Operations:
+//
+//	enter u → 201              u is acknowledged (an entry's promise)
+//	enter u → other / none     no change (an entry without an answer may be lost)
+//	status u p → admitted      the frontier is at least p → frontier ≥ p
+//	status u p → waiting       the frontier is below p (legal iff frontier < p):
+//	                           the frontier never moves back, so buyers are
+//	                           admitted in rank order
+//	status u → gone            the queue answers u must enter again (queue_reset,
+//	                           not in the queue): legal iff u was never acknowledged
+//	frontier k                 a read of admitted_position: legal iff k ≥ frontier
+//	buy u → 201                an admitted buyer within the window: lo+1 ≤ total
+//	buy u → sold_out           legal iff hi ≥ total: refused only once no unit may
+//	                           be left unpromised
+//	buy u → none               hi+1 (it may have taken a unit)
+//	entrants U (final)         every acknowledged entry is in U: none lost
+//
+// Gateways cache the frontier and refresh it each on its own clock, so
+// frontier and status operations are partitioned by the gateway that
+// answered (each must be monotonic on its own); entries, purchases and the
+// final read form one more partition.
+
+// qKind is a queue operation's kind.
+type qKind uint8
+
+const (
+	qEnter qKind = iota
+	qStatus
+	qFrontier
+	qBuy
+	qEntrants
+)
+
+// qRes is a queue operation's outcome.
+type qRes uint8
+
+const (
+	qOK       qRes = iota // 201 (enter, buy), or a value read
+	qNone                 // no answer that counts (may have taken effect)
+	qRefused              // enter refused, or any answer that changes nothing
+	qAdmitted             // status: admitted
+	qWaiting              // status: waiting
+	qGone                 // status: must enter again
+	qSoldOut              // buy: 409 sold_out
+)
+
+var qResName = [...]string{"ok", "no answer", "refused", "admitted", "waiting", "gone", "sold_out"}
+
+// qIn is a queue operation's input.
+type qIn struct {
+	kind  qKind
+	user  string
+	src   string // the gateway that answered (status, frontier)
+	pos   int64  // status: the user's position; frontier: the value read
+	users string // entrants: ",u1,u2,"
+}
+
+// qOut is a queue operation's output.
+type qOut struct{ res qRes }
+
+// qState is the queue model's state.
+type qState struct {
+	k       int64
+	lo, hi  int
+	entered string // ",u1,u2,"
+}
+
+// queueModel is the queue model of a fair sale of total units.
+func queueModel(total int) porcupine.Model {
+	return porcupine.Model{
+		Partition: partitionQueue,
+		Init:      func() any { return qState{entered: ","} },
+		Step: func(state, input, output any) (bool, any) {
+			s, in, out := state.(qState), input.(qIn), output.(qOut)
+			switch in.kind {
+			case qEnter:
+				if out.res == qOK && !strings.Contains(s.entered, ","+in.user+",") {
+					s.entered += in.user + ","
+				}
+			case qStatus:
+				switch out.res {
+				case qAdmitted:
+					s.k = max(s.k, in.pos)
+				case qWaiting:
+					if in.pos <= s.k {
+						return false, s
+					}
+				case qGone:
+					if strings.Contains(s.entered, ","+in.user+",") {
+						return false, s
+					}
+				}
+			case qFrontier:
+				if in.pos < s.k {
+					return false, s
+				}
+				s.k = in.pos
+			case qBuy:
+				switch out.res {
+				case qOK:
+					if s.lo+1 > total {
+						return false, s
+					}
+					s.lo, s.hi = s.lo+1, min(s.hi+1, total)
+				case qNone:
+					s.hi = min(s.hi+1, total)
+				case qSoldOut:
+					if s.hi < total {
+						return false, s
+					}
+				}
+			case qEntrants:
+				for _, u := range strings.Split(strings.Trim(s.entered, ","), ",") {
+					if u != "" && !strings.Contains(in.users, ","+u+",") {
+						return false, s
+					}
+				}
+			}
+			return true, s
+		},
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(qIn), output.(qOut)
+			switch in.kind {
+			case qEnter:
+				return fmt.Sprintf("enter %s → %s", in.user, qResName[out.res])
+			case qStatus:
+				return fmt.Sprintf("status %s (position %d) at %s → %s", in.user, in.pos, in.src, qResName[out.res])
+			case qFrontier:
+				return fmt.Sprintf("frontier at %s → %d", in.src, in.pos)
+			case qBuy:
+				return fmt.Sprintf("buy %s (admitted) → %s", in.user, qResName[out.res])
+			}
+			return fmt.Sprintf("final entrants: %d", strings.Count(in.users, ",")-1)
+		},
+		DescribeState: func(state any) string {
+			s := state.(qState)
+			return fmt.Sprintf("frontier ≥ %d; units sold to admitted buyers in [%d, %d] of %d; %d entries acknowledged",
+				s.k, s.lo, s.hi, total, strings.Count(s.entered, ",")-1)
+		},
+	}
+}
+
+// partitionQueue puts each gateway's frontier and status reads in a
+// partition of its own, the rest in one.
+func partitionQueue(ops []porcupine.Operation) [][]porcupine.Operation {
+	by := map[string][]porcupine.Operation{}
+	var srcs []string
+	for _, o := range ops {
+		in := o.Input.(qIn)
+		key := ""
+		if in.kind == qStatus || in.kind == qFrontier {
+			key = "gw:" + in.src
+			if in.kind == qStatus && o.Output.(qOut).res == qGone {
+				key = "" // a lost entry is checked against the entries
+			}
+		}
+		if _, ok := by[key]; !ok {
+			srcs = append(srcs, key)
+		}
+		by[key] = append(by[key], o)
+	}
+	slices.Sort(srcs)
+	out := make([][]porcupine.Operation, 0, len(srcs))
+	for _, k := range srcs {
+		out = append(out, by[k])
+	}
+	return out
+}
+
+// qHistory records a fair sale's queue operations; safe for concurrent use.
+type qHistory struct {
+	mu   sync.Mutex
+	base time.Time
+	ops  []porcupine.Operation
+}
+
+func newQHistory() *qHistory { return &qHistory{base: time.Now()} }
+
+// add records one operation invoked at call and answered at ret (a zero
+// ret: no answer, it may take effect until the end).
+func (h *qHistory) add(in qIn, res qRes, call, ret time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := int64(-1)
+	if !ret.IsZero() {
+		r = ret.Sub(h.base).Nanoseconds()
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: len(h.ops), Input: in, Output: qOut{res: res},
+		Call: call.Sub(h.base).Nanoseconds(), Return: r})
+}
+
+// check ends the history with the final read of the entrants at end and
+// checks it against the queue model of total units within timeout.
+func (h *qHistory) check(total int, entrants []string, end time.Time, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	h.mu.Lock()
+	ops := slices.Clone(h.ops)
+	h.mu.Unlock()
+	e := end.Sub(h.base).Nanoseconds()
+	for i := range ops {
+		if ops[i].Return < 0 {
+			ops[i].Return = e // unknown: in effect at any moment until the end
+		}
+		ops[i].Call = min(ops[i].Call, e)
+	}
+	ops = append(ops, porcupine.Operation{ClientId: len(ops), Input: qIn{kind: qEntrants, users: "," + strings.Join(entrants, ",") + ","},
+		Output: qOut{}, Call: e, Return: e + 1})
+	return porcupine.CheckOperationsVerbose(queueModel(total), ops, timeout)
+}
