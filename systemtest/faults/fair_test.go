@@ -90,7 +90,8 @@ func fairScenario(inject func(ctx context.Context, f *fairRun)) func(t *testing.
 		res, _ := f.qh.check(fairUnits, users, time.Now(), time.Minute)
 		t.Logf("queue history: %d operations, %d units sold, %d entrants in Redis: %s", len(f.qh.ops), f.sold.Load(), len(users), res)
 		if res != porcupine.Ok {
-			x.problem("queue history NOT linearizable against the queue model (%s): %d of %d units sold", res, f.sold.Load(), fairUnits)
+			x.problem("queue history NOT linearizable against the queue model (%s): %d of %d units sold; %d entries acknowledged (201) and not in the queue at the end",
+				res, f.sold.Load(), fairUnits, f.qh.lost(users))
 		}
 		booked, _ := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64()
 		if booked > fairUnits {

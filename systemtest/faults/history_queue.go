@@ -32,8 +32,9 @@ import (
 //
 // Gateways cache the frontier and refresh it each on its own clock, so
 // frontier and status operations are partitioned by the gateway that
-// answered (each must be monotonic on its own); entries, purchases and the
-// final read form one more partition.
+// answered (each must be monotonic on its own); purchases form one more
+// partition, and entries, the answers that an entry is gone and the final
+// read another.
 
 // qKind is a queue operation's kind.
 type qKind uint8
@@ -90,7 +91,11 @@ func queueModel(total int) porcupine.Model {
 			switch in.kind {
 			case qEnter:
 				if out.res == qOK && !strings.Contains(s.entered, ","+in.user+",") {
-					s.entered += in.user + ","
+					// Kept sorted: states reached by entries in any order
+					// are equal, so porcupine's cache folds them.
+					us := append(strings.Split(strings.Trim(s.entered, ","), ","), in.user)
+					slices.Sort(us)
+					s.entered = "," + strings.Trim(strings.Join(us, ","), ",") + ","
 				}
 			case qStatus:
 				switch out.res {
@@ -163,6 +168,9 @@ func partitionQueue(ops []porcupine.Operation) [][]porcupine.Operation {
 	for _, o := range ops {
 		in := o.Input.(qIn)
 		key := ""
+		if in.kind == qBuy {
+			key = "buy" // the stock does not depend on the entries
+		}
 		if in.kind == qStatus || in.kind == qFrontier {
 			key = "gw:" + in.src
 			if in.kind == qStatus && o.Output.(qOut).res == qGone {
@@ -220,4 +228,22 @@ func (h *qHistory) check(total int, entrants []string, end time.Time, timeout ti
 	ops = append(ops, porcupine.Operation{ClientId: len(ops), Input: qIn{kind: qEntrants, users: "," + strings.Join(entrants, ",") + ","},
 		Output: qOut{}, Call: e, Return: e + 1})
 	return porcupine.CheckOperationsVerbose(queueModel(total), ops, timeout)
+}
+
+// lost counts the entries acknowledged (201) whose user is not in entrants.
+func (h *qHistory) lost(entrants []string) int {
+	in := map[string]bool{}
+	for _, u := range entrants {
+		in[u] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, o := range h.ops {
+		if i := o.Input.(qIn); i.kind == qEnter && o.Output.(qOut).res == qOK && !in[i.user] {
+			n++
+			in[i.user] = true
+		}
+	}
+	return n
 }
