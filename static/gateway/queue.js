@@ -120,12 +120,18 @@
   }
 
   // orderLive checks the order a purchased ticket bought: while it holds
-  // the unit the state stands; once it is expired, cancelled or refunded,
-  // the ticket from before the purchase takes over ("again": poll with it).
+  // the unit the state stands (an unpaid one is looked at again in 30 s);
+  // once it is expired, cancelled or refunded, the ticket from before the
+  // purchase takes over ("again": poll with it).
   function orderLive(s) {
     return fetch("/api/orders/" + encodeURIComponent(s.order_id), {
       headers: { "Authorization": "Bearer " + token(), "Accept": "application/json" }
     }).then(function (r) { return r.ok ? r.json() : null; }).then(function (o) {
+      if (o && (o.status === "reserved" || o.status === "pending_payment")) {
+        // Not paid yet: it may still expire or be cancelled; look again.
+        s.poll_after_ms = 30000;
+        return s;
+      }
       if (!o || ["expired", "cancelled", "refunded"].indexOf(o.status) < 0) { return s; }
       var before = sessionStorage.getItem(entryKey);
       sessionStorage.removeItem(entryKey);
