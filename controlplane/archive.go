@@ -171,12 +171,12 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 	delete(s.settled, sale.ID)
 	s.mu.Unlock()
 	if sale.Fair() {
-		// The queue's entrants, late list and windows go (about 70 bytes an
-		// entrant); the sale hash keeps the queue's published fields (the
+		// The queue's entrants, late list, windows and journal stream go
+		// (about 90 bytes an entrant; the database keeps the journal); the sale hash keeps the queue's published fields (the
 		// seed and its SHA-256, the frontiers). Proof-of-work markers expire
 		// on their own.
 		s.queues.drop(sale.ID)
-		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID)).Err(); err != nil {
+		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID), lua.QueueJournalKey(sale.ID)).Err(); err != nil {
 			return fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}

@@ -60,6 +60,10 @@ type Store interface {
 	// yet delivered to Redis, and their acknowledgement.
 	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// JournalQueue and QueueJournal keep a fair queue's mark and entrants
+	// (queue_journal.go) for a rebuild.
+	JournalQueue(ctx context.Context, saleID string, m flashgate.QueueMark, entrants []flashgate.QueueEntrant) error
+	QueueJournal(ctx context.Context, saleID string) (m flashgate.QueueMark, entrants []flashgate.QueueEntrant, ok bool, err error)
 	Ping(ctx context.Context) error
 }
 

@@ -80,6 +80,10 @@ type queueRun struct {
 	// tokens and refilled are admit_per_minute's bucket.
 	tokens   float64
 	refilled time.Time
+	// journalRead is set once this process compared Redis' queue with
+	// its journal; journaled holds the mark last written to it.
+	journalRead bool
+	journaled   flashgate.QueueMark
 	// entrants and seenAt measure the queue's growth for challenge_auto.
 	entrants int64
 	seenAt   time.Time
@@ -116,12 +120,13 @@ func (q *queueState) drop(id string) {
 var queueFields = []string{
 	lua.FieldTotal, lua.FieldBooked, lua.FieldPerUser, lua.FieldStart, lua.FieldClosed,
 	lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate, lua.FieldQRanked,
-	lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQMaxNumber,
+	lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQMaxNumber, lua.FieldQEpoch, lua.FieldQSeedSHA,
 }
 
 type queueFigures struct {
 	total, booked, perUser, pre, late, k, e, maxnum int64
 	start, closed, open, started, ranked            bool
+	epoch, seedSHA                                  string
 	backlog                                         int64
 	latency                                         time.Duration
 }
@@ -142,6 +147,7 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 		total: lua.Int(v[0]), booked: lua.Int(v[1]), perUser: max(lua.Int(v[2]), 1),
 		start: lua.Int(v[3]) == 1, closed: lua.Int(v[4]) == 1, open: lua.Int(v[5]) == 1, started: lua.Int(v[6]) == 1,
 		pre: lua.Int(v[7]), late: lua.Int(v[8]), ranked: lua.Int(v[9]) == 1, k: lua.Int(v[10]), e: lua.Int(v[11]), maxnum: lua.Int(v[12]),
+		epoch: str(v[13]), seedSHA: str(v[14]),
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }
@@ -174,7 +180,7 @@ func (s *Service) queueTick(ctx context.Context) {
 // leader loop calls it every tick with its lease's fencing token (every
 // frontier write carries it, and Redis refuses a token below the last
 // one); tests call it with their clock and a token of their own.
-func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) error {
+func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) (err error) {
 	if !sale.Fair() || sale.StartsAt == nil {
 		return nil
 	}
@@ -190,14 +196,32 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	if run.ranked && !f.ranked {
 		// Redis lost the queue (its sale was rebuilt): what this process
 		// remembers belongs to a queue that is gone.
-		*run = queueRun{}
+		*run = queueRun{journaled: run.journaled}
 	}
+	if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
+		return err
+	} else if restored {
+		if f, err = s.queueFigures(ctx, sale.ID); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if f.open {
+			if jerr := s.journalQueue(ctx, sale.ID, run); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}()
 	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
 	if !f.open {
 		if now.Before(opensAt) {
 			return nil
 		}
-		return s.openQueue(ctx, sale)
+		if err := s.openQueue(ctx, sale); err != nil {
+			return err
+		}
+		f.open = true // journaled at once
+		return nil
 	}
 	f.maxnum = s.tuneChallenge(ctx, sale, run, f, now)
 	if !f.started {

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +185,7 @@ func TestQueueArchiveDropsKeys(t *testing.T) {
 	if s, err := e.db.Sale(e.ctx, "fa"); err != nil || !s.Archived {
 		t.Fatalf("the sale is not archived: %v %v", s.Archived, err)
 	}
-	for _, k := range []string{lua.QueueKey("fa"), lua.QueueLateKey("fa"), lua.QueueWindowsKey("fa")} {
+	for _, k := range []string{lua.QueueKey("fa"), lua.QueueLateKey("fa"), lua.QueueWindowsKey("fa"), lua.QueueJournalKey("fa")} {
 		if e.rdb.Exists(e.ctx, k).Val() != 0 {
 			t.Errorf("%s still in Redis after the archive", k)
 		}
@@ -193,5 +195,140 @@ func TestQueueArchiveDropsKeys(t *testing.T) {
 		m0, m1, n, float64(m1-m0)/n, m2, m1-m2)
 	if m1-m2 < (m1-m0)/2 {
 		t.Errorf("the archive gave back %d of the %d bytes the queue took", m1-m2, m1-m0)
+	}
+}
+
+// TestQueueRestoreAfterFlushAll: Redis loses everything during the
+// pre-queue and again after the start; each time the re-sync rebuilds the
+// sale and the leader restores its queue from the journal: the same
+// commitment (the seed revealed at the start hashes to the one published
+// at the opening), every entrant back with the same entry and rank, the
+// frontier not moved back. On SQLite and PostgreSQL.
+func TestQueueRestoreAfterFlushAll(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		dsn  func(*testing.T) string
+	}{{"sqlite", sqliteDSN}, {"postgres", postgresDSN}} {
+		t.Run(c.name, func(t *testing.T) { testQueueRestoreAfterFlushAll(t, c.dsn(t)) })
+	}
+}
+
+func testQueueRestoreAfterFlushAll(t *testing.T, dsn string) {
+	e := newEnv(t, dsn, nil)
+	const id = "fj"
+	sale, fence := fairEnv(t, e, id, 3, 20, nil)
+	step := func() {
+		t.Helper()
+		if err := e.svc.QueueStep(e.ctx, sale, fence); err != nil {
+			t.Fatalf("QueueStep: %v", err)
+		}
+	}
+	flush := func() {
+		t.Helper()
+		if err := e.rdb.FlushAll(e.ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 { // the rebuild, then the pass that reopens it
+			if _, _, err := e.svc.Resync(e.ctx, id); err != nil {
+				t.Fatalf("re-sync %d: %v", i, err)
+			}
+		}
+		step() // restores the queue
+	}
+	queue := func() map[string]string { return e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val() }
+	fields := func() []any {
+		return e.rdb.HMGet(e.ctx, lua.SaleKey(id), lua.FieldQSeedSHA, lua.FieldQPre, lua.FieldQLate, lua.FieldQAdmitted, lua.FieldQTheta).Val()
+	}
+	e.clock.Add(10 * time.Second)
+	step() // journals the entrants
+	sha := fields()[0]
+	before := queue()
+	flush()
+	if got := fields(); got[0] != sha || got[1] != "20" {
+		t.Fatalf("after a FLUSHALL in the pre-queue: got q_seedsha, q_pre %v, want %v, 20", got[:2], sha)
+	}
+	if got := queue(); !maps.Equal(got, before) {
+		t.Errorf("after a FLUSHALL in the pre-queue: got entrants %v, want %v", got, before)
+	}
+	// The start: ranked, 3 admitted; then 5 late entrants.
+	e.clock.Set(*sale.StartsAt)
+	if err := e.svc.Start(e.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	for i := range 5 {
+		if err := lua.QueueEnter.Run(e.ctx, e.rdb, lua.QueueEnterKeys(id, "none"), fmt.Sprintf("late%d", i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Add(time.Second)
+	step()
+	seed := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQSeed).Val()
+	raw, _ := hex.DecodeString(seed)
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != sha {
+		t.Fatalf("revealed seed %s does not hash to the commitment %v", seed, sha)
+	}
+	want, wantFields := queue(), fields()
+	if wantFields[3] != "3" {
+		t.Fatalf("before the second loss: got q_k %v, want 3", wantFields[3])
+	}
+	flush()
+	if got := queue(); !maps.Equal(got, want) {
+		t.Errorf("after a FLUSHALL past the start: got entrants %v, want %v", got, want)
+	}
+	if got := fields(); !slices.Equal(got, wantFields) {
+		t.Errorf("after a FLUSHALL past the start: got q_seedsha, q_pre, q_late, q_k, q_theta %v, want %v", got, wantFields)
+	}
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQSeed).Val(); got != seed {
+		t.Errorf("after a FLUSHALL past the start: got seed %s, want %s", got, seed)
+	}
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueue).Val(); got != flashgate.QueueFair {
+		t.Errorf("after a FLUSHALL past the start: got queue %q, want fair", got)
+	}
+}
+
+// TestQueueRestoreLaggingRedis: Redis comes back older than the journal
+// (a promoted replica that missed the last entries and admissions): the
+// leader puts the missing entrants back and the frontier where it was; it
+// never moves back.
+func TestQueueRestoreLaggingRedis(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	const id = "fl"
+	sale, fence := fairEnv(t, e, id, 4, 10, func(s *flashgate.Sale) { s.AdmitPerMinute = 120 })
+	e.clock.Set(*sale.StartsAt)
+	if err := e.svc.Start(e.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	step := func() {
+		t.Helper()
+		if err := e.svc.QueueStep(e.ctx, sale, fence); err != nil {
+			t.Fatalf("QueueStep: %v", err)
+		}
+	}
+	step() // ranks, admits 2
+	if err := lua.QueueEnter.Run(e.ctx, e.rdb, lua.QueueEnterKeys(id, "none"), "late", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Add(time.Second)
+	step() // admits 2 more, journals the late entrant
+	want := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val()
+	wantK := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val()
+	if wantK != "4" {
+		t.Fatalf("got q_k %s, want 4", wantK)
+	}
+	// The older Redis: the late entrant and the last admission missing.
+	pipe := e.rdb.TxPipeline()
+	pipe.HDel(e.ctx, lua.QueueKey(id), "late")
+	pipe.Del(e.ctx, lua.QueueLateKey(id))
+	pipe.HSet(e.ctx, lua.SaleKey(id), lua.FieldQLate, 0, lua.FieldQAdmitted, 2)
+	if _, err := pipe.Exec(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if got := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val(); !maps.Equal(got, want) {
+		t.Errorf("after the restore: got entrants %v, want %v", got, want)
+	}
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val(); got != wantK {
+		t.Errorf("after the restore: got q_k %s, want %s (never back)", got, wantK)
 	}
 }

@@ -53,7 +53,18 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 			return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		// queueRankPipeline chunks per round trip, in order: the last
-		// chunk, which marks the queue ranked, goes last.
+		// chunk, which marks the queue ranked, goes last. Ranked again
+		// after a restore, the rank keys at the frontiers follow.
+		theta, etheta := "-", "-"
+		if f.k > 0 {
+			key := func(p int64) string {
+				if p = min(p, int64(len(pre))); p <= 0 {
+					return ""
+				}
+				return hex.EncodeToString(pre[p-1].key[:])
+			}
+			theta, etheta = key(f.k), key(f.e)
+		}
 		for i := 0; i == 0 || i < len(pre); {
 			pipe := s.rdb.Pipeline()
 			var cmds []*redis.Cmd
@@ -63,8 +74,8 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 				if i+queueRankChunk >= len(pre) {
 					last = "1"
 				}
-				args := make([]any, 0, 2+2*len(chunk))
-				args = append(args, fence, last)
+				args := make([]any, 0, 4+2*len(chunk))
+				args = append(args, fence, last, theta, etheta)
 				for j, e := range chunk {
 					args = append(args, e.user, "r"+strconv.Itoa(i+j+1))
 				}
@@ -81,6 +92,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 			}
 		}
 		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
+
 	}
 	run.pre, run.ranked = pre, true
 	return nil

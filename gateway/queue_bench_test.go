@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -24,7 +25,7 @@ func waitingEnv(b testing.TB, mods ...func(*Config)) (*env, string, string) {
 		b.Fatalf("bob enters: got %d %s", r.StatusCode(), r.Body())
 	}
 	ctx := context.Background()
-	if err := lua.QueueStart.Run(ctx, e.primary, lua.SaleKeys("fq")).Err(); err != nil {
+	if err := lua.QueueStart.Run(ctx, e.primary, lua.SaleKeys("fq"), strings.Repeat("ab", 32)).Err(); err != nil {
 		b.Fatal(err)
 	}
 	e.setState(b, "fq", "open")

@@ -124,7 +124,7 @@ func TestQueueTicketAndCache(t *testing.T) {
 	}
 	// The start; nobody admitted yet.
 	ctx := context.Background()
-	if err := lua.QueueStart.Run(ctx, e.primary, lua.SaleKeys("fq")).Err(); err != nil {
+	if err := lua.QueueStart.Run(ctx, e.primary, lua.SaleKeys("fq"), strings.Repeat("ab", 32)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.setState(t, "fq", "open")

@@ -76,7 +76,7 @@ func TestQueueScripts(t *testing.T) {
 			}
 		}
 		wantAdv("advance before ranking", adv(5, 0, 0, 1000, 1, nil, "t1"), []int64{-3, 0, 0})
-		if n, err := lua.QueueRank.Run(ctx, rdb, lua.QueueRankKeys(sale), 5, "1", "bob", "r1", "alice", "r2").Int(); err != nil || n != 2 {
+		if n, err := lua.QueueRank.Run(ctx, rdb, lua.QueueRankKeys(sale), 5, "1", "-", "-", "bob", "r1", "alice", "r2").Int(); err != nil || n != 2 {
 			t.Fatalf("QueueRank: %d %v, want 2", n, err)
 		}
 		wantAdv("a stale fencing token", adv(4, 0, 0, 1000, 1, nil, "t1"), []int64{-1, 0, 0})

@@ -4,12 +4,16 @@
 -- arrival number (q_late), and the user joins the late list. Entering
 -- again returns the entry there is, changing nothing. A proof-of-work
 -- solution is marked used (KEYS[4], until its salt expires) with the
--- entry it bought.
+-- entry it bought. A new entry joins the journal stream (KEYS[5]) in the
+-- same step.
 --
 -- KEYS[1] sale hash        fg:{<sale>}:sale
 -- KEYS[2] queue hash       fg:{<sale>}:queue
 -- KEYS[3] late list        fg:{<sale>}:qlate
 -- KEYS[4] solution marker  fg:{<sale>}:pow:<challenge>
+-- KEYS[5] journal stream   fg:{<sale>}:qjournal (lua.QueueJournalKey): each
+--         new entry is added as one field "e" = "<entry> <user id>", which
+--         the leader writes to the database in batches and then deletes
 -- ARGV[1] user id
 -- ARGV[2] the solution's remaining life in milliseconds; "0": no solution
 --         to mark (KEYS[4] is not touched)
@@ -50,4 +54,7 @@ else
   redis.call('HINCRBY', KEYS[1], 'q_pre', 1)
 end
 redis.call('HSET', KEYS[2], ARGV[1], v)
+if KEYS[5] then
+  redis.call('XADD', KEYS[5], '*', 'e', v .. ' ' .. ARGV[1])
+end
 return {0, v, 1}

@@ -20,6 +20,11 @@ func QueueLateKey(sale string) string { return "fg:{" + sale + "}:qlate" }
 // the frontier, so a new leader keeps every window.
 func QueueWindowsKey(sale string) string { return "fg:{" + sale + "}:qwin" }
 
+// QueueJournalKey is the stream of a fair queue's new entries (field "e":
+// "<entry> <user id>"), which the leader journals to the database in
+// batches and then deletes (controlplane, QueueStep).
+func QueueJournalKey(sale string) string { return "fg:{" + sale + "}:qjournal" }
+
 // QueuePowKey marks one proof-of-work challenge as used until its salt
 // expires.
 func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:" + challenge }
@@ -48,15 +53,22 @@ const (
 )
 
 // QueueEnterKeys is QueueEnter's KEYS: sale hash, queue hash, late list,
-// the proof-of-work marker (any key of the sale when there is none).
+// the proof-of-work marker (any key of the sale when there is none), the
+// journal stream.
 func QueueEnterKeys(sale, challenge string) []string {
-	return []string{SaleKey(sale), QueueKey(sale), QueueLateKey(sale), QueuePowKey(sale, challenge)}
+	return []string{SaleKey(sale), QueueKey(sale), QueueLateKey(sale), QueuePowKey(sale, challenge), QueueJournalKey(sale)}
 }
 
 // QueueAdvanceKeys is QueueAdvance's KEYS: sale hash, buyers hash, windows
 // list.
 func QueueAdvanceKeys(sale string) []string {
 	return []string{SaleKey(sale), BuyersKey(sale), QueueWindowsKey(sale)}
+}
+
+// QueueRestoreKeys is QueueRestore's KEYS: sale hash, queue hash, late
+// list, windows list.
+func QueueRestoreKeys(sale string) []string {
+	return []string{SaleKey(sale), QueueKey(sale), QueueLateKey(sale), QueueWindowsKey(sale)}
 }
 
 // QueueRankKeys is QueueRank's KEYS: sale hash, queue hash.

@@ -7,7 +7,11 @@
 -- KEYS[2] queue hash  fg:{<sale>}:queue
 -- ARGV[1] the leader's fencing token (refused when below q_fence)
 -- ARGV[2] "1" when this chunk is the last
--- ARGV[3+2i], ARGV[4+2i]: user id, "r<rank>" of the i-th entrant
+-- ARGV[3] with the last chunk: q_theta, the rank key of pre-start position
+--         min(q_k, q_pre) ("-": leave it; a queue ranked again after a
+--         restore has admitted positions)
+-- ARGV[4] likewise q_etheta, for min(q_e, q_pre)
+-- ARGV[5+2i], ARGV[6+2i]: user id, "r<rank>" of the i-th entrant
 --
 -- Returns the entries written, or -1 when the fencing token is stale.
 local fence = tonumber(redis.call('HGET', KEYS[1], 'q_fence') or '0') or 0
@@ -18,11 +22,14 @@ end
 if token > fence then
   redis.call('HSET', KEYS[1], 'q_fence', token)
 end
-local n = (#ARGV - 2) / 2
+local n = (#ARGV - 4) / 2
 if n > 0 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 5))
 end
 if ARGV[2] == '1' then
   redis.call('HSET', KEYS[1], 'q_ranked', 1)
+  if ARGV[3] ~= '-' then
+    redis.call('HSET', KEYS[1], 'q_theta', ARGV[3], 'q_etheta', ARGV[4])
+  end
 end
 return n

@@ -61,6 +61,8 @@ var (
 	queueRankSrc string
 	//go:embed queueadvance.lua
 	queueAdvanceSrc string
+	//go:embed queuerestore.lua
+	queueRestoreSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -108,6 +110,7 @@ var (
 	QueueStart   = redis.NewScript(queueStartSrc)
 	QueueRank    = redis.NewScript(queueRankSrc)
 	QueueAdvance = redis.NewScript(queueAdvanceSrc)
+	QueueRestore = redis.NewScript(queueRestoreSrc)
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's

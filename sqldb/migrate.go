@@ -164,6 +164,29 @@ var migrations = []migration{
 			`ALTER TABLE sales ADD COLUMN admit_seconds INTEGER NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		// Version 8 journals fair queues (docs/internals.md, "Fair queue
+		// journal"): one mark a queue (its epoch, seed commitment,
+		// frontiers and open windows) and its entrants, so that a rebuild
+		// of the sale restores the queue.
+		version: 8,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS queue_marks (
+				sale_id  TEXT PRIMARY KEY,
+				epoch    TEXT NOT NULL,
+				seed_sha TEXT NOT NULL,
+				k        {int} NOT NULL DEFAULT 0,
+				e        {int} NOT NULL DEFAULT 0,
+				windows  TEXT NOT NULL DEFAULT ''
+			)`,
+			`CREATE TABLE IF NOT EXISTS queue_entrants (
+				sale_id TEXT NOT NULL,
+				user_id TEXT NOT NULL,
+				entry   TEXT NOT NULL,
+				PRIMARY KEY (sale_id, user_id)
+			)`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

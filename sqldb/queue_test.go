@@ -3,6 +3,8 @@ package sqldb
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashgate/flashgate"
@@ -34,6 +36,48 @@ func TestSaleQueueSettings(t *testing.T) {
 			if !reflect.DeepEqual(g, w) {
 				t.Errorf("%s: got %v, want %v", want.ID, g, w)
 			}
+		}
+	})
+}
+
+// TestQueueJournal: a fair queue's journal on both dialects keeps each
+// entrant's first entry, lets the frontiers only grow (with the windows
+// that go with the greater one), and a mark of another epoch replaces the
+// old queue.
+func TestQueueJournal(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		if _, _, ok, err := db.QueueJournal(ctx, "q"); ok || err != nil {
+			t.Fatalf("no journal: got ok %v, %v", ok, err)
+		}
+		m := flashgate.QueueMark{Epoch: "1", SeedSHA: "aa", K: 3, E: 1, Windows: "3 100 t"}
+		a := []flashgate.QueueEntrant{{User: "alice", Entry: "p"}, {User: "bob", Entry: "l1"}}
+		if err := db.JournalQueue(ctx, "q", m, a); err != nil {
+			t.Fatal(err)
+		}
+		older := flashgate.QueueMark{Epoch: "1", SeedSHA: "aa", K: 2, E: 0, Windows: "2 50 s"}
+		if err := db.JournalQueue(ctx, "q", older, []flashgate.QueueEntrant{{User: "bob", Entry: "l7"}, {User: "carol", Entry: "l2"}}); err != nil {
+			t.Fatal(err)
+		}
+		got, es, ok, err := db.QueueJournal(ctx, "q")
+		if err != nil || !ok {
+			t.Fatalf("QueueJournal: %v %v", ok, err)
+		}
+		if got != m {
+			t.Errorf("after an older mark: got %+v, want %+v", got, m)
+		}
+		slices.SortFunc(es, func(a, b flashgate.QueueEntrant) int { return strings.Compare(a.User, b.User) })
+		want := []flashgate.QueueEntrant{{User: "alice", Entry: "p"}, {User: "bob", Entry: "l1"}, {User: "carol", Entry: "l2"}}
+		if !reflect.DeepEqual(es, want) {
+			t.Errorf("entrants: got %v, want %v", es, want)
+		}
+		anew := flashgate.QueueMark{Epoch: "2", SeedSHA: "bb"}
+		if err := db.JournalQueue(ctx, "q", anew, []flashgate.QueueEntrant{{User: "dave", Entry: "p"}}); err != nil {
+			t.Fatal(err)
+		}
+		got, es, _, err = db.QueueJournal(ctx, "q")
+		if err != nil || got != anew || !reflect.DeepEqual(es, []flashgate.QueueEntrant{{User: "dave", Entry: "p"}}) {
+			t.Errorf("another epoch: got %+v %v %v, want %+v and dave alone", got, es, err, anew)
 		}
 	})
 }

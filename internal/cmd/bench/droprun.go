@@ -150,7 +150,7 @@ func (d *dropRun) fakeOpen(id string) error {
 	if err := lua.QueueOpen.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32), "00", 0, 60).Err(); err != nil {
 		return err
 	}
-	return lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id)).Err()
+	return lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32)).Err()
 }
 
 // fill enters n synthetic entrants into the open queue of sale id and

@@ -1,0 +1,92 @@
+-- QueueRestore gives a fair queue back to a sale hash from its journal
+-- (the database), after Redis lost it (FLUSHALL: the re-sync rebuilt the
+-- hash without the queue) or came back older (a failover to a lagging
+-- replica): the same epoch and commitment, every journaled entrant with
+-- the entry it was given, the frontiers and windows. It merges: what Redis
+-- holds stays, the frontiers only grow. A pre-start entrant added while the
+-- queue had started unmarks q_ranked, so that the leader ranks the queue
+-- again (the same seed gives everyone the same rank).
+--
+-- KEYS[1] sale hash     fg:{<sale>}:sale
+-- KEYS[2] queue hash    fg:{<sale>}:queue
+-- KEYS[3] late list     fg:{<sale>}:qlate
+-- KEYS[4] windows list  fg:{<sale>}:qwin
+-- ARGV[1] the leader's fencing token (refused when below q_fence)
+-- ARGV[2] epoch
+-- ARGV[3] hex SHA-256 of the seed
+-- ARGV[4] q_maxnum
+-- ARGV[5] admit_seconds
+-- ARGV[6] the seed, hex, when the queue has started; "" before the start
+-- ARGV[7] q_k, ARGV[8] q_e from the journal
+-- ARGV[9] the journal's windows, "<k> <ms> <theta>" a line
+-- ARGV[10 ..] pairs user id, entry ("p", or "l<n>" in ascending n)
+--
+-- Returns {pre-start entrants added, late entrants added, late entrants
+-- not restored (their arrival number was given to another since), q_k},
+-- or {-1} stale fencing token, {-2} no such sale, {-3} Redis holds
+-- another epoch's queue (nothing changed).
+local f = redis.call('HMGET', KEYS[1], 'total', 'q_fence', 'q_epoch', 'q_k', 'q_e', 'q_started')
+if not f[1] then
+  return {-2}
+end
+local token = tonumber(ARGV[1]) or 0
+if token < (tonumber(f[2] or '0') or 0) then
+  return {-1}
+end
+if f[3] and f[3] ~= ARGV[2] then
+  return {-3}
+end
+redis.call('HSET', KEYS[1], 'q_fence', token, 'queue', 'fair', 'q_open', 1, 'q_epoch', ARGV[2], 'q_seedsha', ARGV[3],
+  'q_maxnum', ARGV[4], 'q_window', ARGV[5])
+local started = f[6] == '1'
+if ARGV[6] ~= '' and not started then
+  redis.call('HSET', KEYS[1], 'q_started', 1, 'q_seed', ARGV[6])
+  started = true
+end
+local pre, late, lost = 0, 0, 0
+local n = redis.call('LLEN', KEYS[3])
+for i = 10, #ARGV - 1, 2 do
+  local user, entry = ARGV[i], ARGV[i + 1]
+  if entry == 'p' then
+    if redis.call('HSETNX', KEYS[2], user, 'p') == 1 then
+      pre = pre + 1
+    end
+  else
+    local a = tonumber(string.sub(entry, 2))
+    if redis.call('HEXISTS', KEYS[2], user) == 0 then
+      if a == n + 1 then
+        redis.call('RPUSH', KEYS[3], user)
+        redis.call('HSET', KEYS[2], user, entry)
+        n, late = n + 1, late + 1
+      else
+        lost = lost + 1
+      end
+    end
+  end
+end
+if pre > 0 then
+  redis.call('HINCRBY', KEYS[1], 'q_pre', pre)
+  redis.call('HSET', KEYS[1], 'q_ranked', 0)
+end
+if late > 0 then
+  redis.call('HSET', KEYS[1], 'q_late', n)
+end
+local k, e = tonumber(f[4] or '0') or 0, tonumber(f[5] or '0') or 0
+local jk, je = tonumber(ARGV[7]) or 0, tonumber(ARGV[8]) or 0
+if jk > k then
+  k = jk
+  redis.call('DEL', KEYS[4])
+  for line in string.gmatch(ARGV[9], '[^\n]+') do
+    redis.call('RPUSH', KEYS[4], line)
+  end
+  -- The rank keys at the frontiers are the leader's to write again.
+  redis.call('HSET', KEYS[1], 'q_k', k, 'q_ranked', 0)
+end
+if je > e then
+  redis.call('HSET', KEYS[1], 'q_e', je)
+end
+if not f[4] then
+  redis.call('HSETNX', KEYS[1], 'q_k', 0)
+  redis.call('HSETNX', KEYS[1], 'q_e', 0)
+end
+return {pre, late, lost, k}
