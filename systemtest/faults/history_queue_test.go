@@ -90,6 +90,25 @@ func TestQueueModel(t *testing.T) {
 		{"an acknowledged entry told to enter again", newQB().enter("a", qOK, 0, 10).
 			status("g1", "a", 0, qGone, 20, 21), []string{"a"}, 2, bad},
 	}
+	// An entry acknowledged in a loss window the contract allows may be lost.
+	excused := newQB().enter("a", qOK, 0, 10).enter("b", qOK, 100, 110)
+	excused.h.mayLose(excused.at(50), excused.at(120))
+	tests = append(tests, struct {
+		name     string
+		b        *qb
+		entrants []string
+		total    int
+		want     porcupine.CheckResult
+	}{"an entry lost inside an allowed loss window", excused, []string{"a"}, 2, ok})
+	outside := newQB().enter("a", qOK, 0, 10).enter("b", qOK, 100, 110)
+	outside.h.mayLose(outside.at(50), outside.at(120))
+	tests = append(tests, struct {
+		name     string
+		b        *qb
+		entrants []string
+		total    int
+		want     porcupine.CheckResult
+	}{"an entry lost before an allowed loss window", outside, []string{"b"}, 2, bad})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, _ := tt.b.h.check(tt.total, tt.entrants, tt.b.at(1000), 10*time.Second)
