@@ -89,7 +89,11 @@ func fairScenario(inject func(ctx context.Context, f *fairRun)) func(t *testing.
 		}
 		res, _ := f.qh.check(fairUnits, users, time.Now(), time.Minute)
 		t.Logf("queue history: %d operations, %d units sold, %d entrants in Redis: %s", len(f.qh.ops), f.sold.Load(), len(users), res)
+		if lost := f.qh.lostEntries(users); len(lost) > 0 {
+			t.Logf("acknowledged entries not in the queue at the end: %s", strings.Join(lost, ", "))
+		}
 		if res != porcupine.Ok {
+			t.Logf("rejected partitions: %s", strings.Join(f.qh.diagnose(fairUnits, users, time.Now()), "; "))
 			x.problem("queue history NOT linearizable against the queue model (%s): %d of %d units sold; %d entries acknowledged (201) and not in the queue at the end",
 				res, f.sold.Load(), fairUnits, f.qh.lost(users))
 		}
@@ -231,6 +235,7 @@ func fairFlushPrequeue(ctx context.Context, f *fairRun) {
 		f.problem("FLUSHALL: %v", err)
 		return
 	}
+	f.event("FLUSHALL sent at %s, returned at %s", sent.Format("15:04:05.000"), time.Now().Format("15:04:05.000"))
 	// docs/api.md's failure table: the entries of the leader's last step
 	// before the loss (a tick, 200ms) may be lost; one second is allowed.
 	f.qh.mayLose(sent.Add(-time.Second), time.Now())

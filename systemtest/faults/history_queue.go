@@ -263,19 +263,70 @@ func (h *qHistory) check(total int, entrants []string, end time.Time, timeout ti
 }
 
 // lost counts the entries acknowledged (201) whose user is not in entrants.
-func (h *qHistory) lost(entrants []string) int {
+func (h *qHistory) lost(entrants []string) int { return len(h.lostEntries(entrants)) }
+
+// lostEntries describes the entries acknowledged (201) whose user is not
+// in entrants: user and when the 201 came.
+func (h *qHistory) lostEntries(entrants []string) []string {
 	in := map[string]bool{}
 	for _, u := range entrants {
 		in[u] = true
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
+	var out []string
 	for _, o := range h.ops {
 		if i := o.Input.(qIn); i.kind == qEnter && o.Output.(qOut).res == qOK && !in[i.user] {
-			n++
+			out = append(out, fmt.Sprintf("%s at %s", i.user, h.base.Add(time.Duration(o.Return)).Format("15:04:05.000")))
 			in[i.user] = true
 		}
 	}
-	return n
+	return out
+}
+
+// diagnose checks each partition of the history (ended at end with the
+// final read of entrants) on its own and names the ones the queue model
+// rejects, each with its first operations of a kind that can be refused.
+func (h *qHistory) diagnose(total int, entrants []string, end time.Time) []string {
+	h.mu.Lock()
+	ops := slices.Clone(h.ops)
+	h.excuse(ops)
+	h.mu.Unlock()
+	e := end.Sub(h.base).Nanoseconds()
+	for i := range ops {
+		if ops[i].Return < 0 {
+			ops[i].Return = e
+		}
+	}
+	ops = append(ops, porcupine.Operation{ClientId: len(ops), Input: qIn{kind: qEntrants, users: "," + strings.Join(entrants, ",") + ","},
+		Output: qOut{}, Call: e, Return: e + 1})
+	m := queueModel(total)
+	m.Partition = nil
+	var out []string
+	for _, p := range partitionQueue(ops) {
+		if porcupine.CheckOperations(m, p) {
+			continue
+		}
+		in := p[0].Input.(qIn)
+		name := "entries and purchases"
+		switch {
+		case in.kind == qBuy:
+			name = "purchases"
+		case in.kind == qStatus || in.kind == qFrontier:
+			name = "gateway " + in.src + "'s answers"
+		}
+		var sold, soldOut, gone int
+		for _, o := range p {
+			switch r := o.Output.(qOut).res; {
+			case r == qSoldOut:
+				soldOut++
+			case r == qGone:
+				gone++
+			case o.Input.(qIn).kind == qBuy && r == qOK:
+				sold++
+			}
+		}
+		out = append(out, fmt.Sprintf("%s (%d operations: %d bought, %d admitted buyers refused sold_out, %d told to enter again)", name, len(p), sold, soldOut, gone))
+	}
+	return out
 }
