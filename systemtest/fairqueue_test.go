@@ -490,7 +490,7 @@ func TestKS2(t *testing.T) {
 // twice; an admitted buyer is never turned away sold out.
 func TestFairQueueDrop(t *testing.T) {
 	s := startDropSystem(t, time.Now().Truncate(time.Second))
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))
+	rng := rand.New(rand.NewPCG(dropSeed(t), 19))
 
 	// Drop A: many more pre-start entrants than units.
 	crowd, seed := runDrop(t, s, dropSpec{id: "dropA", total: 40, pre: 300, late: 20, buyShare: 0.75}, rng)

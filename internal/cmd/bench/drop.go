@@ -54,6 +54,9 @@ type dropResult struct {
 	LateBytesPerEntrant               float64       // the same, entering after the start (hash + arrival list)
 	RankElapsed                       time.Duration // the leader's start step over Entrants: read, rank, write ranks
 	RankedBytesPerEntrant             float64       // used_memory per entrant once ranked
+	AdmitElapsed                      time.Duration // one admission tick of that queue after its start
+	ArchiveHeld, ArchiveFreed         int64         // used_memory the queue held before its archive, and what the archive gave back
+	ArchiveElapsed                    time.Duration // from the close until the leader archived it
 }
 
 // dropAccount is one account of the crowd.
@@ -262,20 +265,30 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	}
 
 	// Redis bytes per entrant at scale.
+	// The control plane opens the queue (it alone derives the seed).
 	res.Entrants = entrants
-	if res.BytesPerEntrant, res.HashBytesPerEntrant, err = d.memory("drop-mem", entrants, false); err != nil {
-		return err
-	}
-	// The start of that queue: the leader reads, ranks and writes every
-	// entrant's rank.
-	past := clock.Now().Add(-time.Second)
-	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &past, Queue: flashgate.QueueFair}); err != nil {
+	memStart := clock.Now().Add(time.Minute)
+	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &memStart, Queue: flashgate.QueueFair,
+		PrequeueSeconds: 600}); err != nil {
 		return err
 	}
 	memSale, err := db.Sale(ctx, "drop-mem")
 	if err != nil {
 		return err
 	}
+	if err := cp.QueueStep(ctx, memSale, fence); err != nil {
+		return fmt.Errorf("opening the memory queue: %w", err)
+	}
+	m0, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	if res.BytesPerEntrant, res.HashBytesPerEntrant, err = d.fill("drop-mem", entrants); err != nil {
+		return err
+	}
+	// The start of that queue: the leader reads, ranks and writes every
+	// entrant's rank.
+	clock.Set(memStart)
 	before, err := d.usedMemory()
 	if err != nil {
 		return err
@@ -290,6 +303,9 @@ func (b *bench) dropPhase(ctx context.Context) error {
 		return err
 	}
 	res.RankedBytesPerEntrant = res.BytesPerEntrant + float64(after-before)/float64(entrants)
+	if err := d.admitAndArchive(memSale, m0, res); err != nil {
+		return err
+	}
 	if _, res.LateBytesPerEntrant, err = d.memory("drop-mem-late", min(entrants, 100_000), true); err != nil {
 		return err
 	}
@@ -321,5 +337,8 @@ func (r *report) dropSection() string {
 	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (5 minutes). At the start the leader read, ranked and wrote the ranks of those %s entrants in **%s** (%.0f bytes per entrant once ranked).\n",
 		num(float64(d.Entrants)), d.BytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant,
 		num(float64(d.Entrants)), d.RankElapsed.Round(time.Millisecond), d.RankedBytesPerEntrant)
+	p("\nThe first admission tick after that start took **%s**. Closed, the sale was archived by the leader %s later: used_memory fell by **%s bytes** of the %s the queue held (%.0f%%).\n",
+		d.AdmitElapsed.Round(time.Microsecond), d.ArchiveElapsed.Round(time.Millisecond), num(float64(d.ArchiveFreed)), num(float64(d.ArchiveHeld)),
+		100*float64(d.ArchiveFreed)/float64(max(d.ArchiveHeld, 1)))
 	return sb.String()
 }

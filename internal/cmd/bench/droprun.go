@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/testclock"
@@ -130,18 +131,32 @@ func (d *dropRun) enter(id string, a *dropAccount) error {
 // INFO memory's used_memory delta and the queue keys' MEMORY USAGE, each
 // per entrant.
 func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntrant float64, err error) {
-	ctx := d.ctx
-	if err := lua.Prepare.Run(ctx, d.rdb, lua.SaleKeys(id), 100, 150, 1, 100, "", "fair").Err(); err != nil {
-		return 0, 0, err
-	}
-	if err := lua.QueueOpen.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32), "00", 0, 60).Err(); err != nil {
-		return 0, 0, err
-	}
 	if late {
-		if err := lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32)).Err(); err != nil {
+		if err := d.fakeOpen(id); err != nil {
 			return 0, 0, err
 		}
 	}
+	return d.fill(id, n)
+}
+
+// fakeOpen puts a fair sale with an open, started queue into Redis by its
+// scripts, with a seed commitment no control plane derived (a queue never
+// ranked).
+func (d *dropRun) fakeOpen(id string) error {
+	ctx := d.ctx
+	if err := lua.Prepare.Run(ctx, d.rdb, lua.SaleKeys(id), 100, 150, 1, 100, "", "fair").Err(); err != nil {
+		return err
+	}
+	if err := lua.QueueOpen.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32), "00", 0, 60).Err(); err != nil {
+		return err
+	}
+	return lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32)).Err()
+}
+
+// fill enters n synthetic entrants into the open queue of sale id and
+// returns used_memory's delta and the queue keys' MEMORY USAGE per entrant.
+func (d *dropRun) fill(id string, n int) (perEntrant, keysPerEntrant float64, err error) {
+	ctx := d.ctx
 	if err := lua.QueueEnter.Load(ctx, d.rdb).Err(); err != nil {
 		return 0, 0, err
 	}
@@ -185,4 +200,58 @@ func (d *dropRun) usedMemory() (int64, error) {
 		}
 	}
 	return 0, errors.New("no used_memory in INFO memory")
+}
+
+// admitAndArchive times the first admission tick of the started fair sale
+// sale (its queue ranked), then closes it, runs the control plane's leader
+// loop until it archives the sale (bounded), and records the memory the
+// archive gave back; base is used_memory before the queue's entrants.
+func (d *dropRun) admitAndArchive(sale flashgate.Sale, base int64, res *dropResult) error {
+	ctx := d.ctx
+	if err := d.cp.Start(ctx, sale.ID); err != nil {
+		return err
+	}
+	t := time.Now()
+	if err := d.cp.QueueStep(ctx, sale, d.fence); err != nil {
+		return fmt.Errorf("admitting: %w", err)
+	}
+	res.AdmitElapsed = time.Since(t)
+	if err := d.cp.Stop(ctx, sale.ID); err != nil {
+		return err
+	}
+	held, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	res.ArchiveHeld = held - base
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.cp.Run(runCtx) }()
+	t = time.Now()
+	archived := false
+	for time.Since(t) < 2*time.Minute && !archived {
+		s, err := d.db.Sale(ctx, sale.ID)
+		if err != nil {
+			stop()
+			<-done
+			return err
+		}
+		if archived = s.Archived; !archived {
+			time.Sleep(50 * time.Millisecond) // the leader's re-sync pass runs every second
+		}
+	}
+	res.ArchiveElapsed = time.Since(t)
+	stop()
+	if err := <-done; err != nil {
+		return err
+	}
+	if !archived {
+		return fmt.Errorf("sale %s not archived %v after its close", sale.ID, res.ArchiveElapsed.Round(time.Second))
+	}
+	after, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	res.ArchiveFreed = held - after
+	return nil
 }
