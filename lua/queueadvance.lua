@@ -12,7 +12,7 @@
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
--- KEYS[3] windows list  fg:{<sale>}:qwin (lua.QueueWindowsKey)
+-- KEYS[3] windows list  fg:{<sale>}:qwin
 -- ARGV[1] the leader's fencing token (refused when below q_fence)
 -- ARGV[2] q_k the leader read (nothing is written if it changed)
 -- ARGV[3] q_e the leader read (nothing is written if it changed)

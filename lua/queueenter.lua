@@ -11,9 +11,10 @@
 -- KEYS[2] queue hash       fg:{<sale>}:queue
 -- KEYS[3] late list        fg:{<sale>}:qlate
 -- KEYS[4] solution marker  fg:{<sale>}:pow:<challenge>
--- KEYS[5] journal stream   fg:{<sale>}:qjournal (lua.QueueJournalKey): each
---         new entry is added as one field "e" = "<entry> <user id>", which
---         the leader writes to the database in batches and then deletes
+-- KEYS[5] journal stream   fg:{<sale>}:qjournal
+--         (lua.QueueJournalKey): each new entry is added as one field
+--         "e" = "<entry> <user id>", which the leader writes to the
+--         database in batches and then deletes
 -- ARGV[1] user id
 -- ARGV[2] the solution's remaining life in milliseconds; "0": no solution
 --         to mark (KEYS[4] is not touched)
