@@ -193,6 +193,20 @@ func TestTicketNamesItsQueue(t *testing.T) {
 	if r.StatusCode() != 200 || !strings.Contains(string(r.Body()), `"state":"waiting"`) {
 		t.Errorf("status with the new ticket: got %d %s, want 200 waiting", r.StatusCode(), r.Body())
 	}
+
+	// A cache with no commitment (the sale's hash was lost and rebuilt,
+	// its queue not restored yet) judges no ticket: 503, retry, never
+	// queue_reset, since the restored queue keeps its commitment.
+	if err := e.primary.HDel(ctx, lua.SaleKey("fq"), lua.FieldQSeedSHA).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.s.refreshState(ctx)
+	for _, c := range []struct{ method, path string }{{"GET", "/api/sales/fq/queue"}, {"POST", "/api/sales/fq/orders"}} {
+		r = do(h, req{method: c.method, path: c.path, token: tok, header: map[string]string{"X-Queue-Ticket": st.Ticket}})
+		if r.StatusCode() != 503 || string(r.Body()) != `{"error":"unavailable"}` || len(r.Header.Peek("X-Queue-Ticket")) != 0 {
+			t.Errorf("%s %s while the queue is restored: got %d %s, want 503 unavailable and no ticket", c.method, c.path, r.StatusCode(), r.Body())
+		}
+	}
 }
 
 // TestParseEntry: every entry names its queue (":<8 characters>" at its

@@ -19,7 +19,16 @@ const (
 	// qsReset is no state of the answer: the ticket's queue is gone
 	// (409 queue_reset).
 	qsReset = "queue_reset"
+	// qsRestoring is no state of the answer either: the cache holds no
+	// commitment for the sale (its hash was lost and the control plane has
+	// not restored the queue yet), so no ticket can be judged; 503
+	// unavailable, and the buyer retries with the same ticket.
+	qsRestoring = "restoring"
 )
+
+// noPlace reports whether p is an answer without a place (queue_reset or
+// a queue being restored): such an answer reissues no ticket.
+func (p *place) noPlace() bool { return p.state == qsReset || p.state == qsRestoring }
 
 // place is where a ticket stands in the cached queue.
 type place struct {
@@ -47,6 +56,9 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 	switch {
 	case st.closed:
 		p.state = qsClosed
+	case tk.queue != q.qtag && q.seedSHA == "":
+		p.state = qsRestoring
+		return p
 	case tk.queue != q.qtag:
 		p.state = qsReset
 		return p

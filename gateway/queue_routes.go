@@ -139,7 +139,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	p := s.locate(e, st, q, &tk, user)
 	writePlace(ctx, p, q)
-	if p.state != qsReset {
+	if !p.noPlace() {
 		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
 	}
 }
@@ -161,10 +161,20 @@ func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q
 	return true
 }
 
+// writeNoPlace answers a place without one: 409 queue_reset, or 503
+// unavailable while the sale's queue is being restored.
+func writeNoPlace(ctx *fasthttp.RequestCtx, p *place) {
+	if p.state == qsRestoring {
+		writeAnswer(ctx, ansUnavail)
+		return
+	}
+	writeAnswer(ctx, ansQueueReset)
+}
+
 // writePlace answers 200 with the status JSON of p, or 409 queue_reset.
 func writePlace(ctx *fasthttp.RequestCtx, p place, q *queueView) {
-	if p.state == qsReset {
-		writeAnswer(ctx, ansQueueReset)
+	if p.noPlace() {
+		writeNoPlace(ctx, &p)
 		return
 	}
 	writeJSONHead(ctx, fasthttp.StatusOK)
@@ -306,7 +316,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 		return false
 	}
 	s.notAdmitted(ctx, e, q, &p)
-	if p.state != qsReset {
+	if !p.noPlace() {
 		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
 	}
 	return true
@@ -332,7 +342,7 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 	s.notAdmitted(ctx, e, q, &p)
 	// The token was verified, its claims not kept: a new rank key is
 	// reissued in the short form.
-	if p.state != qsReset {
+	if !p.noPlace() {
 		s.reissue(ctx, e, user, t, &tk, &p, nil, 0)
 	}
 	return false
@@ -343,8 +353,8 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p *place) {
 	s.m.decision(ctx, decNotAdmitted)
 	e.rejected.Add(1)
-	if p.state == qsReset {
-		writeAnswer(ctx, ansQueueReset)
+	if p.noPlace() {
+		writeNoPlace(ctx, p)
 		return
 	}
 	writeJSONHead(ctx, fasthttp.StatusConflict)

@@ -157,10 +157,12 @@ func (f *fairRun) buyer(ctx context.Context, i int, arrive time.Duration) {
 			in.pos = *st.Position
 		}
 		switch {
-		case code == 409 && strings.Contains(string(body), "queue_reset"), code == 404:
+		case code == 409 && strings.Contains(string(body), "queue_reset"):
 			f.qh.add(in, qGone, call, time.Now())
 			return
 		case code != 200:
+			// 404 while a lost sale is rebuilt, 503 while its queue is
+			// restored: the same ticket is tried again.
 			time.Sleep(200 * time.Millisecond)
 			continue
 		case st.State == "waiting" && st.Position != nil:
