@@ -217,8 +217,19 @@ func (s *Server) snapshot(withRetired bool) []*sale {
 // refreshState re-reads every cached sale's state in one pipeline, and
 // drops the sales nobody asked about for SaleIdle (a tenth of it for ids
 // that are no sale at all).
+//
+// A sale whose first load is still running is left out: that load owns
+// its first state, and a read begun before its catalog entry was known
+// would skip a fair sale's queue fields and could store an older state
+// over the load's (the queue routes would answer 503 until the next tick).
 func (s *Server) refreshState(ctx context.Context) {
-	list := s.snapshot(false)
+	all := s.snapshot(false)
+	list := all[:0]
+	for _, e := range all {
+		if e.loaded.Load() {
+			list = append(list, e)
+		}
+	}
 	if len(list) == 0 {
 		return
 	}
