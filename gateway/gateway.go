@@ -113,6 +113,8 @@ type Server struct {
 
 	share shareState // this gateway's part of SaleRate (share.go)
 
+	entryWait replicaWaits // queue entries' WAIT (queue_wait.go)
+
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried
 	// again; until then reads go straight to the primary.
