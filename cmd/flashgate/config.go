@@ -72,6 +72,9 @@ type Config struct {
 	Target      string        // crowd: gateway URL; "http://127.0.0.1:8080"
 	Admin       string        // crowd: admin URL for the cross-check; ""
 	Serve       bool          // demo: keep serving after the report
+	Fair        bool          // demo: a fair drop (people and scalpers through a fair queue) instead of first come
+	Scalpers    int           // demo --fair: scalpers; 20
+	Accounts    int           // demo --fair: accounts per scalper; 15
 	Progress    bool          // crowd/demo: draw a progress bar; true
 	Timeout     time.Duration // crowd: per-request timeout; 5s
 	Quantity    int64         // crowd: units per purchase; 1
@@ -208,6 +211,9 @@ var flagSpecs = []flagSpec{
 	{"timeout", "per-request timeout", cmdCrowd, durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
 	{"progress", "draw a progress bar", cmdDemo | cmdCrowd, boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
 	{"serve", "keep serving after the report (open the pages in a browser)", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
+	{"fair", "a fair drop instead: people (--users, default 3000) entering at random through a 5s pre-queue, scalpers entering the moment it opens and polling fast, everyone paying a proof of work; reports units by group, the seed check and the invariants", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Fair }, false)},
+	{"scalpers", "with --fair: scalpers", cmdDemo, intFlag(func(c *Config) *int { return &c.Scalpers }, 20)},
+	{"accounts", "with --fair: accounts per scalper", cmdDemo, intFlag(func(c *Config) *int { return &c.Accounts }, 15)},
 	{"user", "the buyer's user id (the token's sub)", cmdToken, strFlag(func(c *Config) *string { return &c.User }, "")},
 	{"count", "print this many tokens, one a line, for users <user-prefix>0…<count-1>", cmdToken, intFlag(func(c *Config) *int { return &c.Count }, 1)},
 	{"user-prefix", "with --count: user ids are this prefix and a number", cmdToken, strFlag(func(c *Config) *string { return &c.UserPrefix }, "user-")},

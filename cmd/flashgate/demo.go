@@ -67,6 +67,9 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	defer g.wait()
 	defer g.cancel()
 
+	if cfg.Fair {
+		return runFairDemo(ctx, cfg, stdout, s, c, base, admin)
+	}
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)
 	start := time.Now()
