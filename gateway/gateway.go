@@ -25,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 )
 
 // Reserver takes units of a sale for a user on the Redis primary; the
@@ -113,7 +114,7 @@ type Server struct {
 
 	share shareState // this gateway's part of SaleRate (share.go)
 
-	entryWait replicaWaits // queue entries' WAIT (queue_wait.go)
+	entryWait replwait.Counts // queue entries' WAIT (queue_wait.go)
 
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried

@@ -3,13 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -21,39 +19,6 @@ const (
 	// WaitOff never waits for replicas.
 	WaitOff = -1
 )
-
-// replicasEvery is how long a primary's count of online replicas is kept
-// before an entry reads it again (WaitAuto).
-const replicasEvery = time.Second
-
-// replicaCount is what one primary last said of its online replicas: read
-// by every entry without a lock, refreshed by at most one at a time.
-type replicaCount struct {
-	online atomic.Int64
-	next   atomic.Int64 // unix nanoseconds: when to read it again
-	mu     sync.Mutex   // held by the entry reading it again
-}
-
-// replicaWaits holds a replicaCount per primary, by address.
-type replicaWaits struct {
-	mu     sync.Mutex
-	byAddr map[string]*replicaCount
-	blind  atomic.Bool // a primary could not tell its replicas; logged once
-}
-
-func (w *replicaWaits) of(addr string) *replicaCount {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c := w.byAddr[addr]
-	if c == nil {
-		if w.byAddr == nil {
-			w.byAddr = map[string]*replicaCount{}
-		}
-		c = &replicaCount{}
-		w.byAddr[addr] = c
-	}
-	return c
-}
 
 // errEntryShort says the replicas to wait for did not acknowledge an entry
 // within WaitTimeout: it stands on the primary, unconfirmed.
@@ -110,7 +75,7 @@ func (s *Server) runEnter(ctx context.Context, sale string, keys []string, args 
 // WAIT can follow, such as a ring) and how many replicas an entry on it
 // must reach: Config.WaitReplicas, or with WaitAuto the count it last
 // reported online, read again (INFO replication) by the first entry that
-// finds it older than replicasEvery; the entries finding it old meanwhile
+// finds it older than replwait.Every; the entries finding it old meanwhile
 // wait for that read.
 func (s *Server) entryReplicas(ctx context.Context, key string) (*redis.Client, int) {
 	if s.cfg.WaitReplicas < 0 {
@@ -132,36 +97,24 @@ func (s *Server) entryReplicas(ctx context.Context, key string) (*redis.Client, 
 	if s.cfg.WaitReplicas > 0 {
 		return node, s.cfg.WaitReplicas
 	}
-	c := s.entryWait.of(node.Options().Addr)
-	if time.Now().UnixNano() >= c.next.Load() {
-		c.mu.Lock()
-		if time.Now().UnixNano() >= c.next.Load() {
-			s.readReplicas(ctx, node, c)
-		}
-		c.mu.Unlock()
-	}
-	return node, int(c.online.Load())
+	c := s.entryWait.Of(node.Options().Addr)
+	return node, c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
 }
 
 // readReplicas reads node's online replicas into c. A primary that cannot
 // tell (miniredis, INFO renamed) counts as having none, noted once; a read
 // that fails keeps the last count and is tried again by the next entry.
-func (s *Server) readReplicas(ctx context.Context, node *redis.Client, c *replicaCount) {
-	info, err := node.Info(ctx, "replication").Result()
-	var refused redis.Error
-	n := 0
+func (s *Server) readReplicas(ctx context.Context, node *redis.Client, c *replwait.Count) {
+	n, known, err := replwait.Read(ctx, node)
 	switch {
-	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
-		if s.entryWait.blind.CompareAndSwap(false, true) {
+	case !known:
+		if s.entryWait.Blind.CompareAndSwap(false, true) {
 			s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", node.Options().Addr, "err", err)
 		}
 	case err != nil:
 		return
-	default:
-		n = flashgate.OnlineReplicas(info)
 	}
-	c.online.Store(int64(n))
-	c.next.Store(time.Now().Add(replicasEvery).UnixNano())
+	c.Store(n)
 }
 
 // rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
@@ -170,11 +123,7 @@ func (s *Server) readReplicas(ctx context.Context, node *redis.Client, c *replic
 // online rather than answer 503 until the count would be read anyway. A
 // replica still online but behind keeps the shortfall.
 func (s *Server) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
-	c := s.entryWait.of(node.Options().Addr)
-	c.mu.Lock()
-	s.readReplicas(ctx, node, c)
-	c.mu.Unlock()
-	online := int(c.online.Load())
+	online := s.entryWait.Of(node.Options().Addr).Reread(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
 	switch {
 	case online >= want:
 		return acked, want

@@ -76,17 +76,7 @@ func runFairDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, 
 	}
 	printDrop(stdout, d, r)
 	checks := dropChecks(ctx, d, c, r, fig.Orders.Persisted)
-	failed := 0
-	fmt.Fprintln(stdout, "invariants")
-	for _, ch := range checks {
-		mark := "ok  "
-		if !ch.ok {
-			mark = "FAIL"
-			failed++
-		}
-		fmt.Fprintf(stdout, "  %s %s\n", mark, ch.what)
-	}
-	if failed > 0 {
+	if failed := printChecks(stdout, checks); failed > 0 {
 		return fmt.Errorf("demo --fair: %d of %d invariant checks failed", failed, len(checks))
 	}
 	fmt.Fprintf(stdout, "demo --fair: every invariant held (%s)\n", time.Since(began).Round(time.Millisecond))
