@@ -281,9 +281,11 @@ func run(ctx context.Context, cfg settings) int {
 	phase("http", b.httpPhase) // http.go, queue.go; QUEUE_ENTRANTS, QUEUE_MAXNUMBER
 	phase("crowd", b.crowdPhase)
 	phase("storm", b.stormPhase)
-	phase("buckets", b.bucketsPhase)        // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)
-	phase("drop", b.dropPhase)              // drop.go; DROP_PEOPLE, DROP_SCALPERS, DROP_ACCOUNTS, DROP_UNITS, DROP_MAXNUMBER, DROP_ENTRANTS
-	phase("drop-memory", b.dropMemoryPhase) // drop.go: only the drop's memory part (DROP_ENTRANTS); not in the default PHASES
+	phase("buckets", b.bucketsPhase) // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)
+	phase("drop", b.dropPhase)       // drop.go; DROP_PEOPLE, DROP_SCALPERS, DROP_ACCOUNTS, DROP_UNITS, DROP_MAXNUMBER, DROP_ENTRANTS
+	// drop.go: only the drop's memory part (DROP_ENTRANTS); not in the
+	// default PHASES.
+	phase("drop-memory", b.dropMemoryPhase)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; no report written")
 		return 1
