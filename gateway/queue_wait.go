@@ -98,18 +98,19 @@ func (s *Server) entryReplicas(ctx context.Context, key string) (*redis.Client, 
 		return node, s.cfg.WaitReplicas
 	}
 	c := s.entryWait.Of(node.Options().Addr)
-	return node, c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
+	return node, c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, node.Options().Addr, c) })
 }
 
-// readReplicas reads node's online replicas into c. A primary that cannot
+// readReplicas reads the online replicas of src (the primary at addr, or
+// the connection a write and its WAIT went on) into c. A primary that cannot
 // tell (miniredis, INFO renamed) counts as having none, noted once; a read
 // that fails keeps the last count and is tried again by the next entry.
-func (s *Server) readReplicas(ctx context.Context, node *redis.Client, c *replwait.Count) {
-	n, known, err := replwait.Read(ctx, node)
+func (s *Server) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
+	n, known, err := replwait.Read(ctx, src)
 	switch {
 	case !known:
 		if s.entryWait.Blind.CompareAndSwap(false, true) {
-			s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", node.Options().Addr, "err", err)
+			s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", addr, "err", err)
 		}
 	case err != nil:
 		return
@@ -123,7 +124,7 @@ func (s *Server) readReplicas(ctx context.Context, node *redis.Client, c *replwa
 // online rather than answer 503 until the count would be read anyway. A
 // replica still online but behind keeps the shortfall.
 func (s *Server) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
-	online := s.entryWait.Of(node.Options().Addr).Reread(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
+	online := s.entryWait.Of(node.Options().Addr).Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
 	switch {
 	case online >= want:
 		return acked, want

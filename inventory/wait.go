@@ -32,24 +32,25 @@ func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replw
 	case s.waitReplicas < 0:
 		return 0
 	}
-	return c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
+	return c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, node.Options().Addr, c) })
 }
 
-// readReplicas reads node's online replicas into c. A primary that cannot
+// readReplicas reads the online replicas of src (the primary at addr, or
+// the connection a write and its WAIT went on) into c. A primary that cannot
 // tell (miniredis, INFO renamed) counts as having none, noted once; a read
 // that fails keeps the last count and is tried again by the next reserve.
-func (s *Service) readReplicas(ctx context.Context, node *redis.Client, c *replwait.Count) {
-	n, known, err := replwait.Read(ctx, node)
+func (s *Service) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
+	n, known, err := replwait.Read(ctx, src)
 	switch {
 	case !known:
 		if s.replicas.Blind.CompareAndSwap(false, true) {
-			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", node.Options().Addr, "err", err)
+			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", addr, "err", err)
 		}
 	case err != nil:
 		return
 	}
 	if was := c.Store(n); was != n {
-		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", node.Options().Addr, "was", was, "now", n)
+		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", addr, "was", was, "now", n)
 	}
 }
 
@@ -151,7 +152,7 @@ func (s *Service) rewait(ctx context.Context, node *redis.Client, conn *redis.Co
 	if _, ok := s.rdb.(*redis.ClusterClient); ok {
 		c = s.replicas.Of(node.Options().Addr)
 	}
-	online := c.Reread(func(c *replwait.Count) { s.readReplicas(ctx, node, c) })
+	online := c.Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
 	if online >= want {
 		return acked, want
 	}

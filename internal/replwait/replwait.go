@@ -85,12 +85,21 @@ func (cs *Counts) Of(addr string) *Count {
 	return c
 }
 
-// Read asks node for its online replicas (INFO replication, one round
+// Infoer is what Read asks: a client, or the connection a write and its
+// WAIT went on (a *redis.Conn), which alone is sure to reach the server
+// that took the write: a new connection of the pool may reach another one
+// behind the same address (a failover behind a proxy or a Sentinel's
+// name), and that server's count says nothing of the write.
+type Infoer interface {
+	Info(ctx context.Context, section ...string) *redis.StringCmd
+}
+
+// Read asks src for its online replicas (INFO replication, one round
 // trip). known is false for a server that cannot tell (miniredis, INFO
 // renamed: it counts as having none); err is a read that failed (keep the
 // last count).
-func Read(ctx context.Context, node *redis.Client) (n int, known bool, err error) {
-	info, err := node.Info(ctx, "replication").Result()
+func Read(ctx context.Context, src Infoer) (n int, known bool, err error) {
+	info, err := src.Info(ctx, "replication").Result()
 	var refused redis.Error
 	switch {
 	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
