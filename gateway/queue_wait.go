@@ -119,22 +119,13 @@ func (s *Server) readReplicas(ctx context.Context, src replwait.Infoer, addr str
 }
 
 // rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
-// the count of online replicas is read again at once, and when a replica
-// has gone since (killed, cut off), the entry waits for those still
-// online rather than answer 503 until the count would be read anyway. A
-// replica still online but behind keeps the shortfall.
+// the count of online replicas is read again at once, on the entry's own
+// connection, and replwait.Rewait waits for those still online.
 func (s *Server) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
 	online := s.entryWait.Of(node.Options().Addr).Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
-	switch {
-	case online >= want:
-		return acked, want
-	case online == 0:
-		return 0, 0
-	}
-	n, err := conn.Wait(ctx, online, s.cfg.WaitTimeout).Result()
+	n, want, err := replwait.Rewait(ctx, conn, online, acked, want, s.cfg.WaitTimeout)
 	if err != nil {
 		s.log.WarnContext(ctx, "gateway: WAIT after a queue entry failed", "err", err)
-		n = 0
 	}
-	return n, online
+	return n, want
 }

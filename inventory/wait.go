@@ -142,29 +142,24 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 }
 
 // rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
-// the primary's count of online replicas is read again at once, and when
-// a replica has gone since (killed, cut off: no longer online), the
-// reserves wait for those still online, on the same connection, rather
-// than answer 503 for a second until the count would be read anyway. A
-// replica still online but behind keeps the shortfall.
+// the primary's count of online replicas is read again at once, on the
+// reserves' own connection (a new one may reach a promoted replica behind
+// the same address), and when a replica has gone since (killed, cut off:
+// no longer online), the reserves wait for those still online, on the
+// same connection, rather than answer 503 for a second until the count
+// would be read anyway (replwait.Rewait). A replica still online but
+// behind keeps the shortfall.
 func (s *Service) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
 	c := s.single
 	if _, ok := s.rdb.(*redis.ClusterClient); ok {
 		c = s.replicas.Of(node.Options().Addr)
 	}
 	online := c.Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
-	if online >= want {
-		return acked, want
-	}
-	if online == 0 {
-		return 0, 0
-	}
-	n, err := conn.Wait(ctx, online, s.waitTimeout).Result()
+	n, want, err := replwait.Rewait(ctx, conn, online, acked, want, s.waitTimeout)
 	if err != nil {
 		s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", err)
-		n = 0
 	}
-	return n, online
+	return n, want
 }
 
 // foundOnly reports whether a Reserve or ReserveMany answer (code, order id

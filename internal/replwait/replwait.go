@@ -109,3 +109,24 @@ func Read(ctx context.Context, src Infoer) (n int, known bool, err error) {
 	}
 	return flashgate.OnlineReplicas(info), true, nil
 }
+
+// Rewait is the answer to a WAIT on conn that fell short (acked of want)
+// once the count was read again (online): when a replica has gone since
+// (killed, cut off: no longer online), the write waits for those still
+// online, on the same connection, rather than answer 503 until the count
+// would be read anyway; a replica still online but behind keeps the
+// shortfall. It returns the replicas that acknowledged and how many were
+// wanted; err is a WAIT that failed (none acknowledged).
+func Rewait(ctx context.Context, conn *redis.Conn, online int, acked int64, want int, timeout time.Duration) (int64, int, error) {
+	switch {
+	case online >= want:
+		return acked, want, nil
+	case online == 0:
+		return 0, 0, nil
+	}
+	n, err := conn.Wait(ctx, online, timeout).Result()
+	if err != nil {
+		return 0, online, err
+	}
+	return n, online, nil
+}
