@@ -24,6 +24,10 @@ build: ## Build bin/flashgate, stamped with git describe's version when there is
 demo: build ## Run the zero set-up demo: embedded store, 100 units, 100,000 buyers.
 	./$(BIN) demo
 
+.PHONY: demo-fair
+demo-fair: build ## Run a fair drop on the embedded store: 3,000 people and 20 scalpers (15 accounts each) through a 5 s pre-queue for 100 units; units by group, the seed check, the invariants.
+	./$(BIN) demo --fair
+
 .PHONY: test
 test: ## go vet, then go test -race over everything against throwaway Redis and PostgreSQL, then every fuzz target for FUZZTIME (make fuzz).
 	$(GO) vet $(PKGS)

@@ -32,6 +32,16 @@ type Config struct {
 	// checked while reads use it, and how soon a failed or stale replica
 	// is tried again. Zero means DefaultReplicaCheck.
 	ReplicaCheck time.Duration
+	// WaitReplicas is how many replicas a fair queue's entry must reach
+	// (Redis WAIT) before it is answered: WaitAuto (zero, the default)
+	// waits for those the sale's primary has online (none: no WAIT),
+	// WaitOff never waits (a failover may lose an entry answered 201), n
+	// waits for exactly n. A shortfall answers 503 unavailable and the
+	// entry stands: entering again answers it once the replicas hold it.
+	WaitReplicas int
+	// WaitTimeout bounds that WAIT; keep it below RedisTimeout. Zero means
+	// DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// Reserver takes units for admitted purchases. Required.
 	Reserver Reserver
 	// Catalog gives the names, prices and start times pages show. Required.
@@ -165,6 +175,7 @@ type Config struct {
 // fills them in, and cmd/flashgate's flags default to them.
 const (
 	DefaultReplicaCheck          = time.Second
+	DefaultWaitTimeout           = 500 * time.Millisecond
 	DefaultStateRefresh          = 20 * time.Millisecond
 	DefaultFlushInterval         = 5 * time.Millisecond
 	DefaultRejectedFlushInterval = 250 * time.Millisecond
@@ -225,6 +236,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReplicaCheck <= 0 {
 		c.ReplicaCheck = DefaultReplicaCheck
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = DefaultWaitTimeout
 	}
 	if c.StateRefresh <= 0 {
 		c.StateRefresh = DefaultStateRefresh

@@ -25,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 )
 
 // Reserver takes units of a sale for a user on the Redis primary; the
@@ -112,6 +113,8 @@ type Server struct {
 	userRetryAfter   []byte
 
 	share shareState // this gateway's part of SaleRate (share.go)
+
+	entryWait replwait.Counts // queue entries' WAIT (queue_wait.go)
 
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -227,8 +228,15 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	rctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
 	defer cancel()
-	v, err := lua.QueueEnter.Run(rctx, s.cfg.Primary, lua.QueueEnterKeys(e.id, challenge), user, max(ttl.Milliseconds(), 0)).Slice()
-	if err != nil || len(v) != 3 {
+	v, err := s.runEnter(rctx, e.id, lua.QueueEnterKeys(e.id, challenge), user, max(ttl.Milliseconds(), 0))
+	if errors.Is(err, errEntryShort) {
+		// The entry stands on the primary but its replicas do not hold
+		// it: no 201 a failover could take back. Entering again answers
+		// it once they do.
+		writeAnswer(ctx, ansUnavail)
+		return
+	}
+	if err != nil || len(v) < 3 {
 		s.logUnavailable(err)
 		writeAnswer(ctx, ansUnavail)
 		return
@@ -238,6 +246,14 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	fresh, _ := v[2].(int64)
 	switch code {
 	case lua.EnterOK:
+		if sha, _ := v[len(v)-1].(string); len(v) > 3 && sha != q.seedSHA {
+			// The entry went into a queue the cache has not seen (a
+			// rebuilt one, its commitment not read yet): no ticket names
+			// a queue the answer cannot place it in. Entering again
+			// answers it once the cache has the queue.
+			writeAnswer(ctx, ansUnavail)
+			return
+		}
 	case lua.EnterNoSale:
 		writeAnswer(ctx, ansNotFound)
 		return
@@ -254,7 +270,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	tk := ticket{queue: q.qtag}
+	tk := ticket{queue: q.qtag} // the entry's queue: its commitment is the cache's (above)
 	switch {
 	case entry == "p" || len(entry) > 1 && entry[0] == 'r':
 		tk.kind = 'p'

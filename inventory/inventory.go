@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -130,11 +131,11 @@ type Service struct {
 	clock        flashgate.Clock
 	log          *slog.Logger
 	newID        func() string
-	waitReplicas int           // Config.WaitReplicas
-	waitTimeout  time.Duration // Config.WaitTimeout, at least 1ms
-	single       *replicaCount // the replicas of rdb when it is a *redis.Client
-	replicas     replicaCounts // the replicas of each primary of a cluster
-	m            *metrics      // nil without Config.Metrics
+	waitReplicas int             // Config.WaitReplicas
+	waitTimeout  time.Duration   // Config.WaitTimeout, at least 1ms
+	single       *replwait.Count // the replicas of rdb when it is a *redis.Client
+	replicas     replwait.Counts // the replicas of each primary of a cluster
+	m            *metrics        // nil without Config.Metrics
 
 	layoutMu sync.RWMutex
 	layouts  map[string]lua.Layout // sale → its fixed bucket layout
@@ -156,7 +157,7 @@ func New(primary redis.UniversalClient, cfg Config) *Service {
 		log:           cfg.Logger,
 		newID:         cfg.NewOrderID,
 		waitReplicas:  cfg.WaitReplicas,
-		single:        &replicaCount{},
+		single:        &replwait.Count{},
 		batchMax:      cfg.MaxReserveBatch,
 		batchInFlight: cfg.ReserveCallsInFlight,
 	}

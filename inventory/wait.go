@@ -2,14 +2,11 @@ package inventory
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -22,90 +19,46 @@ const (
 	WaitOff = -1
 )
 
-// replicasEvery is how long a primary's count of online replicas is kept
-// before a reserve reads it again (WaitAuto).
-const replicasEvery = time.Second
-
-// replicaCount is what one primary last said of its online replicas: read
-// by every reserve without a lock, refreshed by at most one at a time.
-type replicaCount struct {
-	online atomic.Int64
-	next   atomic.Int64 // unix nanoseconds: when to read it again
-	mu     sync.Mutex   // held by the reserve reading it again
-}
-
-// replicaCounts holds a replicaCount per primary, by address.
-type replicaCounts struct {
-	mu     sync.Mutex
-	byAddr map[string]*replicaCount
-	blind  atomic.Bool // a primary could not tell its replicas; logged once
-}
-
-func (rc *replicaCounts) of(addr string) *replicaCount {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	c := rc.byAddr[addr]
-	if c == nil {
-		if rc.byAddr == nil {
-			rc.byAddr = map[string]*replicaCount{}
-		}
-		c = &replicaCount{}
-		rc.byAddr[addr] = c
-	}
-	return c
-}
-
 // wantReplicas returns how many replicas a reserve on node must reach:
 // Config.WaitReplicas, or with WaitAuto the count node last reported online,
 // read again (INFO replication, one round trip) by the first reserve that
-// finds it older than replicasEvery. The reserves that find it old
+// finds it older than replwait.Every. The reserves that find it old
 // meanwhile wait for that read: a count of none that is out of date would
 // answer them without WAIT.
-func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replicaCount) int {
+func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replwait.Count) int {
 	switch {
 	case s.waitReplicas > 0:
 		return s.waitReplicas
 	case s.waitReplicas < 0:
 		return 0
 	}
-	if time.Now().UnixNano() >= c.next.Load() {
-		c.mu.Lock()
-		if time.Now().UnixNano() >= c.next.Load() {
-			s.readReplicas(ctx, node, c)
-		}
-		c.mu.Unlock()
-	}
-	return int(c.online.Load())
+	return c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, node.Options().Addr, c) })
 }
 
-// readReplicas reads node's online replicas into c. A primary that cannot
+// readReplicas reads the online replicas of src (the primary at addr, or
+// the connection a write and its WAIT went on) into c. A primary that cannot
 // tell (miniredis, INFO renamed) counts as having none, noted once; a read
 // that fails keeps the last count and is tried again by the next reserve.
-func (s *Service) readReplicas(ctx context.Context, node *redis.Client, c *replicaCount) {
-	info, err := node.Info(ctx, "replication").Result()
-	var refused redis.Error
-	n := 0
+func (s *Service) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
+	n, known, err := replwait.Read(ctx, src)
 	switch {
-	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
-		if s.replicas.blind.CompareAndSwap(false, true) {
-			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", node.Options().Addr, "err", err)
+	case !known:
+		if s.replicas.Blind.CompareAndSwap(false, true) {
+			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", addr, "err", err)
 		}
 	case err != nil:
 		return
-	default:
-		n = flashgate.OnlineReplicas(info)
 	}
-	if was := c.online.Swap(int64(n)); was != int64(n) {
-		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", node.Options().Addr, "was", was, "now", n)
+	if was := c.Store(n); was != n {
+		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", addr, "was", was, "now", n)
 	}
-	c.next.Store(time.Now().Add(replicasEvery).UnixNano())
 }
 
 // primaryOf returns the client of the primary that holds key and its
 // replica count: the client itself, or on a cluster the master of key's
 // slot. node is nil for another kind of client (a ring), which no WAIT can
 // follow: its reserves are sent without one.
-func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client, c *replicaCount, err error) {
+func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client, c *replwait.Count, err error) {
 	switch r := s.rdb.(type) {
 	case *redis.Client:
 		return r, s.single, nil
@@ -114,7 +67,7 @@ func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client
 		if err != nil {
 			return nil, nil, err
 		}
-		return node, s.replicas.of(node.Options().Addr), nil
+		return node, s.replicas.Of(node.Options().Addr), nil
 	}
 	return nil, nil, nil
 }
@@ -131,7 +84,7 @@ func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client
 func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag string, keys []string, args ...any) (res any, acked int64, want int, err error) {
 	var node *redis.Client
 	if s.waitReplicas >= 0 {
-		var c *replicaCount
+		var c *replwait.Count
 		if node, c, err = s.primaryOf(ctx, keys[0]); err != nil {
 			return nil, 0, 0, err
 		}
@@ -189,32 +142,24 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 }
 
 // rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
-// the primary's count of online replicas is read again at once, and when
-// a replica has gone since (killed, cut off: no longer online), the
-// reserves wait for those still online, on the same connection, rather
-// than answer 503 for a second until the count would be read anyway. A
-// replica still online but behind keeps the shortfall.
+// the primary's count of online replicas is read again at once, on the
+// reserves' own connection (a new one may reach a promoted replica behind
+// the same address), and when a replica has gone since (killed, cut off:
+// no longer online), the reserves wait for those still online, on the
+// same connection, rather than answer 503 for a second until the count
+// would be read anyway (replwait.Rewait). A replica still online but
+// behind keeps the shortfall.
 func (s *Service) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
 	c := s.single
 	if _, ok := s.rdb.(*redis.ClusterClient); ok {
-		c = s.replicas.of(node.Options().Addr)
+		c = s.replicas.Of(node.Options().Addr)
 	}
-	c.mu.Lock()
-	s.readReplicas(ctx, node, c)
-	c.mu.Unlock()
-	online := int(c.online.Load())
-	if online >= want {
-		return acked, want
-	}
-	if online == 0 {
-		return 0, 0
-	}
-	n, err := conn.Wait(ctx, online, s.waitTimeout).Result()
+	online := c.Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
+	n, want, err := replwait.Rewait(ctx, conn, online, acked, want, s.waitTimeout)
 	if err != nil {
 		s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", err)
-		n = 0
 	}
-	return n, online
+	return n, want
 }
 
 // foundOnly reports whether a Reserve or ReserveMany answer (code, order id

@@ -41,15 +41,15 @@ func TestQueueScripts(t *testing.T) {
 		if n, err := lua.QueueOpen.Run(ctx, rdb, lua.SaleKeys(sale), "00", "11", 0, 60).Int(); err != nil || n != 1 {
 			t.Fatalf("QueueOpen: %d %v", n, err)
 		}
-		want("alice enters", enter("alice", "c1", 60000), []any{int64(0), "p", int64(1)})
-		want("alice again", enter("alice", "c2", 60000), []any{int64(0), "p", int64(0)})
+		want("alice enters", enter("alice", "c1", 60000), []any{int64(0), "p", int64(1), "11"})
+		want("alice again", enter("alice", "c2", 60000), []any{int64(0), "p", int64(0), "11"})
 		want("bob reuses c1", enter("bob", "c1", 60000), []any{int64(lua.EnterSolveUsed), "", int64(0)})
-		want("bob enters", enter("bob", "c3", 60000), []any{int64(0), "p", int64(1)})
+		want("bob enters", enter("bob", "c3", 60000), []any{int64(0), "p", int64(1), "11"})
 		if v, err := lua.QueueStart.Run(ctx, rdb, lua.SaleKeys(sale), "00").Slice(); err != nil || !reflect.DeepEqual(v, []any{int64(2), "00"}) {
 			t.Fatalf("QueueStart: %v %v", v, err)
 		}
-		want("carol enters late", enter("carol", "c4", 60000), []any{int64(0), "l1", int64(1)})
-		want("dave enters late", enter("dave", "", 0), []any{int64(0), "l2", int64(1)})
+		want("carol enters late", enter("carol", "c4", 60000), []any{int64(0), "l1", int64(1), "11"})
+		want("dave enters late", enter("dave", "", 0), []any{int64(0), "l2", int64(1), "11"})
 
 		// The frontier moves only once ranked, only with the newest fencing
 		// token, from the frontiers Redis has, and no further than the

@@ -19,14 +19,16 @@
 -- ARGV[2] the solution's remaining life in milliseconds; "0": no solution
 --         to mark (KEYS[4] is not touched)
 --
--- Returns {code, entry, new}:
---   {0, entry, 1|0}  entered now (1) or before (0); entry as in lua.QueueKey
+-- Returns {code, entry, new, commitment}:
+--   {0, entry, 1|0, q_seedsha}  entered now (1) or before (0); entry as in
+--                    lua.QueueKey; q_seedsha the commitment of the queue
+--                    the entry is in ("" if none yet)
 --   {1, "", 0}       no such sale
 --   {2, "", 0}       the queue is not open yet
 --   {3, "", 0}       the sale is closed
 --   {4, "", 0}       the sale has no fair queue
 --   {5, "", 0}       the solution was used already
-local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'q_open', 'q_started', 'closed')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'q_open', 'q_started', 'closed', 'q_seedsha')
 if not f[1] then
   return {1, '', 0}
 end
@@ -35,7 +37,7 @@ if f[2] ~= 'fair' then
 end
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if v then
-  return {0, v, 0}
+  return {0, v, 0, f[6] or ''}
 end
 if f[5] == '1' then
   return {3, '', 0}
@@ -58,4 +60,4 @@ redis.call('HSET', KEYS[2], ARGV[1], v)
 if KEYS[5] then
   redis.call('XADD', KEYS[5], '*', 'e', v .. ' ' .. ARGV[1])
 end
-return {0, v, 1}
+return {0, v, 1, f[6] or ''}

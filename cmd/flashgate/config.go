@@ -43,7 +43,7 @@ type Config struct {
 	UserLimiters  int           // gateway: per-user rate limiters held at once; gateway.DefaultMaxUsers
 	FastConns     int           // gateway: connections that keep their buffers when idle; gateway.DefaultFastConns
 	ResyncEvery   time.Duration // control plane re-sync period; controlplane.DefaultResyncEvery
-	WaitReplicas  int           // replicas a reserve waits for (WAIT), as a waitCount: ordersink.WaitAuto, WaitOff or n (inventoryWait maps it); auto
+	WaitReplicas  int           // replicas a reserve or a queue entry waits for (WAIT), as a waitCount: ordersink.WaitAuto, WaitOff or n (inventoryWait, gatewayWait map it); auto
 	ReserveBatch  int           // reserves of one sale per script call; inventory.DefaultMaxReserveBatch
 	LogLevel      string        // debug, info, warn, error; "info"
 	Pprof         bool          // serve /debug/pprof/ on the admin listener; false
@@ -72,6 +72,9 @@ type Config struct {
 	Target      string        // crowd: gateway URL; "http://127.0.0.1:8080"
 	Admin       string        // crowd: admin URL for the cross-check; ""
 	Serve       bool          // demo: keep serving after the report
+	Fair        bool          // demo: a fair drop (people and scalpers through a fair queue) instead of first come
+	Scalpers    int           // demo --fair: scalpers; 20
+	Accounts    int           // demo --fair: accounts per scalper; 15
 	Progress    bool          // crowd/demo: draw a progress bar; true
 	Timeout     time.Duration // crowd: per-request timeout; 5s
 	Quantity    int64         // crowd: units per purchase; 1
@@ -187,7 +190,7 @@ var flagSpecs = []flagSpec{
 	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, gateway.DefaultMaxUsers)},
 	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, gateway.DefaultFastConns)},
 	{"resync-every", "how often the control plane re-syncs stock from the database", cpLike, durFlag(func(c *Config) *time.Duration { return &c.ResyncEvery }, controlplane.DefaultResyncEvery)},
-	{"wait-replicas", "replicas (Redis WAIT) a reserve must reach before it is answered 201, else 503 and the retry finds the order: auto = those the sale's primary has online (none: no WAIT), n = exactly n, 0 = none (a failover may lose a 201)", cmdServe | cmdInventory, waitFlag(func(c *Config) *int { return &c.WaitReplicas })},
+	{"wait-replicas", "replicas (Redis WAIT) a reserve, and a fair queue's entry, must reach before it is answered 201, else 503 and the retry finds the order (the entry): auto = those the sale's primary has online (none: no WAIT), n = exactly n, 0 = none (a failover may lose a 201)", cmdServe | cmdInventory | cmdGateway, waitFlag(func(c *Config) *int { return &c.WaitReplicas })},
 	{"reserve-batch", "most reserves of one sale (or bucket) the inventory sends in one script call; reserves arriving while the sale's calls are out wait for the next (1 = one call each)", cmdServe | cmdInventory, intFlag(func(c *Config) *int { return &c.ReserveBatch }, inventory.DefaultMaxReserveBatch)},
 	{"sink-name", "the order sink's consumer name, stable across restarts (default <hostname>-<admin-listen port>; in Kubernetes the pod name)", cmdServe | cmdOrdersink, strFlag(func(c *Config) *string { return &c.SinkName }, "")},
 	{"sink-wait-replicas", "replicas (Redis WAIT) what the order sink read must reach before it commits it: auto = those the stream's primary has online, n = exactly n, 0 = none", cmdServe | cmdOrdersink, waitFlag(func(c *Config) *int { return &c.SinkWaitReplicas })},
@@ -208,6 +211,9 @@ var flagSpecs = []flagSpec{
 	{"timeout", "per-request timeout", cmdCrowd, durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
 	{"progress", "draw a progress bar", cmdDemo | cmdCrowd, boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
 	{"serve", "keep serving after the report (open the pages in a browser)", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
+	{"fair", "a fair drop instead: people (--users, default 3000) entering at random through a 5s pre-queue, scalpers entering the moment it opens and polling fast, everyone paying a proof of work; reports units by group, the seed check and the invariants", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Fair }, false)},
+	{"scalpers", "with --fair: scalpers", cmdDemo, intFlag(func(c *Config) *int { return &c.Scalpers }, 20)},
+	{"accounts", "with --fair: accounts per scalper", cmdDemo, intFlag(func(c *Config) *int { return &c.Accounts }, 15)},
 	{"user", "the buyer's user id (the token's sub)", cmdToken, strFlag(func(c *Config) *string { return &c.User }, "")},
 	{"count", "print this many tokens, one a line, for users <user-prefix>0…<count-1>", cmdToken, intFlag(func(c *Config) *int { return &c.Count }, 1)},
 	{"user-prefix", "with --count: user ids are this prefix and a number", cmdToken, strFlag(func(c *Config) *string { return &c.UserPrefix }, "user-")},

@@ -67,6 +67,9 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	defer g.wait()
 	defer g.cancel()
 
+	if cfg.Fair {
+		return runFairDemo(ctx, cfg, stdout, s, c, base, admin)
+	}
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)
 	start := time.Now()
@@ -106,17 +109,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "orders in DB  %d (drained %s after the start)\n", drained.Orders.Persisted, time.Since(start).Round(time.Millisecond))
 
 	checks := demoChecks(ctx, cfg, c, s, r, saleID)
-	failed := 0
-	fmt.Fprintln(stdout, "invariants")
-	for _, ch := range checks {
-		mark := "ok  "
-		if !ch.ok {
-			mark = "FAIL"
-			failed++
-		}
-		fmt.Fprintf(stdout, "  %s %s\n", mark, ch.what)
-	}
-	if failed > 0 {
+	if failed := printChecks(stdout, checks); failed > 0 {
 		return fmt.Errorf("demo: %d of %d invariant checks failed", failed, len(checks))
 	}
 	if stand != nil {
@@ -186,6 +179,20 @@ func waitOpen(ctx context.Context, base, sale string, limit time.Duration) error
 type check struct {
 	what string
 	ok   bool
+}
+
+// printChecks prints the invariants' checks and returns how many failed.
+func printChecks(w io.Writer, checks []check) (failed int) {
+	fmt.Fprintln(w, "invariants")
+	for _, ch := range checks {
+		mark := "ok  "
+		if !ch.ok {
+			mark = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(w, "  %s %s\n", mark, ch.what)
+	}
+	return failed
 }
 
 // demoChecks compares what the crowd was told with Redis and the database.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strconv"
 
+	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -57,6 +58,17 @@ func inventoryWait(n int) int {
 		return inventory.WaitAuto
 	case ordersink.WaitOff:
 		return inventory.WaitOff
+	}
+	return n
+}
+
+// gatewayWait is gateway.Config.WaitReplicas for a waitCount's value.
+func gatewayWait(n int) int {
+	switch n {
+	case ordersink.WaitAuto:
+		return gateway.WaitAuto
+	case ordersink.WaitOff:
+		return gateway.WaitOff
 	}
 	return n
 }

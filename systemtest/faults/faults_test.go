@@ -150,6 +150,7 @@ var (
 var scenarios = []scenario{
 	{name: "fair-flushall-prequeue", fault: "a fair sale: FLUSHALL on the Redis primary during the pre-queue (SQLite)", own: fairScenario(fairFlushPrequeue)},
 	{name: "fair-resync", fault: "a fair sale: admin re-sync during admission (SQLite)", own: fairScenario(fairResync)},
+	fairLagFailover, // fair_failover_test.go
 	{name: "fair-leader-sigstop", fault: "a fair sale: the control plane SIGSTOPped for 3s during admission (SQLite)", own: fairScenario(fairLeaderStop)},
 	{name: "gateway-kill9", fault: "kill -9 gateway-1, restart 2s later (SQLite)", inject: killRestart(gateway1, 2*time.Second)},
 	{name: "inventory-kill9", fault: "kill -9 inventory-1, restart 2s later (PostgreSQL)", opts: clusterOpts{postgres: true}, inject: killRestart(inventory1, 2*time.Second)},

@@ -51,6 +51,7 @@ type dropResult struct {
 	Entrants                          int
 	BytesPerEntrant                   float64       // INFO used_memory delta / entrants
 	HashBytesPerEntrant               float64       // MEMORY USAGE of the queue hash / entrants
+	JournalBytesPerEntrant            float64       // the journal stream's used_memory / entrants, until the leader's step trims it
 	LateBytesPerEntrant               float64       // the same, entering after the start (hash + arrival list)
 	RankElapsed                       time.Duration // the leader's start step over Entrants: read, rank, write ranks
 	RankedBytesPerEntrant             float64       // used_memory per entrant once ranked
@@ -95,44 +96,12 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bin, err := lookPath("redis-server")
+	d, stop, err := b.newDropRun(ctx)
 	if err != nil {
 		return err
 	}
-	srv, err := redistest.StartServer(bin, b.dir)
-	if err != nil {
-		return fmt.Errorf("starting redis-server: %w", err)
-	}
-	defer srv.Stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 8})
-	defer rdb.Close()
-	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(b.dir, "drop.db"))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	opens := time.Now().Truncate(time.Second)
-	clock := testclock.New(opens)
-	inv := inventory.New(rdb, inventory.Config{Logger: quiet, Clock: clock})
-	cp, err := controlplane.New(controlplane.Config{Redis: rdb, Store: db, Releaser: inv, AdminToken: b.adminTok, Logger: quiet, Clock: clock})
-	if err != nil {
-		return err
-	}
-	secret := []byte(b.secret)
-	gw, err := gateway.New(gateway.Config{Primary: rdb, Reserver: inv, Catalog: db, Orders: cp, JWTSecret: secret,
-		Logger: quiet, Clock: clock, UserRate: -1, SaleRate: -1, StateRefresh: 5 * time.Millisecond,
-		CatalogRefresh: 20 * time.Millisecond, ShutdownDelay: -1})
-	if err != nil {
-		return err
-	}
-	gw.Start()
-	defer gw.Close()
-	fence, err := rdb.Incr(ctx, lua.FenceKey()).Result()
-	if err != nil {
-		return err
-	}
-	d := &dropRun{ctx: ctx, rdb: rdb, db: db, cp: cp, gw: gw, clock: clock, fence: fence}
+	defer stop()
+	rdb, cp, clock, opens, secret := d.rdb, d.cp, d.clock, d.opens, []byte(b.secret)
 	res := &dropResult{People: people, Scalpers: scalpers, Accounts: scalpers * accounts, Units: units, MaxNumber: int64(maxnum)}
 	b.rep.drop = res
 
@@ -265,48 +234,7 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	}
 
 	// Redis bytes per entrant at scale.
-	// The control plane opens the queue (it alone derives the seed).
-	res.Entrants = entrants
-	memStart := clock.Now().Add(time.Minute)
-	if _, err := cp.CreateSale(ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &memStart, Queue: flashgate.QueueFair,
-		PrequeueSeconds: 600}); err != nil {
-		return err
-	}
-	memSale, err := db.Sale(ctx, "drop-mem")
-	if err != nil {
-		return err
-	}
-	if err := cp.QueueStep(ctx, memSale, fence); err != nil {
-		return fmt.Errorf("opening the memory queue: %w", err)
-	}
-	m0, err := d.usedMemory()
-	if err != nil {
-		return err
-	}
-	if res.BytesPerEntrant, res.HashBytesPerEntrant, err = d.fill("drop-mem", entrants); err != nil {
-		return err
-	}
-	// The start of that queue: the leader reads, ranks and writes every
-	// entrant's rank.
-	clock.Set(memStart)
-	before, err := d.usedMemory()
-	if err != nil {
-		return err
-	}
-	t1 := time.Now()
-	if err := cp.QueueStep(ctx, memSale, fence); err != nil {
-		return fmt.Errorf("ranking %d entrants: %w", entrants, err)
-	}
-	res.RankElapsed = time.Since(t1)
-	after, err := d.usedMemory()
-	if err != nil {
-		return err
-	}
-	res.RankedBytesPerEntrant = res.BytesPerEntrant + float64(after-before)/float64(entrants)
-	if err := d.admitAndArchive(memSale, m0, res); err != nil {
-		return err
-	}
-	if _, res.LateBytesPerEntrant, err = d.memory("drop-mem-late", min(entrants, 100_000), true); err != nil {
+	if err := d.memoryAtScale(entrants, res); err != nil {
 		return err
 	}
 	b.logf("drop: fair %d of %d units to scalpers (%.1f%% of entrants); first come %d of %d; %.0f bytes per entrant",
@@ -320,6 +248,133 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	return nil
 }
 
+// newDropRun starts the drop phase's tiers: a redis-server, SQLite, the
+// inventory, the control plane and the gateway on a clock set to the
+// pre-queue's opening; stop stops them.
+func (b *bench) newDropRun(ctx context.Context) (*dropRun, func(), error) {
+	bin, err := lookPath("redis-server")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := redistest.StartServer(bin, b.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting redis-server: %w", err)
+	}
+	stops := []func(){srv.Stop}
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 8})
+	stops = append(stops, func() { _ = rdb.Close() })
+	db, err := sqldb.Open(ctx, "sqlite://"+filepath.Join(b.dir, "drop.db"))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	stops = append(stops, func() { _ = db.Close() })
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	opens := time.Now().Truncate(time.Second)
+	clock := testclock.New(opens)
+	inv := inventory.New(rdb, inventory.Config{Logger: quiet, Clock: clock})
+	cp, err := controlplane.New(controlplane.Config{Redis: rdb, Store: db, Releaser: inv, AdminToken: b.adminTok, Logger: quiet, Clock: clock})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	gw, err := gateway.New(gateway.Config{Primary: rdb, Reserver: inv, Catalog: db, Orders: cp, JWTSecret: []byte(b.secret),
+		Logger: quiet, Clock: clock, UserRate: -1, SaleRate: -1, StateRefresh: 5 * time.Millisecond,
+		CatalogRefresh: 20 * time.Millisecond, ShutdownDelay: -1})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	gw.Start()
+	stops = append(stops, func() { _ = gw.Close() })
+	fence, err := rdb.Incr(ctx, lua.FenceKey()).Result()
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return &dropRun{ctx: ctx, rdb: rdb, db: db, cp: cp, gw: gw, clock: clock, opens: opens, fence: fence}, stop, nil
+}
+
+// dropMemoryPhase is the drop's memory part alone (PHASES=drop-memory):
+// a fair queue of DROP_ENTRANTS (1,000,000) entrants.
+func (b *bench) dropMemoryPhase(ctx context.Context) error {
+	entrants, err := envInt("DROP_ENTRANTS", 1_000_000)
+	if err != nil {
+		return err
+	}
+	d, stop, err := b.newDropRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	res := &dropResult{}
+	b.rep.drop = res
+	if err := d.memoryAtScale(entrants, res); err != nil {
+		return err
+	}
+	b.logf("drop-memory: %d entrants: %.0f bytes per entrant (journal %.0f more until the leader's step), ranked in %v, admission tick %v, archive gave back %d of %d bytes",
+		entrants, res.BytesPerEntrant, res.JournalBytesPerEntrant, res.RankElapsed.Round(time.Millisecond), res.AdmitElapsed.Round(time.Microsecond), res.ArchiveFreed, res.ArchiveHeld)
+	return nil
+}
+
+// memoryAtScale measures a fair queue of entrants entrants in Redis: the
+// bytes per entrant before the start (the journal stream apart: the leader
+// writes it to the database and trims it at its next step), the leader's
+// ranking step at the start, the first admission tick, and what the
+// sale's archive gives back; then a late queue's bytes per entrant.
+func (d *dropRun) memoryAtScale(entrants int, res *dropResult) error {
+	// The control plane opens the queue (it alone derives the seed).
+	res.Entrants = entrants
+	memStart := d.clock.Now().Add(time.Minute)
+	if _, err := d.cp.CreateSale(d.ctx, flashgate.Sale{ID: "drop-mem", Name: "Memory", Total: 100, StartsAt: &memStart, Queue: flashgate.QueueFair,
+		PrequeueSeconds: 600}); err != nil {
+		return err
+	}
+	memSale, err := d.db.Sale(d.ctx, "drop-mem")
+	if err != nil {
+		return err
+	}
+	if err := d.cp.QueueStep(d.ctx, memSale, d.fence); err != nil {
+		return fmt.Errorf("opening the memory queue: %w", err)
+	}
+	m0, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	if res.BytesPerEntrant, res.HashBytesPerEntrant, res.JournalBytesPerEntrant, err = d.fill("drop-mem", entrants); err != nil {
+		return err
+	}
+	// The start of that queue: the leader reads, ranks and writes every
+	// entrant's rank.
+	d.clock.Set(memStart)
+	before, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if err := d.cp.QueueStep(d.ctx, memSale, d.fence); err != nil {
+		return fmt.Errorf("ranking %d entrants: %w", entrants, err)
+	}
+	res.RankElapsed = time.Since(t1)
+	after, err := d.usedMemory()
+	if err != nil {
+		return err
+	}
+	res.RankedBytesPerEntrant = res.BytesPerEntrant + float64(after-before)/float64(entrants)
+	if err := d.admitAndArchive(memSale, m0, res); err != nil {
+		return err
+	}
+	if _, res.LateBytesPerEntrant, _, err = d.memory("drop-mem-late", min(entrants, 100_000), true); err != nil {
+		return err
+	}
+	return nil
+}
+
 // dropSection is the report's section of the drop phase.
 func (r *report) dropSection() string {
 	d := r.drop
@@ -329,13 +384,17 @@ func (r *report) dropSection() string {
 	var sb strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	p("\n## Drop: a fair queue against first come\n\n")
-	p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`internal/cmd/bench/drop.go`).\n\n",
-		num(float64(d.People)), d.Scalpers, d.Accounts/max(d.Scalpers, 1), num(float64(d.MaxNumber)), num(float64(d.Units)))
-	p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
-	p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)
-	p("| first come, the same crowd | %d of %d | **%.1f%%** | %.1f%% |\n", d.FCScalperUnits, d.FCSoldOut, 100*float64(d.FCScalperUnits)/float64(max(d.FCSoldOut, 1)), 100*d.ScalperShareEntrants)
-	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (5 minutes). At the start the leader read, ranked and wrote the ranks of those %s entrants in **%s** (%.0f bytes per entrant once ranked).\n",
-		num(float64(d.Entrants)), d.BytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant,
+	if d.People > 0 {
+		p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`internal/cmd/bench/drop.go`).\n\n",
+			num(float64(d.People)), d.Scalpers, d.Accounts/max(d.Scalpers, 1), num(float64(d.MaxNumber)), num(float64(d.Units)))
+		p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
+		p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)
+		p("| first come, the same crowd | %d of %d | **%.1f%%** | %.1f%% |\n", d.FCScalperUnits, d.FCSoldOut, 100*float64(d.FCScalperUnits)/float64(max(d.FCSoldOut, 1)), 100*d.ScalperShareEntrants)
+	} else {
+		p("The drop's memory part alone (`PHASES=drop-memory`).\n")
+	}
+	p("\nRedis memory of a fair queue with %s entrants before the start: **%.0f bytes per entrant** (`INFO memory` used_memory delta; plus %.0f in the journal stream until the leader's next step writes it to the database and trims it, which the bench does by deleting the stream); the queue hash's `MEMORY USAGE` is %.0f bytes per entrant; entering after the start (hash and arrival list, %s entrants) costs %.0f. A proof-of-work solution adds a marker key until its challenge expires (5 minutes). At the start the leader read, ranked and wrote the ranks of those %s entrants in **%s** (%.0f bytes per entrant once ranked).\n",
+		num(float64(d.Entrants)), d.BytesPerEntrant, d.JournalBytesPerEntrant, d.HashBytesPerEntrant, num(float64(min(d.Entrants, 100_000))), d.LateBytesPerEntrant,
 		num(float64(d.Entrants)), d.RankElapsed.Round(time.Millisecond), d.RankedBytesPerEntrant)
 	p("\nThe first admission tick after that start took **%s**. Closed, the sale was archived by the leader %s later: used_memory fell by **%s bytes** of the %s the queue held (%.0f%%).\n",
 		d.AdmitElapsed.Round(time.Microsecond), d.ArchiveElapsed.Round(time.Millisecond), num(float64(d.ArchiveFreed)), num(float64(d.ArchiveHeld)),

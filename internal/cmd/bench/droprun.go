@@ -31,6 +31,7 @@ type dropRun struct {
 	cp    *controlplane.Service
 	gw    *gateway.Server
 	clock *testclock.Clock
+	opens time.Time // the clock's start: the crowd's pre-queue opens
 	fence int64
 }
 
@@ -128,12 +129,11 @@ func (d *dropRun) enter(id string, a *dropAccount) error {
 
 // memory enters n synthetic entrants into a fresh fair sale (after its
 // start when late) with lua.QueueEnter, 1,000 per pipeline, and returns
-// INFO memory's used_memory delta and the queue keys' MEMORY USAGE, each
-// per entrant.
-func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntrant float64, err error) {
+// what fill returns.
+func (d *dropRun) memory(id string, n int, late bool) (perEntrant, keysPerEntrant, journalPerEntrant float64, err error) {
 	if late {
 		if err := d.fakeOpen(id); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	return d.fill(id, n)
@@ -153,16 +153,20 @@ func (d *dropRun) fakeOpen(id string) error {
 	return lua.QueueStart.Run(ctx, d.rdb, lua.SaleKeys(id), strings.Repeat("ab", 32)).Err()
 }
 
-// fill enters n synthetic entrants into the open queue of sale id and
-// returns used_memory's delta and the queue keys' MEMORY USAGE per entrant.
-func (d *dropRun) fill(id string, n int) (perEntrant, keysPerEntrant float64, err error) {
+// fill enters n synthetic entrants into the open queue of sale id, 1,000
+// per pipeline of lua.QueueEnter, then deletes the journal stream the
+// entries joined (the leader writes it to the database and trims it at its
+// next step; a million entries would be a hundred steps of SQLite writes
+// here). It returns, per entrant, used_memory's delta without the journal,
+// the queue keys' MEMORY USAGE, and what the journal stream held.
+func (d *dropRun) fill(id string, n int) (perEntrant, keysPerEntrant, journalPerEntrant float64, err error) {
 	ctx := d.ctx
 	if err := lua.QueueEnter.Load(ctx, d.rdb).Err(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	before, err := d.usedMemory()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for i := 0; i < n; i += 1000 {
 		pipe := d.rdb.Pipeline()
@@ -170,22 +174,29 @@ func (d *dropRun) fill(id string, n int) (perEntrant, keysPerEntrant float64, er
 			lua.QueueEnter.EvalSha(ctx, pipe, lua.QueueEnterKeys(id, "none"), fmt.Sprintf("user-%08d", j), 0)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, 0, fmt.Errorf("entering: %w", err)
+			return 0, 0, 0, fmt.Errorf("entering: %w", err)
 		}
+	}
+	withJournal, err := d.usedMemory()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if err := d.rdb.Del(ctx, lua.QueueJournalKey(id)).Err(); err != nil {
+		return 0, 0, 0, err
 	}
 	after, err := d.usedMemory()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var keys int64
 	for _, k := range []string{lua.QueueKey(id), lua.QueueLateKey(id)} {
 		m, err := d.rdb.MemoryUsage(ctx, k, 0).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		keys += m
 	}
-	return float64(after-before) / float64(n), float64(keys) / float64(n), nil
+	return float64(after-before) / float64(n), float64(keys) / float64(n), float64(withJournal-after) / float64(n), nil
 }
 
 // usedMemory is INFO memory's used_memory.

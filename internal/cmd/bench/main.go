@@ -283,6 +283,9 @@ func run(ctx context.Context, cfg settings) int {
 	phase("storm", b.stormPhase)
 	phase("buckets", b.bucketsPhase) // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)
 	phase("drop", b.dropPhase)       // drop.go; DROP_PEOPLE, DROP_SCALPERS, DROP_ACCOUNTS, DROP_UNITS, DROP_MAXNUMBER, DROP_ENTRANTS
+	// drop.go: only the drop's memory part (DROP_ENTRANTS); not in the
+	// default PHASES.
+	phase("drop-memory", b.dropMemoryPhase)
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; no report written")
 		return 1

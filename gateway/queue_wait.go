@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/replwait"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Values of Config.WaitReplicas besides a count.
+const (
+	// WaitAuto waits for the replicas the sale's primary has online (per
+	// shard on a cluster); a primary without any is not waited on.
+	WaitAuto = 0
+	// WaitOff never waits for replicas.
+	WaitOff = -1
+)
+
+// errEntryShort says the replicas to wait for did not acknowledge an entry
+// within WaitTimeout: it stands on the primary, unconfirmed.
+var errEntryShort = errors.New("queue entry: replicas did not acknowledge it in time")
+
+// runEnter runs lua.QueueEnter on keys and, when the sale's primary has
+// replicas to wait for (Config.WaitReplicas), WAIT for them on the same
+// connection. A WAIT mark is written between the two, so the WAIT covers
+// an entry found there (an entry whose first answer fell short) as well
+// as a new one: WAIT counts the writes of its own connection. An answer
+// the replicas did not acknowledge is errEntryShort.
+func (s *Server) runEnter(ctx context.Context, sale string, keys []string, args ...any) ([]any, error) {
+	node, want := s.entryReplicas(ctx, keys[0])
+	if want == 0 {
+		return lua.QueueEnter.Run(ctx, s.cfg.Primary, keys, args...).Slice()
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	for attempt := 0; ; attempt++ {
+		var cmd, wait *redis.Cmd
+		_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if attempt == 0 {
+				cmd = lua.QueueEnter.EvalSha(ctx, p, keys, args...)
+			} else {
+				cmd = lua.QueueEnter.Eval(ctx, p, keys, args...)
+			}
+			p.Set(ctx, lua.WaitMarkKey(sale), 1, 10*time.Second)
+			wait = p.Do(ctx, "WAIT", want, s.cfg.WaitTimeout.Milliseconds())
+			return nil
+		})
+		v, err := cmd.Slice()
+		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		n, werr := wait.Int64()
+		if werr != nil {
+			s.log.WarnContext(ctx, "gateway: WAIT after a queue entry failed", "err", werr)
+			n = 0
+		}
+		if n < int64(want) && s.cfg.WaitReplicas == WaitAuto {
+			n, want = s.rewait(ctx, node, conn, n, want)
+		}
+		if n < int64(want) {
+			return v, errEntryShort
+		}
+		return v, nil
+	}
+}
+
+// entryReplicas returns the primary that holds key (nil for a client no
+// WAIT can follow, such as a ring) and how many replicas an entry on it
+// must reach: Config.WaitReplicas, or with WaitAuto the count it last
+// reported online, read again (INFO replication) by the first entry that
+// finds it older than replwait.Every; the entries finding it old meanwhile
+// wait for that read.
+func (s *Server) entryReplicas(ctx context.Context, key string) (*redis.Client, int) {
+	if s.cfg.WaitReplicas < 0 {
+		return nil, 0
+	}
+	var node *redis.Client
+	switch r := s.cfg.Primary.(type) {
+	case *redis.Client:
+		node = r
+	case *redis.ClusterClient:
+		n, err := r.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, 0 // the script's own call meets the same fault
+		}
+		node = n
+	default:
+		return nil, 0
+	}
+	if s.cfg.WaitReplicas > 0 {
+		return node, s.cfg.WaitReplicas
+	}
+	c := s.entryWait.Of(node.Options().Addr)
+	return node, c.Want(func(c *replwait.Count) { s.readReplicas(ctx, node, node.Options().Addr, c) })
+}
+
+// readReplicas reads the online replicas of src (the primary at addr, or
+// the connection a write and its WAIT went on) into c. A primary that cannot
+// tell (miniredis, INFO renamed) counts as having none, noted once; a read
+// that fails keeps the last count and is tried again by the next entry.
+func (s *Server) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
+	n, known, err := replwait.Read(ctx, src)
+	switch {
+	case !known:
+		if s.entryWait.Blind.CompareAndSwap(false, true) {
+			s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", addr, "err", err)
+		}
+	case err != nil:
+		return
+	}
+	c.Store(n)
+}
+
+// rewait is WaitAuto's answer to a WAIT that fell short (acked of want):
+// the count of online replicas is read again at once, on the entry's own
+// connection, and replwait.Rewait waits for those still online.
+func (s *Server) rewait(ctx context.Context, node *redis.Client, conn *redis.Conn, acked int64, want int) (int64, int) {
+	online := s.entryWait.Of(node.Options().Addr).Reread(func(c *replwait.Count) { s.readReplicas(ctx, conn, node.Options().Addr, c) })
+	n, want, err := replwait.Rewait(ctx, conn, online, acked, want, s.cfg.WaitTimeout)
+	if err != nil {
+		s.log.WarnContext(ctx, "gateway: WAIT after a queue entry failed", "err", err)
+	}
+	return n, want
+}
