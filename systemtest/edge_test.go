@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/golang-jwt/jwt/v5"
 )
 
