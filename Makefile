@@ -43,18 +43,19 @@ test-short: ## Fast tests only (no race detector, no real servers required).
 	$(GO) test -short $(PKGS)
 
 .PHONY: lint
-lint: ## gofmt check, go vet, and go mod tidy -diff (go.mod and go.sum tidy).
+lint: ## gofmt check, go vet, go mod tidy -diff (go.mod and go.sum tidy), and the import graph's rules (scripts/importgraph.sh).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) mod tidy -diff
+	scripts/importgraph.sh
 
 .PHONY: bench
 bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm) into docs/BENCHMARKS.md.
-	scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
+	scripts/with-testenv.sh $(GO) run ./cmd/flashgate-bench
 
 .PHONY: bench-http
 bench-http: ## Only bench's wrk part (sold out, not started, item page, purchase, fair-queue poll and not admitted vs a bare server), printed, no files written.
-	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./internal/cmd/bench
+	PHASES=http BENCH_OUT=/dev/stdout BENCH_README= scripts/with-testenv.sh $(GO) run ./cmd/flashgate-bench
 
 .PHONY: fuzz
 fuzz: ## Every fuzz target (router, token verifier against golang-jwt, bearer shape, JSON escaper) for FUZZTIME each (10s; make fuzz FUZZTIME=10m for longer); failing inputs land in testdata/fuzz/.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/internal/pgtest"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
 

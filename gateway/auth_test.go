@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
@@ -14,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 )
 
 // refVerify is the reference: golang-jwt with the gateway's rules (HS256
@@ -192,6 +193,41 @@ func BenchmarkVerifyJWT(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		refVerify(tok, now)
+	}
+}
+
+// tokenPayload returns the decoded claims of a test token.
+func tokenPayload(b *testing.B) []byte {
+	tok := token(b, "user-123456")
+	p, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkClaims is the claims scanner on a token's payload.
+func BenchmarkClaims(b *testing.B) {
+	p := tokenPayload(b)
+	var c claims
+	b.ReportAllocs()
+	for b.Loop() {
+		if !parseClaims(p, &c) {
+			b.Fatal("claims refused")
+		}
+	}
+}
+
+// BenchmarkClaimsJSON is the same payload read by encoding/json into
+// golang-jwt's claims, for comparison.
+func BenchmarkClaimsJSON(b *testing.B) {
+	p := tokenPayload(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		var c jwt.RegisteredClaims
+		if err := json.Unmarshal(p, &c); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // TestPurchaseJudgedInContractOrder: a token of the right shape but a bad

@@ -85,6 +85,8 @@ func TestRoutes(t *testing.T) {
 		{"root", req{method: "GET", path: "/"}, 404, "not_found"},
 		{"buy unknown field", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "gina"), body: `{"quantity":1,"colour":"red"}`}, 400, "bad_request"},
 		{"buy trailing data", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "hank"), body: `{"quantity":1} {}`}, 400, "bad_request"},
+		{"buy null body", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "ivan"), body: `null`}, 400, "bad_request"},
+		{"buy null body spaced", req{method: "POST", path: "/api/sales/open1/orders", token: token(t, "judy"), body: " null\n"}, 400, "bad_request"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

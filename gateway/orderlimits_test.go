@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 )
 
 // TestOrderRouteLimit: one user's flood of order requests gets 429

@@ -141,10 +141,15 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 
 // parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
 // Any other field is refused, as the description's additionalProperties:
-// false says, and so is anything after the object.
+// false says, and so is anything after the object or any body that is not
+// an object (null among them, which encoding/json would read as {}).
 func parseQuantity(body []byte) (int64, bool) {
-	if len(bytes.TrimSpace(body)) == 0 {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
 		return 1, true
+	}
+	if body[0] != '{' {
+		return 0, false
 	}
 	var req struct {
 		Quantity *int64 `json:"quantity"`

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -57,7 +56,7 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	if err := json.Unmarshal(raw, &p); err != nil || p.Algorithm != "SHA-256" || p.Number < 0 {
 		return "", 0, errPoW
 	}
-	_, query, _ := stringsCut(p.Salt, '?')
+	_, query, _ := strings.Cut(p.Salt, "?")
 	if !strings.HasSuffix(query, "&") {
 		return "", 0, errPoW
 	}
@@ -91,13 +90,6 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 		return "", 0, errPoWWeak
 	}
 	return p.Challenge, ttl, nil
-}
-
-func stringsCut(s string, sep byte) (before, after string, found bool) {
-	if i := bytes.IndexByte([]byte(s), sep); i >= 0 {
-		return s[:i], s[i+1:], true
-	}
-	return s, "", false
 }
 
 // challenge answers GET /api/sales/{id}/challenge with a fresh ALTCHA

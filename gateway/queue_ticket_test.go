@@ -15,7 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
 

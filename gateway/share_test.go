@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
-	"github.com/flashgate/flashgate/internal/testclock"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 

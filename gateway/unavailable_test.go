@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.

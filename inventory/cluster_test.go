@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 )

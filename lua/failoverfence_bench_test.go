@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 

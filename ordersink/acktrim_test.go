@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )

@@ -1,6 +1,7 @@
 package ordersink_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/pgtest"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
@@ -613,12 +614,30 @@ func TestRedisRestart(t *testing.T) {
 }
 
 func TestDefaultsAndMetricsTwice(t *testing.T) {
-	// Two drainers may share one registry.
+	// Two drainers may share one registry: the second registers without
+	// an error and both count into the one set of series.
 	reg := prometheus.NewRegistry()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	for i := 0; i < 2; i++ {
-		_ = ordersink.New(rdb, nil, ordersink.Config{Metrics: reg, Logger: quiet})
+		_ = ordersink.New(rdb, nil, ordersink.Config{Metrics: reg, Logger: log})
 	}
-	_ = fmt.Sprint(reg)
+	if logs.Len() != 0 {
+		t.Errorf("two drainers on one registry logged %q, want nothing", logs.String())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		got = append(got, mf.GetName())
+	}
+	// The vectors have no series until a label is used; the rest have one.
+	want := []string{"flashgate_sink_backlog", "flashgate_sink_lag_seconds", "flashgate_sink_orders_total"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got families %v, want %v", got, want)
+	}
 }

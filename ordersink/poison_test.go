@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/dbfault"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/dbfault"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"

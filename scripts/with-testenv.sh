@@ -2,7 +2,7 @@
 # with-testenv.sh CMD...: runs CMD with a throwaway PostgreSQL cluster on a free
 # loopback port (FLASHGATE_TEST_POSTGRES) and FLASHGATE_TEST_REQUIRE=1, so that
 # tests needing a real server fail instead of skipping. Redis servers are
-# started by the Go tests themselves (internal/redistest). The cluster is
+# started by the Go tests themselves (internal/testenv/redistest). The cluster is
 # stopped and removed on exit, whether CMD passed or not.
 set -euo pipefail
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 )
 
 // BenchmarkInsertOrders inserts batches of 1,024 new orders of one sale

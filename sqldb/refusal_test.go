@@ -12,7 +12,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/dbfault"
+	"github.com/flashgate/flashgate/internal/testenv/dbfault"
 )
 
 // TestIsRefusal checks isRefusal against the errors the real drivers

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 )
 
 // each runs f against a fresh SQLite file and a fresh PostgreSQL database.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/controlplane/admin"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // syncBuffer is a bytes.Buffer safe for the audit logger's concurrent use.

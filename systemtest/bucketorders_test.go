@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 )
 
 // TestBucketedOrdersBeforeTheSink: buyers of a 3-bucket sale reserve

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 )
 
 // BenchmarkBucketedReserve measures reserve scripts per second of one sale

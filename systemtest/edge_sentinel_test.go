@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // edgeSentinel runs the cluster on Sentinel (cluster.sh up --redis-sentinel:

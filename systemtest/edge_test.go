@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -100,6 +100,28 @@ func startEdgeClusterArgs(t *testing.T, bin, root, name string, args []string, e
 		t.Fatalf("cluster.sh up: want two gateways, got %q", c.gateways)
 	}
 	return c
+}
+
+// liveGateways returns the fewest live gateways any gateway counted at
+// its last change of share ("sale rate shared" in its log), 0 before each
+// logged one.
+func (c *edgeCluster) liveGateways(t *testing.T) int {
+	t.Helper()
+	re := regexp.MustCompile(`sale rate shared"[^\n]* live_gateways=(\d+)`)
+	fewest := math.MaxInt
+	for i := range c.gateways {
+		b, err := os.ReadFile(filepath.Join(c.dir, "logs", fmt.Sprintf("gateway-%d.log", i+1)))
+		if err != nil {
+			t.Fatalf("reading a gateway's log: %v", err)
+		}
+		m := re.FindAllSubmatch(b, -1)
+		if len(m) == 0 {
+			return 0
+		}
+		n, _ := strconv.Atoi(string(m[len(m)-1][1]))
+		fewest = min(fewest, n)
+	}
+	return fewest
 }
 
 // stopAll sends SIGTERM to every process of the cluster at once (cluster.sh
@@ -433,10 +455,10 @@ func edgeSaleRate(t *testing.T, bin, root string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.openSale(t, "rate", 100000)
-	// The gateways count each other within a heartbeat (1 s) of starting.
-	// Left a sleep: that count shows nowhere outside the gateways (no
-	// metric), and this test runs only in make test-edge.
-	time.Sleep(1500 * time.Millisecond)
+	// The gateways count each other within a heartbeat (1 s) of starting,
+	// and each logs its share when its count changes.
+	testwait.Eventually(t, 10*time.Second, func() bool { return c.liveGateways(t) == 2 },
+		"both gateways to log two live gateways")
 	const offered, n = 500, 2500 // 5 s at 500 a second, 5 times the limit
 	users := make([]string, n)
 	for i := range users {

@@ -7,7 +7,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/browsertest"
+	"github.com/flashgate/flashgate/internal/testenv/browsertest"
 )
 
 // TestItemPagePurchasedFollowsOrder: in a fair sale the item page's

@@ -13,9 +13,9 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
-	"github.com/flashgate/flashgate/internal/pgtest"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/sqldb"
 )

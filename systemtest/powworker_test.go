@@ -16,7 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/flashgate/flashgate/internal/browsertest"
+	"github.com/flashgate/flashgate/internal/testenv/browsertest"
 	"github.com/flashgate/flashgate/static"
 )
 

@@ -17,10 +17,10 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/pgtest"
-	"github.com/flashgate/flashgate/internal/redistest"
 	"github.com/flashgate/flashgate/internal/stripelocal"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 

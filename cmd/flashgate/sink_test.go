@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"

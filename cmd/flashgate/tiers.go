@@ -310,15 +310,39 @@ func serveUntil(ctx context.Context, serve func() error, shutdown func(context.C
 }
 
 // serveHTTP runs an http.Server on ln until ctx ends, then shuts it down.
+// It refuses any request with a Transfer-Encoding (see refuseChunked).
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           refuseChunked(h),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
 	return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.Shutdown)
+}
+
+// refuseChunked answers a request sent with a Transfer-Encoding 400
+// bad_request and closes its connection. net/http reads a body framed by
+// both Content-Length and Transfer-Encoding as chunked and drops the
+// Content-Length before a handler can see it, then answers whatever
+// follows the chunks on the same connection: a request smuggled past any
+// proxy that framed the body by its length. The admin and metrics
+// listeners' clients send bodies with a Content-Length, so a
+// Transfer-Encoding is refused whatever comes with it.
+func refuseChunked(h http.Handler) http.Handler {
+	status, code := flashgate.ErrorStatus(flashgate.ErrBadRequest)
+	body := `{"error":"` + code + `"}` + "\n"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	})
 }
 
 // randomSecret returns n random bytes, hex-encoded.

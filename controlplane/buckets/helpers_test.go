@@ -11,8 +11,8 @@ import (
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )

@@ -24,8 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/sqldb"
 )
 

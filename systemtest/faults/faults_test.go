@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
 	"github.com/flashgate/flashgate/lua"
 )
 

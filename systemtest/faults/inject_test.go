@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -423,9 +423,24 @@ func sinkRestart(ctx context.Context, x *run) {
 		x.problem("ordersink-1 never held a batch while PostgreSQL was frozen: the fault did nothing")
 		return
 	}
-	// Left a sleep: the sink takes the batch it is inserting, no more, and
-	// when it has taken it shows nowhere outside it.
-	time.Sleep(200 * time.Millisecond)
+	// The sink takes the batch it is inserting, no more: once it is stuck
+	// in the frozen database it leaves the stream alone, and the consumer's
+	// idle time (XINFO CONSUMERS) grows past anything a running sink shows.
+	if _, ok := testwait.For(3*time.Second, func() bool {
+		cs, err := x.c.rdb.XInfoConsumers(ctx, stream, lua.SinkGroup).Result()
+		if err != nil {
+			return false
+		}
+		for _, c := range cs {
+			if c.Name == held[0].Consumer {
+				return c.Idle >= 200*time.Millisecond
+			}
+		}
+		return false
+	}); !ok {
+		x.problem("ordersink-1 kept reading the stream while PostgreSQL was frozen")
+		return
+	}
 	held, _ = x.c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: lua.SinkGroup, Start: "-", End: "+", Count: 10000}).Result()
 	orders := map[string]string{} // entry id → order id
 	for _, h := range held {

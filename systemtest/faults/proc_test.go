@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
 )
 
 // proc is one server process of the deployment, restartable: each start

@@ -20,8 +20,8 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/gateway"
-	"github.com/flashgate/flashgate/internal/redistest"
-	"github.com/flashgate/flashgate/internal/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
@@ -385,7 +385,7 @@ func (r *report) dropSection() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	p("\n## Drop: a fair queue against first come\n\n")
 	if d.People > 0 {
-		p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`internal/cmd/bench/drop.go`).\n\n",
+		p("%s people who enter at a random moment of a 10-minute pre-queue and react to the open after a human reaction time (log-normal, median 0.7 s), and %d scalpers with %d accounts each who enter at the queue's opening and fire the moment the sale opens; every entry pays a proof of work (maxnumber %s); %s units, one per buyer. The gateway's handler runs in-process on a real redis-server, the control plane's queue on a simulated clock (`cmd/flashgate-bench/drop.go`).\n\n",
 			num(float64(d.People)), d.Scalpers, d.Accounts/max(d.Scalpers, 1), num(float64(d.MaxNumber)), num(float64(d.Units)))
 		p("| | scalpers' units | their share | their share of the entrants |\n|---|---|---|---|\n")
 		p("| fair queue | %d of %d | **%.1f%%** | %.1f%% |\n", d.FairScalperUnits, d.FairSoldOut, 100*float64(d.FairScalperUnits)/float64(max(d.FairSoldOut, 1)), 100*d.ScalperShareEntrants)

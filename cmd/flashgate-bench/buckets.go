@@ -15,7 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
-	"github.com/flashgate/flashgate/internal/redistest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
@@ -247,7 +247,7 @@ func (r *report) bucketsSection() string {
 	p("\n## One hot sale over several primaries: bucketed vs unbucketed\n\n")
 	p("A local Redis Cluster of 3 primaries and 3 replicas (no persistence). One sale of %s units in one slot, and one in %d buckets placed on the %d primaries by the control plane, each driven for %d s, alternating, %s; a fresh sale each run. "+
 		"The load is the real reserve script (`EVALSHA` of `lua/reserve.lua`), a new buyer every call (the whole script runs: checks, `HINCRBY`s, buyer entry, `XADD`), "+
-		"written as raw RESP by `internal/cmd/bench` itself, %d commands per round trip on %d connections in all (spread over the buckets' primaries; all on the one primary of the unbucketed sale). Reserve scripts per second, median (min–max):\n\n",
+		"written as raw RESP by `cmd/flashgate-bench` itself, %d commands per round trip on %d connections in all (spread over the buckets' primaries; all on the one primary of the unbucketed sale). Reserve scripts per second, median (min–max):\n\n",
 		num(maxUnits), bucketsN, bucketsN, res.Seconds, plural(res.Rounds, "round"), bucketsPipeline, bucketsConns)
 	p("| sale | reserve scripts/s | CPU per script on the primaries | primaries (cores, each) | replicas (cores, all) | generator (cores) |\n|---|---|---|---|---|---|\n")
 	var perScript []float64 // µs of primary CPU per script, every run

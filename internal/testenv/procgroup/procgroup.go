@@ -1,5 +1,5 @@
 // Package procgroup runs the server processes of the fault suite
-// (systemtest/faults) and of `make bench` (internal/cmd/bench): each in a
+// (systemtest/faults) and of `make bench` (cmd/flashgate-bench): each in a
 // process group of its own, so that a signal reaches it and every child it
 // has (PostgreSQL's backends), with its output in a log file, and ready once
 // a probe answers. A Proc is one run of a process; a restart is a new Start.

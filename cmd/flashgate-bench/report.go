@@ -29,7 +29,7 @@ func (b *bench) markdown() []byte {
 	var w bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&w, format, a...) }
 	p("# Benchmarks\n\n")
-	p("Written by `make bench` (`internal/cmd/bench`) from one run on %s, which took %s; do not edit by hand, run it again.\n", r.machine.Date, r.elapsed.Round(time.Second))
+	p("Written by `make bench` (`cmd/flashgate-bench`) from one run on %s, which took %s; do not edit by hand, run it again.\n", r.machine.Date, r.elapsed.Round(time.Second))
 	if !cfg.full() {
 		p("\n> **A shortened run** (smaller or fewer than `make bench`'s defaults): the figures show the format, not the system. Settings: `%s`.\n", cfg.summary())
 	} else {
@@ -57,7 +57,7 @@ func (b *bench) markdown() []byte {
 
 	if h := r.http; h != nil {
 		p("\n## HTTP paths against a bare server sending the same bytes\n\n")
-		p("`flashgate serve --sale-rate %s` (redis-server without persistence, %s) next to `internal/cmd/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, alternating (bare first in odd rounds, flashgate first in even ones), %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings. The per-sale rate limit is on but far above these rates (the default, 50,000/s, would answer part of the not-admitted purchases `429`; a rejection is judged before it).\n\n",
+		p("`flashgate serve --sale-rate %s` (redis-server without persistence, %s) next to `cmd/bare`, a fasthttp server that answers each path with the very response flashgate gave (captured before the runs; only the `Date` header is its own). Both run under the same wrk command, alternating (bare first in odd rounds, flashgate first in even ones), %s of %s each; rates are requests/s as median (min–max) over the rounds, the ratio is flashgate's over the bare server's of the same round. Requests that carry a new buyer's token are all built in wrk's `init` (`scripts/purchase.lua`), so that wrk only hands out prepared strings. The per-sale rate limit is on but far above these rates (the default, 50,000/s, would answer part of the not-admitted purchases `429`; a rejection is judged before it).\n\n",
 			num(httpSaleRate), cfg.DB, plural(cfg.Rounds, "round"), fmtSeconds(cfg.Duration))
 		if q := h.queue; q != nil {
 			p("The (q) requests are a fair queue's entrants', token and `X-Queue-Ticket` (`scripts/queue.lua`, built in `init` likewise): %s buyers entered a one-unit fair sale through the API before its start, each with a proof of work (maxnumber %d); at the start the control plane admitted position %d and held there (`admit_seconds` 3,600), and the %s entrants the gateway then answered `waiting` are the requests (%s before the start).\n\n",
@@ -132,7 +132,7 @@ func (b *bench) markdown() []byte {
 	if c := r.crowd; c != nil {
 		p("\n## The flash crowd against the design people build first\n\n")
 		p("%s distinct buyers, each pressing buy once, against %d units, with `flashgate crowd --concurrency %d` (tokens minted with the shared secret before the clock starts). "+
-			"flashgate: `serve` on PostgreSQL. The reference: `internal/cmd/rowlock`, net/http and one PostgreSQL transaction per purchase "+
+			"flashgate: `serve` on PostgreSQL. The reference: `cmd/rowlock`, net/http and one PostgreSQL transaction per purchase "+
 			"(`UPDATE items SET \"left\" = \"left\" - 1 WHERE id = $1 AND \"left\" > 0`, then the order `INSERT`; 64 pooled connections), on the same PostgreSQL server. "+
 			"%s, each a fresh sale, the order of the two servers alternating; median (min–max).\n\n",
 			num(float64(cfg.CrowdUsers)), cfg.CrowdUnits, cfg.CrowdConc, plural(cfg.CrowdRounds, "round"))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
 )
 
 // Required reports whether missing test servers fail tests rather than skip

@@ -18,8 +18,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
-	"github.com/flashgate/flashgate/internal/testwait"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // TestMain runs the test binary as a helper process when PROCGROUP_HELPER

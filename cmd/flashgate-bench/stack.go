@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
 )
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }

@@ -1,5 +1,5 @@
 // Command bench is `make bench`: it builds flashgate and the two reference
-// servers (internal/cmd/bare, internal/cmd/rowlock), runs every scenario on
+// servers (cmd/bare, cmd/rowlock), runs every scenario on
 // loopback and writes docs/BENCHMARKS.md (and the headline table of
 // README.md) from that one run. Every server it starts listens on 127.0.0.1, on a free
 // port, and is stopped when the run ends, however it ends.
@@ -307,7 +307,7 @@ func run(ctx context.Context, cfg settings) int {
 // build compiles flashgate and the reference servers into the run's dir.
 func (b *bench) build(ctx context.Context) error {
 	b.flashbin, b.barebin, b.rowbin = b.path("flashgate"), b.path("bare"), b.path("rowlock")
-	for _, t := range [][2]string{{b.flashbin, "./cmd/flashgate"}, {b.barebin, "./internal/cmd/bare"}, {b.rowbin, "./internal/cmd/rowlock"}} {
+	for _, t := range [][2]string{{b.flashbin, "./cmd/flashgate"}, {b.barebin, "./cmd/bare"}, {b.rowbin, "./cmd/rowlock"}} {
 		if _, _, err := b.r.output(ctx, 10*time.Minute, nil, "go", "build", "-o", t[0], t[1]); err != nil {
 			return err
 		}

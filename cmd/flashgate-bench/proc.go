@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/procgroup"
+	"github.com/flashgate/flashgate/internal/testenv/procgroup"
 )
 
 // runner starts every process of the run, records the command lines for
