@@ -14,59 +14,28 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
 // The fair queue's leader side (docs/api.md, "Fair queue"): it opens the
 // queue prequeue_seconds before the start with a fresh secret seed, ends the
 // pre-queue at the start (revealing the seed), ranks the pre-start entrants
-// by flashgate.QueueRank and then admits positions, in order, only while
+// by fairqueue.Rank and then admits positions, in order, only while
 // units remain that no admitted buyer has been promised.
 
-// Limits of a fair queue's settings.
 const (
-	maxChallengeNumber = 100_000_000
-	maxAdmitSeconds    = 3600
 	// queueRankChunk is how many ranks one QueueRank call writes, and
 	// queueRankPipeline how many calls go in one round trip.
 	queueRankChunk    = 500
 	queueRankPipeline = 16
 	// queueScanCount is the COUNT of one HSCAN of the queue hash.
 	queueScanCount = 1000
-	// maxAutoFactor bounds how far challenge_auto raises the difficulty.
-	maxAutoFactor = 64
-	// autoRatePerStep is the entries per second each step of
-	// challenge_auto's factor stands for.
-	autoRatePerStep = 100
 )
-
-func validateQueue(s flashgate.Sale) error {
-	switch {
-	case s.Queue != "" && s.Queue != flashgate.QueueFair:
-		return &flashgate.FieldError{Field: "queue", Reason: `"fair" or absent`}
-	case s.Queue == "" && (s.PrequeueSeconds != 0 || s.ChallengeMaxNumber != 0 || s.AdmitPerMinute != 0 || s.AdmitSeconds != 0 || s.ChallengeAuto != nil):
-		return &flashgate.FieldError{Field: "queue", Reason: `queue settings need "queue": "fair"`}
-	case s.Queue == "":
-		return nil
-	case s.PrequeueSeconds < 0 || s.PrequeueSeconds > flashgate.MaxPrequeueSeconds:
-		return &flashgate.FieldError{Field: "prequeue_seconds", Reason: "outside 1..86400"}
-	case s.ChallengeMaxNumber < 0 || s.ChallengeMaxNumber > maxChallengeNumber:
-		return &flashgate.FieldError{Field: "challenge_maxnumber", Reason: "outside 0..100000000"}
-	case s.AdmitPerMinute < 0:
-		return &flashgate.FieldError{Field: "admit_per_minute", Reason: "negative"}
-	case s.AdmitSeconds < 0 || s.AdmitSeconds > maxAdmitSeconds:
-		return &flashgate.FieldError{Field: "admit_seconds", Reason: "outside 1..3600"}
-	case s.StartsAt == nil:
-		return &flashgate.FieldError{Field: "starts_at", Reason: "a fair queue needs a start time"}
-	case s.Bucketed():
-		return &flashgate.FieldError{Field: "buckets", Reason: "a fair queue sells from one bucket"}
-	}
-	return nil
-}
 
 // queueEntrant is a pre-start entrant and its rank key.
 type queueEntrant struct {
-	key  [sha256.Size]byte
+	key  [fairqueue.RankKeySize]byte
 	user string
 }
 
@@ -116,38 +85,41 @@ func (q *queueState) drop(id string) {
 	q.mu.Unlock()
 }
 
-// queueFields are the sale hash fields one queue step reads, in this order.
-var queueFields = []string{
-	lua.FieldTotal, lua.FieldBooked, lua.FieldPerUser, lua.FieldStart, lua.FieldClosed,
-	lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate, lua.FieldQRanked,
-	lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQMaxNumber, lua.FieldQEpoch, lua.FieldQSeedSHA,
-}
+// stockFields are the sale hash fields besides the queue's
+// (fairqueue.Fields) that one queue step reads.
+var stockFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldPerUser, lua.FieldStart, lua.FieldClosed}
 
+// queueFigures is what one queue step reads: the queue, the stock and the
+// order stream's backlog, and how long reading them took.
 type queueFigures struct {
-	total, booked, perUser, pre, late, k, e, maxnum int64
-	start, closed, open, started, ranked            bool
-	epoch, seedSHA                                  string
-	backlog                                         int64
-	latency                                         time.Duration
+	fairqueue.View
+	total, booked, perUser int64
+	start, closed          bool
+	backlog                int64
+	latency                time.Duration
 }
 
 func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, error) {
 	t := time.Now()
 	pipe := s.rdb.Pipeline()
-	h := pipe.HMGet(ctx, lua.SaleKey(id), queueFields...)
+	h := pipe.HMGet(ctx, lua.SaleKey(id), stockFields...)
+	qh := pipe.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...)
 	x := pipe.XLen(ctx, lua.OrdersKey(id))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return queueFigures{}, fmt.Errorf("reading queue figures: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	v := h.Val()
-	if len(v) != len(queueFields) || v[0] == nil {
+	sh, ok := lua.ReadHash(stockFields, h.Val())
+	if !ok || !sh.Has(lua.FieldTotal) {
 		return queueFigures{}, fmt.Errorf("sale %s not in redis: %w", id, flashgate.ErrUnavailable)
 	}
+	v, ok := fairqueue.Read(qh.Val())
+	if !ok {
+		return queueFigures{}, fmt.Errorf("sale %s: queue fields unreadable: %w", id, flashgate.ErrUnavailable)
+	}
 	return queueFigures{
-		total: lua.Int(v[0]), booked: lua.Int(v[1]), perUser: max(lua.Int(v[2]), 1),
-		start: lua.Int(v[3]) == 1, closed: lua.Int(v[4]) == 1, open: lua.Int(v[5]) == 1, started: lua.Int(v[6]) == 1,
-		pre: lua.Int(v[7]), late: lua.Int(v[8]), ranked: lua.Int(v[9]) == 1, k: lua.Int(v[10]), e: lua.Int(v[11]), maxnum: lua.Int(v[12]),
-		epoch: str(v[13]), seedSHA: str(v[14]),
+		View:  v,
+		total: sh.Int(lua.FieldTotal), booked: sh.Int(lua.FieldBooked), perUser: max(sh.Int(lua.FieldPerUser), 1),
+		start: sh.Int(lua.FieldStart) == 1, closed: sh.Int(lua.FieldClosed) == 1,
 		backlog: x.Val(), latency: time.Since(t),
 	}, nil
 }
@@ -193,13 +165,13 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	}
 	now := s.clock.Now()
 	run := s.queues.run(sale.ID)
-	if run.ranked && !f.ranked {
+	if run.ranked && !f.Ranked {
 		// Redis lost the queue (its sale was rebuilt): what this process
 		// remembers belongs to a queue that is gone.
 		*run = queueRun{journaled: run.journaled}
 	}
-	opensAt := sale.StartsAt.Add(-time.Duration(sale.Prequeue()) * time.Second)
-	if f.open || !now.Before(opensAt) { // no journal before the opening
+	opensAt := fairqueue.OpensAt(sale)
+	if f.Open || !now.Before(opensAt) { // no journal before the opening
 		if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
 			return err
 		} else if restored {
@@ -209,24 +181,24 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		}
 	}
 	defer func() {
-		if f.open {
+		if f.Open {
 			if jerr := s.journalQueue(ctx, sale.ID, run); jerr != nil && err == nil {
 				err = jerr
 			}
 		}
 	}()
-	if !f.open {
+	if !f.Open {
 		if now.Before(opensAt) {
 			return nil
 		}
 		if err := s.openQueue(ctx, sale); err != nil {
 			return err
 		}
-		f.open = true // journaled at once
+		f.Open = true // journaled at once
 		return nil
 	}
-	f.maxnum = s.tuneChallenge(ctx, sale, run, f, now)
-	if !f.started {
+	f.MaxNumber = s.tuneChallenge(ctx, sale, run, f, now)
+	if !f.Started {
 		if now.Before(*sale.StartsAt) {
 			return nil
 		}
@@ -234,7 +206,7 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		if err != nil {
 			return err
 		}
-		f.started, f.pre = true, pre
+		f.Started, f.Prequeued = true, pre
 	}
 	if !run.ranked {
 		// A big queue takes longer to read and rank than a tick may: the
@@ -246,7 +218,7 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		if err != nil {
 			return err
 		}
-		f.ranked = true
+		f.Ranked = true
 	}
 	if !f.start || f.closed {
 		return nil
@@ -281,7 +253,7 @@ func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
 	seed := s.queueSeed(sale.ID, epoch)
 	sum := sha256.Sum256(seed[:])
 	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), epoch, hex.EncodeToString(sum[:]),
-		sale.ChallengeMaxNumber, sale.AdmitWindow()).Int()
+		sale.ChallengeMaxNumber, fairqueue.AdmitWindow(sale)).Int()
 	if err != nil {
 		return fmt.Errorf("opening the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -295,7 +267,7 @@ func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
 // the queue's epoch and checked against the published commitment; it
 // returns the pre-start entrants.
 func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
-	h, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQEpoch, lua.FieldQSeedSHA).Result()
+	h, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA).Result()
 	if err != nil {
 		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -305,7 +277,7 @@ func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
 	if sum := sha256.Sum256(seed[:]); epoch == "" || hex.EncodeToString(sum[:]) != sha {
 		// The seed secret changed since the opening (or the hash lost its
 		// epoch): revealing another seed would break the commitment.
-		return 0, fmt.Errorf("starting the queue: the seed derived from epoch %q does not hash to the published q_seedsha (was the queue seed secret changed?)", epoch)
+		return 0, fmt.Errorf("starting the queue: the seed derived from epoch %q does not hash to the published queue_seed_sha256 (was the queue seed secret changed?)", epoch)
 	}
 	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id), hex.EncodeToString(seed[:])).Slice()
 	if err != nil {

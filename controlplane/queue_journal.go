@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -42,7 +43,7 @@ func str(v any) string {
 // the journaled entries from the stream.
 func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) error {
 	pipe := s.rdb.Pipeline()
-	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldQEpoch, lua.FieldQSeedSHA, lua.FieldQAdmitted, lua.FieldQExpired)
+	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA, lua.FieldQueueAdmitted, lua.FieldQueueExpired)
 	w := pipe.LRange(ctx, lua.QueueWindowsKey(id), 0, -1)
 	x := pipe.XRangeN(ctx, lua.QueueJournalKey(id), "-", "+", queueJournalBatch)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -88,7 +89,7 @@ func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) er
 // restores the queue from it (lua.QueueRestore). It reports whether it
 // did.
 func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
-	if run.journalRead && f.open && f.k >= run.journaled.K && f.e >= run.journaled.E && f.epoch == run.journaled.Epoch {
+	if run.journalRead && f.Open && f.Admitted >= run.journaled.K && f.Expired >= run.journaled.E && f.Epoch == run.journaled.Epoch {
 		return false, nil
 	}
 	m, entrants, ok, err := s.store.QueueJournal(ctx, sale.ID)
@@ -99,11 +100,11 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 	if !ok {
 		return false, nil
 	}
-	if f.open && f.epoch != "" && f.epoch != m.Epoch {
+	if f.Open && f.Epoch != "" && f.Epoch != m.Epoch {
 		// Redis holds a queue opened anew: its journal replaces this one.
 		return false, nil
 	}
-	if f.open && f.epoch == m.Epoch && f.k >= m.K && f.e >= m.E && f.pre+f.late >= int64(len(entrants)) {
+	if f.Open && f.Epoch == m.Epoch && f.Admitted >= m.K && f.Expired >= m.E && f.Prequeued+f.Late >= int64(len(entrants)) {
 		run.journaled = m
 		return false, nil
 	}
@@ -120,7 +121,7 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 		return int(lateNumber(a.Entry) - lateNumber(b.Entry))
 	})
 	args := make([]any, 0, 9+2*len(entrants))
-	args = append(args, fence, m.Epoch, m.SeedSHA, sale.ChallengeMaxNumber, sale.AdmitWindow(), revealed, m.K, m.E, m.Windows)
+	args = append(args, fence, m.Epoch, m.SeedSHA, sale.ChallengeMaxNumber, fairqueue.AdmitWindow(sale), revealed, m.K, m.E, m.Windows)
 	for _, e := range entrants {
 		args = append(args, e.User, e.Entry)
 	}

@@ -112,7 +112,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
-	if !q.open {
+	if !q.Open {
 		s.writeError(ctx, flashgate.ErrNotStarted)
 		return
 	}
@@ -146,7 +146,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 // maxnumber now (challenge_auto raises it), never below the sale's
 // challenge_maxnumber.
 func powFloor(e *sale, q *queueView) int64 {
-	floor := max(q.maxnum, 0)
+	floor := max(q.MaxNumber, 0)
 	if m := e.meta.Load(); m != nil {
 		floor = max(floor, m.sale.ChallengeMaxNumber)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -198,7 +199,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
-	if !q.open {
+	if !q.Open {
 		s.writeError(ctx, flashgate.ErrNotStarted)
 		return
 	}
@@ -262,9 +263,9 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		tk.kind = 'l'
 		tk.n, _ = strconv.ParseInt(entry[1:], 10, 64)
 	}
-	if fresh == 1 && !q.started && tk.kind == 'l' {
+	if fresh == 1 && !q.Started && tk.kind == 'l' {
 		// The cache has not seen the start yet; the entry has.
-		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate, qtag: q.qtag}
+		q = &queueView{View: fairqueue.View{Started: true, Prequeued: q.Prequeued, Admitted: q.Admitted, Expired: q.Expired, Rate: q.Rate}, qtag: q.qtag}
 	}
 	p := s.locate(e, st, q, &tk, user)
 	status := fasthttp.StatusOK
@@ -364,7 +365,7 @@ func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p 
 	b = append(b, `","position":`...)
 	b = appendOptInt(b, p.position, p.position > 0)
 	b = append(b, `,"admitted_position":`...)
-	b = strconv.AppendInt(b, q.k, 10)
+	b = strconv.AppendInt(b, q.Admitted, 10)
 	ctx.Response.SwapBody(append(b, '}'))
 }
 

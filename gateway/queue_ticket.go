@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 )
 
 // queueKeys are the gateway's keys for tickets and challenges, derived from
@@ -354,7 +355,7 @@ func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byt
 	}
 }
 
-// rankMacs pools HMACs keyed with one sale's seed.
+// rankMacs pools fairqueue.Rankers keyed with one sale's seed.
 type rankMacs struct {
 	seed string
 	pool sync.Pool
@@ -366,18 +367,18 @@ type fairCache struct {
 	tokenKey [2]uint64 // the SipHash key of token MACs (saleTokenKey); set before the sale is shared
 }
 
-// rankKey computes flashgate.QueueRank for user, as bytes.
+// rankKey computes user's rank key (fairqueue.Ranker) under q's seed.
 func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
 	rm := e.fair.macs.Load()
-	if rm == nil || rm.seed != q.seedHex {
-		seed := q.seed
-		rm = &rankMacs{seed: q.seedHex}
-		rm.pool.New = func() any { return &macBuf{h: hmac.New(sha256.New, seed)} }
+	if rm == nil || rm.seed != q.SeedHex {
+		seed := q.Seed
+		rm = &rankMacs{seed: q.SeedHex}
+		rm.pool.New = func() any { return fairqueue.NewRanker(seed) }
 		e.fair.macs.Store(rm)
 	}
-	m := rm.pool.Get().(*macBuf)
-	*out = m.mac('/', e.id, user)
-	rm.pool.Put(m)
+	r := rm.pool.Get().(*fairqueue.Ranker)
+	r.Key(e.id, user, out)
+	rm.pool.Put(r)
 }
 
 // setBoughtTicket gives a buyer who reserved order through a ticket its

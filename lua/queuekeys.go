@@ -15,7 +15,7 @@ func QueueLateKey(sale string) string { return "fg:{" + sale + "}:qlate" }
 
 // QueueWindowsKey is the list of a fair queue's admission windows, oldest
 // first: each entry "<k> <ms> <theta>" says positions up to k were admitted
-// at unix millisecond ms (theta: q_theta then). QueueAdvance appends one
+// at unix millisecond ms (theta: queue_threshold then). QueueAdvance appends one
 // when it admits and drops those whose window ended; it lives in Redis with
 // the frontier, so a new leader keeps every window.
 func QueueWindowsKey(sale string) string { return "fg:{" + sale + "}:qwin" }
@@ -31,25 +31,25 @@ func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:
 
 // Fields of the sale hash that a fair queue adds. Positions count from 1:
 // the pre-start entrants in the seed's order, then the later ones in
-// arrival order (position q_pre + n for arrival n).
+// arrival order (position queue_prequeued + n for arrival n).
 const (
-	FieldQueue      = "queue"     // "fair" for a fair queue
-	FieldQOpen      = "q_open"    // "1" once the queue takes entries
-	FieldQEpoch     = "q_epoch"   // what the control plane derives the seed from, with the sale id
-	FieldQSeedSHA   = "q_seedsha" // hex SHA-256 of the seed bytes
-	FieldQStarted   = "q_started" // "1" from the start: entries are late ones
-	FieldQSeed      = "q_seed"    // the seed, hex, revealed at the start
-	FieldQPre       = "q_pre"     // entrants before the start
-	FieldQLate      = "q_late"    // entrants after the start
-	FieldQRanked    = "q_ranked"  // "1" once the leader wrote every rank
-	FieldQAdmitted  = "q_k"       // positions admitted (1..q_k)
-	FieldQTheta     = "q_theta"   // rank key of pre-start position min(q_k, q_pre), or ""
-	FieldQExpired   = "q_e"       // positions whose window ended (1..q_e)
-	FieldQETheta    = "q_etheta"  // rank key of pre-start position min(q_e, q_pre), or ""
-	FieldQRate      = "q_rate"    // positions admitted per minute, recently
-	FieldQMaxNumber = "q_maxnum"  // the proof-of-work's maxnumber now
-	FieldQWindow    = "q_window"  // admit_seconds
-	FieldQFence     = "q_fence"   // the fencing token of the last frontier write
+	FieldQueue                 = "queue"                   // "fair" for a fair queue
+	FieldQueueOpen             = "queue_open"              // "1" once the queue takes entries
+	FieldQueueEpoch            = "queue_epoch"             // what the control plane derives the seed from, with the sale id
+	FieldQueueSeedSHA          = "queue_seed_sha256"       // hex SHA-256 of the seed bytes
+	FieldQueueStarted          = "queue_started"           // "1" from the start: entries are late ones
+	FieldQueueSeed             = "queue_seed"              // the seed, hex, revealed at the start
+	FieldQueuePrequeued        = "queue_prequeued"         // entrants before the start
+	FieldQueueLate             = "queue_late"              // entrants after the start
+	FieldQueueRanked           = "queue_ranked"            // "1" once the leader wrote every rank
+	FieldQueueAdmitted         = "queue_admitted"          // positions admitted (1..queue_admitted)
+	FieldQueueThreshold        = "queue_threshold"         // rank key of pre-start position min(queue_admitted, queue_prequeued), or ""
+	FieldQueueExpired          = "queue_expired"           // positions whose window ended (1..queue_expired)
+	FieldQueueExpiredThreshold = "queue_expired_threshold" // rank key of pre-start position min(queue_expired, queue_prequeued), or ""
+	FieldQueueRate             = "queue_rate"              // positions admitted per minute, recently
+	FieldQueueMaxNumber        = "queue_maxnumber"         // the proof-of-work's maxnumber now
+	FieldQueueWindow           = "queue_window"            // admit_seconds
+	FieldQueueFence            = "queue_fence"             // the fencing token of the last frontier write
 )
 
 // QueueEnterKeys is QueueEnter's KEYS: sale hash, queue hash, late list,
