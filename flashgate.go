@@ -49,7 +49,7 @@ type Sale struct {
 	// it out. Reopening the sale clears it.
 	Archived bool `json:"archived,omitempty"`
 
-	// Queue is "fair" for a sale sold through a fair queue (queue.go);
+	// Queue is "fair" for a sale sold through a fair queue (package fairqueue);
 	// "" (the default) sells first come, first served.
 	Queue string `json:"queue,omitempty"`
 	// PrequeueSeconds is how long before StartsAt a fair queue opens;

@@ -175,7 +175,7 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 		// (about 90 bytes an entrant; the database keeps the journal); the sale hash keeps the queue's published fields (the
 		// seed and its SHA-256, the frontiers). Proof-of-work markers expire
 		// on their own.
-		s.queues.drop(sale.ID)
+		s.queues.Drop(sale.ID)
 		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID), lua.QueueJournalKey(sale.ID)).Err(); err != nil {
 			return fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
 		}

@@ -22,7 +22,7 @@ func QueueWindowsKey(sale string) string { return "fg:{" + sale + "}:qwin" }
 
 // QueueJournalKey is the stream of a fair queue's new entries (field "e":
 // "<entry> <user id>"), which the leader journals to the database in
-// batches and then deletes (controlplane, QueueStep).
+// batches and then deletes (controlplane/queueleader).
 func QueueJournalKey(sale string) string { return "fg:{" + sale + "}:qjournal" }
 
 // QueuePowKey marks one proof-of-work challenge as used until its salt

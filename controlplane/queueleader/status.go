@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// QueueStatus is a fair queue's figures for GET /admin/sales/{id}.
-type QueueStatus struct {
+// Status is a fair queue's figures for GET /admin/sales/{id}.
+type Status struct {
 	Open             bool   `json:"open"`
 	Started          bool   `json:"started"`
 	Entrants         int64  `json:"entrants"`
@@ -23,15 +23,15 @@ type QueueStatus struct {
 	SeedSHA256       string `json:"seed_sha256,omitempty"`
 }
 
-// queueStatus reads a fair sale's queue figures; ETASeconds is the time the
+// Status reads a fair sale's queue figures; ETASeconds is the time the
 // last entrant waits at the recent rate.
-func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, error) {
-	vals, err := s.rdb.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...).Result()
+func (l *Leader) Status(ctx context.Context, id string) (*Status, error) {
+	vals, err := l.rdb.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	v, _ := fairqueue.Read(vals)
-	q := &QueueStatus{Open: v.Open, Started: v.Started, Entrants: v.Entrants(), PrequeueEntrants: v.Prequeued,
+	q := &Status{Open: v.Open, Started: v.Started, Entrants: v.Entrants(), PrequeueEntrants: v.Prequeued,
 		AdmittedPosition: v.Admitted, ExpiredPosition: v.Expired, RatePerMinute: v.Rate, MaxNumber: v.MaxNumber, SeedSHA256: v.SeedSHA}
 	if q.RatePerMinute > 0 {
 		eta := max(q.Entrants-q.AdmittedPosition, 0) * 60 / q.RatePerMinute

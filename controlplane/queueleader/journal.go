@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
@@ -41,8 +41,8 @@ func str(v any) string {
 // journalQueue writes the queue's new entrants and its mark to the
 // database, unless nothing changed since the last write, and then deletes
 // the journaled entries from the stream.
-func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) error {
-	pipe := s.rdb.Pipeline()
+func (l *Leader) journalQueue(ctx context.Context, id string, run *queueRun) error {
+	pipe := l.rdb.Pipeline()
 	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA, lua.FieldQueueAdmitted, lua.FieldQueueExpired)
 	w := pipe.LRange(ctx, lua.QueueWindowsKey(id), 0, -1)
 	x := pipe.XRangeN(ctx, lua.QueueJournalKey(id), "-", "+", queueJournalBatch)
@@ -65,17 +65,17 @@ func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) er
 		e, _ := msg.Values["e"].(string)
 		entry, user, ok := strings.Cut(e, " ")
 		if !ok {
-			s.log.Warn("fair queue journal: malformed entry", "sale", id, "id", msg.ID)
+			l.log.Warn("fair queue journal: malformed entry", "sale", id, "id", msg.ID)
 			continue
 		}
 		entrants = append(entrants, flashgate.QueueEntrant{User: user, Entry: entry})
 	}
-	if err := s.store.JournalQueue(ctx, id, m, entrants); err != nil {
+	if err := l.store.JournalQueue(ctx, id, m, entrants); err != nil {
 		return fmt.Errorf("journaling the queue: %w", err)
 	}
 	run.journaled = m
 	if len(ids) > 0 {
-		if err := s.rdb.XDel(ctx, lua.QueueJournalKey(id), ids...).Err(); err != nil {
+		if err := l.rdb.XDel(ctx, lua.QueueJournalKey(id), ids...).Err(); err != nil {
 			return fmt.Errorf("trimming the queue's journal stream: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
@@ -88,11 +88,11 @@ func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) er
 // holds more (another epoch, a greater frontier, more entrants), it
 // restores the queue from it (lua.QueueRestore). It reports whether it
 // did.
-func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
+func (l *Leader) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
 	if run.journalRead && f.Open && f.Admitted >= run.journaled.K && f.Expired >= run.journaled.E && f.Epoch == run.journaled.Epoch {
 		return false, nil
 	}
-	m, entrants, ok, err := s.store.QueueJournal(ctx, sale.ID)
+	m, entrants, ok, err := l.store.QueueJournal(ctx, sale.ID)
 	if err != nil {
 		return false, fmt.Errorf("reading the queue's journal: %w", err)
 	}
@@ -108,7 +108,7 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 		run.journaled = m
 		return false, nil
 	}
-	seed := s.queueSeed(sale.ID, m.Epoch)
+	seed := l.queueSeed(sale.ID, m.Epoch)
 	if sum := sha256.Sum256(seed[:]); hex.EncodeToString(sum[:]) != m.SeedSHA {
 		return false, fmt.Errorf("restoring the queue: the seed derived from the journaled epoch %q does not hash to the journaled commitment (was the queue seed secret changed?)", m.Epoch)
 	}
@@ -125,7 +125,7 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 	for _, e := range entrants {
 		args = append(args, e.User, e.Entry)
 	}
-	v, err := lua.QueueRestore.Run(ctx, s.rdb, lua.QueueRestoreKeys(sale.ID), args...).Int64Slice()
+	v, err := lua.QueueRestore.Run(ctx, l.rdb, lua.QueueRestoreKeys(sale.ID), args...).Int64Slice()
 	if err != nil {
 		return false, fmt.Errorf("restoring the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -133,7 +133,7 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 		return false, fmt.Errorf("restoring the queue: refused (%v)", v)
 	}
 	*run = queueRun{journalRead: true, journaled: m}
-	s.log.Warn("fair queue restored from its journal", "sale", sale.ID, "epoch", m.Epoch, "pre_start_added", v[0],
+	l.log.Warn("fair queue restored from its journal", "sale", sale.ID, "epoch", m.Epoch, "pre_start_added", v[0],
 		"late_added", v[1], "late_not_restored", v[2], "admitted", v[3])
 	return true, nil
 }

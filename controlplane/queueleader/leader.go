@@ -1,4 +1,13 @@
-package controlplane
+// Package queueleader is the control plane's side of the fair queue
+// (docs/api.md, "Fair queue"): the leader opens each fair sale's queue
+// prequeue_seconds before the start with a fresh secret seed, ends the
+// pre-queue at the start (revealing the seed), ranks the pre-start
+// entrants by fairqueue.Rank and then admits positions, in order, only
+// while units remain that no admitted buyer has been promised. It journals
+// the queue to the database and restores it from there when Redis lost it.
+// The rules it shares with the gateway are in package fairqueue; the
+// control plane's Service holds a Leader and calls Tick from its loop.
+package queueleader
 
 import (
 	"context"
@@ -7,6 +16,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -18,11 +29,73 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// The fair queue's leader side (docs/api.md, "Fair queue"): it opens the
-// queue prequeue_seconds before the start with a fresh secret seed, ends the
-// pre-queue at the start (revealing the seed), ranks the pre-start entrants
-// by fairqueue.Rank and then admits positions, in order, only while
-// units remain that no admitted buyer has been promised.
+// Store is what the leader keeps in the database: a fair queue's mark and
+// entrants (journal.go), for a rebuild.
+type Store interface {
+	JournalQueue(ctx context.Context, saleID string, m flashgate.QueueMark, entrants []flashgate.QueueEntrant) error
+	QueueJournal(ctx context.Context, saleID string) (m flashgate.QueueMark, entrants []flashgate.QueueEntrant, ok bool, err error)
+}
+
+// Config is a Leader's settings; Redis and Store are required.
+type Config struct {
+	Redis redis.UniversalClient
+	Store Store
+	// Clock tells the time; nil means the wall clock.
+	Clock flashgate.Clock
+	// Logger logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Backlog holds admission while a sale's order stream holds more
+	// entries than this; 0 means no limit.
+	Backlog int64
+	// Latency holds admission while reading the sale from Redis takes
+	// longer than this; 0 means no limit.
+	Latency time.Duration
+	// SeedSecret keys the queues' seeds (required).
+	SeedSecret []byte
+	// Detach is how a ranking outlives a tick's deadline (not its
+	// cancellation); nil means it does not (the tick's own context).
+	Detach func(context.Context) (context.Context, context.CancelFunc)
+}
+
+// Leader runs the fair queues of the sales it is given. Its methods are
+// safe for concurrent use.
+type Leader struct {
+	rdb     redis.UniversalClient
+	store   Store
+	clock   flashgate.Clock
+	log     *slog.Logger
+	backlog int64
+	latency time.Duration
+	seedKey []byte
+	detach  func(context.Context) (context.Context, context.CancelFunc)
+	// runs is the leader's memory of each queue.
+	runs queueState
+}
+
+// New returns a Leader for cfg.
+func New(cfg Config) *Leader {
+	l := &Leader{rdb: cfg.Redis, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger,
+		backlog: cfg.Backlog, latency: cfg.Latency, seedKey: cfg.SeedSecret, detach: cfg.Detach}
+	if l.clock == nil {
+		l.clock = flashgate.SystemClock{}
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	if l.backlog <= 0 {
+		l.backlog = math.MaxInt64
+	}
+	if l.latency <= 0 {
+		l.latency = math.MaxInt64
+	}
+	if l.detach == nil {
+		l.detach = func(ctx context.Context) (context.Context, context.CancelFunc) { return ctx, func() {} }
+	}
+	return l
+}
+
+// Drop forgets a sale's queue (its sale closed or was archived).
+func (l *Leader) Drop(id string) { l.runs.drop(id) }
 
 const (
 	// queueRankChunk is how many ranks one QueueRank call writes, and
@@ -99,9 +172,9 @@ type queueFigures struct {
 	latency                time.Duration
 }
 
-func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, error) {
+func (l *Leader) queueFigures(ctx context.Context, id string) (queueFigures, error) {
 	t := time.Now()
-	pipe := s.rdb.Pipeline()
+	pipe := l.rdb.Pipeline()
 	h := pipe.HMGet(ctx, lua.SaleKey(id), stockFields...)
 	qh := pipe.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...)
 	x := pipe.XLen(ctx, lua.OrdersKey(id))
@@ -124,47 +197,41 @@ func (s *Service) queueFigures(ctx context.Context, id string) (queueFigures, er
 	}, nil
 }
 
-// queueTick runs one step of every fair sale's queue; the leader calls it
-// every tick.
-func (s *Service) queueTick(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx) // archived sales are closed: nothing to run
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("fair queue: listing sales", "err", err)
-		}
-		return
-	}
+// Tick runs one step of every fair sale's queue among sales (the live
+// sales: archived ones are closed, with nothing to run) under the fencing
+// token fence; the leader calls it every tick.
+func (l *Leader) Tick(ctx context.Context, sales []flashgate.Sale, fence int64) {
 	for _, sale := range sales {
 		if !sale.Fair() {
 			continue
 		}
 		if sale.State == flashgate.StateClosed {
-			s.queues.drop(sale.ID)
+			l.runs.drop(sale.ID)
 			continue
 		}
-		if err := s.QueueStep(ctx, sale, s.fence.Load()); err != nil && ctx.Err() == nil {
-			s.log.Warn("fair queue", "sale", sale.ID, "err", err)
+		if err := l.Step(ctx, sale, fence); err != nil && ctx.Err() == nil {
+			l.log.Warn("fair queue", "sale", sale.ID, "err", err)
 		}
 	}
 }
 
-// QueueStep moves one fair sale's queue on: open, start, rank, admit. The
+// Step moves one fair sale's queue on: open, start, rank, admit. The
 // leader loop calls it every tick with its lease's fencing token (every
 // frontier write carries it, and Redis refuses a token below the last
 // one); tests call it with their clock and a token of their own.
-func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) (err error) {
+func (l *Leader) Step(ctx context.Context, sale flashgate.Sale, fence int64) (err error) {
 	if !sale.Fair() || sale.StartsAt == nil {
 		return nil
 	}
 	if fence <= 0 {
 		return nil // no lease (or no fencing token): no leader writes
 	}
-	f, err := s.queueFigures(ctx, sale.ID)
+	f, err := l.queueFigures(ctx, sale.ID)
 	if err != nil {
 		return err
 	}
-	now := s.clock.Now()
-	run := s.queues.run(sale.ID)
+	now := l.clock.Now()
+	run := l.runs.run(sale.ID)
 	if run.ranked && !f.Ranked {
 		// Redis lost the queue (its sale was rebuilt): what this process
 		// remembers belongs to a queue that is gone.
@@ -172,17 +239,17 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	}
 	opensAt := fairqueue.OpensAt(sale)
 	if f.Open || !now.Before(opensAt) { // no journal before the opening
-		if restored, err := s.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
+		if restored, err := l.restoreQueueIfBehind(ctx, sale, run, f, fence, now); err != nil {
 			return err
 		} else if restored {
-			if f, err = s.queueFigures(ctx, sale.ID); err != nil {
+			if f, err = l.queueFigures(ctx, sale.ID); err != nil {
 				return err
 			}
 		}
 	}
 	defer func() {
 		if f.Open {
-			if jerr := s.journalQueue(ctx, sale.ID, run); jerr != nil && err == nil {
+			if jerr := l.journalQueue(ctx, sale.ID, run); jerr != nil && err == nil {
 				err = jerr
 			}
 		}
@@ -191,18 +258,18 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		if now.Before(opensAt) {
 			return nil
 		}
-		if err := s.openQueue(ctx, sale); err != nil {
+		if err := l.openQueue(ctx, sale); err != nil {
 			return err
 		}
 		f.Open = true // journaled at once
 		return nil
 	}
-	f.MaxNumber = s.tuneChallenge(ctx, sale, run, f, now)
+	f.MaxNumber = l.tuneChallenge(ctx, sale, run, f, now)
 	if !f.Started {
 		if now.Before(*sale.StartsAt) {
 			return nil
 		}
-		pre, err := s.startQueue(ctx, sale.ID)
+		pre, err := l.startQueue(ctx, sale.ID)
 		if err != nil {
 			return err
 		}
@@ -212,8 +279,8 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 		// A big queue takes longer to read and rank than a tick may: the
 		// ranking goes on past the tick's deadline (not past a
 		// cancellation), bounded like a restore.
-		rctx, cancel := restoreContext(ctx)
-		err := s.rankQueue(rctx, sale.ID, run, f, fence)
+		rctx, cancel := l.detach(ctx)
+		err := l.rankQueue(rctx, sale.ID, run, f, fence)
 		cancel()
 		if err != nil {
 			return err
@@ -223,14 +290,14 @@ func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int6
 	if !f.start || f.closed {
 		return nil
 	}
-	return s.admit(ctx, sale, run, f, fence, now)
+	return l.admit(ctx, sale, run, f, fence, now)
 }
 
-// DeriveQueueSeedSecret is the seed secret the control plane uses when
+// DeriveSeedSecret is the seed secret the control plane uses when its
 // Config.QueueSeedSecret is empty: HMAC-SHA256(key = the admin token,
 // message = "flashgate fair queue seed v1"). Only the control plane holds
 // the admin token; gateways never do.
-func DeriveQueueSeedSecret(adminToken string) []byte {
+func DeriveSeedSecret(adminToken string) []byte {
 	m := hmac.New(sha256.New, []byte(adminToken))
 	m.Write([]byte("flashgate fair queue seed v1"))
 	return m.Sum(nil)
@@ -238,9 +305,9 @@ func DeriveQueueSeedSecret(adminToken string) []byte {
 
 // queueSeed derives a queue's seed: HMAC-SHA256(seed secret, "seed/" sale
 // id "/" epoch).
-func (s *Service) queueSeed(id, epoch string) [32]byte {
+func (l *Leader) queueSeed(id, epoch string) [32]byte {
 	var seed [32]byte
-	m := hmac.New(sha256.New, s.seedKey)
+	m := hmac.New(sha256.New, l.seedKey)
 	m.Write([]byte("seed/" + id + "/" + epoch))
 	m.Sum(seed[:0])
 	return seed
@@ -248,17 +315,17 @@ func (s *Service) queueSeed(id, epoch string) [32]byte {
 
 // openQueue opens the queue under a new epoch and publishes its seed's
 // SHA-256; the seed itself stays here until the start.
-func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
-	epoch := strconv.FormatInt(s.clock.Now().UnixMilli(), 10)
-	seed := s.queueSeed(sale.ID, epoch)
+func (l *Leader) openQueue(ctx context.Context, sale flashgate.Sale) error {
+	epoch := strconv.FormatInt(l.clock.Now().UnixMilli(), 10)
+	seed := l.queueSeed(sale.ID, epoch)
 	sum := sha256.Sum256(seed[:])
-	n, err := lua.QueueOpen.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), epoch, hex.EncodeToString(sum[:]),
+	n, err := lua.QueueOpen.Run(ctx, l.rdb, lua.SaleKeys(sale.ID), epoch, hex.EncodeToString(sum[:]),
 		sale.ChallengeMaxNumber, fairqueue.AdmitWindow(sale)).Int()
 	if err != nil {
 		return fmt.Errorf("opening the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if n == 1 {
-		s.log.Info("fair queue open", "sale", sale.ID, "seed_sha256", hex.EncodeToString(sum[:]))
+		l.log.Info("fair queue open", "sale", sale.ID, "seed_sha256", hex.EncodeToString(sum[:]))
 	}
 	return nil
 }
@@ -266,20 +333,20 @@ func (s *Service) openQueue(ctx context.Context, sale flashgate.Sale) error {
 // startQueue ends the pre-queue and reveals the seed, derived again from
 // the queue's epoch and checked against the published commitment; it
 // returns the pre-start entrants.
-func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
-	h, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA).Result()
+func (l *Leader) startQueue(ctx context.Context, id string) (int64, error) {
+	h, err := l.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA).Result()
 	if err != nil {
 		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	epoch, _ := h[0].(string)
 	sha, _ := h[1].(string)
-	seed := s.queueSeed(id, epoch)
+	seed := l.queueSeed(id, epoch)
 	if sum := sha256.Sum256(seed[:]); epoch == "" || hex.EncodeToString(sum[:]) != sha {
 		// The seed secret changed since the opening (or the hash lost its
 		// epoch): revealing another seed would break the commitment.
 		return 0, fmt.Errorf("starting the queue: the seed derived from epoch %q does not hash to the published queue_seed_sha256 (was the queue seed secret changed?)", epoch)
 	}
-	v, err := lua.QueueStart.Run(ctx, s.rdb, lua.SaleKeys(id), hex.EncodeToString(seed[:])).Slice()
+	v, err := lua.QueueStart.Run(ctx, l.rdb, lua.SaleKeys(id), hex.EncodeToString(seed[:])).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -290,6 +357,6 @@ func (s *Service) startQueue(ctx context.Context, id string) (int64, error) {
 	if pre < 0 {
 		return 0, fmt.Errorf("starting the queue: not open: %w", flashgate.ErrUnavailable)
 	}
-	s.log.Info("fair queue started: seed revealed", "sale", id, "pre_start_entrants", pre)
+	l.log.Info("fair queue started: seed revealed", "sale", id, "pre_start_entrants", pre)
 	return pre, nil
 }

@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"bytes"
@@ -18,8 +18,8 @@ import (
 
 // rankQueue reads every pre-start entrant, sorts them by rank key and,
 // unless Redis holds the ranks already, writes them.
-func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f queueFigures, fence int64) error {
-	seedHex, err := s.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQueueSeed).Result()
+func (l *Leader) rankQueue(ctx context.Context, id string, run *queueRun, f queueFigures, fence int64) error {
+	seedHex, err := l.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQueueSeed).Result()
 	if err != nil {
 		return fmt.Errorf("reading the seed: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -31,7 +31,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 	ranker := fairqueue.NewRanker(seed)
 	var cursor uint64
 	for {
-		kv, next, err := s.rdb.HScan(ctx, lua.QueueKey(id), cursor, "", queueScanCount).Result()
+		kv, next, err := l.rdb.HScan(ctx, lua.QueueKey(id), cursor, "", queueScanCount).Result()
 		if err != nil {
 			return fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 		}
@@ -51,7 +51,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 		return fmt.Errorf("sale %s: %d pre-start entrants in the queue, queue_prequeued says %d", id, len(pre), f.Prequeued)
 	}
 	if !f.Ranked {
-		if err := lua.QueueRank.Load(ctx, s.rdb).Err(); err != nil {
+		if err := lua.QueueRank.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		// queueRankPipeline chunks per round trip, in order: the last
@@ -68,7 +68,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 			theta, etheta = key(f.Admitted), key(f.Expired)
 		}
 		for i := 0; i == 0 || i < len(pre); {
-			pipe := s.rdb.Pipeline()
+			pipe := l.rdb.Pipeline()
 			var cmds []*redis.Cmd
 			for c := 0; c < queueRankPipeline && (i == 0 || i < len(pre)); c++ {
 				chunk := pre[i:min(i+queueRankChunk, len(pre))]
@@ -93,7 +93,7 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 				}
 			}
 		}
-		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
+		l.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
 
 	}
 	run.pre, run.ranked = pre, true
@@ -102,13 +102,13 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 
 // user returns the user at position pos (1-based), reading the late list
 // as far as needed.
-func (s *Service) queueUser(ctx context.Context, id string, run *queueRun, pos int64) (string, error) {
+func (l *Leader) queueUser(ctx context.Context, id string, run *queueRun, pos int64) (string, error) {
 	if pos <= int64(len(run.pre)) {
 		return run.pre[pos-1].user, nil
 	}
 	n := pos - int64(len(run.pre)) // arrival number
 	if n > int64(len(run.late)) {
-		more, err := s.rdb.LRange(ctx, lua.QueueLateKey(id), int64(len(run.late)), n-1+queueScanCount).Result()
+		more, err := l.rdb.LRange(ctx, lua.QueueLateKey(id), int64(len(run.late)), n-1+queueScanCount).Result()
 		if err != nil {
 			return "", fmt.Errorf("reading late entrants: %w: %w", flashgate.ErrUnavailable, err)
 		}

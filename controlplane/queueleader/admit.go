@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 // leader passes what only it knows: the users at the admitted positions
 // still in their windows, the rank keys of the positions it may admit, and
 // how many it may admit (admit_per_minute, back-pressure).
-func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
+func (l *Leader) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
 	n := f.Prequeued + f.Late - f.Admitted
-	if f.backlog > s.queueBacklog || f.latency > s.queueLatency {
+	if f.backlog > l.backlog || f.latency > l.latency {
 		n = 0 // hold admission while the system is behind
 	}
 	if apm := sale.AdmitPerMinute; apm > 0 {
@@ -40,7 +40,7 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 	args := make([]any, 0, 7+(f.Admitted-f.Expired)+min(n, max(int64(len(run.pre))-f.Admitted, 0)))
 	args = append(args, fence, f.Admitted, f.Expired, now.UnixMilli(), n, f.MaxNumber, f.Admitted-f.Expired)
 	for p := f.Expired + 1; p <= f.Admitted; p++ {
-		u, err := s.queueUser(ctx, sale.ID, run, p)
+		u, err := l.queueUser(ctx, sale.ID, run, p)
 		if err != nil {
 			return err
 		}
@@ -49,7 +49,7 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 	for p := f.Admitted + 1; p <= min(f.Admitted+n, int64(len(run.pre))); p++ {
 		args = append(args, hex.EncodeToString(run.pre[p-1].key[:]))
 	}
-	v, err := lua.QueueAdvance.Run(ctx, s.rdb, lua.QueueAdvanceKeys(sale.ID), args...).Int64Slice()
+	v, err := lua.QueueAdvance.Run(ctx, l.rdb, lua.QueueAdvanceKeys(sale.ID), args...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("advancing the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -62,7 +62,7 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 			run.tokens -= float64(v[1] - f.Admitted)
 		}
 		if v[1] > f.Admitted {
-			s.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", v[1], "window_ended", v[2])
+			l.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", v[1], "window_ended", v[2])
 		}
 	case 0:
 		// Another writer moved a frontier: read again next tick.
@@ -76,7 +76,7 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 // challenge_maxnumber, raised with challenge_auto by one step per
 // fairqueue.AutoRatePerStep entries per second the queue grows by (at most
 // fairqueue.MaxAutoFactor times). It returns the maxnumber now in force.
-func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
+func (l *Leader) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
 	base := sale.ChallengeMaxNumber
 	if base <= 0 || !sale.ChallengeAutoOn() {
 		return f.MaxNumber
@@ -94,9 +94,9 @@ func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *q
 	if want == f.MaxNumber {
 		return want
 	}
-	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQueueMaxNumber, want).Err(); err != nil {
+	if err := l.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQueueMaxNumber, want).Err(); err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
+			l.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
 		}
 		return f.MaxNumber
 	}
