@@ -32,28 +32,22 @@ import (
 // queueJournalBatch is how many stream entries one journal write takes.
 const queueJournalBatch = 10_000
 
-// str is a HMGET value as a string ("" for none).
-func str(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 // journalQueue writes the queue's new entrants and its mark to the
 // database, unless nothing changed since the last write, and then deletes
 // the journaled entries from the stream.
 func (l *Leader) journalQueue(ctx context.Context, id string, run *queueRun) error {
 	pipe := l.rdb.Pipeline()
-	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA, lua.FieldQueueAdmitted, lua.FieldQueueExpired)
+	h := pipe.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...)
 	w := pipe.LRange(ctx, lua.QueueWindowsKey(id), 0, -1)
 	x := pipe.XRangeN(ctx, lua.QueueJournalKey(id), "-", "+", queueJournalBatch)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("reading the queue's journal stream: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	v := h.Val()
-	if len(v) != 4 || str(v[0]) == "" {
+	v, ok := fairqueue.Read(h.Val())
+	if !ok || v.Epoch == "" {
 		return nil // not open (or lost): nothing to journal
 	}
-	m := flashgate.QueueMark{Epoch: str(v[0]), SeedSHA: str(v[1]), K: lua.Int(v[2]), E: lua.Int(v[3]), Windows: strings.Join(w.Val(), "\n")}
+	m := flashgate.QueueMark{Epoch: v.Epoch, SeedSHA: v.SeedSHA, K: v.Admitted, E: v.Expired, Windows: strings.Join(w.Val(), "\n")}
 	msgs := x.Val()
 	if len(msgs) == 0 && m == run.journaled {
 		return nil

@@ -269,7 +269,7 @@ func (l *Leader) Step(ctx context.Context, sale flashgate.Sale, fence int64) (er
 		if now.Before(*sale.StartsAt) {
 			return nil
 		}
-		pre, err := l.startQueue(ctx, sale.ID)
+		pre, err := l.startQueue(ctx, sale.ID, f.Epoch, f.SeedSHA)
 		if err != nil {
 			return err
 		}
@@ -331,15 +331,9 @@ func (l *Leader) openQueue(ctx context.Context, sale flashgate.Sale) error {
 }
 
 // startQueue ends the pre-queue and reveals the seed, derived again from
-// the queue's epoch and checked against the published commitment; it
+// the queue's epoch and checked against the published commitment sha; it
 // returns the pre-start entrants.
-func (l *Leader) startQueue(ctx context.Context, id string) (int64, error) {
-	h, err := l.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQueueEpoch, lua.FieldQueueSeedSHA).Result()
-	if err != nil {
-		return 0, fmt.Errorf("starting the queue: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	epoch, _ := h[0].(string)
-	sha, _ := h[1].(string)
+func (l *Leader) startQueue(ctx context.Context, id, epoch, sha string) (int64, error) {
 	seed := l.queueSeed(id, epoch)
 	if sum := sha256.Sum256(seed[:]); epoch == "" || hex.EncodeToString(sum[:]) != sha {
 		// The seed secret changed since the opening (or the hash lost its
