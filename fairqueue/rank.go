@@ -21,6 +21,9 @@ const RankKeySize = sha256.Size
 type Ranker struct {
 	h   hash.Hash
 	msg []byte
+	// sum is the HMAC's output: summing into the caller's array instead
+	// would make it escape (an allocation on every call).
+	sum [RankKeySize]byte
 }
 
 // NewRanker returns a Ranker keyed with seed.
@@ -33,7 +36,8 @@ func (r *Ranker) Key(sale, user string, out *[RankKeySize]byte) {
 	r.msg = append(append(append(r.msg[:0], sale...), '/'), user...)
 	r.h.Reset()
 	r.h.Write(r.msg)
-	r.h.Sum(out[:0])
+	r.h.Sum(r.sum[:0])
+	*out = r.sum
 }
 
 // Rank is the rank key of user in sale under seed, in lowercase hex (as
