@@ -81,9 +81,9 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 	if fig.PendingPayment > 0 {
 		return archiveWait, nil
 	}
-	queued, _, err := s.store.ReleaseQueue(ctx, sale.ID, 1)
+	queued, _, err := s.store.PendingReleases(ctx, sale.ID, 1)
 	if err != nil {
-		return archiveWait, fmt.Errorf("reading release queue: %w", err)
+		return archiveWait, fmt.Errorf("reading pending releases: %w", err)
 	}
 	// Every hash tag of the sale: its own and, bucketed, each bucket's.
 	tags := []string{sale.ID}

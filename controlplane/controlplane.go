@@ -57,9 +57,9 @@ type Store interface {
 	// OrdersPage walks one status of a sale by order id, a page at a time
 	// (only a rebuild of a sale Redis lost reads every row).
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
-	// ReleaseQueue and ReleasesDelivered are the releases a re-sync has not
+	// PendingReleases and ReleasesDelivered are the releases a re-sync has not
 	// yet delivered to Redis, and their acknowledgement.
-	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
+	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store

@@ -69,7 +69,7 @@ const (
 	FieldPrice    = "price"    // price in cents, copied into each order
 	FieldResume   = "resume"   // "1": a rebuilt open sale reopens at the next re-sync
 	// FieldDelivered counts the releases re-syncs delivered from the
-	// database's release queue; below the database's count, Redis lost some.
+	// database's pending releases; below the database's count, Redis lost some.
 	FieldDelivered = "delivered"
 	// FieldLayout lists a bucketed sale's buckets' salts ("17,4,233"),
 	// absent on an unbucketed sale (buckets.go).

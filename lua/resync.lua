@@ -1,7 +1,7 @@
 -- Resync gives a sale's stock back to Redis from one database snapshot, and
 -- rebuilds the sale's hash when Redis lost it. It touches the sale's hash
 -- only and takes O(1) arguments: releases reach Redis before it, through
--- ReleaseBatch (the database's release queue) or Restore (a rebuild).
+-- ReleaseBatch (the database's pending releases) or Restore (a rebuild).
 --
 -- KEYS[1] sale hash  fg:{<sale>}:sale
 -- ARGV[1] L: units held by live rows (pending_payment, paid) in the snapshot

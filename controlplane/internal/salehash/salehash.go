@@ -106,4 +106,4 @@ type ResyncFigures struct {
 const ReleaseChunk = 1000
 
 // ErrReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
-var ErrReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")
+var ErrReleaseBacklog = errors.New("pending releases not yet delivered; the next pass goes on")
