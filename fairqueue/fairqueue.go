@@ -10,7 +10,9 @@
 package fairqueue
 
 import (
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate"
@@ -90,4 +92,41 @@ func Validate(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "buckets", Reason: "a fair queue sells from one bucket"}
 	}
 	return nil
+}
+
+// ChallengeTTL is how long a proof-of-work challenge may be solved and
+// used: minutes, not a whole pre-queue, so that work done early cannot be
+// hoarded for the opening's rush or outlive a raised difficulty for long.
+const ChallengeTTL = 5 * time.Minute
+
+// ChallengeSalt is the salt of a proof-of-work challenge (ALTCHA), which
+// carries its terms: "<nonce hex>?sale=<id>&max=<maxnumber>&expires=<unix
+// seconds>&". The challenge is SHA-256 of the salt and the secret number,
+// and the gateway signs the challenge, so the terms are covered; the last
+// "&" ends the salt, so no digit can move between salt and number.
+func ChallengeSalt(nonceHex, sale string, maxnumber int64, expires time.Time) string {
+	return nonceHex + "?sale=" + sale + "&max=" + strconv.FormatInt(maxnumber, 10) +
+		"&expires=" + strconv.FormatInt(expires.Unix(), 10) + "&"
+}
+
+// ChallengeTerms reads the terms of a salt made by ChallengeSalt; ok is
+// false for any other shape.
+func ChallengeTerms(salt string) (sale string, maxnumber int64, expires time.Time, ok bool) {
+	_, query, _ := strings.Cut(salt, "?")
+	if !strings.HasSuffix(query, "&") {
+		return "", 0, time.Time{}, false
+	}
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return "", 0, time.Time{}, false
+	}
+	exp, err := strconv.ParseInt(params.Get("expires"), 10, 64)
+	if err != nil {
+		return "", 0, time.Time{}, false
+	}
+	maxnumber, err = strconv.ParseInt(params.Get("max"), 10, 64)
+	if err != nil {
+		return "", 0, time.Time{}, false
+	}
+	return params.Get("sale"), maxnumber, time.Unix(exp, 0), true
 }

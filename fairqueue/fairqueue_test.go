@@ -136,3 +136,27 @@ func TestRead(t *testing.T) {
 		t.Error("an empty reply: got ok, want not ok")
 	}
 }
+
+// TestChallengeTerms reads back the terms a salt was made with, and
+// refuses a salt whose terms are cut short or not numbers.
+func TestChallengeTerms(t *testing.T) {
+	exp := time.Unix(1_900_000_000, 0)
+	salt := fairqueue.ChallengeSalt("00ff", "s-1", 5000, exp)
+	if want := "00ff?sale=s-1&max=5000&expires=1900000000&"; salt != want {
+		t.Errorf("salt: got %q, want %q", salt, want)
+	}
+	sale, maxnum, expires, ok := fairqueue.ChallengeTerms(salt)
+	if !ok || sale != "s-1" || maxnum != 5000 || !expires.Equal(exp) {
+		t.Errorf("terms: got %q %d %v %v, want s-1 5000 %v true", sale, maxnum, expires, ok, exp)
+	}
+	for _, bad := range []string{
+		"00ff?sale=s-1&max=5000&expires=1900000000", // no final "&": a digit could move
+		"00ff?sale=s-1&max=x&expires=1900000000&",
+		"00ff?sale=s-1&max=5000&",
+		"00ff",
+	} {
+		if _, _, _, ok := fairqueue.ChallengeTerms(bad); ok {
+			t.Errorf("ChallengeTerms(%q): got ok, want refused", bad)
+		}
+	}
+}

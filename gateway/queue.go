@@ -42,11 +42,6 @@ type queueView struct {
 // (see hAuthorization).
 var hTicket = []byte("X-Queue-Ticket")
 
-// challengeTTL is how long a proof-of-work challenge may be solved and
-// used: minutes, not a whole pre-queue, so that work done early cannot be
-// hoarded for the opening's rush or outlive a raised difficulty for long.
-const challengeTTL = 5 * time.Minute
-
 // queueReads adds the queue fields' HMGET of each fair sale of list to p.
 func queueReads(ctx context.Context, p redis.Pipeliner, list []*sale) []*redis.SliceCmd {
 	cmds := make([]*redis.SliceCmd, len(list))

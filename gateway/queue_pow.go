@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -9,14 +8,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
@@ -42,10 +40,9 @@ var (
 
 // verifyPoW checks an ALTCHA payload for sale at now with one hash and one
 // HMAC; it returns the challenge and the solution's remaining life. The
-// salt is the challenge's terms, covered by the signature (challenge is
-// SHA-256 of salt and number, signature the HMAC of challenge):
-// "<hex>?sale=<id>&max=<maxnumber>&expires=<unix>&". Its last "&" ends
-// it, so no digit can move between salt and number. The sale must be
+// salt is the challenge's terms (fairqueue.ChallengeSalt), covered by the
+// signature (challenge is SHA-256 of salt and number, signature the HMAC
+// of challenge). The sale must be
 // sale, the number within 0..max, max at least floor (the difficulty in
 // force now), and expires not passed.
 func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
@@ -57,20 +54,8 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	if err := json.Unmarshal(raw, &p); err != nil || p.Algorithm != "SHA-256" || p.Number < 0 {
 		return "", 0, errPoW
 	}
-	_, query, _ := stringsCut(p.Salt, '?')
-	if !strings.HasSuffix(query, "&") {
-		return "", 0, errPoW
-	}
-	params, err := url.ParseQuery(query)
-	if err != nil || params.Get("sale") != sale {
-		return "", 0, errPoW
-	}
-	exp, err := strconv.ParseInt(params.Get("expires"), 10, 64)
-	if err != nil {
-		return "", 0, errPoW
-	}
-	maxnum, err := strconv.ParseInt(params.Get("max"), 10, 64)
-	if err != nil || p.Number > maxnum {
+	id, maxnum, expires, ok := fairqueue.ChallengeTerms(p.Salt)
+	if !ok || id != sale || p.Number > maxnum {
 		return "", 0, errPoW
 	}
 	sum := sha256.Sum256([]byte(p.Salt + strconv.FormatInt(p.Number, 10)))
@@ -84,20 +69,13 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 		return "", 0, errPoW
 	}
 	// The terms are the server's own from here on.
-	if ttl = time.Unix(exp, 0).Sub(now); ttl <= 0 {
+	if ttl = expires.Sub(now); ttl <= 0 {
 		return "", 0, errPoWExpired
 	}
 	if maxnum < floor {
 		return "", 0, errPoWWeak
 	}
 	return p.Challenge, ttl, nil
-}
-
-func stringsCut(s string, sep byte) (before, after string, found bool) {
-	if i := bytes.IndexByte([]byte(s), sep); i >= 0 {
-		return s[:i], s[i+1:], true
-	}
-	return s, "", false
 }
 
 // challenge answers GET /api/sales/{id}/challenge with a fresh ALTCHA
@@ -122,8 +100,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	_, _ = rand.Read(rnd[:])
 	maxnum := powFloor(e, q)
 	number := int64(binary.BigEndian.Uint64(rnd[12:]) % uint64(maxnum+1))
-	salt := hex.EncodeToString(rnd[:12]) + "?sale=" + e.id + "&max=" + strconv.FormatInt(maxnum, 10) +
-		"&expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&"
+	salt := fairqueue.ChallengeSalt(hex.EncodeToString(rnd[:12]), e.id, maxnum, s.clock.Now().Add(fairqueue.ChallengeTTL))
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
 	m := hmac.New(sha256.New, s.qkeys.pow)
