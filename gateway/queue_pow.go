@@ -38,6 +38,12 @@ var (
 	errPoWWeak    = &flashgate.FieldError{Field: "payload", Reason: "challenge below the difficulty in force: fetch a new one"}
 )
 
+// challengeSig is the signature of a proof-of-work challenge:
+// HMAC-SHA256(the gateway's proof-of-work key, challenge).
+func (k *queueKeys) challengeSig(challenge string) []byte {
+	return hmacSum(k.pow, challenge)
+}
+
 // verifyPoW checks an ALTCHA payload for sale at now with one hash and one
 // HMAC; it returns the challenge and the solution's remaining life. The
 // salt is the challenge's terms (fairqueue.ChallengeSalt), covered by the
@@ -62,9 +68,7 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	if hex.EncodeToString(sum[:]) != p.Challenge {
 		return "", 0, errPoW
 	}
-	m := hmac.New(sha256.New, s.qkeys.pow)
-	m.Write([]byte(p.Challenge))
-	want := hex.EncodeToString(m.Sum(nil))
+	want := hex.EncodeToString(s.qkeys.challengeSig(p.Challenge))
 	if !hmac.Equal([]byte(want), []byte(p.Signature)) {
 		return "", 0, errPoW
 	}
@@ -103,8 +107,6 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	salt := fairqueue.ChallengeSalt(hex.EncodeToString(rnd[:12]), e.id, maxnum, s.clock.Now().Add(fairqueue.ChallengeTTL))
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
-	m := hmac.New(sha256.New, s.qkeys.pow)
-	m.Write([]byte(chal))
 	b := make([]byte, 0, 256)
 	b = append(b, `{"algorithm":"SHA-256","challenge":"`...)
 	b = append(b, chal...)
@@ -113,7 +115,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	b = append(b, `,"salt":`...)
 	b = jsonstr.Append(b, salt)
 	b = append(b, `,"signature":"`...)
-	b = hex.AppendEncode(b, m.Sum(nil))
+	b = hex.AppendEncode(b, s.qkeys.challengeSig(chal))
 	b = append(b, `"}`...)
 	writeJSONHead(ctx, fasthttp.StatusOK)
 	ctx.Response.SetBodyRaw(b)
