@@ -49,11 +49,11 @@ type Sale struct {
 	// it out. Reopening the sale clears it.
 	Archived bool `json:"archived,omitempty"`
 
-	// Queue is "fair" for a sale sold through a fair queue (queue.go);
+	// Queue is "fair" for a sale sold through a fair queue (package fairqueue);
 	// "" (the default) sells first come, first served.
 	Queue string `json:"queue,omitempty"`
 	// PrequeueSeconds is how long before StartsAt a fair queue opens;
-	// 0 means DefaultPrequeueSeconds.
+	// 0 means fairqueue.DefaultPrequeueSeconds.
 	PrequeueSeconds int `json:"prequeue_seconds,omitempty"`
 	// ChallengeMaxNumber is the proof-of-work's difficulty (the largest
 	// secret number of a challenge); 0 means no proof of work.
@@ -65,7 +65,7 @@ type Sale struct {
 	// cap beyond the stock.
 	AdmitPerMinute int64 `json:"admit_per_minute,omitempty"`
 	// AdmitSeconds is how long an admitted buyer may buy before the slot
-	// passes on; 0 means DefaultAdmitSeconds.
+	// passes on; 0 means fairqueue.DefaultAdmitSeconds.
 	AdmitSeconds int `json:"admit_seconds,omitempty"`
 
 	// Currency is the ISO 4217 code (lower case) its payments are taken

@@ -81,9 +81,9 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 	if fig.PendingPayment > 0 {
 		return archiveWait, nil
 	}
-	queued, _, err := s.store.ReleaseQueue(ctx, sale.ID, 1)
+	queued, _, err := s.store.PendingReleases(ctx, sale.ID, 1)
 	if err != nil {
-		return archiveWait, fmt.Errorf("reading release queue: %w", err)
+		return archiveWait, fmt.Errorf("reading pending releases: %w", err)
 	}
 	// Every hash tag of the sale: its own and, bucketed, each bucket's.
 	tags := []string{sale.ID}
@@ -175,7 +175,7 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 		// (about 90 bytes an entrant; the database keeps the journal); the sale hash keeps the queue's published fields (the
 		// seed and its SHA-256, the frontiers). Proof-of-work markers expire
 		// on their own.
-		s.queues.drop(sale.ID)
+		s.queues.Drop(sale.ID)
 		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID), lua.QueueJournalKey(sale.ID)).Err(); err != nil {
 			return fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
 		}

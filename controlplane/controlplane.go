@@ -28,6 +28,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/queueleader"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -56,14 +57,12 @@ type Store interface {
 	// OrdersPage walks one status of a sale by order id, a page at a time
 	// (only a rebuild of a sale Redis lost reads every row).
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
-	// ReleaseQueue and ReleasesDelivered are the releases a re-sync has not
+	// PendingReleases and ReleasesDelivered are the releases a re-sync has not
 	// yet delivered to Redis, and their acknowledgement.
-	ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
+	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
-	// JournalQueue and QueueJournal keep a fair queue's mark and entrants
-	// (queue_journal.go) for a rebuild.
-	JournalQueue(ctx context.Context, saleID string, m flashgate.QueueMark, entrants []flashgate.QueueEntrant) error
-	QueueJournal(ctx context.Context, saleID string) (m flashgate.QueueMark, entrants []flashgate.QueueEntrant, ok bool, err error)
+	// The fair queues' journal (controlplane/queueleader).
+	queueleader.Store
 	Ping(ctx context.Context) error
 }
 
@@ -243,11 +242,8 @@ type Service struct {
 	// holds none. The term's context carries it to every write.
 	fence atomic.Int64
 
-	// queues is the leader's memory of the fair queues (queue.go).
-	queues       queueState
-	queueBacklog int64
-	seedKey      []byte // Config.QueueSeedSecret
-	queueLatency time.Duration
+	// queues runs the fair queues (controlplane/queueleader).
+	queues *queueleader.Leader
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper
@@ -307,17 +303,12 @@ func New(cfg Config) (*Service, error) {
 		persistWait:   cfg.PersistWait,
 		nodeID:        cfg.NodeID,
 		settled:       make(map[string]bool),
-		queueBacklog:  cfg.QueueBacklog,
-		queueLatency:  cfg.QueueLatency,
 		provider:      cfg.Payments,
 		paymentStore:  cfg.PaymentStore,
 		currency:      cfg.Currency,
 		paymentGrace:  cfg.PaymentGrace,
-		seedKey:       cfg.QueueSeedSecret,
 	}
-	if len(s.seedKey) == 0 {
-		s.seedKey = DeriveQueueSeedSecret(cfg.AdminToken)
-	}
+	s.queues = newQueueLeader(s, cfg)
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
 	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)

@@ -36,12 +36,12 @@ func TestMeasureIdleRedis(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = e.svc.Run(ctx) }()
 	defer func() { stop(); wg.Wait() }()
-	// The first passes deliver what there is; once the release queue is
+	// The first passes deliver what there is; once the pending releases are
 	// empty and a re-sync pass after that has run, the system is idle.
 	testwait.Eventually(t, 60*time.Second, func() bool {
-		list, _, err := e.db.ReleaseQueue(e.ctx, "big", 1)
+		list, _, err := e.db.PendingReleases(e.ctx, "big", 1)
 		return err == nil && len(list) == 0
-	}, "the release queue to drain")
+	}, "the pending releases to drain")
 	passes := e.resyncPasses()
 	testwait.Eventually(t, 60*time.Second, func() bool { return e.resyncPasses() > passes+1 },
 		"a re-sync pass after the queue drained")

@@ -73,7 +73,7 @@ func TestQueueAdmitWhileBuying(t *testing.T) {
 						return
 					default:
 					}
-					k, err := e.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQAdmitted).Int64()
+					k, err := e.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQueueAdmitted).Int64()
 					if err != nil {
 						t.Error(err)
 						return
@@ -93,7 +93,7 @@ func TestQueueAdmitWhileBuying(t *testing.T) {
 							atomic.AddInt64(&bought, 1)
 						case int64(lua.ReserveSoldOut):
 							atomic.AddInt64(&refused, 1)
-							t.Errorf("run %d: %s at admitted position %d (q_k %d) refused sold_out", run, u, p, k)
+							t.Errorf("run %d: %s at admitted position %d (queue_admitted %d) refused sold_out", run, u, p, k)
 						default:
 							t.Errorf("run %d: %s at admitted position %d: got %v, want a unit", run, u, p, v)
 						}

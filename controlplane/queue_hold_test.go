@@ -72,7 +72,7 @@ func TestQueueSeedNotInRedisBeforeStart(t *testing.T) {
 	if err := e.svc.QueueStep(e.ctx, sale, fence); err != nil {
 		t.Fatal(err)
 	}
-	v := e.rdb.HMGet(e.ctx, lua.SaleKey("fs"), lua.FieldQSeed, lua.FieldQSeedSHA).Val()
+	v := e.rdb.HMGet(e.ctx, lua.SaleKey("fs"), lua.FieldQueueSeed, lua.FieldQueueSeedSHA).Val()
 	seed, _ := v[0].(string)
 	raw, err := hex.DecodeString(seed)
 	if err != nil || len(raw) != 32 {
@@ -119,10 +119,10 @@ func TestQueueLeaderChangeKeepsWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	figs := func() []any {
-		return e.rdb.HMGet(e.ctx, lua.SaleKey("fw"), lua.FieldQAdmitted, lua.FieldQExpired).Val()
+		return e.rdb.HMGet(e.ctx, lua.SaleKey("fw"), lua.FieldQueueAdmitted, lua.FieldQueueExpired).Val()
 	}
 	if got := figs(); got[0] != "2" || got[1] != "0" {
-		t.Fatalf("at the start: got q_k, q_e %v, want 2, 0", got)
+		t.Fatalf("at the start: got queue_admitted, queue_expired %v, want 2, 0", got)
 	}
 	svc2, err := New(Config{Redis: e.rdb, Store: e.db, Releaser: e.rel, AdminToken: testToken, Clock: e.clock, Logger: quietLogger()})
 	if err != nil {
@@ -138,7 +138,7 @@ func TestQueueLeaderChangeKeepsWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := figs(); got[0] != "4" || got[1] != "2" {
-		t.Errorf("30 s after the admission, under a new leader: got q_k, q_e %v, want 4, 2", got)
+		t.Errorf("30 s after the admission, under a new leader: got queue_admitted, queue_expired %v, want 4, 2", got)
 	}
 }
 
@@ -237,7 +237,7 @@ func testQueueRestoreAfterFlushAll(t *testing.T, dsn string) {
 	}
 	queue := func() map[string]string { return e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val() }
 	fields := func() []any {
-		return e.rdb.HMGet(e.ctx, lua.SaleKey(id), lua.FieldQSeedSHA, lua.FieldQPre, lua.FieldQLate, lua.FieldQAdmitted, lua.FieldQTheta).Val()
+		return e.rdb.HMGet(e.ctx, lua.SaleKey(id), lua.FieldQueueSeedSHA, lua.FieldQueuePrequeued, lua.FieldQueueLate, lua.FieldQueueAdmitted, lua.FieldQueueThreshold).Val()
 	}
 	e.clock.Add(10 * time.Second)
 	step() // journals the entrants
@@ -245,7 +245,7 @@ func testQueueRestoreAfterFlushAll(t *testing.T, dsn string) {
 	before := queue()
 	flush()
 	if got := fields(); got[0] != sha || got[1] != "20" {
-		t.Fatalf("after a FLUSHALL in the pre-queue: got q_seedsha, q_pre %v, want %v, 20", got[:2], sha)
+		t.Fatalf("after a FLUSHALL in the pre-queue: got queue_seed_sha256, queue_prequeued %v, want %v, 20", got[:2], sha)
 	}
 	if got := queue(); !maps.Equal(got, before) {
 		t.Errorf("after a FLUSHALL in the pre-queue: got entrants %v, want %v", got, before)
@@ -263,23 +263,23 @@ func testQueueRestoreAfterFlushAll(t *testing.T, dsn string) {
 	}
 	e.clock.Add(time.Second)
 	step()
-	seed := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQSeed).Val()
+	seed := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueueSeed).Val()
 	raw, _ := hex.DecodeString(seed)
 	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != sha {
 		t.Fatalf("revealed seed %s does not hash to the commitment %v", seed, sha)
 	}
 	want, wantFields := queue(), fields()
 	if wantFields[3] != "3" {
-		t.Fatalf("before the second loss: got q_k %v, want 3", wantFields[3])
+		t.Fatalf("before the second loss: got queue_admitted %v, want 3", wantFields[3])
 	}
 	flush()
 	if got := queue(); !maps.Equal(got, want) {
 		t.Errorf("after a FLUSHALL past the start: got entrants %v, want %v", got, want)
 	}
 	if got := fields(); !slices.Equal(got, wantFields) {
-		t.Errorf("after a FLUSHALL past the start: got q_seedsha, q_pre, q_late, q_k, q_theta %v, want %v", got, wantFields)
+		t.Errorf("after a FLUSHALL past the start: got queue_seed_sha256, queue_prequeued, queue_late, queue_admitted, queue_threshold %v, want %v", got, wantFields)
 	}
-	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQSeed).Val(); got != seed {
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueueSeed).Val(); got != seed {
 		t.Errorf("after a FLUSHALL past the start: got seed %s, want %s", got, seed)
 	}
 	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueue).Val(); got != flashgate.QueueFair {
@@ -312,15 +312,15 @@ func TestQueueRestoreLaggingRedis(t *testing.T) {
 	e.clock.Add(time.Second)
 	step() // admits 2 more, journals the late entrant
 	want := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val()
-	wantK := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val()
+	wantK := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueueAdmitted).Val()
 	if wantK != "4" {
-		t.Fatalf("got q_k %s, want 4", wantK)
+		t.Fatalf("got queue_admitted %s, want 4", wantK)
 	}
 	// The older Redis: the late entrant and the last admission missing.
 	pipe := e.rdb.TxPipeline()
 	pipe.HDel(e.ctx, lua.QueueKey(id), "late")
 	pipe.Del(e.ctx, lua.QueueLateKey(id))
-	pipe.HSet(e.ctx, lua.SaleKey(id), lua.FieldQLate, 0, lua.FieldQAdmitted, 2)
+	pipe.HSet(e.ctx, lua.SaleKey(id), lua.FieldQueueLate, 0, lua.FieldQueueAdmitted, 2)
 	if _, err := pipe.Exec(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestQueueRestoreLaggingRedis(t *testing.T) {
 	if got := e.rdb.HGetAll(e.ctx, lua.QueueKey(id)).Val(); !maps.Equal(got, want) {
 		t.Errorf("after the restore: got entrants %v, want %v", got, want)
 	}
-	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Val(); got != wantK {
-		t.Errorf("after the restore: got q_k %s, want %s (never back)", got, wantK)
+	if got := e.rdb.HGet(e.ctx, lua.SaleKey(id), lua.FieldQueueAdmitted).Val(); got != wantK {
+		t.Errorf("after the restore: got queue_admitted %s, want %s (never back)", got, wantK)
 	}
 }

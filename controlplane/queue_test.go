@@ -69,7 +69,7 @@ func TestQueueAdmission(t *testing.T) {
 	}
 	figs := func() (k, exp int64) {
 		t.Helper()
-		v, err := e.rdb.HMGet(ctx, lua.SaleKey("fq"), lua.FieldQAdmitted, lua.FieldQExpired).Result()
+		v, err := e.rdb.HMGet(ctx, lua.SaleKey("fq"), lua.FieldQueueAdmitted, lua.FieldQueueExpired).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

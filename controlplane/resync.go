@@ -14,7 +14,7 @@ import (
 )
 
 // deliverBudget bounds the time one re-sync pass spends delivering a sale's
-// release queue (after a storm of expiries); the rest waits for the next
+// pending releases (after a storm of expiries); the rest waits for the next
 // pass, which goes on from there.
 const deliverBudget = time.Second
 
@@ -61,7 +61,7 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	// The snapshot comes first: every order released in it is then in the
-	// release queue read below, or was delivered by an earlier pass.
+	// pending releases read below, or was delivered by an earlier pass.
 	fig, err := s.store.Figures(ctx, id)
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
@@ -121,17 +121,17 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 	tok := fencing.Of(ctx)
 	deadline := time.Now().Add(deliverBudget)
 	for {
-		queue, base, err := s.store.ReleaseQueue(ctx, id, salehash.ReleaseChunk)
+		pending, base, err := s.store.PendingReleases(ctx, id, salehash.ReleaseChunk)
 		if err != nil {
-			return 0, fmt.Errorf("reading release queue: %w", err)
+			return 0, fmt.Errorf("reading pending releases: %w", err)
 		}
-		if len(queue) == 0 {
+		if len(pending) == 0 {
 			return base, nil
 		}
-		args := make([]any, 0, 1+3*len(queue))
-		ids := make([]string, len(queue))
+		args := make([]any, 0, 1+3*len(pending))
+		ids := make([]string, len(pending))
 		args = append(args, strconv.FormatInt(base, 10)+":"+strconv.FormatInt(tok, 10))
-		for i, o := range queue {
+		for i, o := range pending {
 			args = append(args, o.ID, o.UserID, o.Quantity)
 			ids[i] = o.ID
 		}
@@ -148,7 +148,7 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 		if delivered, err = s.store.ReleasesDelivered(ctx, id, ids, tok); err != nil {
 			return 0, fmt.Errorf("acknowledging releases: %w", err)
 		}
-		if len(queue) < salehash.ReleaseChunk {
+		if len(pending) < salehash.ReleaseChunk {
 			return delivered, nil
 		}
 		if time.Now().After(deadline) {

@@ -50,7 +50,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	s.schedule(lctx)
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	s.queueTick(lctx) // queue.go
+	s.queueTick(lctx) // queues.go
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ReconcilePayments(lctx); err != nil && ctx.Err() == nil { // payments.go

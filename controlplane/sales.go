@@ -9,6 +9,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -48,7 +49,7 @@ func validateSale(s flashgate.Sale) error {
 	case s.StartsAt != nil && s.EndsAt != nil && !s.EndsAt.After(*s.StartsAt):
 		return &flashgate.FieldError{Field: "ends_at", Reason: "not after starts_at"}
 	}
-	return validateQueue(s) // queue.go
+	return fairqueue.Validate(s)
 }
 
 // CreateSale validates s, stores it as upcoming and prepares its Redis hash

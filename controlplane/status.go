@@ -40,7 +40,7 @@ type Status struct {
 	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
 	// Archived is set once the sale ended and settled (archive.go).
 	Archived bool `json:"archived,omitempty"`
-	// Queue is a fair queue's figures (queue.go); absent first come.
+	// Queue is a fair queue's figures (controlplane/queueleader); absent first come.
 	Queue *QueueStatus `json:"queue,omitempty"`
 }
 
@@ -111,7 +111,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		st.Settlement = settlement(rf, fig)
 	}
 	if sale.Fair() {
-		if st.Queue, err = s.queueStatus(ctx, id); err != nil {
+		if st.Queue, err = s.queues.Status(ctx, id); err != nil {
 			return Status{}, err
 		}
 	}

@@ -111,11 +111,11 @@ func TestExpiryStorm(t *testing.T) {
 		return err == nil && f.Expired == int64(n)
 	}, "%d orders expired", n)
 	took := time.Since(start)
-	// Let a re-sync pass deliver the release queue, then stop the loops.
+	// Let a re-sync pass deliver the pending releases, then stop the loops.
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		q, _, err := e.db.ReleaseQueue(e.ctx, sale, 1)
+		q, _, err := e.db.PendingReleases(e.ctx, sale, 1)
 		return err == nil && len(q) == 0
-	}, "the release queue to drain")
+	}, "the pending releases to drain")
 	stop()
 	wg.Wait()
 	t.Logf("%d expiries done in %v while %d units were bought", n, took.Round(time.Millisecond), bought.Load())

@@ -12,7 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/valyala/fasthttp"
 
-	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 )
 
 // forged is tok with its signature replaced: same header and claims, a
@@ -71,7 +71,7 @@ func TestQueueTicketVouches(t *testing.T) {
 	// Admitted, bob's ticket takes the purchase to the signature check: a
 	// forged token never reserves.
 	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
-	setFrontier(t, e, 1, flashgate.QueueRank(seed, "fq", "bob"), 0, "")
+	setFrontier(t, e, 1, fairqueue.Rank(seed, "fq", "bob"), 0, "")
 	if code, body := call("POST", buy, bad, k); code != 401 {
 		t.Errorf("admitted bob's ticket with a forged token: got %d %s, want 401", code, body)
 	}

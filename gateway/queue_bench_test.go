@@ -55,6 +55,24 @@ func BenchmarkQueueStatus(b *testing.B) {
 	wantLast(b, ctx, 200, `"state":"waiting"`)
 }
 
+// BenchmarkQueueStatusShort is BenchmarkQueueStatus with the short form of
+// the same ticket ("<entry>.<user MAC>", the rank key carried, not bound to
+// the token): the token's claims read and the user MAC checked, the bound
+// form reissued. Its ratio to BenchmarkQueueStatus is what the bound form
+// saves, its ratio to BenchmarkQueueStatusFirst what carrying the rank key
+// saves (queue_ticket.go's header).
+func BenchmarkQueueStatusShort(b *testing.B) {
+	e, tok, ticket := waitingEnv(b)
+	bound := rankTicket(b, e, tok, ticket)
+	parts := strings.Split(bound, ".")
+	if len(parts) != 4 {
+		b.Fatalf("reissued ticket %q: got %d parts, want the bound form's 4", bound, len(parts))
+	}
+	ctx := benchCtx("GET", "/api/sales/fq/queue", tok, map[string]string{"X-Queue-Ticket": parts[0] + "." + parts[1]})
+	runBench(b, e.s.Handler(), ctx, 200)
+	wantLast(b, ctx, 200, `"state":"waiting"`)
+}
+
 // BenchmarkQueueStatusFirst is a waiting buyer's status poll with the
 // ticket of their entry: token, ticket and rank key checked, and the
 // ticket reissued with the rank key.

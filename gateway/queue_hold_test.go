@@ -117,7 +117,7 @@ func TestProofOfWorkTerms(t *testing.T) {
 	// a fresh challenge carries the new floor.
 	weak := solution(t, e, nil)
 	ctx := context.Background()
-	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQMaxNumber, 400).Err(); err != nil {
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQueueMaxNumber, 400).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.s.refreshState(ctx)
@@ -168,7 +168,7 @@ func TestTicketNamesItsQueue(t *testing.T) {
 	}
 	ctx := context.Background()
 	commit := strings.Repeat("9f", 32)
-	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQSeedSHA, commit).Err(); err != nil {
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQueueSeedSHA, commit).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.s.refreshState(ctx)
@@ -197,7 +197,7 @@ func TestTicketNamesItsQueue(t *testing.T) {
 	// A cache with no commitment (the sale's hash was lost and rebuilt,
 	// its queue not restored yet) judges no ticket: 503, retry, never
 	// queue_reset, since the restored queue keeps its commitment.
-	if err := e.primary.HDel(ctx, lua.SaleKey("fq"), lua.FieldQSeedSHA).Err(); err != nil {
+	if err := e.primary.HDel(ctx, lua.SaleKey("fq"), lua.FieldQueueSeedSHA).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.s.refreshState(ctx)

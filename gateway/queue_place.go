@@ -56,7 +56,7 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 	switch {
 	case st.closed:
 		p.state = qsClosed
-	case tk.queue != q.qtag && q.seedSHA == "":
+	case tk.queue != q.qtag && q.SeedSHA == "":
 		p.state = qsRestoring
 		return p
 	case tk.queue != q.qtag:
@@ -64,11 +64,11 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 		return p
 	case tk.purchased:
 		p.state, p.order = qsBought, tk.order
-	case !q.started || tk.kind == 'p' && q.seed == nil:
+	case !q.Started || tk.kind == 'p' && q.Seed == nil:
 		p.state = qsPrequeue
 	case tk.kind == 'l':
-		p.position = q.pre + tk.n
-		p.state = frontierState(p.position, q.k, q.e)
+		p.position = q.Prequeued + tk.n
+		p.state = frontierState(p.position, q.Admitted, q.Expired)
 	default:
 		admitted, expired, ok := false, false, false
 		if tk.hasRank && tk.tag == q.seedTag {
@@ -86,21 +86,21 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 		}
 		// The place among the pre-start entrants is estimated from the rank
 		// key (uniform over the entrants); the threshold decides.
-		est := 1 + int64(float64(binary.BigEndian.Uint64(tk.rank[:8]))/(1<<64)*float64(q.pre))
-		est = min(max(est, 1), max(q.pre, 1))
+		est := 1 + int64(float64(binary.BigEndian.Uint64(tk.rank[:8]))/(1<<64)*float64(q.Prequeued))
+		est = min(max(est, 1), max(q.Prequeued, 1))
 		switch {
 		case expired:
-			p.state, p.position = qsExpired, min(est, q.e)
+			p.state, p.position = qsExpired, min(est, q.Expired)
 		case admitted:
-			p.state, p.position = qsAdmitted, min(max(est, q.e+1), q.k)
+			p.state, p.position = qsAdmitted, min(max(est, q.Expired+1), q.Admitted)
 		default:
-			p.state, p.position = qsWaiting, max(est, q.k+1)
+			p.state, p.position = qsWaiting, max(est, q.Admitted+1)
 		}
 	}
 	if p.state == qsWaiting {
-		p.ahead = max(p.position-q.k-1, 0)
-		if q.rate > 0 {
-			p.eta = (p.ahead + 1) * 60 / q.rate
+		p.ahead = max(p.position-q.Admitted-1, 0)
+		if q.Rate > 0 {
+			p.eta = (p.ahead + 1) * 60 / q.Rate
 		}
 	}
 	p.pollMS = s.pollAfter(p, st, e)
@@ -111,15 +111,15 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 // admitted iff ≤ theta, expired iff ≤ etheta. ok is false when a prefix
 // equals a threshold's and so cannot decide.
 func (q *queueView) judgeRank(h []byte) (admitted, expired, ok bool) {
-	if q.k > 0 && q.hasTheta {
-		c := bytes.Compare(h, q.theta[:len(h)])
+	if q.Admitted > 0 && q.HasThreshold {
+		c := bytes.Compare(h, q.Threshold[:len(h)])
 		if c == 0 && len(h) < sha256.Size {
 			return false, false, false
 		}
 		admitted = c <= 0
 	}
-	if q.e > 0 && q.hasETheta {
-		c := bytes.Compare(h, q.etheta[:len(h)])
+	if q.Expired > 0 && q.HasExpiredThreshold {
+		c := bytes.Compare(h, q.ExpiredThreshold[:len(h)])
 		if c == 0 && len(h) < sha256.Size {
 			return false, false, false
 		}
@@ -181,7 +181,7 @@ func appendPlace(b []byte, p place, q *queueView) []byte {
 	b = append(b, `,"ahead":`...)
 	b = appendOptInt(b, p.ahead, p.position > 0)
 	b = append(b, `,"admitted_position":`...)
-	b = strconv.AppendInt(b, q.k, 10)
+	b = strconv.AppendInt(b, q.Admitted, 10)
 	b = append(b, `,"eta_seconds":`...)
 	b = appendOptInt(b, p.eta, p.eta >= 0)
 	b = append(b, `,"poll_after_ms":`...)

@@ -8,14 +8,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/internal/jsonstr"
 )
 
@@ -39,12 +38,17 @@ var (
 	errPoWWeak    = &flashgate.FieldError{Field: "payload", Reason: "challenge below the difficulty in force: fetch a new one"}
 )
 
+// challengeSig is the signature of a proof-of-work challenge:
+// HMAC-SHA256(the gateway's proof-of-work key, challenge).
+func (k *queueKeys) challengeSig(challenge string) []byte {
+	return hmacSum(k.pow, challenge)
+}
+
 // verifyPoW checks an ALTCHA payload for sale at now with one hash and one
 // HMAC; it returns the challenge and the solution's remaining life. The
-// salt is the challenge's terms, covered by the signature (challenge is
-// SHA-256 of salt and number, signature the HMAC of challenge):
-// "<hex>?sale=<id>&max=<maxnumber>&expires=<unix>&". Its last "&" ends
-// it, so no digit can move between salt and number. The sale must be
+// salt is the challenge's terms (fairqueue.ChallengeSalt), covered by the
+// signature (challenge is SHA-256 of salt and number, signature the HMAC
+// of challenge). The sale must be
 // sale, the number within 0..max, max at least floor (the difficulty in
 // force now), and expires not passed.
 func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
@@ -56,34 +60,20 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	if err := json.Unmarshal(raw, &p); err != nil || p.Algorithm != "SHA-256" || p.Number < 0 {
 		return "", 0, errPoW
 	}
-	_, query, _ := strings.Cut(p.Salt, "?")
-	if !strings.HasSuffix(query, "&") {
-		return "", 0, errPoW
-	}
-	params, err := url.ParseQuery(query)
-	if err != nil || params.Get("sale") != sale {
-		return "", 0, errPoW
-	}
-	exp, err := strconv.ParseInt(params.Get("expires"), 10, 64)
-	if err != nil {
-		return "", 0, errPoW
-	}
-	maxnum, err := strconv.ParseInt(params.Get("max"), 10, 64)
-	if err != nil || p.Number > maxnum {
+	id, maxnum, expires, ok := fairqueue.ChallengeTerms(p.Salt)
+	if !ok || id != sale || p.Number > maxnum {
 		return "", 0, errPoW
 	}
 	sum := sha256.Sum256([]byte(p.Salt + strconv.FormatInt(p.Number, 10)))
 	if hex.EncodeToString(sum[:]) != p.Challenge {
 		return "", 0, errPoW
 	}
-	m := hmac.New(sha256.New, s.qkeys.pow)
-	m.Write([]byte(p.Challenge))
-	want := hex.EncodeToString(m.Sum(nil))
+	want := hex.EncodeToString(s.qkeys.challengeSig(p.Challenge))
 	if !hmac.Equal([]byte(want), []byte(p.Signature)) {
 		return "", 0, errPoW
 	}
 	// The terms are the server's own from here on.
-	if ttl = time.Unix(exp, 0).Sub(now); ttl <= 0 {
+	if ttl = expires.Sub(now); ttl <= 0 {
 		return "", 0, errPoWExpired
 	}
 	if maxnum < floor {
@@ -104,7 +94,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
-	if !q.open {
+	if !q.Open {
 		s.writeError(ctx, flashgate.ErrNotStarted)
 		return
 	}
@@ -114,12 +104,9 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	_, _ = rand.Read(rnd[:])
 	maxnum := powFloor(e, q)
 	number := int64(binary.BigEndian.Uint64(rnd[12:]) % uint64(maxnum+1))
-	salt := hex.EncodeToString(rnd[:12]) + "?sale=" + e.id + "&max=" + strconv.FormatInt(maxnum, 10) +
-		"&expires=" + strconv.FormatInt(s.clock.Now().Add(challengeTTL).Unix(), 10) + "&"
+	salt := fairqueue.ChallengeSalt(hex.EncodeToString(rnd[:12]), e.id, maxnum, s.clock.Now().Add(fairqueue.ChallengeTTL))
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
-	m := hmac.New(sha256.New, s.qkeys.pow)
-	m.Write([]byte(chal))
 	b := make([]byte, 0, 256)
 	b = append(b, `{"algorithm":"SHA-256","challenge":"`...)
 	b = append(b, chal...)
@@ -128,7 +115,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	b = append(b, `,"salt":`...)
 	b = jsonstr.Append(b, salt)
 	b = append(b, `,"signature":"`...)
-	b = hex.AppendEncode(b, m.Sum(nil))
+	b = hex.AppendEncode(b, s.qkeys.challengeSig(chal))
 	b = append(b, `"}`...)
 	writeJSONHead(ctx, fasthttp.StatusOK)
 	ctx.Response.SetBodyRaw(b)
@@ -138,7 +125,7 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 // maxnumber now (challenge_auto raises it), never below the sale's
 // challenge_maxnumber.
 func powFloor(e *sale, q *queueView) int64 {
-	floor := max(q.maxnum, 0)
+	floor := max(q.MaxNumber, 0)
 	if m := e.meta.Load(); m != nil {
 		floor = max(floor, m.sale.ChallengeMaxNumber)
 	}

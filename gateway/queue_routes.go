@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -199,7 +200,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, verdictClosed)
 		return
 	}
-	if !q.open {
+	if !q.Open {
 		s.writeError(ctx, flashgate.ErrNotStarted)
 		return
 	}
@@ -246,7 +247,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	fresh, _ := v[2].(int64)
 	switch code {
 	case lua.EnterOK:
-		if sha, _ := v[len(v)-1].(string); len(v) > 3 && sha != q.seedSHA {
+		if sha, _ := v[len(v)-1].(string); len(v) > 3 && sha != q.SeedSHA {
 			// The entry went into a queue the cache has not seen (a
 			// rebuilt one, its commitment not read yet): no ticket names
 			// a queue the answer cannot place it in. Entering again
@@ -278,9 +279,9 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		tk.kind = 'l'
 		tk.n, _ = strconv.ParseInt(entry[1:], 10, 64)
 	}
-	if fresh == 1 && !q.started && tk.kind == 'l' {
+	if fresh == 1 && !q.Started && tk.kind == 'l' {
 		// The cache has not seen the start yet; the entry has.
-		q = &queueView{started: true, pre: q.pre, k: q.k, e: q.e, rate: q.rate, qtag: q.qtag}
+		q = &queueView{View: fairqueue.View{Started: true, Prequeued: q.Prequeued, Admitted: q.Admitted, Expired: q.Expired, Rate: q.Rate}, qtag: q.qtag}
 	}
 	p := s.locate(e, st, q, &tk, user)
 	status := fasthttp.StatusOK
@@ -380,7 +381,7 @@ func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p 
 	b = append(b, `","position":`...)
 	b = appendOptInt(b, p.position, p.position > 0)
 	b = append(b, `,"admitted_position":`...)
-	b = strconv.AppendInt(b, q.k, 10)
+	b = strconv.AppendInt(b, q.Admitted, 10)
 	ctx.Response.SwapBody(append(b, '}'))
 }
 

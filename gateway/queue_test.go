@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -99,7 +100,7 @@ func TestQueueProofOfWork(t *testing.T) {
 		})},
 		{name: "forged signature", body: solution(t, e, func(p map[string]any) { p["signature"] = strings.Repeat("0", 64) })},
 		{name: "other algorithm", body: solution(t, e, func(p map[string]any) { p["algorithm"] = "SHA-1" })},
-		{name: "expired", body: expired, before: func() { clock.Add(challengeTTL + time.Second) }},
+		{name: "expired", body: expired, before: func() { clock.Add(fairqueue.ChallengeTTL + time.Second) }},
 	}
 	for _, c := range cases {
 		if c.before != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/dchest/siphash"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -24,8 +24,8 @@ import (
 func setFrontier(t *testing.T, e *env, k int64, theta string, exp int64, etheta string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQAdmitted, k, lua.FieldQTheta, theta,
-		lua.FieldQExpired, exp, lua.FieldQETheta, etheta).Err(); err != nil {
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQueueAdmitted, k, lua.FieldQueueThreshold, theta,
+		lua.FieldQueueExpired, exp, lua.FieldQueueExpiredThreshold, etheta).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.s.refreshState(ctx)
@@ -79,7 +79,7 @@ func TestQueueRankTicket(t *testing.T) {
 	}
 
 	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
-	rank := flashgate.QueueRank(seed, "fq", "bob")
+	rank := fairqueue.Rank(seed, "fq", "bob")
 	cases := []struct {
 		name      string
 		k         int64
@@ -110,8 +110,8 @@ func TestQueueRankTicket(t *testing.T) {
 	// the old one is judged from the new rank key and reissued.
 	ctx := context.Background()
 	newSeed := strings.Repeat("cd", 32)
-	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQSeed, newSeed, lua.FieldQAdmitted, 0, lua.FieldQTheta, "",
-		lua.FieldQExpired, 0, lua.FieldQETheta, "").Err(); err != nil {
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQueueSeed, newSeed, lua.FieldQueueAdmitted, 0, lua.FieldQueueThreshold, "",
+		lua.FieldQueueExpired, 0, lua.FieldQueueExpiredThreshold, "").Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.s.refreshState(ctx)
@@ -142,7 +142,7 @@ func TestQueueRankTicketPurchase(t *testing.T) {
 		t.Errorf("again with the k ticket: got %d, new ticket %q; want 409 and none", code, again)
 	}
 	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
-	setFrontier(t, e, 1, flashgate.QueueRank(seed, "fq", "bob"), 0, "")
+	setFrontier(t, e, 1, fairqueue.Rank(seed, "fq", "bob"), 0, "")
 	code, body, bought := buy(k)
 	if code != 201 || !strings.HasPrefix(bought, "bo-1~k") {
 		t.Fatalf("bob buys when admitted: got %d %s, ticket %q; want 201 and a bo-1~k ticket", code, body, bought)
@@ -278,7 +278,7 @@ func TestBoundTicket(t *testing.T) {
 	// Admitted, the bound ticket takes a purchase on to the signature
 	// check: bob's signature without his claims buys nothing.
 	seed, _ := hex.DecodeString(strings.Repeat("ab", 32))
-	setFrontier(t, e, 1, flashgate.QueueRank(seed, "fq", "bob"), 0, "")
+	setFrontier(t, e, 1, fairqueue.Rank(seed, "fq", "bob"), 0, "")
 	if code, body, _ := call("POST", garbled, k); code != 401 {
 		t.Errorf("admitted, bob's signature without his claims: got %d %s, want 401", code, body)
 	}

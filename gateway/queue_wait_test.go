@@ -108,7 +108,7 @@ func TestQueueEntryNamesItsQueue(t *testing.T) {
 	e, _ := fairEnv(t, 0)
 	ctx := context.Background()
 	other := strings.Repeat("cd", 32)
-	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQSeedSHA, other).Err(); err != nil {
+	if err := e.primary.HSet(ctx, lua.SaleKey("fq"), lua.FieldQueueSeedSHA, other).Err(); err != nil {
 		t.Fatal(err)
 	}
 	enter := func() (int, string) {

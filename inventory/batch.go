@@ -40,11 +40,11 @@ type reserveBatch struct {
 }
 
 // lane is one tag's batches. Invariant (under Service.batchMu): batches
-// wait in queue only while inflight == Service.batchInFlight; the last
-// queued batch takes new requests until it holds batchMax.
+// wait (in waiting) only while inflight == Service.batchInFlight; the last
+// waiting batch takes new requests until it holds batchMax.
 type lane struct {
 	inflight int
-	queue    []*reserveBatch
+	waiting  []*reserveBatch
 }
 
 // reserveBatched runs one home reserve through its tag's lane and returns
@@ -91,11 +91,11 @@ func (s *Service) join(tag, sale, bucket string, r *reserveReq) (b *reserveBatch
 		b.reqs = append(b.reqs, r)
 		return b, true
 	}
-	if k := len(ln.queue); k > 0 && len(ln.queue[k-1].reqs) < s.batchMax {
-		b = ln.queue[k-1]
+	if k := len(ln.waiting); k > 0 && len(ln.waiting[k-1].reqs) < s.batchMax {
+		b = ln.waiting[k-1]
 	} else {
 		b = s.newBatch(tag, sale, bucket)
-		ln.queue = append(ln.queue, b)
+		ln.waiting = append(ln.waiting, b)
 	}
 	b.reqs = append(b.reqs, r)
 	return b, false
@@ -112,10 +112,10 @@ func (s *Service) finish(tag string) *reserveBatch {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	ln := s.lanes[tag]
-	if len(ln.queue) > 0 {
-		next := ln.queue[0]
-		ln.queue[0] = nil
-		ln.queue = ln.queue[1:]
+	if len(ln.waiting) > 0 {
+		next := ln.waiting[0]
+		ln.waiting[0] = nil
+		ln.waiting = ln.waiting[1:]
 		return next
 	}
 	ln.inflight--

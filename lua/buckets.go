@@ -15,10 +15,6 @@ import (
 // sale's own hash, SaleKey(S), keeps the sale-wide fields (total, state,
 // admission counters) and the layout (FieldLayout); its booked stays 0.
 
-// FieldLayout is the sale hash field of a bucketed sale that lists its
-// buckets' salts ("17,4,233"); absent on an unbucketed sale.
-const FieldLayout = "layout"
-
 // EntryBucket is the order stream entry field that carries the bucket index
 // of an order of a bucketed sale.
 const EntryBucket = "bucket"

@@ -17,7 +17,9 @@ func Int(v any) int64 {
 
 // Hash is an HMGET reply read by field name (the Field constants), so a
 // reader names the fields it uses instead of counting positions in the
-// reply.
+// reply. It is how every tier reads a sale hash: the gateway's refresh
+// (gateway/saleread.go), the fair queue's fields (fairqueue.Read), the
+// control plane's figures (controlplane/internal/salehash).
 type Hash struct {
 	fields []string
 	vals   []any

@@ -12,19 +12,16 @@
 -- ARGV[6] optional: "fair" for a sale sold through a fair queue
 --         (lua.FieldQueue), so that reserves check admission from the start
 --
+-- The static fields (total, per_user, price, layout, queue) are written by
+-- write_sale_static (fragments/salestatic.lua), as Resync writes them.
+--
 -- Returns 1 created, 0 it existed already (nothing changed). A hash without
 -- total (what a Redis loss leaves once some other field was written) does not
 -- count as existing.
 if redis.call('HEXISTS', KEYS[1], 'total') == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'total', ARGV[1], 'booked', 0, 'reserved', 0,
-  'start', 0, 'closed', 0, 'count', ARGV[2], 'access', 0,
-  'per_user', ARGV[3], 'price', ARGV[4])
-if ARGV[5] and ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'layout', ARGV[5])
-end
-if ARGV[6] == 'fair' then
-  redis.call('HSET', KEYS[1], 'queue', 'fair')
-end
+redis.call('HSET', KEYS[1], 'booked', 0, 'reserved', 0, 'start', 0, 'closed', 0,
+  'count', ARGV[2], 'access', 0)
+write_sale_static(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) -- fragments/salestatic.lua
 return 1

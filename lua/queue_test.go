@@ -80,8 +80,8 @@ func TestQueueScripts(t *testing.T) {
 			t.Fatalf("QueueRank: %d %v, want 2", n, err)
 		}
 		wantAdv("a stale fencing token", adv(4, 0, 0, 1000, 1, nil, "t1"), []int64{-1, 0, 0})
-		wantAdv("from a q_k that is not Redis's", adv(5, 1, 0, 1000, 1, []string{"bob"}), []int64{0, 0, 0})
-		wantAdv("users that do not cover (q_e, q_k]", adv(5, 0, 0, 1000, 1, []string{"bob"}), []int64{-4, 0, 0})
+		wantAdv("from a queue_admitted that is not Redis's", adv(5, 1, 0, 1000, 1, []string{"bob"}), []int64{0, 0, 0})
+		wantAdv("users that do not cover (queue_expired, queue_admitted]", adv(5, 0, 0, 1000, 1, []string{"bob"}), []int64{-4, 0, 0})
 		reserve := func(user string) int64 {
 			t.Helper()
 			v, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(sale), "o-"+user, user, 1, 1, sale).Slice()
@@ -114,9 +114,9 @@ func TestQueueScripts(t *testing.T) {
 		wantAdv("bob's window ends", adv(6, 3, 0, 61000, 5, []string{"bob", "alice", "carol"}), []int64{1, 3, 1})
 		// Theirs end: 2 units free, dave (position 4) is the last.
 		wantAdv("the others' windows end", adv(6, 3, 1, 62000, 5, []string{"alice", "carol"}), []int64{1, 4, 3})
-		if v, err := rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldQTheta, lua.FieldQETheta, lua.FieldQRate).Result(); err != nil ||
+		if v, err := rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldQueueThreshold, lua.FieldQueueExpiredThreshold, lua.FieldQueueRate).Result(); err != nil ||
 			!reflect.DeepEqual(v, []any{"t2", "t2", "1"}) {
-			t.Errorf("q_theta, q_etheta, q_rate: got %v %v, want [t2 t2 1]", v, err)
+			t.Errorf("queue_threshold, queue_expired_threshold, queue_rate: got %v %v, want [t2 t2 1]", v, err)
 		}
 		// ReserveMany answers as Reserve would for each.
 		v, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(sale), 1, sale, "",

@@ -1,34 +1,34 @@
 -- QueueAdvance moves a fair queue's frontiers in one atomic step: positions
--- 1..q_k are admitted, 1..q_e have had their window end. It ends the
+-- 1..queue_admitted are admitted, 1..queue_expired have had their window end. It ends the
 -- windows that passed (their start times live in the windows list, KEYS[3],
 -- so a new leader keeps every window), counts the admitted buyers still
--- promised a unit (positions in (q_e, q_k] whose user holds no order in the
+-- promised a unit (positions in (queue_expired, queue_admitted] whose user holds no order in the
 -- buyers hash) and admits at most as many new positions as units remain
 -- that nobody was promised: stock, buyers and windows are read together,
 -- so a reserve between the leader's reads cannot make it promise more
 -- units than exist. Both frontiers only grow, and only the leader with the
--- newest fencing token moves them (a compare-and-set on q_k and q_e keeps
+-- newest fencing token moves them (a compare-and-set on queue_admitted and queue_expired keeps
 -- a second writer from skipping positions).
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] windows list  fg:{<sale>}:qwin
--- ARGV[1] the leader's fencing token (refused when below q_fence)
--- ARGV[2] q_k the leader read (nothing is written if it changed)
--- ARGV[3] q_e the leader read (nothing is written if it changed)
+-- ARGV[1] the leader's fencing token (refused when below queue_fence)
+-- ARGV[2] queue_admitted the leader read (nothing is written if it changed)
+-- ARGV[3] queue_expired the leader read (nothing is written if it changed)
 -- ARGV[4] now, unix milliseconds
 -- ARGV[5] at most this many new positions (admit_per_minute, back-pressure)
--- ARGV[6] q_maxnum, the proof-of-work's maxnumber
+-- ARGV[6] queue_maxnumber, the proof-of-work's maxnumber
 -- ARGV[7] U: how many users follow
--- ARGV[8 .. 7+U] the users at positions q_e+1 .. q_k, in order
--- ARGV[8+U ..] the rank keys of pre-start positions q_k+1, q_k+2, ... (as
---         many as may be admitted now, up to q_pre)
+-- ARGV[8 .. 7+U] the users at positions queue_expired+1 .. queue_admitted, in order
+-- ARGV[8+U ..] the rank keys of pre-start positions queue_admitted+1, queue_admitted+2, ... (as
+--         many as may be admitted now, up to queue_prequeued)
 --
--- Returns {code, q_k, q_e}: code 1 written (or nothing to change), 0 q_k or
--- q_e changed meanwhile, -1 stale fencing token, -3 not ranked yet, -4 the
--- users passed do not cover (q_e, q_k].
-local f = redis.call('HMGET', KEYS[1], 'q_fence', 'q_k', 'q_e', 'q_ranked', 'total', 'booked', 'per_user',
-  'q_window', 'q_pre', 'q_late', 'q_theta')
+-- Returns {code, queue_admitted, queue_expired}: code 1 written (or nothing to change), 0 queue_admitted or
+-- queue_expired changed meanwhile, -1 stale fencing token, -3 not ranked yet, -4 the
+-- users passed do not cover (queue_expired, queue_admitted].
+local f = redis.call('HMGET', KEYS[1], 'queue_fence', 'queue_admitted', 'queue_expired', 'queue_ranked', 'total', 'booked', 'per_user',
+  'queue_window', 'queue_prequeued', 'queue_late', 'queue_threshold')
 local fence = tonumber(f[1] or '0') or 0
 local token = tonumber(ARGV[1]) or 0
 if token < fence then
@@ -47,7 +47,7 @@ if u ~= k - e then
 end
 local now = tonumber(ARGV[4])
 local window = (tonumber(f[8] or '0') or 0) * 1000
-local fields = {'q_fence', token, 'q_maxnum', ARGV[6]}
+local fields = {'queue_fence', token, 'queue_maxnumber', ARGV[6]}
 
 -- Windows that ended: each list entry is "<k> <ms> <theta>", positions up
 -- to k admitted at ms, oldest first.
@@ -68,9 +68,9 @@ while true do
   end
 end
 if ne > e then
-  table.insert(fields, 'q_e')
+  table.insert(fields, 'queue_expired')
   table.insert(fields, ne)
-  table.insert(fields, 'q_etheta')
+  table.insert(fields, 'queue_expired_threshold')
   table.insert(fields, netheta or '')
 end
 
@@ -97,14 +97,14 @@ if n > 0 then
       return {-4, k, e}
     end
   end
-  table.insert(fields, 'q_k')
+  table.insert(fields, 'queue_admitted')
   table.insert(fields, nk)
-  table.insert(fields, 'q_theta')
+  table.insert(fields, 'queue_threshold')
   table.insert(fields, theta)
   redis.call('RPUSH', KEYS[3], nk .. ' ' .. now .. ' ' .. theta)
 end
 
--- q_rate: positions admitted in the last minute, from the newest windows.
+-- queue_rate: positions admitted in the last minute, from the newest windows.
 local rate = 0
 local tail = redis.call('LRANGE', KEYS[3], -64, -1)
 for i = #tail, 1, -1 do
@@ -119,7 +119,7 @@ for i = #tail, 1, -1 do
   end
   rate = rate + math.max(bk - math.max(before, ne), 0)
 end
-table.insert(fields, 'q_rate')
+table.insert(fields, 'queue_rate')
 table.insert(fields, rate)
 redis.call('HSET', KEYS[1], unpack(fields))
 return {1, nk, ne}

@@ -12,13 +12,13 @@
 -- ARGV[4] admit_seconds
 --
 -- Returns 1 opened, 0 open already, -1 no such sale.
-local f = redis.call('HMGET', KEYS[1], 'total', 'q_open')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue_open')
 if not f[1] then
   return -1
 end
 if f[2] == '1' then
   return 0
 end
-redis.call('HSET', KEYS[1], 'queue', 'fair', 'q_open', 1, 'q_epoch', ARGV[1], 'q_seedsha', ARGV[2],
-  'q_maxnum', ARGV[3], 'q_window', ARGV[4], 'q_k', 0, 'q_e', 0, 'q_theta', '', 'q_etheta', '')
+redis.call('HSET', KEYS[1], 'queue', 'fair', 'queue_open', 1, 'queue_epoch', ARGV[1], 'queue_seed_sha256', ARGV[2],
+  'queue_maxnumber', ARGV[3], 'queue_window', ARGV[4], 'queue_admitted', 0, 'queue_expired', 0, 'queue_threshold', '', 'queue_expired_threshold', '')
 return 1

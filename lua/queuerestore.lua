@@ -4,28 +4,28 @@
 -- replica): the same epoch and commitment, every journaled entrant with
 -- the entry it was given, the frontiers and windows. It merges: what Redis
 -- holds stays, the frontiers only grow. A pre-start entrant added while the
--- queue had started unmarks q_ranked, so that the leader ranks the queue
+-- queue had started unmarks queue_ranked, so that the leader ranks the queue
 -- again (the same seed gives everyone the same rank).
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] queue hash    fg:{<sale>}:queue
 -- KEYS[3] late list     fg:{<sale>}:qlate
 -- KEYS[4] windows list  fg:{<sale>}:qwin
--- ARGV[1] the leader's fencing token (refused when below q_fence)
+-- ARGV[1] the leader's fencing token (refused when below queue_fence)
 -- ARGV[2] epoch
 -- ARGV[3] hex SHA-256 of the seed
--- ARGV[4] q_maxnum
+-- ARGV[4] queue_maxnumber
 -- ARGV[5] admit_seconds
 -- ARGV[6] the seed, hex, when the queue has started; "" before the start
--- ARGV[7] q_k, ARGV[8] q_e from the journal
+-- ARGV[7] queue_admitted, ARGV[8] queue_expired from the journal
 -- ARGV[9] the journal's windows, "<k> <ms> <theta>" a line
 -- ARGV[10 ..] pairs user id, entry ("p", or "l<n>" in ascending n)
 --
 -- Returns {pre-start entrants added, late entrants added, late entrants
--- not restored (their arrival number was given to another since), q_k},
+-- not restored (their arrival number was given to another since), queue_admitted},
 -- or {-1} stale fencing token, {-2} no such sale, {-3} Redis holds
 -- another epoch's queue (nothing changed).
-local f = redis.call('HMGET', KEYS[1], 'total', 'q_fence', 'q_epoch', 'q_k', 'q_e', 'q_started')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue_fence', 'queue_epoch', 'queue_admitted', 'queue_expired', 'queue_started')
 if not f[1] then
   return {-2}
 end
@@ -36,11 +36,11 @@ end
 if f[3] and f[3] ~= ARGV[2] then
   return {-3}
 end
-redis.call('HSET', KEYS[1], 'q_fence', token, 'queue', 'fair', 'q_open', 1, 'q_epoch', ARGV[2], 'q_seedsha', ARGV[3],
-  'q_maxnum', ARGV[4], 'q_window', ARGV[5])
+redis.call('HSET', KEYS[1], 'queue_fence', token, 'queue', 'fair', 'queue_open', 1, 'queue_epoch', ARGV[2], 'queue_seed_sha256', ARGV[3],
+  'queue_maxnumber', ARGV[4], 'queue_window', ARGV[5])
 local started = f[6] == '1'
 if ARGV[6] ~= '' and not started then
-  redis.call('HSET', KEYS[1], 'q_started', 1, 'q_seed', ARGV[6])
+  redis.call('HSET', KEYS[1], 'queue_started', 1, 'queue_seed', ARGV[6])
   started = true
 end
 local pre, late, lost = 0, 0, 0
@@ -65,11 +65,11 @@ for i = 10, #ARGV - 1, 2 do
   end
 end
 if pre > 0 then
-  redis.call('HINCRBY', KEYS[1], 'q_pre', pre)
-  redis.call('HSET', KEYS[1], 'q_ranked', 0)
+  redis.call('HINCRBY', KEYS[1], 'queue_prequeued', pre)
+  redis.call('HSET', KEYS[1], 'queue_ranked', 0)
 end
 if late > 0 then
-  redis.call('HSET', KEYS[1], 'q_late', n)
+  redis.call('HSET', KEYS[1], 'queue_late', n)
 end
 local k, e = tonumber(f[4] or '0') or 0, tonumber(f[5] or '0') or 0
 local jk, je = tonumber(ARGV[7]) or 0, tonumber(ARGV[8]) or 0
@@ -80,13 +80,13 @@ if jk > k then
     redis.call('RPUSH', KEYS[4], line)
   end
   -- The rank keys at the frontiers are the leader's to write again.
-  redis.call('HSET', KEYS[1], 'q_k', k, 'q_ranked', 0)
+  redis.call('HSET', KEYS[1], 'queue_admitted', k, 'queue_ranked', 0)
 end
 if je > e then
-  redis.call('HSET', KEYS[1], 'q_e', je)
+  redis.call('HSET', KEYS[1], 'queue_expired', je)
 end
 if not f[4] then
-  redis.call('HSETNX', KEYS[1], 'q_k', 0)
-  redis.call('HSETNX', KEYS[1], 'q_e', 0)
+  redis.call('HSETNX', KEYS[1], 'queue_admitted', 0)
+  redis.call('HSETNX', KEYS[1], 'queue_expired', 0)
 end
 return {pre, late, lost, k}

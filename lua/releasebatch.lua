@@ -5,7 +5,7 @@
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] released set  fg:{<sale>}:released
 -- ARGV[1] "" for releases made as orders change. A re-sync delivering the
---         database's release queue passes the count of releases it
+--         database's pending releases passes the count of releases it
 --         delivered before these (d): the batch is refused when the hash's
 --         delivered is below d (Redis lost releases it had), else the hash's
 --         delivered becomes max(delivered, d + number of orders).

@@ -51,7 +51,7 @@
 --                 settling its stale claim; nothing changed
 --   {9, ""}       fair queue: the user's position is not admitted, or its
 --                 window ended (lua.ReserveNotAdmitted)
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'q_pre', 'q_k', 'q_e')
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired')
 if not f[1] then
   return {1, ''}
 end

@@ -30,7 +30,7 @@
 -- orders after it.
 local n = (#ARGV - 3) / 3
 local out = {}
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'q_pre', 'q_k', 'q_e')
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired')
 if not f[1] or f[3] ~= '1' then
   local code = 1
   if f[1] then

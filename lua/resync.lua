@@ -1,7 +1,7 @@
 -- Resync gives a sale's stock back to Redis from one database snapshot, and
 -- rebuilds the sale's hash when Redis lost it. It touches the sale's hash
 -- only and takes O(1) arguments: releases reach Redis before it, through
--- ReleaseBatch (the database's release queue) or Restore (a rebuild).
+-- ReleaseBatch (the database's pending releases) or Restore (a rebuild).
 --
 -- KEYS[1] sale hash  fg:{<sale>}:sale
 -- ARGV[1] L: units held by live rows (pending_payment, paid) in the snapshot
@@ -89,9 +89,11 @@ if not exists then
   elseif ARGV[6] == 'closed' then
     closed = 1
   end
-  redis.call('HSET', KEYS[1], 'total', total, 'booked', 0, 'reserved', P,
-    'start', 0, 'closed', closed, 'count', 0, 'access', 0,
-    'per_user', ARGV[4], 'price', ARGV[5], 'resume', resume, 'delivered', D)
+  redis.call('HSET', KEYS[1], 'booked', 0, 'reserved', P, 'start', 0,
+    'closed', closed, 'count', 0, 'access', 0, 'resume', resume, 'delivered', D)
+  -- The static fields, as Prepare writes them (fragments/salestatic.lua);
+  -- a bucketed sale's own hash is rebuilt by Prepare, so no layout here.
+  write_sale_static(KEYS[1], total, ARGV[4], ARGV[5], '', ARGV[11])
 elseif redis.call('HGET', KEYS[1], 'resume') == '1' then
   -- The pass after a rebuild (or the end of a restore): booked is
   -- recomputed below from this snapshot, then the sale opens again.

@@ -7,6 +7,11 @@ import (
 )
 
 var (
+	// saleStaticSrc defines write_sale_static, the one writer of a sale
+	// hash's static fields; it is put in front of the scripts that create
+	// a sale's hash (Prepare, Resync).
+	//go:embed fragments/salestatic.lua
+	saleStaticSrc string
 	//go:embed reserve.lua
 	reserveSrc string
 	//go:embed release.lua
@@ -72,9 +77,9 @@ var (
 var (
 	Reserve  = redis.NewScript(reserveSrc)
 	Release  = redis.NewScript(releaseSrc)
-	Prepare  = redis.NewScript(prepareSrc)
+	Prepare  = redis.NewScript(saleStaticSrc + prepareSrc)
 	SetState = redis.NewScript(setStateSrc)
-	Resync   = redis.NewScript(resyncSrc)
+	Resync   = redis.NewScript(saleStaticSrc + resyncSrc)
 	Extend   = redis.NewScript(extendSrc)
 	Unlock   = redis.NewScript(unlockSrc)
 
@@ -106,7 +111,7 @@ var (
 	Mark      = redis.NewScript(markSrc)
 	TakeFence = redis.NewScript(takeFenceSrc)
 
-	// The fair queue (queuekeys.go).
+	// The fair queue (its keys and fields in keys.go).
 	QueueEnter   = redis.NewScript(queueEnterSrc)
 	QueueOpen    = redis.NewScript(queueOpenSrc)
 	QueueStart   = redis.NewScript(queueStartSrc)

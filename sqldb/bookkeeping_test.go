@@ -28,10 +28,10 @@ func recount(t *testing.T, db *DB, sale string) flashgate.SaleFigures {
 	return f
 }
 
-// queued lists a sale's release queue as "id:user:qty ...".
+// queued lists a sale's pending releases as "id:user:qty ...".
 func queued(t *testing.T, db *DB, sale string) (string, int64) {
 	t.Helper()
-	q, delivered, err := db.ReleaseQueue(context.Background(), sale, 0)
+	q, delivered, err := db.PendingReleases(context.Background(), sale, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCountersFollowRows(t *testing.T) {
 			}
 			q, delivered := queued(t, db, sale)
 			if got, want := strings.Count(q, ":")/2, len(rel); got != want || delivered != 0 {
-				t.Errorf("release queue of %s: %d orders, %d delivered; want %d and 0", sale, got, delivered, want)
+				t.Errorf("pending releases of %s: %d orders, %d delivered; want %d and 0", sale, got, delivered, want)
 			}
 			for _, o := range rel {
 				if !strings.Contains(q, fmt.Sprintf("%s:%s:%d", o.ID, o.UserID, o.Quantity)) {
@@ -129,9 +129,9 @@ func TestReleaseQueueDelivered(t *testing.T) {
 		if _, err := db.InsertOrders(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
-		q, delivered, err := db.ReleaseQueue(ctx, "s", 3)
+		q, delivered, err := db.PendingReleases(ctx, "s", 3)
 		if err != nil || len(q) != 3 || delivered != 0 || q[0].ID != "r0" || q[2].ID != "r2" {
-			t.Fatalf("ReleaseQueue(3): got %v, %d, %v; want r0..r2, 0", q, delivered, err)
+			t.Fatalf("PendingReleases(3): got %v, %d, %v; want r0..r2, 0", q, delivered, err)
 		}
 		for i := 0; i < 2; i++ { // a second re-sync delivers the same three
 			if n, err := db.ReleasesDelivered(ctx, "s", []string{"r0", "r1", "r2"}, 1); err != nil || n != 3 {
@@ -141,8 +141,8 @@ func TestReleaseQueueDelivered(t *testing.T) {
 		if got, delivered := queued(t, db, "s"); got != "r3:u3:1 r4:u4:1" || delivered != 3 {
 			t.Errorf("queue after delivery: got %q, %d; want r3, r4 and 3", got, delivered)
 		}
-		if q, d, err := db.ReleaseQueue(ctx, "none", 0); err != nil || len(q) != 0 || d != 0 {
-			t.Errorf("ReleaseQueue(none): got %v, %d, %v", q, d, err)
+		if q, d, err := db.PendingReleases(ctx, "none", 0); err != nil || len(q) != 0 || d != 0 {
+			t.Errorf("PendingReleases(none): got %v, %d, %v", q, d, err)
 		}
 	})
 }
@@ -185,13 +185,13 @@ func TestMigrationFillsCounters(t *testing.T) {
 			t.Errorf("Figures after upgrade: got %+v, want %+v", f, want)
 		}
 		if q, _ := queued(t, up, "s"); q != "" {
-			t.Errorf("release queue after upgrade: got %q, want empty", q)
+			t.Errorf("pending releases after upgrade: got %q, want empty", q)
 		}
 		if _, err := up.Transition(ctx, "m00", []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled, t0); err != nil {
 			t.Fatal(err)
 		}
 		if q, _ := queued(t, up, "s"); q != "m00:u0:1" {
-			t.Errorf("release queue after a cancel: got %q, want m00:u0:1", q)
+			t.Errorf("pending releases after a cancel: got %q, want m00:u0:1", q)
 		}
 		if f, want := mustFigures(t, up, "s"), recount(t, up, "s"); f != want {
 			t.Errorf("Figures after a cancel: got %+v, want %+v", f, want)
@@ -302,7 +302,7 @@ func TestBatchCounters(t *testing.T) {
 			}
 		}
 		if len(got) != 14 {
-			t.Errorf("release queue: got %d entries %q, want the 14 cancelled rows", len(got), got)
+			t.Errorf("pending releases: got %d entries %q, want the 14 cancelled rows", len(got), got)
 		}
 	})
 }
@@ -384,7 +384,7 @@ func TestMigrationDropsInsertTrigger(t *testing.T) {
 		t.Errorf("Figures after the upgrade: got %+v, want %+v (50 rows)", f, want)
 	}
 	if q, _ := queued(t, up, "s"); len(strings.Fields(q)) != 7 {
-		t.Errorf("release queue after the upgrade: got %q, want the 4 expired and 3 refunded rows", q)
+		t.Errorf("pending releases after the upgrade: got %q, want the 4 expired and 3 refunded rows", q)
 	}
 }
 

@@ -64,8 +64,8 @@ func TestFencedWrites(t *testing.T) {
 				t.Errorf("order %s after a stale expiry: got %v, %v; want pending_payment", id, o.Status, err)
 			}
 		}
-		if q, delivered, err := db.ReleaseQueue(ctx, "s", 10); err != nil || len(q) != 1 || delivered != 0 {
-			t.Errorf("release queue after a stale acknowledgement: got %d queued, %d delivered, %v; want 1, 0", len(q), delivered, err)
+		if q, delivered, err := db.PendingReleases(ctx, "s", 10); err != nil || len(q) != 1 || delivered != 0 {
+			t.Errorf("pending releases after a stale acknowledgement: got %d queued, %d delivered, %v; want 1, 0", len(q), delivered, err)
 		}
 
 		// The newer token, and a later one, still write.

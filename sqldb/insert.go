@@ -36,7 +36,7 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
 // prepared statements are reused (see chunkRows): a group's inserted rows
 // and units are the statement's affected rows times the quantity. On
-// SQLite the counters (order_counts) and the release queue are kept here,
+// SQLite the counters (order_counts) and the pending releases are kept here,
 // once per (sale, status) per batch, in the same transaction (see migration
 // 4); on PostgreSQL the statement-level trigger keeps them.
 func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error) {

@@ -12,12 +12,12 @@ import (
 // carries.
 const deleteChunk = 500
 
-// ReleaseQueue returns up to limit orders of a sale that left a live status
+// PendingReleases returns up to limit orders of a sale that left a live status
 // and whose release no re-sync has delivered yet (by id), and how many
 // releases of the sale were delivered before them, both from one snapshot.
 // A trigger queues each release in the transaction of its row change, so a
 // crash cannot lose one. A limit below 1 means 1000.
-func (d *DB) ReleaseQueue(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error) {
+func (d *DB) PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error) {
 	if limit < 1 {
 		limit = 1000
 	}
@@ -27,29 +27,29 @@ func (d *DB) ReleaseQueue(ctx context.Context, saleID string, limit int) (queued
 	}
 	tx, err := d.r.BeginTx(ctx, opts)
 	if err != nil {
-		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	err = tx.QueryRowContext(ctx, d.q(`SELECT COALESCE((SELECT delivered FROM release_sync WHERE sale_id = ?), 0)`), saleID).Scan(&delivered)
 	if err != nil {
-		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 	}
 	rows, err := tx.QueryContext(ctx, d.q(`SELECT q.order_id, q.user_id, q.quantity,
 		COALESCE((SELECT o.bucket FROM orders o WHERE o.order_id = q.order_id), 0) FROM release_queue q
 		WHERE q.sale_id = ? ORDER BY q.order_id LIMIT ?`), saleID, limit)
 	if err != nil {
-		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		o := flashgate.Order{SaleID: saleID}
 		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity, &o.Bucket); err != nil {
-			return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+			return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 		}
 		queued = append(queued, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, 0, fmt.Errorf("release queue of sale %s: %w", saleID, err)
+		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 	}
 	return queued, delivered, nil
 }

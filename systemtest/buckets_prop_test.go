@@ -257,7 +257,7 @@ func (m *bucketModel) resync(t *rapid.T) {
 	if _, _, err := m.cp.Resync(controlplane.WithFencingToken(m.ctx, m.token), m.sale); err != nil {
 		t.Fatalf("resync: %v", err)
 	}
-	// The release queue went to Redis again: markers a crashed release
+	// The pending releases went to Redis again: markers a crashed release
 	// left are gone.
 	clear(m.unmarkLate)
 }

@@ -51,7 +51,7 @@ func TestDashboardFairQueue(t *testing.T) {
 	// before or after its start, which changes none of its figures.
 	for id, users := range map[string][]string{fair: {"ann", "ben", "cat"}, waiting: {"dan", "eve"}} {
 		testwait.Eventually(t, 10*time.Second, func() bool {
-			open, _ := s.rdb.HGet(s.ctx, lua.SaleKey(id), lua.FieldQOpen).Result()
+			open, _ := s.rdb.HGet(s.ctx, lua.SaleKey(id), lua.FieldQueueOpen).Result()
 			return open == "1"
 		}, "the leader to open %s's pre-queue", id)
 		for _, u := range users {

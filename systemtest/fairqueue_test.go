@@ -25,6 +25,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/testenv/browsertest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
@@ -175,7 +176,7 @@ func (s *dropSystem) step(t *testing.T, id string) saleQueue {
 	if err := s.cp.QueueStep(s.ctx, sale, s.fence); err != nil {
 		t.Fatalf("QueueStep: %v", err)
 	}
-	v, err := s.rdb.HMGet(s.ctx, lua.SaleKey(id), lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQStarted, lua.FieldQOpen).Result()
+	v, err := s.rdb.HMGet(s.ctx, lua.SaleKey(id), lua.FieldQueueAdmitted, lua.FieldQueueExpired, lua.FieldQueueStarted, lua.FieldQueueOpen).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +584,7 @@ func checkDrop(t *testing.T, s *dropSystem, id string, total int64, crowd []*ent
 	seenNever := false
 	prev := 0
 	for i, en := range pre {
-		if en.user == "" || rank(en.user) != flashgate.QueueRank(seed, id, en.user) {
+		if en.user == "" || rank(en.user) != fairqueue.Rank(seed, id, en.user) {
 			t.Fatalf("flashgate.QueueRank disagrees with the documented rule")
 		}
 		switch {

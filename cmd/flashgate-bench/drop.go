@@ -19,6 +19,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
@@ -201,7 +202,7 @@ func (b *bench) dropPhase(ctx context.Context) error {
 	}
 	order := slices.Clone(crowd)
 	slices.SortFunc(order, func(a, b *dropAccount) int {
-		return strings.Compare(flashgate.QueueRank(seed, "drop-fair", a.user), flashgate.QueueRank(seed, "drop-fair", b.user))
+		return strings.Compare(fairqueue.Rank(seed, "drop-fair", a.user), fairqueue.Rank(seed, "drop-fair", b.user))
 	})
 	for i, a := range order {
 		if a.bought != (i < res.FairSoldOut) {

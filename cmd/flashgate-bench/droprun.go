@@ -66,8 +66,8 @@ func (d *dropRun) step(id string) error {
 	if err := d.cp.QueueStep(d.ctx, sale, d.fence); err != nil {
 		return err
 	}
-	k, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQAdmitted).Result()
-	open, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQOpen).Result()
+	k, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQueueAdmitted).Result()
+	open, _ := d.rdb.HGet(d.ctx, lua.SaleKey(id), lua.FieldQueueOpen).Result()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		_, body, _ := d.call("GET", "/api/sales/"+id, "", "", "")
 		var v struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -395,7 +396,7 @@ func dropChecks(ctx context.Context, d fairDrop, c conns, r *dropReport, persist
 	order := slices.Clone(r.crowd)
 	keys := map[*dropBuyer]string{}
 	for _, b := range order {
-		keys[b] = flashgate.QueueRank(seed, fairDropSale, b.user)
+		keys[b] = fairqueue.Rank(seed, fairDropSale, b.user)
 	}
 	slices.SortStableFunc(order, func(a, b *dropBuyer) int {
 		switch {

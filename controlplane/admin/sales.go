@@ -28,7 +28,7 @@ type saleRequest struct {
 	PerUser    int64   `json:"per_user"`
 	// Buckets splits the stock over 1..64 buckets; absent means 1.
 	Buckets int `json:"buckets"`
-	// The fair queue's settings (queue.go).
+	// The fair queue's settings (package fairqueue).
 	Queue              string `json:"queue"`
 	PrequeueSeconds    int    `json:"prequeue_seconds"`
 	ChallengeMaxNumber int64  `json:"challenge_maxnumber"`

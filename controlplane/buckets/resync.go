@@ -159,16 +159,16 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 // idempotent per order), and acknowledges them.
 func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 	for range 1000 {
-		queue, _, err := k.store.ReleaseQueue(ctx, l.Sale, salehash.ReleaseChunk)
+		pending, _, err := k.store.PendingReleases(ctx, l.Sale, salehash.ReleaseChunk)
 		if err != nil {
-			return fmt.Errorf("reading release queue: %w", err)
+			return fmt.Errorf("reading pending releases: %w", err)
 		}
-		if len(queue) == 0 {
+		if len(pending) == 0 {
 			return nil
 		}
 		byBucket := make([][]any, l.N())
-		ids := make([]string, 0, len(queue))
-		for _, o := range queue {
+		ids := make([]string, 0, len(pending))
+		for _, o := range pending {
 			if o.Bucket < 0 || o.Bucket >= l.N() {
 				k.log.Error("queued release of an order outside the sale's buckets", "sale", l.Sale, "order", o.ID, "bucket", o.Bucket)
 				continue
@@ -192,7 +192,7 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 			}
 			if len(res) != 3 || res[0] != lua.ReleaseBatchDone {
 				// The bucket is gone: its rebuild restores the released set
-				// from the rows; the queue stays until it is delivered.
+				// from the rows; the pending stays until it is delivered.
 				return nil
 			}
 			for i := 1; i < len(args); i += 3 {
@@ -200,13 +200,13 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 			}
 		}
 		// Spilled orders' home markers go once their units are back.
-		if err := k.unmarkSpilled(ctx, l, queue); err != nil {
+		if err := k.unmarkSpilled(ctx, l, pending); err != nil {
 			return err
 		}
 		if _, err := k.store.ReleasesDelivered(ctx, l.Sale, ids, fencing.Of(ctx)); err != nil {
 			return fmt.Errorf("acknowledging releases: %w", err)
 		}
-		if len(queue) < salehash.ReleaseChunk {
+		if len(pending) < salehash.ReleaseChunk {
 			return nil
 		}
 	}

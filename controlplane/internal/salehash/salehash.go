@@ -26,6 +26,9 @@ type Figures struct {
 	Backlog int64
 }
 
+// figureFields are the fields Read takes from each hash.
+var figureFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected}
+
 // Read reads the hashes and stream lengths of many sales or bucket tags in
 // one pipelined round trip (per node, on a cluster).
 func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figures, error) {
@@ -36,7 +39,7 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	hs := make([]*redis.SliceCmd, len(tags))
 	xs := make([]*redis.IntCmd, len(tags))
 	for i, t := range tags {
-		hs[i] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldBooked, lua.FieldReserved, lua.FieldCount, lua.FieldAccess, lua.FieldRejected, lua.FieldTotal)
+		hs[i] = pipe.HMGet(ctx, lua.SaleKey(t), figureFields...)
 		xs[i] = pipe.XLen(ctx, lua.OrdersKey(t))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -44,21 +47,15 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	}
 	out := make([]Figures, len(tags))
 	for i := range tags {
-		v := hs[i].Val()
-		field := func(i int) int64 {
-			if i >= len(v) {
-				return 0
-			}
-			return lua.Int(v[i])
-		}
+		h, _ := lua.ReadHash(figureFields, hs[i].Val()) // a short reply reads as absent fields
 		out[i] = Figures{
-			Exists:   len(v) > 5 && v[5] != nil,
-			Total:    field(5),
-			Booked:   field(0),
-			Reserved: field(1),
-			Count:    field(2),
-			Access:   field(3),
-			Rejected: field(4),
+			Exists:   h.Has(lua.FieldTotal),
+			Total:    h.Int(lua.FieldTotal),
+			Booked:   h.Int(lua.FieldBooked),
+			Reserved: h.Int(lua.FieldReserved),
+			Count:    h.Int(lua.FieldCount),
+			Access:   h.Int(lua.FieldAccess),
+			Rejected: h.Int(lua.FieldRejected),
 			Backlog:  xs[i].Val(),
 		}
 	}
@@ -109,4 +106,4 @@ type ResyncFigures struct {
 const ReleaseChunk = 1000
 
 // ErrReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
-var ErrReleaseBacklog = errors.New("release queue not yet delivered; the next pass goes on")
+var ErrReleaseBacklog = errors.New("pending releases not yet delivered; the next pass goes on")

@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -31,28 +32,22 @@ import (
 // queueJournalBatch is how many stream entries one journal write takes.
 const queueJournalBatch = 10_000
 
-// str is a HMGET value as a string ("" for none).
-func str(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 // journalQueue writes the queue's new entrants and its mark to the
 // database, unless nothing changed since the last write, and then deletes
 // the journaled entries from the stream.
-func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) error {
-	pipe := s.rdb.Pipeline()
-	h := pipe.HMGet(ctx, lua.SaleKey(id), lua.FieldQEpoch, lua.FieldQSeedSHA, lua.FieldQAdmitted, lua.FieldQExpired)
+func (l *Leader) journalQueue(ctx context.Context, id string, run *queueRun) error {
+	pipe := l.rdb.Pipeline()
+	h := pipe.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...)
 	w := pipe.LRange(ctx, lua.QueueWindowsKey(id), 0, -1)
 	x := pipe.XRangeN(ctx, lua.QueueJournalKey(id), "-", "+", queueJournalBatch)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("reading the queue's journal stream: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	v := h.Val()
-	if len(v) != 4 || str(v[0]) == "" {
+	v, ok := fairqueue.Read(h.Val())
+	if !ok || v.Epoch == "" {
 		return nil // not open (or lost): nothing to journal
 	}
-	m := flashgate.QueueMark{Epoch: str(v[0]), SeedSHA: str(v[1]), K: lua.Int(v[2]), E: lua.Int(v[3]), Windows: strings.Join(w.Val(), "\n")}
+	m := flashgate.QueueMark{Epoch: v.Epoch, SeedSHA: v.SeedSHA, K: v.Admitted, E: v.Expired, Windows: strings.Join(w.Val(), "\n")}
 	msgs := x.Val()
 	if len(msgs) == 0 && m == run.journaled {
 		return nil
@@ -64,17 +59,17 @@ func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) er
 		e, _ := msg.Values["e"].(string)
 		entry, user, ok := strings.Cut(e, " ")
 		if !ok {
-			s.log.Warn("fair queue journal: malformed entry", "sale", id, "id", msg.ID)
+			l.log.Warn("fair queue journal: malformed entry", "sale", id, "id", msg.ID)
 			continue
 		}
 		entrants = append(entrants, flashgate.QueueEntrant{User: user, Entry: entry})
 	}
-	if err := s.store.JournalQueue(ctx, id, m, entrants); err != nil {
+	if err := l.store.JournalQueue(ctx, id, m, entrants); err != nil {
 		return fmt.Errorf("journaling the queue: %w", err)
 	}
 	run.journaled = m
 	if len(ids) > 0 {
-		if err := s.rdb.XDel(ctx, lua.QueueJournalKey(id), ids...).Err(); err != nil {
+		if err := l.rdb.XDel(ctx, lua.QueueJournalKey(id), ids...).Err(); err != nil {
 			return fmt.Errorf("trimming the queue's journal stream: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
@@ -87,11 +82,11 @@ func (s *Service) journalQueue(ctx context.Context, id string, run *queueRun) er
 // holds more (another epoch, a greater frontier, more entrants), it
 // restores the queue from it (lua.QueueRestore). It reports whether it
 // did.
-func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
-	if run.journalRead && f.open && f.k >= run.journaled.K && f.e >= run.journaled.E && f.epoch == run.journaled.Epoch {
+func (l *Leader) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
+	if run.journalRead && f.Open && f.Admitted >= run.journaled.K && f.Expired >= run.journaled.E && f.Epoch == run.journaled.Epoch {
 		return false, nil
 	}
-	m, entrants, ok, err := s.store.QueueJournal(ctx, sale.ID)
+	m, entrants, ok, err := l.store.QueueJournal(ctx, sale.ID)
 	if err != nil {
 		return false, fmt.Errorf("reading the queue's journal: %w", err)
 	}
@@ -99,15 +94,15 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 	if !ok {
 		return false, nil
 	}
-	if f.open && f.epoch != "" && f.epoch != m.Epoch {
+	if f.Open && f.Epoch != "" && f.Epoch != m.Epoch {
 		// Redis holds a queue opened anew: its journal replaces this one.
 		return false, nil
 	}
-	if f.open && f.epoch == m.Epoch && f.k >= m.K && f.e >= m.E && f.pre+f.late >= int64(len(entrants)) {
+	if f.Open && f.Epoch == m.Epoch && f.Admitted >= m.K && f.Expired >= m.E && f.Prequeued+f.Late >= int64(len(entrants)) {
 		run.journaled = m
 		return false, nil
 	}
-	seed := s.queueSeed(sale.ID, m.Epoch)
+	seed := l.queueSeed(sale.ID, m.Epoch)
 	if sum := sha256.Sum256(seed[:]); hex.EncodeToString(sum[:]) != m.SeedSHA {
 		return false, fmt.Errorf("restoring the queue: the seed derived from the journaled epoch %q does not hash to the journaled commitment (was the queue seed secret changed?)", m.Epoch)
 	}
@@ -120,11 +115,11 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 		return int(lateNumber(a.Entry) - lateNumber(b.Entry))
 	})
 	args := make([]any, 0, 9+2*len(entrants))
-	args = append(args, fence, m.Epoch, m.SeedSHA, sale.ChallengeMaxNumber, sale.AdmitWindow(), revealed, m.K, m.E, m.Windows)
+	args = append(args, fence, m.Epoch, m.SeedSHA, sale.ChallengeMaxNumber, fairqueue.AdmitWindow(sale), revealed, m.K, m.E, m.Windows)
 	for _, e := range entrants {
 		args = append(args, e.User, e.Entry)
 	}
-	v, err := lua.QueueRestore.Run(ctx, s.rdb, lua.QueueRestoreKeys(sale.ID), args...).Int64Slice()
+	v, err := lua.QueueRestore.Run(ctx, l.rdb, lua.QueueRestoreKeys(sale.ID), args...).Int64Slice()
 	if err != nil {
 		return false, fmt.Errorf("restoring the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -132,7 +127,7 @@ func (s *Service) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale,
 		return false, fmt.Errorf("restoring the queue: refused (%v)", v)
 	}
 	*run = queueRun{journalRead: true, journaled: m}
-	s.log.Warn("fair queue restored from its journal", "sale", sale.ID, "epoch", m.Epoch, "pre_start_added", v[0],
+	l.log.Warn("fair queue restored from its journal", "sale", sale.ID, "epoch", m.Epoch, "pre_start_added", v[0],
 		"late_added", v[1], "late_not_restored", v[2], "admitted", v[3])
 	return true, nil
 }

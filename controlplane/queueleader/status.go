@@ -1,15 +1,16 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
-// QueueStatus is a fair queue's figures for GET /admin/sales/{id}.
-type QueueStatus struct {
+// Status is a fair queue's figures for GET /admin/sales/{id}.
+type Status struct {
 	Open             bool   `json:"open"`
 	Started          bool   `json:"started"`
 	Entrants         int64  `json:"entrants"`
@@ -22,20 +23,16 @@ type QueueStatus struct {
 	SeedSHA256       string `json:"seed_sha256,omitempty"`
 }
 
-// queueStatus reads a fair sale's queue figures; ETASeconds is the time the
+// Status reads a fair sale's queue figures; ETASeconds is the time the
 // last entrant waits at the recent rate.
-func (s *Service) queueStatus(ctx context.Context, id string) (*QueueStatus, error) {
-	v, err := s.rdb.HMGet(ctx, lua.SaleKey(id), lua.FieldQOpen, lua.FieldQStarted, lua.FieldQPre, lua.FieldQLate,
-		lua.FieldQAdmitted, lua.FieldQExpired, lua.FieldQRate, lua.FieldQMaxNumber, lua.FieldQSeedSHA).Result()
+func (l *Leader) Status(ctx context.Context, id string) (*Status, error) {
+	vals, err := l.rdb.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	q := &QueueStatus{Open: lua.Int(v[0]) == 1, Started: lua.Int(v[1]) == 1, PrequeueEntrants: lua.Int(v[2]),
-		AdmittedPosition: lua.Int(v[4]), ExpiredPosition: lua.Int(v[5]), RatePerMinute: lua.Int(v[6]), MaxNumber: lua.Int(v[7])}
-	q.Entrants = q.PrequeueEntrants + lua.Int(v[3])
-	if sha, ok := v[8].(string); ok {
-		q.SeedSHA256 = sha
-	}
+	v, _ := fairqueue.Read(vals)
+	q := &Status{Open: v.Open, Started: v.Started, Entrants: v.Entrants(), PrequeueEntrants: v.Prequeued,
+		AdmittedPosition: v.Admitted, ExpiredPosition: v.Expired, RatePerMinute: v.Rate, MaxNumber: v.MaxNumber, SeedSHA256: v.SeedSHA}
 	if q.RatePerMinute > 0 {
 		eta := max(q.Entrants-q.AdmittedPosition, 0) * 60 / q.RatePerMinute
 		q.ETASeconds = &eta

@@ -1,10 +1,8 @@
-package controlplane
+package queueleader
 
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -14,13 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
 // rankQueue reads every pre-start entrant, sorts them by rank key and,
 // unless Redis holds the ranks already, writes them.
-func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f queueFigures, fence int64) error {
-	seedHex, err := s.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQSeed).Result()
+func (l *Leader) rankQueue(ctx context.Context, id string, run *queueRun, f queueFigures, fence int64) error {
+	seedHex, err := l.rdb.HGet(ctx, lua.SaleKey(id), lua.FieldQueueSeed).Result()
 	if err != nil {
 		return fmt.Errorf("reading the seed: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -28,16 +27,19 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 	if err != nil || len(seed) != 32 {
 		return fmt.Errorf("sale %s: malformed seed in redis", id)
 	}
-	pre := make([]queueEntrant, 0, f.pre)
+	pre := make([]queueEntrant, 0, f.Prequeued)
+	ranker := fairqueue.NewRanker(seed)
 	var cursor uint64
 	for {
-		kv, next, err := s.rdb.HScan(ctx, lua.QueueKey(id), cursor, "", queueScanCount).Result()
+		kv, next, err := l.rdb.HScan(ctx, lua.QueueKey(id), cursor, "", queueScanCount).Result()
 		if err != nil {
 			return fmt.Errorf("reading the queue: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			if v := kv[i+1]; v == "p" || strings.HasPrefix(v, "r") {
-				pre = append(pre, queueEntrant{key: rankKey(seed, id, kv[i]), user: kv[i]})
+				e := queueEntrant{user: kv[i]}
+				ranker.Key(id, e.user, &e.key)
+				pre = append(pre, e)
 			}
 		}
 		if cursor = next; cursor == 0 {
@@ -45,28 +47,28 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 		}
 	}
 	slices.SortFunc(pre, func(a, b queueEntrant) int { return bytes.Compare(a.key[:], b.key[:]) })
-	if int64(len(pre)) != f.pre {
-		return fmt.Errorf("sale %s: %d pre-start entrants in the queue, q_pre says %d", id, len(pre), f.pre)
+	if int64(len(pre)) != f.Prequeued {
+		return fmt.Errorf("sale %s: %d pre-start entrants in the queue, queue_prequeued says %d", id, len(pre), f.Prequeued)
 	}
-	if !f.ranked {
-		if err := lua.QueueRank.Load(ctx, s.rdb).Err(); err != nil {
+	if !f.Ranked {
+		if err := lua.QueueRank.Load(ctx, l.rdb).Err(); err != nil {
 			return fmt.Errorf("ranking the queue: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		// queueRankPipeline chunks per round trip, in order: the last
 		// chunk, which marks the queue ranked, goes last. Ranked again
 		// after a restore, the rank keys at the frontiers follow.
 		theta, etheta := "-", "-"
-		if f.k > 0 {
+		if f.Admitted > 0 {
 			key := func(p int64) string {
 				if p = min(p, int64(len(pre))); p <= 0 {
 					return ""
 				}
 				return hex.EncodeToString(pre[p-1].key[:])
 			}
-			theta, etheta = key(f.k), key(f.e)
+			theta, etheta = key(f.Admitted), key(f.Expired)
 		}
 		for i := 0; i == 0 || i < len(pre); {
-			pipe := s.rdb.Pipeline()
+			pipe := l.rdb.Pipeline()
 			var cmds []*redis.Cmd
 			for c := 0; c < queueRankPipeline && (i == 0 || i < len(pre)); c++ {
 				chunk := pre[i:min(i+queueRankChunk, len(pre))]
@@ -91,32 +93,22 @@ func (s *Service) rankQueue(ctx context.Context, id string, run *queueRun, f que
 				}
 			}
 		}
-		s.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
+		l.log.Info("fair queue ranked", "sale", id, "pre_start_entrants", len(pre))
 
 	}
 	run.pre, run.ranked = pre, true
 	return nil
 }
 
-// rankKey is flashgate.QueueRank's HMAC as bytes.
-func rankKey(seed []byte, sale, user string) (k [sha256.Size]byte) {
-	m := hmac.New(sha256.New, seed)
-	m.Write([]byte(sale))
-	m.Write([]byte{'/'})
-	m.Write([]byte(user))
-	m.Sum(k[:0])
-	return k
-}
-
 // user returns the user at position pos (1-based), reading the late list
 // as far as needed.
-func (s *Service) queueUser(ctx context.Context, id string, run *queueRun, pos int64) (string, error) {
+func (l *Leader) queueUser(ctx context.Context, id string, run *queueRun, pos int64) (string, error) {
 	if pos <= int64(len(run.pre)) {
 		return run.pre[pos-1].user, nil
 	}
 	n := pos - int64(len(run.pre)) // arrival number
 	if n > int64(len(run.late)) {
-		more, err := s.rdb.LRange(ctx, lua.QueueLateKey(id), int64(len(run.late)), n-1+queueScanCount).Result()
+		more, err := l.rdb.LRange(ctx, lua.QueueLateKey(id), int64(len(run.late)), n-1+queueScanCount).Result()
 		if err != nil {
 			return "", fmt.Errorf("reading late entrants: %w: %w", flashgate.ErrUnavailable, err)
 		}

@@ -1,4 +1,4 @@
-package controlplane
+package queueleader
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -17,9 +18,9 @@ import (
 // leader passes what only it knows: the users at the admitted positions
 // still in their windows, the rank keys of the positions it may admit, and
 // how many it may admit (admit_per_minute, back-pressure).
-func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
-	n := f.pre + f.late - f.k
-	if f.backlog > s.queueBacklog || f.latency > s.queueLatency {
+func (l *Leader) admit(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) error {
+	n := f.Prequeued + f.Late - f.Admitted
+	if f.backlog > l.backlog || f.latency > l.latency {
 		n = 0 // hold admission while the system is behind
 	}
 	if apm := sale.AdmitPerMinute; apm > 0 {
@@ -36,19 +37,19 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 	// Free units bound what may be admitted, so no more rank keys than
 	// units are passed.
 	n = max(min(n, max(f.total-f.booked, 0)), 0)
-	args := make([]any, 0, 7+(f.k-f.e)+min(n, max(int64(len(run.pre))-f.k, 0)))
-	args = append(args, fence, f.k, f.e, now.UnixMilli(), n, f.maxnum, f.k-f.e)
-	for p := f.e + 1; p <= f.k; p++ {
-		u, err := s.queueUser(ctx, sale.ID, run, p)
+	args := make([]any, 0, 7+(f.Admitted-f.Expired)+min(n, max(int64(len(run.pre))-f.Admitted, 0)))
+	args = append(args, fence, f.Admitted, f.Expired, now.UnixMilli(), n, f.MaxNumber, f.Admitted-f.Expired)
+	for p := f.Expired + 1; p <= f.Admitted; p++ {
+		u, err := l.queueUser(ctx, sale.ID, run, p)
 		if err != nil {
 			return err
 		}
 		args = append(args, u)
 	}
-	for p := f.k + 1; p <= min(f.k+n, int64(len(run.pre))); p++ {
+	for p := f.Admitted + 1; p <= min(f.Admitted+n, int64(len(run.pre))); p++ {
 		args = append(args, hex.EncodeToString(run.pre[p-1].key[:]))
 	}
-	v, err := lua.QueueAdvance.Run(ctx, s.rdb, lua.QueueAdvanceKeys(sale.ID), args...).Int64Slice()
+	v, err := lua.QueueAdvance.Run(ctx, l.rdb, lua.QueueAdvanceKeys(sale.ID), args...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("advancing the queue: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -58,10 +59,10 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 	switch v[0] {
 	case 1:
 		if sale.AdmitPerMinute > 0 {
-			run.tokens -= float64(v[1] - f.k)
+			run.tokens -= float64(v[1] - f.Admitted)
 		}
-		if v[1] > f.k {
-			s.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", v[1], "window_ended", v[2])
+		if v[1] > f.Admitted {
+			l.log.Debug("fair queue admitted", "sale", sale.ID, "admitted_position", v[1], "window_ended", v[2])
 		}
 	case 0:
 		// Another writer moved a frontier: read again next tick.
@@ -73,14 +74,14 @@ func (s *Service) admit(ctx context.Context, sale flashgate.Sale, run *queueRun,
 
 // tuneChallenge sets the proof-of-work's maxnumber: the sale's
 // challenge_maxnumber, raised with challenge_auto by one step per
-// autoRatePerStep entries per second the queue grows by (at most
-// maxAutoFactor times). It returns the maxnumber now in force.
-func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
+// fairqueue.AutoRatePerStep entries per second the queue grows by (at most
+// fairqueue.MaxAutoFactor times). It returns the maxnumber now in force.
+func (l *Leader) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, now time.Time) int64 {
 	base := sale.ChallengeMaxNumber
 	if base <= 0 || !sale.ChallengeAutoOn() {
-		return f.maxnum
+		return f.MaxNumber
 	}
-	entrants := f.pre + f.late
+	entrants := f.Prequeued + f.Late
 	if !run.seenAt.IsZero() {
 		if dt := now.Sub(run.seenAt).Seconds(); dt > 0 {
 			r := float64(entrants-run.entrants) / dt
@@ -88,16 +89,16 @@ func (s *Service) tuneChallenge(ctx context.Context, sale flashgate.Sale, run *q
 		}
 	}
 	run.entrants, run.seenAt = entrants, now
-	factor := min(1+int64(run.growth/autoRatePerStep), maxAutoFactor)
+	factor := min(1+int64(run.growth/fairqueue.AutoRatePerStep), fairqueue.MaxAutoFactor)
 	want := base * factor
-	if want == f.maxnum {
+	if want == f.MaxNumber {
 		return want
 	}
-	if err := s.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQMaxNumber, want).Err(); err != nil {
+	if err := l.rdb.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldQueueMaxNumber, want).Err(); err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
+			l.log.Warn("fair queue: setting the challenge's maxnumber", "sale", sale.ID, "err", err)
 		}
-		return f.maxnum
+		return f.MaxNumber
 	}
 	return want
 }
