@@ -69,18 +69,11 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 	return append(out, slotMarker{key: lua.LedgerPrimaryKey(sale.ID), probe: lua.LedgerKey(sale.ID), bucket: markLedger})
 }
 
-// watchFailover checks every sale in Redis for a new primary and moves the
-// recovery of each affected sale on by one step. It runs on the leader,
-// every tick.
-func (s *Service) watchFailover(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx) // an archived sale is checked once reopened
-	if ctx.Err() != nil {
-		return // shutting down: an interrupted pass is no failure
-	}
-	if err != nil {
-		s.log.Warn("failover watch: listing sales", "err", err)
-		return
-	}
+// watchFailover checks every live sale (an archived one is checked once
+// reopened) for a new primary and moves the recovery of each affected sale
+// on by one step. It runs on the leader, every tick, with the live sales
+// the tick read.
+func (s *Service) watchFailover(ctx context.Context, sales []flashgate.Sale) {
 	if len(sales) == 0 {
 		return
 	}

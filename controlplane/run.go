@@ -43,15 +43,26 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 		return
 	}
 	ctx = tctx
+	// One read of the live sales serves the failover watch, the scheduler
+	// and the fair queues (archived sales are closed: nothing to run).
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	s.watchFailover(lctx) // see failover.go
+	sales, err := s.store.LiveSales(lctx)
 	cancel()
-	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	s.schedule(lctx)
-	cancel()
-	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	s.queueTick(lctx) // queue.go
-	cancel()
+	if err != nil {
+		if ctx.Err() == nil { // not shutting down
+			s.log.Warn("tick: listing sales", "err", err)
+		}
+	} else {
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.watchFailover(lctx, sales) // see failover.go
+		cancel()
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.schedule(lctx, sales)
+		cancel()
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.queueTick(lctx, sales) // queue.go
+		cancel()
+	}
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ReconcilePayments(lctx); err != nil && ctx.Err() == nil { // payments.go
 		s.log.Warn("payment reconciliation", "err", err)
@@ -84,30 +95,26 @@ func (s *Service) leadFor(ctx context.Context) (context.Context, bool) {
 	return tctx, tctx != nil
 }
 
-// schedule opens upcoming sales whose start time came and closes sales whose
-// end time came.
-func (s *Service) schedule(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx)
-	if err != nil {
-		if !errors.Is(err, context.Canceled) { // not shutting down
-			s.log.Warn("scheduler: listing sales", "err", err)
-		}
-		return
-	}
+// schedule opens upcoming sales (of the live sales the tick read) whose
+// start time came and closes sales whose end time came; it sets the state
+// it moved a sale to in sales, for the loops after it.
+func (s *Service) schedule(ctx context.Context, sales []flashgate.Sale) {
 	now := s.clock.Now()
-	for _, sale := range sales {
+	for i, sale := range sales {
 		ended := sale.EndsAt != nil && !now.Before(*sale.EndsAt)
 		switch {
 		case sale.State != flashgate.StateClosed && ended:
 			if err := s.Stop(ctx, sale.ID); err != nil {
 				s.log.Warn("scheduler: closing sale", "sale", sale.ID, "err", err)
 			} else {
+				sales[i].State = flashgate.StateClosed
 				s.log.Info("scheduler closed sale at ends_at", "sale", sale.ID)
 			}
 		case sale.State == flashgate.StateUpcoming && sale.StartsAt != nil && !now.Before(*sale.StartsAt):
 			if err := s.Start(ctx, sale.ID); err != nil {
 				s.log.Warn("scheduler: opening sale", "sale", sale.ID, "err", err)
 			} else {
+				sales[i].State = flashgate.StateOpen
 				s.log.Info("scheduler opened sale at starts_at", "sale", sale.ID)
 			}
 		}
