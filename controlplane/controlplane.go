@@ -28,6 +28,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/deadletter"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -251,6 +252,8 @@ type Service struct {
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper
+	// dead lists and replays dead letters (controlplane/deadletter).
+	dead *deadletter.Service
 
 	// resyncMu serialises re-syncs (and the moves and rebuilds of
 	// buckets) in this process, so that two of them (the loop and an admin
@@ -320,6 +323,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
+	s.dead = deadletter.New(s.rdb, s.store, s.log)
 	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	reg := cfg.Metrics
 	s.gatherer = cfg.Gatherer
