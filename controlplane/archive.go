@@ -225,14 +225,3 @@ func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
 	s.log.Info("archived sale made live again", "sale", sale.ID)
 	return nil
 }
-
-// joinSalesUnlessArchived is joinSales for a re-sync: an archived sale
-// takes no orders (it is closed, and reopened only through unarchive), so
-// a re-sync of it (an admin's, or the rebuild of its hash) leaves it out of
-// fg:sales.
-func (s *Service) joinSalesUnlessArchived(ctx context.Context, sale flashgate.Sale, tags []string) error {
-	if sale.Archived {
-		return nil
-	}
-	return s.joinSales(ctx, sale.ID, tags)
-}

@@ -29,6 +29,8 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/failover"
+	"github.com/flashgate/flashgate/controlplane/resync"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -255,16 +257,11 @@ type Service struct {
 	// dead lists and replays dead letters (controlplane/deadletter).
 	dead *deadletter.Service
 
-	// resyncMu serialises re-syncs (and the moves and rebuilds of
-	// buckets) in this process, so that two of them (the loop and an admin
-	// call) never deliver the same releases at once.
-	resyncMu sync.Mutex
-	// recoveringSales holds the ids of bucketed sales a slot of which is
-	// being recovered after a failover (failover_buckets.go).
-	recoveringSales sync.Map
-	// replBlind is set once the failover watch has noted that Redis cannot
-	// tell its replication state (failover.go), until it can again.
-	replBlind atomic.Bool
+	// sync re-syncs sales (controlplane/resync); its lock serialises the
+	// re-syncs and the moves and rebuilds of buckets in this process.
+	sync *resync.Syncer
+	// failover is the failover watch (controlplane/failover).
+	failover *failover.Watcher
 
 	// provider takes payments (nil: simulated); paymentStore keeps them
 	// (payments.go).
@@ -346,6 +343,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
+	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.resyncs)
+	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
 	if s.pm, err = newPaymentMetrics(reg); err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

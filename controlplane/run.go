@@ -54,7 +54,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 		}
 	} else {
 		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-		s.watchFailover(lctx, sales) // see failover.go
+		s.failover.Watch(lctx, sales) // controlplane/failover
 		cancel()
 		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 		s.schedule(lctx, sales)
