@@ -30,6 +30,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
 	"github.com/flashgate/flashgate/controlplane/failover"
+	"github.com/flashgate/flashgate/controlplane/orders"
 	"github.com/flashgate/flashgate/controlplane/resync"
 )
 
@@ -71,13 +72,13 @@ type Store interface {
 }
 
 // Releaser gives the units of orders that left a live status back to their
-// sale in Redis, idempotently; *inventory.Service satisfies it.
-type Releaser interface {
-	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
-	// ReleaseBatch releases many orders in few script calls and returns how
-	// many it released now.
-	ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error)
-}
+// sale in Redis; PaymentProvider takes payments and PaymentStore keeps them
+// (controlplane/orders).
+type (
+	Releaser        = orders.Releaser
+	PaymentProvider = orders.PaymentProvider
+	PaymentStore    = orders.PaymentStore
+)
 
 // Config configures a Service. Redis, Store, Releaser and AdminToken are
 // required; every other zero value works.
@@ -145,7 +146,7 @@ type Config struct {
 	// while a queue waits for its start stops that start (the seed would
 	// no longer hash to the published commitment).
 	QueueSeedSecret []byte
-	// Payments is the payment provider (payments.go); nil means simulated
+	// Payments is the payment provider (controlplane/orders); nil means simulated
 	// payments: Pay marks an order paid on the buyer's word.
 	Payments PaymentProvider
 	// PaymentStore keeps payments and webhook events; required with
@@ -171,6 +172,11 @@ const (
 	DefaultSpillClaimAge = 5 * time.Second
 	DefaultQueueBacklog  = 10_000
 	DefaultQueueLatency  = 100 * time.Millisecond
+	// DefaultPaymentGrace is how long past the payment window the
+	// reconciliation waits for a webhook before asking the provider.
+	DefaultPaymentGrace = 30 * time.Second
+	// DefaultCurrency is the currency of payments when none is configured.
+	DefaultCurrency = "usd"
 )
 
 // withDefaults returns c with each zero field (a zero or negative
@@ -224,7 +230,6 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	rdb      redis.UniversalClient
 	store    Store
-	releaser Releaser
 	token    []byte
 	clock    flashgate.Clock
 	log      *slog.Logger
@@ -234,13 +239,11 @@ type Service struct {
 	// auditLogger is Config.AuditLogger, for the admin API.
 	auditLogger *slog.Logger
 
-	paymentWindow time.Duration
-	resyncEvery   time.Duration
-	tickEvery     time.Duration
-	leaderTTL     time.Duration
-	persistWait   time.Duration
-	nodeID        string
-	leaseToken    string
+	resyncEvery time.Duration
+	tickEvery   time.Duration
+	leaderTTL   time.Duration
+	nodeID      string
+	leaseToken  string
 	// fence is the fencing token of this Service's lease (lua.TakeFence's
 	// answer when it took the lease, or a newer one: see lead); 0 when it
 	// holds none. The term's context carries it to every write.
@@ -263,13 +266,8 @@ type Service struct {
 	// failover is the failover watch (controlplane/failover).
 	failover *failover.Watcher
 
-	// provider takes payments (nil: simulated); paymentStore keeps them
-	// (payments.go).
-	provider     PaymentProvider
-	paymentStore PaymentStore
-	currency     string
-	paymentGrace time.Duration
-	pm           *paymentMetrics
+	// orders runs the order actions and payments (controlplane/orders).
+	orders *orders.Service
 
 	// mu guards settled, leading and term.
 	mu      sync.Mutex
@@ -294,26 +292,19 @@ func New(cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{
-		rdb:           cfg.Redis,
-		store:         cfg.Store,
-		releaser:      cfg.Releaser,
-		token:         []byte(cfg.AdminToken),
-		clock:         cfg.Clock,
-		log:           cfg.Logger,
-		paymentWindow: cfg.PaymentWindow,
-		resyncEvery:   cfg.ResyncEvery,
-		tickEvery:     cfg.TickEvery,
-		leaderTTL:     cfg.LeaderTTL,
-		persistWait:   cfg.PersistWait,
-		nodeID:        cfg.NodeID,
-		settled:       make(map[string]bool),
-		queueBacklog:  cfg.QueueBacklog,
-		queueLatency:  cfg.QueueLatency,
-		provider:      cfg.Payments,
-		paymentStore:  cfg.PaymentStore,
-		currency:      cfg.Currency,
-		paymentGrace:  cfg.PaymentGrace,
-		seedKey:       cfg.QueueSeedSecret,
+		rdb:          cfg.Redis,
+		store:        cfg.Store,
+		token:        []byte(cfg.AdminToken),
+		clock:        cfg.Clock,
+		log:          cfg.Logger,
+		resyncEvery:  cfg.ResyncEvery,
+		tickEvery:    cfg.TickEvery,
+		leaderTTL:    cfg.LeaderTTL,
+		nodeID:       cfg.NodeID,
+		settled:      make(map[string]bool),
+		queueBacklog: cfg.QueueBacklog,
+		queueLatency: cfg.QueueLatency,
+		seedKey:      cfg.QueueSeedSecret,
 	}
 	if len(s.seedKey) == 0 {
 		s.seedKey = DeriveQueueSeedSecret(cfg.AdminToken)
@@ -345,7 +336,11 @@ func New(cfg Config) (*Service, error) {
 	s.metrics = m
 	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.resyncs)
 	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
-	if s.pm, err = newPaymentMetrics(reg); err != nil {
+	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
+		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
+		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
+		Metrics: reg, Expired: m.expired, Refunds: m.refunds})
+	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	if s.ops, err = newOpsMetrics(s, reg); err != nil {
