@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
 	"github.com/flashgate/flashgate/controlplane/failover"
@@ -42,7 +43,7 @@ type Store interface {
 	Sales(ctx context.Context) ([]flashgate.Sale, error)
 	// LiveSales lists the sales not archived; ArchiveSale archives a
 	// closed sale (reporting whether it did) and UnarchiveSale makes one
-	// live again (archive.go).
+	// live again (controlplane/archive).
 	LiveSales(ctx context.Context) ([]flashgate.Sale, error)
 	ArchiveSale(ctx context.Context, id string) (bool, error)
 	UnarchiveSale(ctx context.Context, id string) error
@@ -266,6 +267,8 @@ type Service struct {
 	// failover is the failover watch (controlplane/failover).
 	failover *failover.Watcher
 
+	// archive archives the sales over (controlplane/archive).
+	archive *archive.Archiver
 	// orders runs the order actions and payments (controlplane/orders).
 	orders *orders.Service
 
@@ -312,6 +315,7 @@ func New(cfg Config) (*Service, error) {
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
 	s.dead = deadletter.New(s.rdb, s.store, s.log)
+	s.archive = archive.New(s.rdb, s.store, s.log)
 	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	reg := cfg.Metrics
 	s.gatherer = cfg.Gatherer

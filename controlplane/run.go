@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 )
@@ -187,7 +188,7 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	done := s.settled[sale.ID]
 	s.mu.Unlock()
 	if done {
-		s.archiveIfOver(ctx, sale) // archive.go
+		s.archiveIfOver(ctx, sale)
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
@@ -216,4 +217,39 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		s.mu.Unlock()
 	}
 	s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
+}
+
+// archiveIfOver archives a closed sale whose settlement was reported once
+// it has ended for good (archive.Archiver.Over); when a re-sync has work to
+// do first it runs one. It runs on the leader at each re-sync pass of the
+// sale.
+func (s *Service) archiveIfOver(ctx context.Context, sale flashgate.Sale) {
+	st, err := s.archive.Over(ctx, sale)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving: checking the sale", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	switch st {
+	case archive.Wait:
+		return
+	case archive.Resync:
+		s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
+		return
+	}
+	archived, err := s.archive.Archive(ctx, sale)
+	if archived {
+		s.mu.Lock()
+		delete(s.settled, sale.ID)
+		s.mu.Unlock()
+		s.queues.drop(sale.ID)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	s.log.Info("sale archived: ended and settled", "sale", sale.ID)
 }

@@ -143,8 +143,8 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 		return fmt.Errorf("setting sale state: %w", err)
 	}
 	if st != flashgate.StateClosed {
-		// An archived sale is live again before it opens (archive.go).
-		if err := s.unarchiveIfArchived(ctx, id); err != nil {
+		// An archived sale is live again before it opens (controlplane/archive).
+		if err := s.archive.UnarchiveIfArchived(ctx, id); err != nil {
 			return err
 		}
 	}
