@@ -6,14 +6,11 @@ import (
 	"github.com/flashgate/flashgate/controlplane/deadletter"
 )
 
-// DeadLetter, DeadLetters and MaxDeadLetters are controlplane/deadletter's.
+// DeadLetter and DeadLetters are controlplane/deadletter's.
 type (
 	DeadLetter  = deadletter.DeadLetter
 	DeadLetters = deadletter.DeadLetters
 )
-
-// MaxDeadLetters is the most dead letters one admin call lists or replays.
-const MaxDeadLetters = deadletter.MaxDeadLetters
 
 // DeadLetters returns up to limit (1…1000; default 100) of the oldest
 // entries of sale id's dead-letter stream, and its length
