@@ -228,7 +228,7 @@ func testArchive(t *testing.T, backend, dsn string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.archive(e.ctx, row); err == nil {
+	if _, err := e.svc.archive.Archive(e.ctx, row); err == nil {
 		t.Error("archive of a sale with an order in its stream: got no error")
 	}
 	if archived("late") || !inSales("late") {

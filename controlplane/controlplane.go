@@ -27,8 +27,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
+	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/failover"
+	"github.com/flashgate/flashgate/controlplane/orders"
 	"github.com/flashgate/flashgate/controlplane/queueleader"
+	"github.com/flashgate/flashgate/controlplane/resync"
 )
 
 // Store is the system of record as the control plane uses it; *sqldb.DB
@@ -39,7 +44,7 @@ type Store interface {
 	Sales(ctx context.Context) ([]flashgate.Sale, error)
 	// LiveSales lists the sales not archived; ArchiveSale archives a
 	// closed sale (reporting whether it did) and UnarchiveSale makes one
-	// live again (archive.go).
+	// live again (controlplane/archive).
 	LiveSales(ctx context.Context) ([]flashgate.Sale, error)
 	ArchiveSale(ctx context.Context, id string) (bool, error)
 	UnarchiveSale(ctx context.Context, id string) error
@@ -67,13 +72,13 @@ type Store interface {
 }
 
 // Releaser gives the units of orders that left a live status back to their
-// sale in Redis, idempotently; *inventory.Service satisfies it.
-type Releaser interface {
-	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
-	// ReleaseBatch releases many orders in few script calls and returns how
-	// many it released now.
-	ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error)
-}
+// sale in Redis; PaymentProvider takes payments and PaymentStore keeps them
+// (controlplane/orders).
+type (
+	Releaser        = orders.Releaser
+	PaymentProvider = orders.PaymentProvider
+	PaymentStore    = orders.PaymentStore
+)
 
 // Config configures a Service. Redis, Store, Releaser and AdminToken are
 // required; every other zero value works.
@@ -141,7 +146,7 @@ type Config struct {
 	// while a queue waits for its start stops that start (the seed would
 	// no longer hash to the published commitment).
 	QueueSeedSecret []byte
-	// Payments is the payment provider (payments.go); nil means simulated
+	// Payments is the payment provider (controlplane/orders); nil means simulated
 	// payments: Pay marks an order paid on the buyer's word.
 	Payments PaymentProvider
 	// PaymentStore keeps payments and webhook events; required with
@@ -167,6 +172,11 @@ const (
 	DefaultSpillClaimAge = 5 * time.Second
 	DefaultQueueBacklog  = 10_000
 	DefaultQueueLatency  = 100 * time.Millisecond
+	// DefaultPaymentGrace is how long past the payment window the
+	// reconciliation waits for a webhook before asking the provider.
+	DefaultPaymentGrace = 30 * time.Second
+	// DefaultCurrency is the currency of payments when none is configured.
+	DefaultCurrency = "usd"
 )
 
 // withDefaults returns c with each zero field (a zero or negative
@@ -220,7 +230,6 @@ func (c Config) withDefaults() Config {
 type Service struct {
 	rdb      redis.UniversalClient
 	store    Store
-	releaser Releaser
 	token    []byte
 	clock    flashgate.Clock
 	log      *slog.Logger
@@ -230,13 +239,11 @@ type Service struct {
 	// auditLogger is Config.AuditLogger, for the admin API.
 	auditLogger *slog.Logger
 
-	paymentWindow time.Duration
-	resyncEvery   time.Duration
-	tickEvery     time.Duration
-	leaderTTL     time.Duration
-	persistWait   time.Duration
-	nodeID        string
-	leaseToken    string
+	resyncEvery time.Duration
+	tickEvery   time.Duration
+	leaderTTL   time.Duration
+	nodeID      string
+	leaseToken  string
 	// fence is the fencing token of this Service's lease (lua.TakeFence's
 	// answer when it took the lease, or a newer one: see lead); 0 when it
 	// holds none. The term's context carries it to every write.
@@ -247,25 +254,19 @@ type Service struct {
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper
+	// dead lists and replays dead letters (controlplane/deadletter).
+	dead *deadletter.Service
 
-	// resyncMu serialises re-syncs (and the moves and rebuilds of
-	// buckets) in this process, so that two of them (the loop and an admin
-	// call) never deliver the same releases at once.
-	resyncMu sync.Mutex
-	// recoveringSales holds the ids of bucketed sales a slot of which is
-	// being recovered after a failover (failover_buckets.go).
-	recoveringSales sync.Map
-	// replBlind is set once the failover watch has noted that Redis cannot
-	// tell its replication state (failover.go), until it can again.
-	replBlind atomic.Bool
+	// sync re-syncs sales (controlplane/resync); its lock serialises the
+	// re-syncs and the moves and rebuilds of buckets in this process.
+	sync *resync.Syncer
+	// failover is the failover watch (controlplane/failover).
+	failover *failover.Watcher
 
-	// provider takes payments (nil: simulated); paymentStore keeps them
-	// (payments.go).
-	provider     PaymentProvider
-	paymentStore PaymentStore
-	currency     string
-	paymentGrace time.Duration
-	pm           *paymentMetrics
+	// archive archives the sales over (controlplane/archive).
+	archive *archive.Archiver
+	// orders runs the order actions and payments (controlplane/orders).
+	orders *orders.Service
 
 	// mu guards settled, leading and term.
 	mu      sync.Mutex
@@ -290,27 +291,22 @@ func New(cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{
-		rdb:           cfg.Redis,
-		store:         cfg.Store,
-		releaser:      cfg.Releaser,
-		token:         []byte(cfg.AdminToken),
-		clock:         cfg.Clock,
-		log:           cfg.Logger,
-		paymentWindow: cfg.PaymentWindow,
-		resyncEvery:   cfg.ResyncEvery,
-		tickEvery:     cfg.TickEvery,
-		leaderTTL:     cfg.LeaderTTL,
-		persistWait:   cfg.PersistWait,
-		nodeID:        cfg.NodeID,
-		settled:       make(map[string]bool),
-		provider:      cfg.Payments,
-		paymentStore:  cfg.PaymentStore,
-		currency:      cfg.Currency,
-		paymentGrace:  cfg.PaymentGrace,
+		rdb:         cfg.Redis,
+		store:       cfg.Store,
+		token:       []byte(cfg.AdminToken),
+		clock:       cfg.Clock,
+		log:         cfg.Logger,
+		resyncEvery: cfg.ResyncEvery,
+		tickEvery:   cfg.TickEvery,
+		leaderTTL:   cfg.LeaderTTL,
+		nodeID:      cfg.NodeID,
+		settled:     make(map[string]bool),
 	}
 	s.queues = newQueueLeader(s, cfg)
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
+	s.dead = deadletter.New(s.rdb, s.store, s.log)
+	s.archive = archive.New(s.rdb, s.store, s.log)
 	s.leaseToken = s.nodeID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	reg := cfg.Metrics
 	s.gatherer = cfg.Gatherer
@@ -333,7 +329,13 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
-	if s.pm, err = newPaymentMetrics(reg); err != nil {
+	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.resyncs)
+	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
+	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
+		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
+		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
+		Metrics: reg, Expired: m.expired, Refunds: m.refunds})
+	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	if s.ops, err = newOpsMetrics(s, reg); err != nil {

@@ -35,7 +35,8 @@ type tickCost struct {
 // listCounter is a Store that counts the sale rows its listings return.
 type listCounter struct {
 	Store
-	rows atomic.Int64
+	rows  atomic.Int64
+	lists atomic.Int64 // calls of LiveSales
 }
 
 func (l *listCounter) Sales(ctx context.Context) ([]flashgate.Sale, error) {
@@ -46,6 +47,7 @@ func (l *listCounter) Sales(ctx context.Context) ([]flashgate.Sale, error) {
 
 func (l *listCounter) LiveSales(ctx context.Context) ([]flashgate.Sale, error) {
 	v, err := l.Store.LiveSales(ctx)
+	l.lists.Add(1)
 	l.rows.Add(int64(len(v)))
 	return v, err
 }
@@ -203,5 +205,25 @@ func TestTickCostFlat(t *testing.T) {
 	}
 	if lots.inSales != few.inSales {
 		t.Errorf("fg:sales: %d members with %d past sales, %d with 10; want the same", lots.inSales, many, few.inSales)
+	}
+}
+
+// TestTickListsLiveSalesOnce: a tick without its re-sync pass reads the live
+// sales from the database once, for the failover watch, the scheduler and
+// the fair queues alike; and the scheduler's moves reach the queues' view.
+func TestTickListsLiveSalesOnce(t *testing.T) {
+	counter := &listCounter{}
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { counter.Store = c.Store; c.Store = counter })
+	e.openSale("once", 10, 1)
+	last := time.Now() // the re-sync pass is not due
+	for range 3 {
+		counter.lists.Store(0)
+		e.svc.tick(e.ctx, &last)
+		if got := counter.lists.Load(); got != 1 {
+			t.Fatalf("LiveSales calls in one tick: got %d, want 1", got)
+		}
+	}
+	if !e.svc.Leading() {
+		t.Fatal("the service does not lead")
 	}
 }

@@ -29,16 +29,9 @@ func newQueueLeader(s *Service, cfg Config) *queueleader.Leader {
 	})
 }
 
-// queueTick runs one step of every fair sale's queue; the leader calls it
-// every tick.
-func (s *Service) queueTick(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx) // archived sales are closed: nothing to run
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("fair queue: listing sales", "err", err)
-		}
-		return
-	}
+// queueTick runs one step of every fair sale's queue among the live sales
+// the tick read; the leader calls it every tick.
+func (s *Service) queueTick(ctx context.Context, sales []flashgate.Sale) {
 	s.queues.Tick(ctx, sales, s.fence.Load())
 }
 

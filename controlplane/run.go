@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 )
@@ -43,15 +44,26 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 		return
 	}
 	ctx = tctx
+	// One read of the live sales serves the failover watch, the scheduler
+	// and the fair queues (archived sales are closed: nothing to run).
 	lctx, cancel := context.WithTimeout(ctx, s.leaderTTL)
-	s.watchFailover(lctx) // see failover.go
+	sales, err := s.store.LiveSales(lctx)
 	cancel()
-	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	s.schedule(lctx)
-	cancel()
-	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-	s.queueTick(lctx) // queues.go
-	cancel()
+	if err != nil {
+		if ctx.Err() == nil { // not shutting down
+			s.log.Warn("tick: listing sales", "err", err)
+		}
+	} else {
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.failover.Watch(lctx, sales) // controlplane/failover
+		cancel()
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.schedule(lctx, sales)
+		cancel()
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.queueTick(lctx, sales) // queue.go
+		cancel()
+	}
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ReconcilePayments(lctx); err != nil && ctx.Err() == nil { // payments.go
 		s.log.Warn("payment reconciliation", "err", err)
@@ -84,30 +96,26 @@ func (s *Service) leadFor(ctx context.Context) (context.Context, bool) {
 	return tctx, tctx != nil
 }
 
-// schedule opens upcoming sales whose start time came and closes sales whose
-// end time came.
-func (s *Service) schedule(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx)
-	if err != nil {
-		if !errors.Is(err, context.Canceled) { // not shutting down
-			s.log.Warn("scheduler: listing sales", "err", err)
-		}
-		return
-	}
+// schedule opens upcoming sales (of the live sales the tick read) whose
+// start time came and closes sales whose end time came; it sets the state
+// it moved a sale to in sales, for the loops after it.
+func (s *Service) schedule(ctx context.Context, sales []flashgate.Sale) {
 	now := s.clock.Now()
-	for _, sale := range sales {
+	for i, sale := range sales {
 		ended := sale.EndsAt != nil && !now.Before(*sale.EndsAt)
 		switch {
 		case sale.State != flashgate.StateClosed && ended:
 			if err := s.Stop(ctx, sale.ID); err != nil {
 				s.log.Warn("scheduler: closing sale", "sale", sale.ID, "err", err)
 			} else {
+				sales[i].State = flashgate.StateClosed
 				s.log.Info("scheduler closed sale at ends_at", "sale", sale.ID)
 			}
 		case sale.State == flashgate.StateUpcoming && sale.StartsAt != nil && !now.Before(*sale.StartsAt):
 			if err := s.Start(ctx, sale.ID); err != nil {
 				s.log.Warn("scheduler: opening sale", "sale", sale.ID, "err", err)
 			} else {
+				sales[i].State = flashgate.StateOpen
 				s.log.Info("scheduler opened sale at starts_at", "sale", sale.ID)
 			}
 		}
@@ -180,7 +188,7 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 	done := s.settled[sale.ID]
 	s.mu.Unlock()
 	if done {
-		s.archiveIfOver(ctx, sale) // archive.go
+		s.archiveIfOver(ctx, sale)
 		return
 	}
 	rf, err := s.redisFigures(ctx, sale.ID)
@@ -209,4 +217,39 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		s.mu.Unlock()
 	}
 	s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
+}
+
+// archiveIfOver archives a closed sale whose settlement was reported once
+// it has ended for good (archive.Archiver.Over); when a re-sync has work to
+// do first it runs one. It runs on the leader at each re-sync pass of the
+// sale.
+func (s *Service) archiveIfOver(ctx context.Context, sale flashgate.Sale) {
+	st, err := s.archive.Over(ctx, sale)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving: checking the sale", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	switch st {
+	case archive.Wait:
+		return
+	case archive.Resync:
+		s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
+		return
+	}
+	archived, err := s.archive.Archive(ctx, sale)
+	if archived {
+		s.mu.Lock()
+		delete(s.settled, sale.ID)
+		s.mu.Unlock()
+		s.queues.Drop(sale.ID)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("archiving", "sale", sale.ID, "err", err)
+		}
+		return
+	}
+	s.log.Info("sale archived: ended and settled", "sale", sale.ID)
 }

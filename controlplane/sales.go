@@ -9,6 +9,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/controlplane/resync"
 	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -21,7 +22,7 @@ const (
 )
 
 // ResyncFigures are a sale's Redis figures before or after a re-sync.
-type ResyncFigures = salehash.ResyncFigures
+type ResyncFigures = resync.Figures
 
 // BucketStatus is one bucket's live figures in GET /admin/sales/{id}.
 type BucketStatus = buckets.Status
@@ -97,7 +98,7 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	if sale.Bucketed() {
 		tags = l.Tags()
 	}
-	if err := s.joinSales(ctx, sale.ID, tags); err != nil {
+	if err := resync.JoinSales(ctx, s.rdb, sale.ID, tags); err != nil {
 		return err
 	}
 	for b, t := range tags {
@@ -113,17 +114,6 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 		args = append(args, "", flashgate.QueueFair)
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
-}
-
-// joinSales adds a sale and its bucket tags (none when unbucketed) to
-// fg:sales, the set the order sinks drain, in one SADD.
-func (s *Service) joinSales(ctx context.Context, id string, tags []string) error {
-	members := make([]any, 0, 1+len(tags))
-	members = append(members, id)
-	for _, t := range tags {
-		members = append(members, t)
-	}
-	return s.rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
 }
 
 // Start opens a sale now. Start and Stop carry ctx's fencing token, or one
@@ -154,8 +144,8 @@ func (s *Service) setStateFenced(ctx context.Context, id string, st flashgate.Sa
 		return fmt.Errorf("setting sale state: %w", err)
 	}
 	if st != flashgate.StateClosed {
-		// An archived sale is live again before it opens (archive.go).
-		if err := s.unarchiveIfArchived(ctx, id); err != nil {
+		// An archived sale is live again before it opens (controlplane/archive).
+		if err := s.archive.UnarchiveIfArchived(ctx, id); err != nil {
 			return err
 		}
 	}

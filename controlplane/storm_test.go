@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/orders"
 	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -123,8 +124,8 @@ func TestExpiryStorm(t *testing.T) {
 	logs.mu.Lock()
 	passes, warns := logs.msgs["expired unpaid orders"], logs.warns
 	logs.mu.Unlock()
-	if passes == 0 || passes > n/expireBatch {
-		t.Errorf("%d expiry log lines for %d orders, want one per pass (at most %d)", passes, n, n/expireBatch)
+	if passes == 0 || passes > n/orders.ExpireBatch {
+		t.Errorf("%d expiry log lines for %d orders, want one per pass (at most %d)", passes, n, n/orders.ExpireBatch)
 	}
 	for _, w := range warns {
 		if !strings.Contains(w, "re-sync: delivering") {

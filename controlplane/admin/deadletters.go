@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/deadletter"
 )
 
 // limitParam reads the optional ?limit= of a dead-letter call.
@@ -15,7 +15,7 @@ func limitParam(r *http.Request) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > controlplane.MaxDeadLetters {
+	if err != nil || n < 1 || n > deadletter.MaxDeadLetters {
 		return 0, &flashgate.FieldError{Field: "limit", Reason: "must be 1-1000"}
 	}
 	return n, nil

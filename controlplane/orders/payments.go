@@ -1,4 +1,4 @@
-package controlplane
+package orders
 
 import (
 	"context"
@@ -58,13 +58,6 @@ const (
 	outcomeLatePending   = "late_pending"
 	outcomeRefundingLate = "refunding_late"
 )
-
-// DefaultPaymentGrace is how long past the payment window the
-// reconciliation waits for a webhook before asking the provider.
-const DefaultPaymentGrace = 30 * time.Second
-
-// DefaultCurrency is the currency of payments when none is configured.
-const DefaultCurrency = "usd"
 
 // adoptFor is how long an event about an intent no payment names is
 // looked at again (its order may not be stored yet).

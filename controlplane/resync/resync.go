@@ -1,17 +1,64 @@
-package controlplane
+// Package resync sets a sale's stock in Redis from the database: the
+// leader's re-sync pass, the delivery of queued releases and the restore of
+// a sale Redis lost (bucketed sales through controlplane/buckets). Its
+// writes carry the fencing token of their context (internal/fencing).
+package resync
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
+
+// Figures are a sale's Redis figures before or after a re-sync.
+type Figures = salehash.ResyncFigures
+
+// Store is the database as a re-sync reads it; the control plane's Store
+// satisfies it.
+type Store interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
+	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
+	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+}
+
+// Syncer re-syncs sales. Its methods are safe for concurrent use.
+type Syncer struct {
+	rdb     redis.UniversalClient
+	store   Store
+	buckets *buckets.Keeper
+	log     *slog.Logger
+	resyncs prometheus.Counter // counts the re-syncs done
+	// mu serialises re-syncs (and the moves and rebuilds of buckets) in
+	// this process, so that two of them (the loop and an admin call) never
+	// deliver the same releases at once.
+	mu sync.Mutex
+}
+
+// New returns a Syncer; resyncs counts the re-syncs it does.
+func New(rdb redis.UniversalClient, store Store, keeper *buckets.Keeper, log *slog.Logger, resyncs prometheus.Counter) *Syncer {
+	return &Syncer{rdb: rdb, store: store, buckets: keeper, log: log, resyncs: resyncs}
+}
+
+// Lock serialises a move or rebuild of buckets with the re-syncs.
+func (s *Syncer) Lock() { s.mu.Lock() }
+
+// Unlock undoes Lock.
+func (s *Syncer) Unlock() { s.mu.Unlock() }
 
 // deliverBudget bounds the time one re-sync pass spends delivering a sale's
 // pending releases (after a storm of expiries); the rest waits for the next
@@ -25,33 +72,20 @@ const deliverBudget = time.Second
 // A pass costs O(changes since the last pass): the figures are counters
 // kept with the rows, and only the releases the database queued since the
 // last pass go to Redis (ReleaseBatch, then Resync with O(1) arguments).
-// Only a rebuild reads every row, a page at a time (Restore).
+// Only a rebuild reads every row, a page at a time (restore).
 //
-// Every write carries ctx's fencing token, or one of its own (fencedCall):
-// a pass of a control plane that lost its lease stops at its first write
-// after a newer token's, with flashgate.ErrFenced.
-func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
-	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
-	if !flashgate.ValidSaleID(id) {
-		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
-	}
-	err = s.fencedCall(ctx, func(ctx context.Context) error {
-		var e error
-		before, after, e = s.resync(ctx, id)
-		return e
-	})
-	return before, after, err
-}
-
-func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
-	s.resyncMu.Lock()
-	defer s.resyncMu.Unlock()
+// Every write carries ctx's fencing token: a pass of a control plane that
+// lost its lease stops at its first write after a newer token's, with
+// flashgate.ErrFenced.
+func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return before, after, fmt.Errorf("reading sale: %w", err)
 	}
 	if sale.Bucketed() {
-		return s.resyncBucketed(ctx, sale)
+		return s.Bucketed(ctx, sale)
 	}
 	// The sale joins fg:sales before its keys can be rebuilt: a sale with
 	// orders is never missing from the set the order sinks drain. An
@@ -82,10 +116,10 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		// released set and buyers from every row, then rebuild its stock.
 		// A big sale takes longer than a pass may: the restore keeps going
 		// past the pass's deadline (not past a cancellation).
-		rctx, cancel := restoreContext(ctx)
+		rctx, cancel := RestoreContext(ctx)
 		defer cancel()
 		ctx = rctx
-		if err := s.restore(ctx, id); err != nil {
+		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
 		v, err = resync("1")
@@ -100,13 +134,13 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, fmt.Errorf("re-syncing: script returned %d values", len(v))
 	}
 	total := v[9]
-	before = ResyncFigures{Total: total, Booked: v[1], Reserved: v[2], AdmissionCap: v[3], Admitted: v[4], Remaining: max(total-v[1], 0), Missing: v[0] == 1}
-	after = ResyncFigures{Total: total, Booked: v[5], Reserved: v[6], AdmissionCap: v[7], Admitted: v[8], Remaining: max(total-v[5], 0)}
+	before = Figures{Total: total, Booked: v[1], Reserved: v[2], AdmissionCap: v[3], Admitted: v[4], Remaining: max(total-v[1], 0), Missing: v[0] == 1}
+	after = Figures{Total: total, Booked: v[5], Reserved: v[6], AdmissionCap: v[7], Admitted: v[8], Remaining: max(total-v[5], 0)}
 	if before.Missing {
 		before.Total, before.Remaining = 0, 0
 		s.log.Warn("sale rebuilt in redis from the database", "sale", id, "booked", after.Booked, "admission_cap", after.AdmissionCap)
 	}
-	s.metrics.resyncs.Inc()
+	s.resyncs.Inc()
 	return before, after, nil
 }
 
@@ -116,7 +150,7 @@ func (s *Service) resync(ctx context.Context, id string) (before, after ResyncFi
 // in the database. It returns the database's count of delivered releases.
 // It stops without error when Redis refuses a batch (no sale, or behind the
 // database): the Resync call that follows then asks for a restore.
-func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
+func (s *Syncer) deliverReleases(ctx context.Context, id string) (delivered int64, err error) {
 	keys := lua.ReleaseKeys(id)
 	tok := fencing.Of(ctx)
 	deadline := time.Now().Add(deliverBudget)
@@ -160,11 +194,11 @@ func (s *Service) deliverReleases(ctx context.Context, id string) (delivered int
 // restoreTimeout bounds a restore of a sale from every row of it.
 const restoreTimeout = 2 * time.Minute
 
-// restoreContext is ctx without its deadline, bounded by restoreTimeout
+// RestoreContext is ctx without its deadline, bounded by restoreTimeout
 // instead, and still ended when ctx is cancelled (the leader's term ended:
 // see lead). It keeps ctx's values, the fencing token among them, and ends
 // with the leadership term that token belongs to, even after ctx's deadline.
-func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 	stop := context.AfterFunc(ctx, func() {
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -178,9 +212,9 @@ func restoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return rctx, func() { stop(); stopTerm(); cancel() }
 }
 
-// restore puts every released and live row of a sale back into its
+// Restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first.
-func (s *Service) restore(ctx context.Context, id string) error {
+func (s *Syncer) Restore(ctx context.Context, id string) error {
 	keys := lua.RestoreKeys(id)
 	tok := fencing.Of(ctx)
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
@@ -219,4 +253,40 @@ func (s *Service) restore(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+// Bucketed is Resync for a bucketed sale: the sale and its bucket tags
+// join the set the order sinks drain (unless archived), then every bucket
+// is re-synced (buckets.Keeper.Resync). The caller holds the lock (Lock).
+func (s *Syncer) Bucketed(ctx context.Context, sale flashgate.Sale) (before, after Figures, err error) {
+	if err := s.joinSalesUnlessArchived(ctx, sale, buckets.Layout(sale).Tags()); err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if before, after, err = s.buckets.Resync(ctx, sale); err != nil {
+		return before, after, err
+	}
+	s.resyncs.Inc()
+	return before, after, nil
+}
+
+// joinSalesUnlessArchived is JoinSales for a re-sync: an archived sale
+// takes no orders (it is closed, and reopened only through unarchive), so
+// a re-sync of it (an admin's, or the rebuild of its hash) leaves it out of
+// fg:sales.
+func (s *Syncer) joinSalesUnlessArchived(ctx context.Context, sale flashgate.Sale, tags []string) error {
+	if sale.Archived {
+		return nil
+	}
+	return JoinSales(ctx, s.rdb, sale.ID, tags)
+}
+
+// JoinSales adds a sale and its bucket tags (none when unbucketed) to
+// fg:sales, the set the order sinks drain, in one SADD.
+func JoinSales(ctx context.Context, rdb redis.UniversalClient, id string, tags []string) error {
+	members := make([]any, 0, 1+len(tags))
+	members = append(members, id)
+	for _, t := range tags {
+		members = append(members, t)
+	}
+	return rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
 }

@@ -1,9 +1,12 @@
-package controlplane
+// Package archive archives the sales that ended and settled, and makes an
+// archived sale live again when it is reopened.
+package archive
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,65 +28,60 @@ import (
 // order gives its units back to the closed sale's hash, which sells
 // nothing; its release stays queued in the database until the sale is
 // reopened (a re-sync delivers it then). Start reopens an archived sale:
-// it is live again and in fg:sales before it opens (unarchiveIfArchived).
+// it is live again and in fg:sales before it opens (UnarchiveIfArchived).
 
-// archiveState is what the settlement pass of a closed sale found.
-type archiveState int
-
-const (
-	archiveWait   archiveState = iota // something is still to happen (orders unpaid, stream backlog, dead letters)
-	archiveResync                     // a re-sync has work to do first (releases to deliver, a difference to correct, a lost hash)
-	archiveReady                      // ended and settled: archive it
-)
-
-// archiveIfOver archives a closed sale whose settlement was reported once
-// it has ended for good (saleOver); when a re-sync has work to do first it
-// runs one. It runs on the leader at each re-sync pass of the sale.
-func (s *Service) archiveIfOver(ctx context.Context, sale flashgate.Sale) {
-	st, err := s.saleOver(ctx, sale)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("archiving: checking the sale", "sale", sale.ID, "err", err)
-		}
-		return
-	}
-	switch st {
-	case archiveWait:
-		return
-	case archiveResync:
-		s.logResync(sale.ID, s.resyncOnly(ctx, sale.ID))
-		return
-	}
-	if err := s.archive(ctx, sale); err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("archiving", "sale", sale.ID, "err", err)
-		}
-		return
-	}
-	s.log.Info("sale archived: ended and settled", "sale", sale.ID)
+// Store is the database as archiving uses it; the control plane's Store
+// satisfies it.
+type Store interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
+	ArchiveSale(ctx context.Context, id string) (bool, error)
+	UnarchiveSale(ctx context.Context, id string) error
 }
 
-// saleOver reports whether a closed sale has ended for good: closed in the
+// Archiver archives sales. Its methods are safe for concurrent use.
+type Archiver struct {
+	rdb   redis.UniversalClient
+	store Store
+	log   *slog.Logger
+}
+
+// New returns an Archiver.
+func New(rdb redis.UniversalClient, store Store, log *slog.Logger) *Archiver {
+	return &Archiver{rdb: rdb, store: store, log: log}
+}
+
+// State is what the settlement pass of a closed sale found.
+type State int
+
+const (
+	Wait   State = iota // something is still to happen (orders unpaid, stream backlog, dead letters)
+	Resync              // a re-sync has work to do first (releases to deliver, a difference to correct, a lost hash)
+	Ready               // ended and settled: archive it
+)
+
+// Over reports whether a closed sale has ended for good: closed in the
 // database and in Redis (its own hash and every bucket's, so no reserve can
 // be taken), every stream empty (the sinks trim what they commit and never
 // remove a pending entry, so every order is a row), no dead letter waiting
 // for a replay, no order pending payment (expiry would still move it), no
 // release queued for delivery, and Redis' booked equal to the live rows'
 // units.
-func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveState, error) {
+func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error) {
 	if sale.State != flashgate.StateClosed {
-		return archiveWait, nil
+		return Wait, nil
 	}
 	fig, err := s.store.Figures(ctx, sale.ID)
 	if err != nil {
-		return archiveWait, fmt.Errorf("reading figures: %w", err)
+		return Wait, fmt.Errorf("reading figures: %w", err)
 	}
 	if fig.PendingPayment > 0 {
-		return archiveWait, nil
+		return Wait, nil
 	}
 	queued, _, err := s.store.PendingReleases(ctx, sale.ID, 1)
 	if err != nil {
-		return archiveWait, fmt.Errorf("reading pending releases: %w", err)
+		return Wait, fmt.Errorf("reading pending releases: %w", err)
 	}
 	// Every hash tag of the sale: its own and, bucketed, each bucket's.
 	tags := []string{sale.ID}
@@ -100,7 +98,7 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 		dead[i] = pipe.XLen(ctx, lua.DeadKey(t))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return archiveWait, fmt.Errorf("reading the sale in redis: %w: %w", flashgate.ErrUnavailable, err)
+		return Wait, fmt.Errorf("reading the sale in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	var booked int64
 	missing := false
@@ -111,50 +109,52 @@ func (s *Service) saleOver(ctx context.Context, sale flashgate.Sale) (archiveSta
 			continue
 		}
 		if closed, _ := v[1].(string); closed != "1" {
-			return archiveWait, nil // not closed in Redis yet: the re-sync's state follows the row
+			return Wait, nil // not closed in Redis yet: the re-sync's state follows the row
 		}
 		if streams[i].Val() > 0 || dead[i].Val() > 0 {
-			return archiveWait, nil
+			return Wait, nil
 		}
 		if i > 0 || !sale.Bucketed() { // a bucketed sale's own booked stays 0
 			booked += lua.Int(v[2])
 		}
 	}
 	if missing || len(queued) > 0 || booked != fig.LiveUnits {
-		return archiveResync, nil
+		return Resync, nil
 	}
-	return archiveReady, nil
+	return Ready, nil
 }
 
-// archive marks the sale archived in the database, takes it and its
+// Archive marks the sale archived in the database, takes it and its
 // buckets out of fg:sales, and then checks again: a sale reopened since it
 // was checked (and perhaps closed again, with orders taken meanwhile) is
 // no longer archived, or no longer over, and goes back into fg:sales. The
 // update is conditional on the closed state, so a reopened sale is never
 // marked; setState clears a mark that landed between its read and its
-// update (unarchiveIfArchived), and its UPDATE comes before its SADD, so
+// update (UnarchiveIfArchived), and its UPDATE comes before its SADD, so
 // whichever of the two SADDs and this SREM comes last, a live sale ends in
-// fg:sales.
-func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
+// fg:sales. It reports whether the sale is archived (then the caller
+// forgets it), which it may be with an error: a fair sale's queue keys not
+// deleted.
+func (s *Archiver) Archive(ctx context.Context, sale flashgate.Sale) (archived bool, err error) {
 	ok, err := s.store.ArchiveSale(ctx, sale.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !ok {
-		return nil // reopened, or archived by another pass
+		return false, nil // reopened, or archived by another pass
 	}
 	members := saleMembers(sale)
 	if err := s.rdb.SRem(ctx, lua.SalesKey(), members...).Err(); err != nil {
 		// Archived all the same: an extra member of fg:sales costs the
 		// sinks one poll a second, nothing else.
-		return fmt.Errorf("leaving fg:sales: %w: %w", flashgate.ErrUnavailable, err)
+		return false, fmt.Errorf("leaving fg:sales: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	row, err := s.store.Sale(ctx, sale.ID)
-	st := archiveWait
+	st := Wait
 	if err == nil && row.Archived {
-		st, err = s.saleOver(ctx, row)
+		st, err = s.Over(ctx, row)
 	}
-	if err != nil || st != archiveReady {
+	if err != nil || st != Ready {
 		// Not over after all (or not known): live again.
 		if uerr := s.store.UnarchiveSale(ctx, sale.ID); uerr != nil {
 			err = errors.Join(err, uerr)
@@ -165,22 +165,18 @@ func (s *Service) archive(ctx context.Context, sale flashgate.Sale) error {
 		if err == nil {
 			err = errors.New("the sale was reopened while it was archived; it stays live")
 		}
-		return fmt.Errorf("archiving: %w", err)
+		return false, fmt.Errorf("archiving: %w", err)
 	}
-	s.mu.Lock()
-	delete(s.settled, sale.ID)
-	s.mu.Unlock()
 	if sale.Fair() {
 		// The queue's entrants, late list, windows and journal stream go
 		// (about 90 bytes an entrant; the database keeps the journal); the sale hash keeps the queue's published fields (the
 		// seed and its SHA-256, the frontiers). Proof-of-work markers expire
 		// on their own.
-		s.queues.Drop(sale.ID)
 		if err := s.rdb.Del(ctx, lua.QueueKey(sale.ID), lua.QueueLateKey(sale.ID), lua.QueueWindowsKey(sale.ID), lua.QueueJournalKey(sale.ID)).Err(); err != nil {
-			return fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
+			return true, fmt.Errorf("archived, but deleting the queue's keys: %w: %w", flashgate.ErrUnavailable, err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // saleMembers are the sale's members of fg:sales: its id and, bucketed,
@@ -195,11 +191,11 @@ func saleMembers(sale flashgate.Sale) []any {
 	return members
 }
 
-// unarchiveIfArchived makes a sale that setState is opening live again if
+// UnarchiveIfArchived makes a sale that setState is opening live again if
 // it is archived: it reads the row again after setState's update, since
 // the leader may have archived the sale between setState's first read and
 // its update (after which it no longer can: it archives closed rows only).
-func (s *Service) unarchiveIfArchived(ctx context.Context, id string) error {
+func (s *Archiver) UnarchiveIfArchived(ctx context.Context, id string) error {
 	sale, err := s.store.Sale(ctx, id)
 	if err != nil {
 		return fmt.Errorf("reading sale: %w", err)
@@ -215,7 +211,7 @@ func (s *Service) unarchiveIfArchived(ctx context.Context, id string) error {
 // drain every order it takes once it opens; and a concurrent archive's
 // SREM, which comes before its own re-check of the mark, cannot have the
 // last word).
-func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
+func (s *Archiver) unarchive(ctx context.Context, sale flashgate.Sale) error {
 	if err := s.store.UnarchiveSale(ctx, sale.ID); err != nil {
 		return fmt.Errorf("reopening an archived sale: %w", err)
 	}
@@ -224,15 +220,4 @@ func (s *Service) unarchive(ctx context.Context, sale flashgate.Sale) error {
 	}
 	s.log.Info("archived sale made live again", "sale", sale.ID)
 	return nil
-}
-
-// joinSalesUnlessArchived is joinSales for a re-sync: an archived sale
-// takes no orders (it is closed, and reopened only through unarchive), so
-// a re-sync of it (an admin's, or the rebuild of its hash) leaves it out of
-// fg:sales.
-func (s *Service) joinSalesUnlessArchived(ctx context.Context, sale flashgate.Sale, tags []string) error {
-	if sale.Archived {
-		return nil
-	}
-	return s.joinSales(ctx, sale.ID, tags)
 }

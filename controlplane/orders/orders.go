@@ -1,11 +1,17 @@
-package controlplane
+// Package orders is the control plane's side of an order's life after its
+// reserve: look-up (stored or still only reserved in Redis), pay, cancel,
+// refund, expiry of unpaid orders, and payments at a provider
+// (payments.go).
+package orders
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
@@ -14,8 +20,84 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// expireBatch is how many orders one ExpireDue call moves.
-const expireBatch = 500
+// ExpireBatch is how many orders one ExpireDue call moves.
+const ExpireBatch = 500
+
+// Store is the database as the order actions use it; the control plane's
+// Store satisfies it.
+type Store interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	LiveSales(ctx context.Context) ([]flashgate.Sale, error)
+	Order(ctx context.Context, id string) (flashgate.Order, error)
+	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
+	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int, fence int64) ([]flashgate.Order, error)
+}
+
+// Releaser gives the units of orders that left a live status back to their
+// sale in Redis, idempotently; *inventory.Service satisfies it.
+type Releaser interface {
+	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
+	// ReleaseBatch releases many orders in few script calls and returns how
+	// many it released now.
+	ReleaseBatch(ctx context.Context, orders []flashgate.Order) (released int, err error)
+}
+
+// Config configures a Service; the control plane fills every field in
+// (its Config documents the defaults). Payments and PaymentStore are nil
+// with simulated payments.
+type Config struct {
+	Redis         redis.UniversalClient
+	Store         Store
+	Releaser      Releaser
+	Clock         flashgate.Clock
+	Logger        *slog.Logger
+	AuditLogger   *slog.Logger // nil means Logger with the attribute log=audit
+	PaymentWindow time.Duration
+	PersistWait   time.Duration // negative: do not wait
+	PaymentGrace  time.Duration
+	Currency      string
+	Payments      PaymentProvider
+	PaymentStore  PaymentStore
+	// Metrics is where the payment counters are registered; Expired and
+	// Refunds count expired and refunded orders.
+	Metrics          prometheus.Registerer
+	Expired, Refunds prometheus.Counter
+}
+
+// Service runs the order actions. Its methods are safe for concurrent use.
+type Service struct {
+	rdb           redis.UniversalClient
+	store         Store
+	releaser      Releaser
+	clock         flashgate.Clock
+	log           *slog.Logger
+	auditLogger   *slog.Logger
+	paymentWindow time.Duration
+	persistWait   time.Duration
+	expired       prometheus.Counter
+	refunds       prometheus.Counter
+
+	// provider takes payments (nil: simulated); paymentStore keeps them
+	// (payments.go).
+	provider     PaymentProvider
+	paymentStore PaymentStore
+	currency     string
+	paymentGrace time.Duration
+	pm           *paymentMetrics
+}
+
+// New returns a Service and registers its payment counters.
+func New(cfg Config) (*Service, error) {
+	s := &Service{rdb: cfg.Redis, store: cfg.Store, releaser: cfg.Releaser, clock: cfg.Clock, log: cfg.Logger,
+		auditLogger: cfg.AuditLogger, paymentWindow: cfg.PaymentWindow, persistWait: cfg.PersistWait,
+		expired: cfg.Expired, refunds: cfg.Refunds, provider: cfg.Payments, paymentStore: cfg.PaymentStore,
+		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace}
+	var err error
+	if s.pm, err = newPaymentMetrics(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
 // Order returns the order orderID of userID. An order of another user is
 // flashgate.ErrNotFound. An order reserved in Redis but not yet in the
@@ -214,7 +296,7 @@ func (s *Service) transition(ctx context.Context, orderID, userID string, from [
 	if !to.Live() {
 		s.release(ctx, got)
 		if to == flashgate.StatusRefunded {
-			s.metrics.refunds.Inc()
+			s.refunds.Inc()
 		}
 	}
 	return got, nil
@@ -278,20 +360,11 @@ const expireBudget = time.Second
 // ExpireDue expires the orders unpaid for longer than the payment window
 // and gives their units back, a batch of rows and one batch release at a
 // time, until none is due or its time budget is spent; it returns how many
-// it expired. The leader calls it every tick. One pass logs one line,
-// whatever the number of orders; releases that failed are given back by the
-// next re-sync (the database queued them with the status change). Its
-// expiries carry ctx's fencing token, or one of their own (fencedCall).
-func (s *Service) ExpireDue(ctx context.Context) (n int, err error) {
-	err = s.fencedCall(ctx, func(ctx context.Context) error {
-		var e error
-		n, e = s.expireDue(ctx)
-		return e
-	})
-	return n, err
-}
-
-func (s *Service) expireDue(ctx context.Context) (int, error) {
+// it expired. One pass logs one line, whatever the number of orders;
+// releases that failed are given back by the next re-sync (the database
+// queued them with the status change). Its expiries carry ctx's fencing
+// token.
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	now := s.clock.Now()
 	start := time.Now()
 	var (
@@ -301,7 +374,7 @@ func (s *Service) expireDue(ctx context.Context) (int, error) {
 	)
 	for {
 		var moved []flashgate.Order
-		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, expireBatch, fencing.Of(ctx))
+		moved, err = s.store.ExpireDue(ctx, now.Add(-s.paymentWindow), now, ExpireBatch, fencing.Of(ctx))
 		if err != nil {
 			err = fmt.Errorf("expiring orders: %w", err)
 			break
@@ -317,8 +390,8 @@ func (s *Service) expireDue(ctx context.Context) (int, error) {
 			}
 		}
 		n += len(moved)
-		s.metrics.expired.Add(float64(len(moved)))
-		if len(moved) < expireBatch || time.Since(start) > expireBudget || ctx.Err() != nil {
+		s.expired.Add(float64(len(moved)))
+		if len(moved) < ExpireBatch || time.Since(start) > expireBudget || ctx.Err() != nil {
 			break
 		}
 	}

@@ -1,16 +1,23 @@
-package controlplane
+// Package failover notices a new Redis primary under a sale and rebuilds
+// the sale from the database before it sells again. It runs on the leader,
+// every tick.
+package failover
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/resync"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -41,7 +48,32 @@ import (
 //     id.
 //
 // A bucketed sale keeps a marker per slot it lives in and recovers each
-// bucket alone: see failover_buckets.go.
+// bucket alone: see buckets.go.
+
+// Watcher is the failover watch. Its methods are safe for concurrent use.
+type Watcher struct {
+	rdb     redis.UniversalClient
+	log     *slog.Logger
+	buckets *buckets.Keeper
+	sync    *resync.Syncer
+	resync  ResyncFunc
+	// recoveringSales holds the ids of bucketed sales a slot of which is
+	// being recovered (buckets.go).
+	recoveringSales sync.Map
+	// replBlind is set once the watch has noted that Redis cannot tell its
+	// replication state, until it can again.
+	replBlind atomic.Bool
+}
+
+// ResyncFunc re-syncs one sale under ctx's fencing token, the control
+// plane's Resync (which counts its failures).
+type ResyncFunc func(ctx context.Context, id string) (before, after resync.Figures, err error)
+
+// New returns a Watcher over rdb: it rebuilds an unbucketed sale with
+// resyncSale and the buckets of a bucketed one with keeper and syncer.
+func New(rdb redis.UniversalClient, log *slog.Logger, keeper *buckets.Keeper, syncer *resync.Syncer, resyncSale ResyncFunc) *Watcher {
+	return &Watcher{rdb: rdb, log: log, buckets: keeper, sync: syncer, resync: resyncSale}
+}
 
 // slotMarker is one primary marker a sale keeps: an unbucketed sale one,
 // for its slot; a bucketed sale one for its own hash, one per bucket and one
@@ -69,18 +101,11 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 	return append(out, slotMarker{key: lua.LedgerPrimaryKey(sale.ID), probe: lua.LedgerKey(sale.ID), bucket: markLedger})
 }
 
-// watchFailover checks every sale in Redis for a new primary and moves the
-// recovery of each affected sale on by one step. It runs on the leader,
-// every tick.
-func (s *Service) watchFailover(ctx context.Context) {
-	sales, err := s.store.LiveSales(ctx) // an archived sale is checked once reopened
-	if ctx.Err() != nil {
-		return // shutting down: an interrupted pass is no failure
-	}
-	if err != nil {
-		s.log.Warn("failover watch: listing sales", "err", err)
-		return
-	}
+// Watch checks every live sale (an archived one is checked once
+// reopened) for a new primary and moves the recovery of each affected sale
+// on by one step. It runs on the leader, every tick, with the live sales
+// the tick read.
+func (s *Watcher) Watch(ctx context.Context, sales []flashgate.Sale) {
 	if len(sales) == 0 {
 		return
 	}
@@ -132,7 +157,7 @@ var errNoReplicationState = errors.New("redis cannot tell its replication id")
 // noteBlind logs once, until Redis can tell its replication state again,
 // that failovers go unnoticed: the watch, and the reserve scripts' fence
 // (which cannot tell either), are off.
-func (s *Service) noteBlind(err error) {
+func (s *Watcher) noteBlind(err error) {
 	if !s.replBlind.Swap(true) {
 		s.log.Warn("failover watch off: redis cannot tell its replication state (INFO replication); a promoted replica would not be noticed", "err", err)
 	}
@@ -140,7 +165,7 @@ func (s *Service) noteBlind(err error) {
 
 // checkPrimary compares sale's marker with the replication id of the
 // primary that holds the sale now, and recovers the sale when they differ.
-func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
+func (s *Watcher) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
 	replID, err := s.replicationID(ctx, lua.SaleKey(sale.ID), ids)
 	if err != nil {
 		return err
@@ -158,7 +183,7 @@ func (s *Service) checkPrimary(ctx context.Context, sale flashgate.Sale, marker 
 
 // recoverSale moves the recovery of sale on a new primary on by one step:
 // pause, then, once the stream has drained, rebuild and mark.
-func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
+func (s *Watcher) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
 	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fencing.Of(ctx)).Int64()
 	if err != nil {
 		return fmt.Errorf("pausing after a failover: %w", err)
@@ -177,16 +202,16 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 	// Reserved below every row sends the re-sync down its restore path
 	// (buyers and releases from the rows, booked from the snapshot) without
 	// deleting the hash, so gateways go on answering from it (paused).
-	if err := s.mark(ctx, sale.ID, lua.FieldReserved, -1); err != nil {
+	if err := fencing.Mark(ctx, s.rdb, sale.ID, lua.FieldReserved, -1); err != nil {
 		return fmt.Errorf("marking the sale for its rebuild: %w", err)
 	}
-	_, after, err := s.Resync(ctx, sale.ID)
+	_, after, err := s.resync(ctx, sale.ID)
 	if err != nil {
 		return fmt.Errorf("rebuilding after a failover: %w", err)
 	}
 	if sale.State == flashgate.StateOpen {
 		// Open again at the next re-sync, as a rebuilt sale does.
-		if err := s.mark(ctx, sale.ID, lua.FieldResume, 1); err != nil {
+		if err := fencing.Mark(ctx, s.rdb, sale.ID, lua.FieldResume, 1); err != nil {
 			return fmt.Errorf("resuming after the rebuild: %w", err)
 		}
 	}
@@ -198,7 +223,7 @@ func (s *Service) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 // of the sale's stream: the stream is empty (the sinks trim what they
 // commit), or the sink group has read up to its last id and acknowledged
 // all it read.
-func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
+func (s *Watcher) streamDrained(ctx context.Context, id string) (bool, error) {
 	key := lua.OrdersKey(id)
 	info, err := s.rdb.XInfoStream(ctx, key).Result()
 	if err != nil {
@@ -226,7 +251,7 @@ func (s *Service) streamDrained(ctx context.Context, id string) (bool, error) {
 // replicationID returns the replication id of the primary that holds key:
 // on a cluster the owner of its slot, else the one primary. ids caches
 // the answers of one pass by primary address.
-func (s *Service) replicationID(ctx context.Context, key string, ids map[string]string) (string, error) {
+func (s *Watcher) replicationID(ctx context.Context, key string, ids map[string]string) (string, error) {
 	node := redis.Cmdable(s.rdb)
 	addr := ""
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {

@@ -1,4 +1,4 @@
-package controlplane
+package failover
 
 import (
 	"context"
@@ -34,9 +34,9 @@ import (
 // unit moves between buckets while one is being recovered (Rebalance waits
 // for recovering to clear), so their totals stay what the rebuild subtracts.
 
-// recovering reports whether a slot of bucketed sale id is being recovered
+// Recovering reports whether a slot of bucketed sale id is being recovered
 // after a failover; Rebalance moves nothing meanwhile.
-func (s *Service) recovering(id string) bool {
+func (s *Watcher) Recovering(id string) bool {
 	_, ok := s.recoveringSales.Load(id)
 	return ok
 }
@@ -45,7 +45,7 @@ func (s *Service) recovering(id string) bool {
 // replication id of its slot's primary now, and moves the recovery of the
 // slots that changed on by one step: the sale's own hash and the ledger
 // first, then the buckets, all the changed ones together.
-func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks []slotMarker, cmds []*redis.StringCmd, ids map[string]string) error {
+func (s *Watcher) checkBuckets(ctx context.Context, sale flashgate.Sale, marks []slotMarker, cmds []*redis.StringCmd, ids map[string]string) error {
 	var changed []slotMarker
 	var replIDs []string
 	for i, m := range marks {
@@ -123,19 +123,19 @@ func (s *Service) checkBuckets(ctx context.Context, sale flashgate.Sale, marks [
 // rebuildBuckets rebuilds the given (paused) buckets of a bucketed sale from
 // the database once each one's stream has drained (see the top of this
 // file); it reports whether they are rebuilt.
-func (s *Service) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) (bool, error) {
+func (s *Watcher) rebuildBuckets(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) (bool, error) {
 	for _, b := range buckets {
 		drained, err := s.streamDrained(ctx, l.Tag(b))
 		if err != nil || !drained {
 			return false, err
 		}
 	}
-	s.resyncMu.Lock()
-	defer s.resyncMu.Unlock()
+	s.sync.Lock()
+	defer s.sync.Unlock()
 	if err := s.buckets.MarkForRebuild(ctx, sale, l, buckets); err != nil {
 		return false, err
 	}
-	_, after, err := s.resyncBucketed(ctx, sale)
+	_, after, err := s.sync.Bucketed(ctx, sale)
 	if err != nil {
 		return false, fmt.Errorf("rebuilding after a failover: %w", err)
 	}

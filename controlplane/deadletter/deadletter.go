@@ -1,8 +1,11 @@
-package controlplane
+// Package deadletter reads and replays a sale's dead-letter stream
+// (lua.DeadKey): the order entries the order sink could not store.
+package deadletter
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -20,6 +23,24 @@ const (
 	MaxDeadLetters     = 1000
 	defaultDeadLetters = 100
 )
+
+// SaleReader reads a sale row; the control plane's Store satisfies it.
+type SaleReader interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+}
+
+// Service lists and replays dead letters.
+type Service struct {
+	rdb   redis.UniversalClient
+	store SaleReader
+	log   *slog.Logger
+}
+
+// New returns a Service over rdb that asks store whether a sale with no
+// dead letters exists.
+func New(rdb redis.UniversalClient, store SaleReader, log *slog.Logger) *Service {
+	return &Service{rdb: rdb, store: store, log: log}
+}
 
 // DeadLetter is one entry of a sale's dead-letter stream (lua.DeadKey): an
 // order entry the order sink could not store, malformed or refused by the
