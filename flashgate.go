@@ -71,6 +71,48 @@ type Sale struct {
 	// Currency is the ISO 4217 code (lower case) its payments are taken
 	// in; "" means the deployment's (--payment-currency, default usd).
 	Currency string `json:"currency,omitempty"`
+
+	// Variants are the sale's stocks when it comes in several (sizes,
+	// sections, editions): 1..MaxVariants of them, ids unique, and Total
+	// is the sum of their totals. PerUser and the one live order per
+	// (sale, user) count across all of them. Empty means one stock, Total.
+	Variants []Variant `json:"variants,omitempty"`
+}
+
+// Variant is one stock of a sale sold in several: its own total, under the
+// sale's one limit per buyer.
+type Variant struct {
+	// ID names the variant in purchases and answers (ValidVariantID).
+	ID string `json:"id"`
+	// Name is what the item page shows (1–200 characters).
+	Name string `json:"name"`
+	// Total is the variant's units, at least 1.
+	Total int64 `json:"total"`
+}
+
+// MaxVariants is the most variants one sale may have.
+const MaxVariants = 100
+
+// MaxVariantIDLen is the longest variant id.
+const MaxVariantIDLen = 16
+
+// ValidVariantID reports whether id is 1–16 characters of [A-Za-z0-9_-]:
+// short and URL-safe, as it travels in requests, Redis fields and rows.
+func ValidVariantID[T ~string | ~[]byte](id T) bool {
+	return len(id) <= MaxVariantIDLen && ValidID(id)
+}
+
+// HasVariants reports whether the sale is sold in several variants.
+func (s Sale) HasVariants() bool { return len(s.Variants) > 0 }
+
+// Variant returns the sale's variant with the given id.
+func (s Sale) Variant(id string) (Variant, bool) {
+	for _, v := range s.Variants {
+		if v.ID == id {
+			return v, true
+		}
+	}
+	return Variant{}, false
 }
 
 // MaxBuckets is the most buckets one sale may be split into.
@@ -144,7 +186,10 @@ type Order struct {
 	Status     OrderStatus `json:"status"`
 	// Bucket is the index of the bucket the order's units came from, in a
 	// bucketed sale (always 0 in an unbucketed one).
-	Bucket    int       `json:"bucket,omitempty"`
+	Bucket int `json:"bucket,omitempty"`
+	// Variant is the id of the variant the order's units came from, in a
+	// sale with variants ("" in one without).
+	Variant   string    `json:"variant,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// PaymentIntent and ClientSecret name the order's payment at the
