@@ -31,6 +31,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
 	"github.com/flashgate/flashgate/controlplane/failover"
+	"github.com/flashgate/flashgate/controlplane/opsmetrics"
 	"github.com/flashgate/flashgate/controlplane/orders"
 	"github.com/flashgate/flashgate/controlplane/queueleader"
 	"github.com/flashgate/flashgate/controlplane/resync"
@@ -234,8 +235,7 @@ type Service struct {
 	clock    flashgate.Clock
 	log      *slog.Logger
 	gatherer prometheus.Gatherer
-	metrics  *metrics
-	ops      *opsMetrics
+	metrics  *opsmetrics.Metrics
 	// auditLogger is Config.AuditLogger, for the admin API.
 	auditLogger *slog.Logger
 
@@ -324,21 +324,18 @@ func New(cfg Config) (*Service, error) {
 			s.gatherer = prometheus.NewRegistry()
 		}
 	}
-	m, err := newMetrics(s, reg)
+	m, err := opsmetrics.New(metricsSource{s}, reg, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	s.metrics = m
-	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.resyncs)
+	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.Resyncs)
 	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
 	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
 		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
 		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
-		Metrics: reg, Expired: m.expired, Refunds: m.refunds})
+		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds})
 	if err != nil {
-		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
-	}
-	if s.ops, err = newOpsMetrics(s, reg); err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}
 	return s, nil

@@ -82,7 +82,7 @@ func TestMeasureIdleRedis(t *testing.T) {
 // resyncPasses is the flashgate_resync_total of e's control plane.
 func (e *env) resyncPasses() float64 {
 	var m dto.Metric
-	if err := e.svc.metrics.resyncs.Write(&m); err != nil {
+	if err := e.svc.metrics.Resyncs.Write(&m); err != nil {
 		e.t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()

@@ -91,7 +91,7 @@ func TestOpsMetrics(t *testing.T) {
 	if _, _, err := e.svc.Resync(e.ctx, "m1"); err == nil {
 		t.Fatal("re-sync with Redis stopped: got nil error")
 	}
-	if v := counterValue(e.svc.ops.resyncErrors); v != 1 {
+	if v := counterValue(e.svc.metrics.ResyncErrors); v != 1 {
 		t.Errorf("re-sync with Redis stopped: got %v failures, want 1", v)
 	}
 }

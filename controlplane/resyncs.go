@@ -13,7 +13,7 @@ import (
 // when Redis lost it (resync.Syncer.Resync). Its writes carry ctx's
 // fencing token, or one of its own (fencedCall).
 func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFigures, err error) {
-	defer func() { s.ops.resyncFailed(err) }() // opsmetrics.go
+	defer func() { s.metrics.ResyncFailed(err) }() // controlplane/opsmetrics
 	if !flashgate.ValidSaleID(id) {
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}

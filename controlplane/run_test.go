@@ -70,7 +70,7 @@ func TestScheduleOneLeader(t *testing.T) {
 	}
 	// Let the loops run a while before starts_at: nothing opens.
 	testwait.Eventually(t, 10*time.Second, func() bool {
-		return counterValue(svcs[leader].metrics.resyncs) >= 3
+		return counterValue(svcs[leader].metrics.Resyncs) >= 3
 	}, "a few re-sync rounds")
 	if got := field(t, e.rdb, "timed", lua.FieldStart); got != 0 {
 		t.Fatalf("start = %d before starts_at, want 0", got)
