@@ -24,6 +24,7 @@ type slowRedis struct {
 	match   func(ctx context.Context, cmd redis.Cmder) bool
 	held    chan struct{}
 	holding atomic.Bool
+	inside  atomic.Int64 // matching calls not yet answered
 }
 
 // slowFor is well beyond the time goleak.VerifyNone retries for (about half
@@ -42,6 +43,8 @@ func (h *slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			if h.holding.CompareAndSwap(false, true) {
 				close(h.held)
 			}
+			h.inside.Add(1)
+			defer h.inside.Add(-1)
 			time.Sleep(slowFor) // bounded: the call then goes on
 		}
 		return next(ctx, cmd)
@@ -110,6 +113,9 @@ func TestCloseWaitsForTermKeeper(t *testing.T) {
 	}
 	if err := svc.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+	if n := slow.inside.Load(); n != 0 {
+		t.Errorf("Close returned with %d renewal(s) of the term's keeper still in flight, want 0", n)
 	}
 	if err := svc.Close(); err != nil { // a second Close is safe
 		t.Fatalf("Close again: %v", err)
