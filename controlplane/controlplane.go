@@ -268,11 +268,19 @@ type Service struct {
 	// orders runs the order actions and payments (controlplane/orders).
 	orders *orders.Service
 
-	// mu guards settled, leading and term.
+	// mu guards settled, leading, term and closed.
 	mu      sync.Mutex
 	settled map[string]bool // closed sales whose settlement was reported
 	leading bool
 	term    *term // the current leadership term (leader.go), nil when none
+	closed  bool  // Close was called: no Run and no term keeper starts
+
+	// runs ends each Run's context, on Close (guarded by mu); wg counts
+	// the goroutines this Service runs (each Run and each term's keeper),
+	// which Close waits for (lifecycle.go).
+	runs      []context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // New checks cfg, fills in the defaults and registers the metrics.

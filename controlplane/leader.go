@@ -112,7 +112,8 @@ func (s *Service) refreshFence(ctx context.Context) error {
 // holdTerm starts a term, or extends the current one, after a renewal sent
 // at sent: the term ends by itself LeaderTTL after sent, before Redis lets
 // the lease go, unless a later renewal extends it. A new term gets a
-// keeper (keepTerm).
+// keeper (keepTerm), which Close waits for; after Close the term ends at
+// once.
 func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Context {
 	left := time.Until(sent.Add(s.leaderTTL))
 	s.mu.Lock()
@@ -123,7 +124,19 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 		t.ctx = fencing.With(ctx, t.fence)
 		t.timer = time.AfterFunc(left, func() { s.endTermOf(t, errLeaseRanOut) })
 		s.term = t
-		go s.keepTerm(t)
+		if s.closed {
+			// A closed Service keeps no term: the loops under it stop.
+			t.timer.Stop()
+			t.cancel(errClosed)
+			s.term = nil
+			s.mu.Unlock()
+			return t.ctx
+		}
+		s.wg.Add(1) // under mu, after checking closed: see runContext
+		go func() {
+			defer s.wg.Done()
+			s.keepTerm(t)
+		}()
 	} else {
 		t.timer.Reset(left)
 	}

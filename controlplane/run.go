@@ -16,8 +16,15 @@ import (
 // sales at starts_at, closes them at ends_at, expires unpaid orders, and
 // every ResyncEvery re-syncs every upcoming, open and not yet settled closed
 // sale, and archives the settled ones that are over (archive.go). Errors are
-// logged, never fatal.
+// logged, never fatal. Close ends it too (lifecycle.go); after Close it
+// returns nil at once.
 func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := s.runContext(ctx)
+	if ctx == nil {
+		return nil
+	}
+	defer s.wg.Done()
+	defer cancel()
 	defer s.resign()
 	tick := time.NewTicker(s.tickEvery)
 	defer tick.Stop()

@@ -107,22 +107,30 @@ func (s *Service) newBatch(tag, sale, bucket string) *reserveBatch {
 
 // finish ends a call of tag's lane and returns the batch to send next, if
 // one waits; a lane with nothing in flight is dropped, so lanes stay as
-// many as the tags being bought right now.
-func (s *Service) finish(tag string) *reserveBatch {
+// many as the tags being bought right now. With a batch to send, own
+// reports that it goes on a goroutine of its own, counted in s.batches;
+// once Close was called it goes on the caller's (no new goroutine starts).
+func (s *Service) finish(tag string) (next *reserveBatch, own bool) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	ln := s.lanes[tag]
 	if len(ln.waiting) > 0 {
-		next := ln.waiting[0]
+		next = ln.waiting[0]
 		ln.waiting[0] = nil
 		ln.waiting = ln.waiting[1:]
-		return next
+		if s.closed {
+			return next, false
+		}
+		// Counted under batchMu after checking closed, so every Add
+		// happens before Close's Wait.
+		s.batches.Add(1)
+		return next, true
 	}
 	ln.inflight--
 	if ln.inflight == 0 {
 		delete(s.lanes, tag)
 	}
-	return nil
+	return nil, false
 }
 
 // runBatch sends b, answers its requests and starts the batch that waited
@@ -130,13 +138,36 @@ func (s *Service) finish(tag string) *reserveBatch {
 // the other requests of the batch wait for it.
 func (s *Service) runBatch(ctx context.Context, b *reserveBatch) {
 	ctx = context.WithoutCancel(ctx)
-	s.send(ctx, b)
-	close(b.done)
-	if next := s.finish(b.tag); next != nil {
-		// The leader's own caller is answered now; the next batch gets a
-		// goroutine of its own.
-		go s.runBatch(ctx, next)
+	for b != nil {
+		s.send(ctx, b)
+		close(b.done)
+		next, own := s.finish(b.tag)
+		if own {
+			// The leader's own caller is answered now; the next batch gets a
+			// goroutine of its own, which Close waits for.
+			go func() {
+				defer s.batches.Done()
+				s.runBatch(ctx, next)
+			}()
+			return
+		}
+		b = next
 	}
+}
+
+// Close waits for the batches of reserves still being sent on goroutines
+// of the Service's own (each reserve's caller waits for its answer; a
+// batch that waited behind another is sent on a new goroutine), and makes
+// any batch queued after it go on its caller's goroutine instead. The
+// Service still answers calls after Close; it starts no goroutine. It
+// never closes the Redis client, which belongs to the caller. Calling it
+// again waits again and returns nil.
+func (s *Service) Close() error {
+	s.batchMu.Lock()
+	s.closed = true
+	s.batchMu.Unlock()
+	s.batches.Wait()
+	return nil
 }
 
 // send runs lua.ReserveMany for b (lua.Reserve for a batch of one, whose

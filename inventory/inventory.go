@@ -145,6 +145,10 @@ type Service struct {
 
 	batchMu sync.Mutex
 	lanes   map[string]*lane // tag → its batches; guarded by batchMu
+	closed  bool             // Close was called; guarded by batchMu
+	// batches counts the goroutines that send a batch that waited behind
+	// another (runBatch), which Close waits for.
+	batches sync.WaitGroup
 }
 
 // New returns a Service that writes to primary, which must be the Redis

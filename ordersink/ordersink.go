@@ -188,6 +188,13 @@ type Drainer struct {
 	replicas map[string]replicaCount
 	blind    bool
 
+	// life guards closed and runs: Close ends each Run (runs) and waits
+	// for it (running). The Drainer starts no goroutine of its own.
+	life    sync.Mutex
+	closed  bool
+	runs    []context.CancelFunc
+	running sync.WaitGroup
+
 	// mu serialises passes and guards the fields below.
 	mu          sync.Mutex
 	sales       []string
@@ -255,7 +262,19 @@ func DefaultConsumer(suffix string) string {
 // database or Redis fails it retries with backoff and acknowledges nothing.
 // A sale whose orders the store fails backs off on its own (between
 // BackoffMin and BackoffMax), while the other sales are drained as usual.
+// Close ends it too; after Close it returns nil at once.
 func (d *Drainer) Run(ctx context.Context) error {
+	d.life.Lock()
+	if d.closed {
+		d.life.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	d.runs = append(d.runs, cancel)
+	d.running.Add(1) // under life, after checking closed: before Close's Wait
+	d.life.Unlock()
+	defer d.running.Done()
+	defer cancel()
 	wait := d.cfg.BackoffMin
 	for ctx.Err() == nil {
 		_, err := d.pass(ctx, true)
@@ -272,6 +291,23 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		wait = min(2*wait, d.cfg.BackoffMax)
 	}
+	return nil
+}
+
+// Close ends every Run and waits for each to return (a pass in flight
+// stops at its next Redis or database call). A Run called after Close
+// returns at once; DrainOnce still works. Calling Close again waits again
+// and returns nil.
+func (d *Drainer) Close() error {
+	d.life.Lock()
+	d.closed = true
+	runs := d.runs
+	d.runs = nil
+	d.life.Unlock()
+	for _, cancel := range runs {
+		cancel()
+	}
+	d.running.Wait()
 	return nil
 }
 

@@ -61,6 +61,10 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: inventoryWait(cfg.WaitReplicas),
 		MaxReserveBatch: cfg.ReserveBatch,
 	})
+	// The stack closes in reverse: the order sink, the gateway, the control
+	// plane, the inventory, then the stores opened before them (each tier's
+	// Close waits for the goroutines it started).
+	st.onClose(func() { _ = s.inv.Close() })
 	var err error
 	if s.cp, err = newControlplane(st, cfg, cpReg, c.primary, c.db, s.inv); err != nil {
 		return nil, err
@@ -91,8 +95,10 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.onClose(func() { _ = s.gw.Close() })
 	if c.sinkReader != nil {
 		s.sink = ordersink.New(c.sinkReader, c.db, sinkConfig(st, cfg))
+		st.onClose(func() { _ = s.sink.Close() })
 	}
 	return s, nil
 }
@@ -136,12 +142,17 @@ func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary r
 	if prov != nil {
 		pstore = db
 	}
-	return controlplane.New(controlplane.Config{
+	cp, err := controlplane.New(controlplane.Config{
 		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec),
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
 		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
 		Payments: prov, PaymentStore: pstore, Currency: cfg.PaymentCurrency, PaymentGrace: cfg.PaymentGrace,
 	})
+	if err != nil {
+		return nil, err
+	}
+	st.onClose(func() { _ = cp.Close() })
+	return cp, nil
 }
 
 // runGatewayOn serves the gateway on ln until ctx ends.
@@ -266,6 +277,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 		Logger: st.log.With("tier", "inventory"), Metrics: st.reg, WaitReplicas: inventoryWait(cfg.WaitReplicas),
 		MaxReserveBatch: cfg.ReserveBatch,
 	})
+	st.onClose(func() { _ = inv.Close() })
 	ln, err := listen("--listen", cfg.Listen)
 	if err != nil {
 		return err
@@ -305,6 +317,7 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 	}
 	scfg := sinkConfig(st, cfg)
 	sink := ordersink.New(reader, db, scfg)
+	st.onClose(func() { _ = sink.Close() })
 	adm, err := listen("--admin-listen", cfg.AdminListen)
 	if err != nil {
 		return err
@@ -335,6 +348,7 @@ func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer)
 		return err
 	}
 	inv := inventory.New(primary, inventory.Config{Logger: st.log.With("tier", "inventory")})
+	st.onClose(func() { _ = inv.Close() })
 	cp, err := newControlplane(st, cfg, st.reg, primary, db, inv)
 	if err != nil {
 		return err
