@@ -3,11 +3,15 @@ package inventory_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // TestCloseWaitsForBatches: a crowd's reserves of one sale, with one call
@@ -27,4 +31,90 @@ func TestCloseWaitsForBatches(t *testing.T) {
 		t.Fatalf("Close again: %v", err)
 	}
 	run(50, 16, func(i int) { _, _ = svc.Reserve(ctx, "c", "late-"+strconv.Itoa(i), 1) })
+}
+
+// slowHook holds every Redis call for delay once armed.
+type slowHook struct {
+	armed   atomic.Bool
+	delay   time.Duration
+	entered chan struct{} // gets a value as a held call starts
+}
+
+func (h *slowHook) hold() {
+	if h.armed.Load() {
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
+		time.Sleep(h.delay)
+	}
+}
+
+func (h *slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.hold()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.hold()
+		return next(ctx, cmds)
+	}
+}
+
+// TestCloseWaitsForAbandonedBatch: a buyer who gives up while their batch
+// waits behind another leaves that batch to a goroutine of the Service's
+// own (the reserve still runs; a retry finds the order). Close waits for
+// it: right after Close the order is in Redis, and goleak (no option but
+// the goroutines that were there before) finds nothing left. With a Close
+// that does not wait, the order is not there yet (checked).
+func TestCloseWaitsForAbandonedBatch(t *testing.T) {
+	_, rdb := newRedis(t)
+	prepSale(t, rdb, "a", 10, 1, "open")
+	hook := &slowHook{delay: 2 * time.Second, entered: make(chan struct{}, 1)}
+	rdb.AddHook(hook)
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), ReserveCallsInFlight: 1})
+	// A first reserve reads the sale's layout, which the Service keeps.
+	if _, err := svc.Reserve(context.Background(), "a", "warm", 1); err != nil {
+		t.Fatalf("warming Reserve: %v", err)
+	}
+	before := goleak.IgnoreCurrent()
+	hook.armed.Store(true)
+	lead := make(chan error, 1)
+	go func() {
+		_, err := svc.Reserve(context.Background(), "a", "leader", 1)
+		lead <- err
+	}()
+	select {
+	case <-hook.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's reserve never reached Redis")
+	}
+	// The second buyer's batch waits behind the leader's; they give up.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := svc.Reserve(ctx, "a", "gave-up", 1); err == nil {
+		t.Fatalf("Reserve of a buyer who gave up: got nil error, want unavailable")
+	}
+	if err := <-lead; err != nil {
+		t.Fatalf("leader's Reserve: %v", err)
+	}
+	// The leader was answered; the abandoned batch is being sent on a
+	// goroutine of the Service's own, which Close waits for.
+	if err := svc.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	hook.armed.Store(false)
+	if got, err := rdb.HGet(context.Background(), lua.BuyersKey("a"), "gave-up").Result(); err != nil || got == "" {
+		t.Errorf("abandoned buyer's order right after Close: got %q, %v; want it reserved", got, err)
+	}
+	// The client's own goroutines (go-redis' auto-pipeliner) end with it.
+	_ = rdb.Close()
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("goroutines left after Close: %v", err)
+	}
 }
