@@ -1,7 +1,9 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"runtime/debug"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,18 +75,19 @@ func (b *blockingStore) LiveSales(ctx context.Context) ([]flashgate.Sale, error)
 // TestCloseWaitsForTermKeeper: Close returns only once every goroutine the
 // Service started has ended, the keeper of its leadership term included,
 // even while that keeper waits on a slow Redis; Close twice and Run after
-// Close are safe. (It also passes with a Close that does not wait: by the
-// time Run returns here the slowed renewal has ended, so it does not yet
-// show the keeper outliving Run.)
+// Close are safe. With a Close that does not wait, it returns while the
+// keeper (controlplane.(*Service).keepTerm) is still in its renewal.
 func TestCloseWaitsForTermKeeper(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) }) // runs last, after the servers stop
 	e := newEnv(t, sqliteDSN(t), nil)
 	rdb := e.srv.Client(t)
-	// The keeper's renewals run under the term's context, which carries
-	// the fencing token; the tick's do not.
+	// Only the keeper's renewals are held: the tick renews under the
+	// term's context too, and a tick held in its renewal would keep Run
+	// from returning until the keeper's had ended as well.
 	slow := newSlowRedis(func(ctx context.Context, cmd redis.Cmder) bool {
 		a := cmd.Args()
-		return len(a) > 1 && (cmd.Name() == "evalsha" && a[1] == lua.Extend.Hash()) && fencing.TermOf(ctx) != nil
+		return len(a) > 1 && (cmd.Name() == "evalsha" && a[1] == lua.Extend.Hash()) && fencing.TermOf(ctx) != nil &&
+			bytes.Contains(debug.Stack(), []byte("controlplane.(*Service).keepTerm"))
 	})
 	rdb.AddHook(slow)
 	store := &blockingStore{Store: e.db}
