@@ -59,11 +59,19 @@ func TestQueueEntryWaitsForReplicas(t *testing.T) {
 	}); !ok {
 		t.Fatal("the replica never came online")
 	}
+	// The replica has acknowledged the primary's offset at least once, so
+	// the first entry's WAIT does not also pay for the link's first ack.
+	if _, ok := testwait.For(10*time.Second, func() bool {
+		n, _ := rdb.Wait(ctx, 1, 200*time.Millisecond).Result()
+		return n == 1
+	}); !ok {
+		t.Fatal("the replica never acknowledged the primary's offset")
+	}
 	clock := testclock.New(time.Now())
 	cat := &fakeCatalog{}
 	s, err := New(Config{Primary: rdb, Reserver: &luaReserver{c: rdb}, Catalog: cat, Orders: &fakeOrders{orders: map[string]flashgate.Order{}},
 		JWTSecret: testSecret, Logger: discard(), Metrics: prometheus.NewRegistry(), ShutdownDelay: -1, UserRate: -1, Clock: clock,
-		WaitTimeout: 250 * time.Millisecond})
+		WaitTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
