@@ -74,12 +74,27 @@ const (
 	// FieldLayout lists a bucketed sale's buckets' salts ("17,4,233"),
 	// absent on an unbucketed sale (buckets.go).
 	FieldLayout = "layout"
+	// FieldVariants lists the ids of a sale sold in several variants, in
+	// the sale's order, comma-separated ("S,M,L"); absent on a sale of one
+	// stock. Each variant's figures are fields of the same hash, named by
+	// VariantField; total, booked and reserved stay the sums over them.
+	FieldVariants = "variants"
 )
+
+// VariantField is the sale hash field holding one figure of variant id:
+// field is FieldTotal (static: its units), FieldBooked (units held by its
+// live orders; never above its total) or FieldReserved (units it ever
+// reserved). VariantField("42", FieldBooked) is "variant:42:booked"; the
+// scripts build the same names ("variant:" .. id .. ":booked"). Variant ids
+// hold no ':' or ',' (flashgate.ValidVariantID).
+func VariantField(id, field string) string { return "variant:" + id + ":" + field }
 
 // SaleStaticFields are the fields of a sale hash that only the scripts
 // creating it write (Prepare, Resync, with write_sale_static in
 // fragments/salestatic.lua): the rest change as the sale sells.
-var SaleStaticFields = []string{FieldTotal, FieldPerUser, FieldPrice, FieldLayout, FieldQueue}
+//
+// With variants, each variant's VariantField(id, FieldTotal) is static too.
+var SaleStaticFields = []string{FieldTotal, FieldPerUser, FieldPrice, FieldLayout, FieldQueue, FieldVariants}
 
 // Fields of an order stream entry. reserve.lua and reservemany.lua write one
 // field, EntryCompact; entries older flashgate versions wrote, and tests
@@ -97,12 +112,19 @@ const (
 	EntryQuantity = "qty"
 	EntryPrice    = "price"
 	EntryTime     = "ts" // unix milliseconds
+	// EntryVariant is the variant id of an order of a sale sold in several
+	// variants: a field of its own beside EntryCompact (so that the compact
+	// value, whose last value is the user id, keeps its shape), absent for
+	// a sale of one stock.
+	EntryVariant = "variant"
 )
 
 // Entry is an order entry's values as written, not yet checked. Sale is ""
 // in a compact entry: its stream names it.
 type Entry struct {
 	Order, Sale, User, Quantity, Price, Time, Bucket string
+	// Variant is the order's variant id, "" for a sale of one stock.
+	Variant string
 	// Compact is whether the entry had the one field EntryCompact.
 	Compact bool
 }
@@ -114,7 +136,7 @@ func ReadEntry(v map[string]any) (e Entry, ok bool) {
 	c, compact := v[EntryCompact].(string)
 	if !compact {
 		e = Entry{Order: str(EntryOrder), Sale: str(EntrySale), User: str(EntryUser),
-			Quantity: str(EntryQuantity), Price: str(EntryPrice), Time: str(EntryTime), Bucket: str(EntryBucket)}
+			Quantity: str(EntryQuantity), Price: str(EntryPrice), Time: str(EntryTime), Bucket: str(EntryBucket), Variant: str(EntryVariant)}
 		return e, true
 	}
 	var vals [5]string
@@ -124,7 +146,7 @@ func ReadEntry(v map[string]any) (e Entry, ok bool) {
 			return Entry{}, false
 		}
 	}
-	return Entry{Order: vals[0], Quantity: vals[1], Price: vals[2], Time: vals[3], Bucket: vals[4], User: c, Compact: true}, true
+	return Entry{Order: vals[0], Quantity: vals[1], Price: vals[2], Time: vals[3], Bucket: vals[4], User: c, Variant: str(EntryVariant), Compact: true}, true
 }
 
 // PrimaryKey holds the replication id (master_replid) of the primary the

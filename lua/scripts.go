@@ -157,6 +157,10 @@ const (
 	// ReserveFenced answers a spill reserve (ARGV[7]) of an order the
 	// leader fenced while settling its stale claim.
 	ReserveFenced = 8
+	// ReserveBadVariant answers an order whose variant (ARGV[8] of
+	// Reserve) the sale does not sell: missing or unknown on a sale with
+	// variants, or given for a sale of one stock. Nothing changed.
+	ReserveBadVariant = 10
 )
 
 // Codes of Finalize (the first value of its answer).
