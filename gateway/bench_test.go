@@ -103,7 +103,7 @@ func BenchmarkPurchase(b *testing.B) {
 // so a benchmark's allocations are the gateway's own.
 type constReserver struct{}
 
-func (constReserver) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+func (constReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	return "o-1", nil
 }
 

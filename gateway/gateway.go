@@ -33,7 +33,9 @@ import (
 // root sentinels (ErrNotFound, ErrNotStarted, ErrClosed, ErrSoldOut,
 // *flashgate.PurchasedError, ErrBadRequest, ErrUnavailable).
 type Reserver interface {
-	Reserve(ctx context.Context, saleID, userID string, qty int64) (orderID string, err error)
+	// Reserve takes qty units for userID; variant names the variant of a
+	// sale sold in several ("" for a sale of one stock).
+	Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (orderID string, err error)
 }
 
 // Catalog gives sale metadata (name, price, total, starts_at, ends_at,

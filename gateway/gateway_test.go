@@ -266,6 +266,6 @@ func TestReserveErrorsHideText(t *testing.T) {
 
 type panicReserver struct{}
 
-func (panicReserver) Reserve(context.Context, string, string, int64) (string, error) {
+func (panicReserver) Reserve(context.Context, string, string, string, int64) (string, error) {
 	panic("reserver exploded")
 }

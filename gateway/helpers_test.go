@@ -33,7 +33,7 @@ type luaReserver struct {
 	calls atomic.Int64
 }
 
-func (r *luaReserver) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+func (r *luaReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	r.calls.Add(1)
 	id := "o" + strconv.FormatInt(r.n.Add(1), 10)
 	res, err := lua.Reserve.Run(ctx, r.c,
@@ -68,7 +68,7 @@ type fakeReserver struct {
 	err error
 }
 
-func (r *fakeReserver) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+func (r *fakeReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	n := r.n.Add(1)
 	if r.err != nil {
 		return "", r.err

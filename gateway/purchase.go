@@ -120,7 +120,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	s.m.decision(ctx, decAdmitted)
-	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, qty)
+	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, "", qty)
 	if err != nil {
 		var pe *flashgate.PurchasedError
 		if errors.As(err, &pe) {

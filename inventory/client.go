@@ -198,7 +198,7 @@ type answer struct {
 // that same id is the first attempt's success. A transport failure that
 // outlasts the retries, or an answer that is not the handler's, is
 // ErrUnavailable.
-func (c *Client) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+func (c *Client) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)

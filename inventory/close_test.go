@@ -23,14 +23,14 @@ func TestCloseWaitsForBatches(t *testing.T) {
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), ReserveCallsInFlight: 1})
 	prepSale(t, rdb, "c", 100, 1, "open")
 	ctx := context.Background()
-	run(400, 64, func(i int) { _, _ = svc.Reserve(ctx, "c", "user-"+strconv.Itoa(i), 1) })
+	run(400, 64, func(i int) { _, _ = svc.Reserve(ctx, "c", "user-"+strconv.Itoa(i), "", 1) })
 	if err := svc.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	if err := svc.Close(); err != nil {
 		t.Fatalf("Close again: %v", err)
 	}
-	run(50, 16, func(i int) { _, _ = svc.Reserve(ctx, "c", "late-"+strconv.Itoa(i), 1) })
+	run(50, 16, func(i int) { _, _ = svc.Reserve(ctx, "c", "late-"+strconv.Itoa(i), "", 1) })
 }
 
 // slowHook holds every Redis call for delay once armed.
@@ -79,14 +79,14 @@ func TestCloseWaitsForAbandonedBatch(t *testing.T) {
 	rdb.AddHook(hook)
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), ReserveCallsInFlight: 1})
 	// A first reserve reads the sale's layout, which the Service keeps.
-	if _, err := svc.Reserve(context.Background(), "a", "warm", 1); err != nil {
+	if _, err := svc.Reserve(context.Background(), "a", "warm", "", 1); err != nil {
 		t.Fatalf("warming Reserve: %v", err)
 	}
 	before := goleak.IgnoreCurrent()
 	hook.armed.Store(true)
 	lead := make(chan error, 1)
 	go func() {
-		_, err := svc.Reserve(context.Background(), "a", "leader", 1)
+		_, err := svc.Reserve(context.Background(), "a", "leader", "", 1)
 		lead <- err
 	}()
 	select {
@@ -97,7 +97,7 @@ func TestCloseWaitsForAbandonedBatch(t *testing.T) {
 	// The second buyer's batch waits behind the leader's; they give up.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := svc.Reserve(ctx, "a", "gave-up", 1); err == nil {
+	if _, err := svc.Reserve(ctx, "a", "gave-up", "", 1); err == nil {
 		t.Fatalf("Reserve of a buyer who gave up: got nil error, want unavailable")
 	}
 	if err := <-lead; err != nil {

@@ -119,7 +119,7 @@ func TestClusterSalesOnEveryPrimary(t *testing.T) {
 	sold := map[string]int{}
 	run(3*users, 64, func(i int) {
 		sale := sales[i%3]
-		_, err := svc.Reserve(ctx, sale, "user-"+strconv.Itoa(i/3), 1)
+		_, err := svc.Reserve(ctx, sale, "user-"+strconv.Itoa(i/3), "", 1)
 		switch {
 		case err == nil:
 			ok.Add(1)
@@ -177,7 +177,7 @@ func TestClusterWaitOnOwnConnection(t *testing.T) {
 	const n = 20
 	for i := range n {
 		user := fmt.Sprintf("u%d", i)
-		id, err := svc.Reserve(ctx, sale, user, 1)
+		id, err := svc.Reserve(ctx, sale, user, "", 1)
 		if err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}

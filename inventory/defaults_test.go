@@ -36,7 +36,7 @@ func TestDefaultWaitTimeout(t *testing.T) {
 	// No replica exists: every WAIT for one falls short.
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 1})
 	ctx := context.Background()
-	id, err := svc.Reserve(ctx, "waitdef", "u1", 1)
+	id, err := svc.Reserve(ctx, "waitdef", "u1", "", 1)
 	if id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("Reserve: got %q, %v; want \"\", ErrUnavailable", id, err)
 	}

@@ -180,9 +180,9 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 	var orderID string
 	var err error
 	if req.OrderID != "" {
-		orderID, err = h.s.ReserveOrder(rctx, req.OrderID, req.SaleID, req.UserID, req.Quantity)
+		orderID, err = h.s.ReserveOrder(rctx, req.OrderID, req.SaleID, req.UserID, "", req.Quantity)
 	} else {
-		orderID, err = h.s.Reserve(rctx, req.SaleID, req.UserID, req.Quantity)
+		orderID, err = h.s.Reserve(rctx, req.SaleID, req.UserID, "", req.Quantity)
 	}
 	if err != nil {
 		h.logError("reserve", err)

@@ -27,7 +27,7 @@ import (
 // reserver has the shape of the gateway's Reserver plus the control plane's
 // Releaser; both the Service and the Client must satisfy it.
 type reserver interface {
-	Reserve(ctx context.Context, saleID, userID string, qty int64) (orderID string, err error)
+	Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (orderID string, err error)
 	Release(ctx context.Context, o flashgate.Order) (released bool, err error)
 }
 
@@ -146,7 +146,7 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				id, err := r.Reserve(ctx, tc.sale, tc.user, tc.qty)
+				id, err := r.Reserve(ctx, tc.sale, tc.user, "", tc.qty)
 				if !errors.Is(err, tc.want) || id != "" {
 					t.Errorf("Reserve: got %q, %v; want \"\", %v", id, err, tc.want)
 				}
@@ -158,7 +158,7 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 	})
 
 	t.Run("happy path", func(t *testing.T) {
-		id, err := r.Reserve(ctx, "open", "alice", 2)
+		id, err := r.Reserve(ctx, "open", "alice", "", 2)
 		if err != nil || !flashgate.ValidOrderID(id) {
 			t.Fatalf("Reserve: got %q, %v; want a valid order id", id, err)
 		}
@@ -175,11 +175,11 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 	})
 
 	t.Run("already purchased carries order id", func(t *testing.T) {
-		first, err := r.Reserve(ctx, "open", "bob", 1)
+		first, err := r.Reserve(ctx, "open", "bob", "", 1)
 		if err != nil {
 			t.Fatalf("first Reserve: %v", err)
 		}
-		id, err := r.Reserve(ctx, "open", "bob", 1)
+		id, err := r.Reserve(ctx, "open", "bob", "", 1)
 		var pe *flashgate.PurchasedError
 		if !errors.As(err, &pe) || pe.OrderID != first || id != "" {
 			t.Fatalf("second Reserve: got %q, %v; want PurchasedError{%s}", id, err, first)
@@ -190,17 +190,17 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 	})
 
 	t.Run("sold out", func(t *testing.T) {
-		if _, err := r.Reserve(ctx, "one", "u1", 1); err != nil {
+		if _, err := r.Reserve(ctx, "one", "u1", "", 1); err != nil {
 			t.Fatalf("first Reserve: %v", err)
 		}
-		if _, err := r.Reserve(ctx, "one", "u2", 1); !errors.Is(err, flashgate.ErrSoldOut) {
+		if _, err := r.Reserve(ctx, "one", "u2", "", 1); !errors.Is(err, flashgate.ErrSoldOut) {
 			t.Errorf("second Reserve: got %v, want %v", err, flashgate.ErrSoldOut)
 		}
 	})
 
 	t.Run("release", func(t *testing.T) {
 		prepSale(t, rdb, "rel", 1, 1, "open")
-		id, err := r.Reserve(ctx, "rel", "carol", 1)
+		id, err := r.Reserve(ctx, "rel", "carol", "", 1)
 		if err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
@@ -214,10 +214,10 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 		if got := booked(t, rdb, "rel"); got != 0 {
 			t.Errorf("booked after two releases: got %d, want 0", got)
 		}
-		if _, err := r.Reserve(ctx, "rel", "dave", 1); err != nil {
+		if _, err := r.Reserve(ctx, "rel", "dave", "", 1); err != nil {
 			t.Errorf("Reserve of the released unit by another user: %v", err)
 		}
-		if _, err := r.Reserve(ctx, "rel", "erin", 1); !errors.Is(err, flashgate.ErrSoldOut) {
+		if _, err := r.Reserve(ctx, "rel", "erin", "", 1); !errors.Is(err, flashgate.ErrSoldOut) {
 			t.Errorf("Reserve after the unit went again: got %v, want %v", err, flashgate.ErrSoldOut)
 		}
 		gone := flashgate.Order{ID: "x1", SaleID: "gone", UserID: "u", Quantity: 1}
@@ -270,7 +270,7 @@ func TestConcurrentDistinctUsers(t *testing.T) {
 			var ok, soldOut, other atomic.Int64
 			ids := sync.Map{}
 			run(tc.users, tc.workers, func(i int) {
-				id, err := svc.Reserve(ctx, sale, "user-"+strconv.Itoa(i), 1)
+				id, err := svc.Reserve(ctx, sale, "user-"+strconv.Itoa(i), "", 1)
 				switch {
 				case err == nil:
 					ok.Add(1)
@@ -308,7 +308,7 @@ func TestConcurrentSameUser(t *testing.T) {
 	const n = 50
 	ids := make([]string, n)
 	errs := make([]error, n)
-	run(n, n, func(i int) { ids[i], errs[i] = svc.Reserve(context.Background(), "same", "mallory", 1) })
+	run(n, n, func(i int) { ids[i], errs[i] = svc.Reserve(context.Background(), "same", "mallory", "", 1) })
 	var winner string
 	for i := range n {
 		if errs[i] == nil {
@@ -358,7 +358,7 @@ func TestReserveAfterScriptFlush(t *testing.T) {
 				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 					t.Fatalf("SCRIPT FLUSH: %v", err)
 				}
-				if _, err := svc.Reserve(ctx, "flush", "u"+strconv.Itoa(i*10+j), 1); err != nil {
+				if _, err := svc.Reserve(ctx, "flush", "u"+strconv.Itoa(i*10+j), "", 1); err != nil {
 					t.Fatalf("Reserve after SCRIPT FLUSH: %v", err)
 				}
 			}
@@ -382,7 +382,7 @@ func TestWaitReplicas(t *testing.T) {
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	for i := range 20 {
 		user := "u" + strconv.Itoa(i)
-		id, err := svc.Reserve(ctx, "wait", user, 1)
+		id, err := svc.Reserve(ctx, "wait", user, "", 1)
 		if err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
@@ -395,17 +395,17 @@ func TestWaitReplicas(t *testing.T) {
 	// order); the reservation stands, and a retry whose WAIT is met finds
 	// the order.
 	svc2 := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond})
-	if id, err := svc2.Reserve(ctx, "wait", "late", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
+	if id, err := svc2.Reserve(ctx, "wait", "late", "", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("Reserve waiting for a missing replica: got %q, %v; want \"\", ErrUnavailable", id, err)
 	}
 	stored, err := rdb.HGet(ctx, lua.BuyersKey("wait"), "late").Result()
 	if err != nil || !flashgate.ValidOrderID(stored) {
 		t.Fatalf("buyer entry after the short WAIT: got %q, %v; want an order id", stored, err)
 	}
-	if _, err := svc2.Reserve(ctx, "wait", "late", 1); !errors.Is(err, flashgate.ErrUnavailable) {
+	if _, err := svc2.Reserve(ctx, "wait", "late", "", 1); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("retry still short of replicas: got %v; want ErrUnavailable", err)
 	}
-	_, err = svc.Reserve(ctx, "wait", "late", 1)
+	_, err = svc.Reserve(ctx, "wait", "late", "", 1)
 	var pe *flashgate.PurchasedError
 	if !errors.As(err, &pe) || pe.OrderID != stored {
 		t.Errorf("retry after the short WAIT: got %v; want PurchasedError{%s}", err, stored)
@@ -423,7 +423,7 @@ func TestRedisDown(t *testing.T) {
 	c, ln := serve(t, svc)
 	srv.Stop()
 
-	if _, err := svc.Reserve(ctx, "down", "u1", 1); !errors.Is(err, flashgate.ErrUnavailable) {
+	if _, err := svc.Reserve(ctx, "down", "u1", "", 1); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Errorf("Service.Reserve: got %v, want %v", err, flashgate.ErrUnavailable)
 	}
 	if _, err := svc.Release(ctx, flashgate.Order{ID: "o", SaleID: "down", UserID: "u", Quantity: 1}); !errors.Is(err, flashgate.ErrUnavailable) {
@@ -432,7 +432,7 @@ func TestRedisDown(t *testing.T) {
 	if err := svc.Ping(ctx); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Errorf("Ping: got %v, want %v", err, flashgate.ErrUnavailable)
 	}
-	if _, err := c.Reserve(ctx, "down", "u1", 1); !errors.Is(err, flashgate.ErrUnavailable) {
+	if _, err := c.Reserve(ctx, "down", "u1", "", 1); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Errorf("Client.Reserve: got %v, want %v", err, flashgate.ErrUnavailable)
 	}
 	// What reaches HTTP is the code alone, never Redis's message.
@@ -546,7 +546,7 @@ func TestHandlerToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Reserve(context.Background(), "tok", "u1", 1)
+	_, err = c.Reserve(context.Background(), "tok", "u1", "", 1)
 	if !errors.Is(err, flashgate.ErrUnavailable) || errors.Is(err, flashgate.ErrUnauthorized) {
 		t.Fatalf("Reserve with the wrong token: got %v, want ErrUnavailable and not ErrUnauthorized", err)
 	}
@@ -608,7 +608,7 @@ func TestClientTransportFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Reserve(context.Background(), "s", "u", 1); !errors.Is(err, flashgate.ErrUnavailable) {
+	if _, err := c.Reserve(context.Background(), "s", "u", "", 1); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Errorf("Reserve: got %v, want %v", err, flashgate.ErrUnavailable)
 	}
 	if _, err := c.Release(context.Background(), flashgate.Order{ID: "o", SaleID: "s", UserID: "u", Quantity: 1}); !errors.Is(err, flashgate.ErrUnavailable) {
@@ -623,9 +623,9 @@ func TestMetrics(t *testing.T) {
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), Metrics: reg})
 	_ = inventory.New(rdb, inventory.Config{Logger: quiet(), Metrics: reg}) // sharing a registry is fine
 	ctx := context.Background()
-	_, _ = svc.Reserve(ctx, "m", "u1", 1)
-	_, _ = svc.Reserve(ctx, "m", "u2", 1)
-	_, _ = svc.Reserve(ctx, "m", "u1", 1)
+	_, _ = svc.Reserve(ctx, "m", "u1", "", 1)
+	_, _ = svc.Reserve(ctx, "m", "u2", "", 1)
+	_, _ = svc.Reserve(ctx, "m", "u1", "", 1)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -665,7 +665,7 @@ func TestOrderIDsMonotonic(t *testing.T) {
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
 	prev := ""
 	for i := range 200 {
-		id, err := svc.Reserve(context.Background(), "ids", "u"+strconv.Itoa(i), 1)
+		id, err := svc.Reserve(context.Background(), "ids", "u"+strconv.Itoa(i), "", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -702,7 +702,7 @@ func BenchmarkReserve(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(n.Add(1), 10), 1); err != nil {
+					if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(n.Add(1), 10), "", 1); err != nil {
 						b.Error(err)
 						return
 					}
@@ -729,7 +729,7 @@ func BenchmarkReserveSoldOut(b *testing.B) {
 	prepSale(b, rdb, "gone", 1, 1, "open")
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
 	ctx := context.Background()
-	if _, err := svc.Reserve(ctx, "gone", "first", 1); err != nil {
+	if _, err := svc.Reserve(ctx, "gone", "first", "", 1); err != nil {
 		b.Fatal(err)
 	}
 	var n atomic.Int64
@@ -737,7 +737,7 @@ func BenchmarkReserveSoldOut(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := svc.Reserve(ctx, "gone", "u"+strconv.FormatInt(n.Add(1), 10), 1); !errors.Is(err, flashgate.ErrSoldOut) {
+			if _, err := svc.Reserve(ctx, "gone", "u"+strconv.FormatInt(n.Add(1), 10), "", 1); !errors.Is(err, flashgate.ErrSoldOut) {
 				b.Errorf("got %v, want %v", err, flashgate.ErrSoldOut)
 				return
 			}
@@ -774,7 +774,7 @@ func TestReserveBatches(t *testing.T) {
 			var repeat []error
 			run(attempts, 128, func(i int) {
 				user := "user-" + strconv.Itoa(i%buyers)
-				id, err := svc.Reserve(ctx, "b", user, 1)
+				id, err := svc.Reserve(ctx, "b", user, "", 1)
 				var pe *flashgate.PurchasedError
 				switch {
 				case err == nil:

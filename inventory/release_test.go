@@ -24,13 +24,13 @@ func TestReleaseBatch(t *testing.T) {
 	var orders []flashgate.Order
 	for i := 0; i < n; i++ {
 		u := "u" + strconv.Itoa(i)
-		id, err := svc.Reserve(ctx, "a", u, 1)
+		id, err := svc.Reserve(ctx, "a", u, "", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		orders = append(orders, flashgate.Order{ID: id, SaleID: "a", UserID: u, Quantity: 1})
 	}
-	idB, err := svc.Reserve(ctx, "b", "x", 1)
+	idB, err := svc.Reserve(ctx, "b", "x", "", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // malformed sale), ErrNotStarted, ErrClosed, ErrSoldOut, a
 // *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
 // (bad user id or quantity) and ErrUnavailable (Redis unreachable).
-func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64) (string, error) {
+func (s *Service) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	return s.reserve(ctx, "", saleID, userID, qty)
 }
 
@@ -23,7 +23,7 @@ func (s *Service) Reserve(ctx context.Context, saleID, userID string, qty int64)
 // order id finds the first one's reservation and answers it as its own
 // (never a second reservation). orderID must satisfy
 // flashgate.ValidOrderID, or the error wraps ErrBadRequest.
-func (s *Service) ReserveOrder(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
+func (s *Service) ReserveOrder(ctx context.Context, orderID, saleID, userID, variant string, qty int64) (string, error) {
 	if !flashgate.ValidOrderID(orderID) {
 		s.m.outcome(outBadRequest)
 		return "", errBadOrderID

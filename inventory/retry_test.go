@@ -86,7 +86,7 @@ func TestClientInventoryRestart(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.Reserve(ctx, "r", "before"+strconv.Itoa(i), 1); err != nil {
+			if _, err := c.Reserve(ctx, "r", "before"+strconv.Itoa(i), "", 1); err != nil {
 				t.Errorf("reserve before the restart: %v", err)
 			}
 		}()
@@ -98,7 +98,7 @@ func TestClientInventoryRestart(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.Reserve(ctx, "r", "after"+strconv.Itoa(i), 1); err != nil {
+			if _, err := c.Reserve(ctx, "r", "after"+strconv.Itoa(i), "", 1); err != nil {
 				t.Errorf("reserve after the restart: %v", err)
 			}
 		}()
@@ -150,7 +150,7 @@ func TestClientLostAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	id, err := c.Reserve(ctx, "l", "u1", 1)
+	id, err := c.Reserve(ctx, "l", "u1", "", 1)
 	if err != nil {
 		t.Fatalf("Reserve with its first answer lost: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestClientLostAnswer(t *testing.T) {
 		t.Errorf("stream: got %v, want order %s once", msgs, id)
 	}
 	var pe *flashgate.PurchasedError
-	if _, err := c.Reserve(ctx, "l", "u1", 1); !errors.As(err, &pe) || pe.OrderID != id {
+	if _, err := c.Reserve(ctx, "l", "u1", "", 1); !errors.As(err, &pe) || pe.OrderID != id {
 		t.Errorf("second reserve of u1: got %v, want already purchased with %s", err, id)
 	}
 }
@@ -180,12 +180,12 @@ func TestReserveOrderID(t *testing.T) {
 	prepSale(t, rdb, "o", 10, 1, "open")
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet()})
 	ctx := context.Background()
-	if _, err := svc.ReserveOrder(ctx, "bad id!", "o", "u", 1); !errors.Is(err, flashgate.ErrBadRequest) {
+	if _, err := svc.ReserveOrder(ctx, "bad id!", "o", "u", "", 1); !errors.Is(err, flashgate.ErrBadRequest) {
 		t.Errorf("ReserveOrder(bad id): got %v, want ErrBadRequest", err)
 	}
 	id := ulidNow()
 	for i := 0; i < 2; i++ {
-		got, err := svc.ReserveOrder(ctx, id, "o", "u", 1)
+		got, err := svc.ReserveOrder(ctx, id, "o", "u", "", 1)
 		if err != nil || got != id {
 			t.Errorf("ReserveOrder #%d: got %q, %v, want %q", i+1, got, err, id)
 		}
@@ -219,7 +219,7 @@ func TestClientBodyValidUTF8(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
-	_, _ = c.Reserve(context.Background(), "s1", "u\xff<", 1)
+	_, _ = c.Reserve(context.Background(), "s1", "u\xff<", "", 1)
 	b := <-bodies
 	var req struct {
 		UserID string `json:"user_id"`
@@ -248,7 +248,7 @@ func TestClientRetriesOtherAddress(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range 10 {
-		if _, err := c.Reserve(ctx, "o", "u"+strconv.Itoa(i), 1); err != nil {
+		if _, err := c.Reserve(ctx, "o", "u"+strconv.Itoa(i), "", 1); err != nil {
 			t.Errorf("reserve %d with one inventory down: %v", i, err)
 		}
 	}

@@ -83,7 +83,7 @@ func TestHandlerShutdownInFlight(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		id, err := c.Reserve(context.Background(), "sd", "u1", 1)
+		id, err := c.Reserve(context.Background(), "sd", "u1", "", 1)
 		res <- result{id, err}
 	}()
 	select {

@@ -58,10 +58,10 @@ func TestSpill(t *testing.T) {
 	u := homeUsers(l, 0, 5)
 	home := l.Tag(0)
 
-	if _, err := svc.Reserve(ctx, "sp", u[0], 1); err != nil {
+	if _, err := svc.Reserve(ctx, "sp", u[0], "", 1); err != nil {
 		t.Fatalf("home reserve: %v", err)
 	}
-	spilled, err := svc.Reserve(ctx, "sp", u[1], 1)
+	spilled, err := svc.Reserve(ctx, "sp", u[1], "", 1)
 	if err != nil {
 		t.Fatalf("spill reserve: %v", err)
 	}
@@ -76,10 +76,10 @@ func TestSpill(t *testing.T) {
 		t.Fatalf("spill bucket stream: got %v, %v; want one entry of %s in bucket 1", entries, err, spilled)
 	}
 	var pe *flashgate.PurchasedError
-	if _, err := svc.Reserve(ctx, "sp", u[1], 1); !errors.As(err, &pe) || pe.OrderID != spilled {
+	if _, err := svc.Reserve(ctx, "sp", u[1], "", 1); !errors.As(err, &pe) || pe.OrderID != spilled {
 		t.Fatalf("second reserve: got %v, want already purchased %s", err, spilled)
 	}
-	if id, err := svc.ReserveOrder(ctx, spilled, "sp", u[1], 1); err != nil || id != spilled {
+	if id, err := svc.ReserveOrder(ctx, spilled, "sp", u[1], "", 1); err != nil || id != spilled {
 		t.Fatalf("retried reserve: got %q, %v; want %s", id, err, spilled)
 	}
 
@@ -87,16 +87,16 @@ func TestSpill(t *testing.T) {
 	if err := lua.Claim.Run(ctx, rdb, lua.ClaimKeys(home), u[2], "pending1", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Reserve(ctx, "sp", u[2], 1); !errors.Is(err, flashgate.ErrUnavailable) {
+	if _, err := svc.Reserve(ctx, "sp", u[2], "", 1); !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("reserve during a pending spill: got %v, want ErrUnavailable", err)
 	}
 	if err := lua.Unclaim.Run(ctx, rdb, lua.UnclaimKeys(home), u[2], "pending1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Reserve(ctx, "sp", u[2], 1); err != nil {
+	if _, err := svc.Reserve(ctx, "sp", u[2], "", 1); err != nil {
 		t.Fatalf("spill of the last unit: %v", err)
 	}
-	if _, err := svc.Reserve(ctx, "sp", u[3], 1); !errors.Is(err, flashgate.ErrSoldOut) {
+	if _, err := svc.Reserve(ctx, "sp", u[3], "", 1); !errors.Is(err, flashgate.ErrSoldOut) {
 		t.Fatalf("reserve with no unit anywhere: got %v, want sold out", err)
 	}
 	if v, _ := rdb.HGet(ctx, lua.BuyersKey(home), u[3]).Result(); v != "" {
@@ -115,7 +115,7 @@ func TestSpill(t *testing.T) {
 	if v, _ := rdb.HGet(ctx, lua.BuyersKey(home), u[1]).Result(); v != "" {
 		t.Fatalf("home entry after the release: got %q, want none", v)
 	}
-	again, err := svc.Reserve(ctx, "sp", u[1], 1)
+	again, err := svc.Reserve(ctx, "sp", u[1], "", 1)
 	if err != nil {
 		t.Fatalf("reserve after the release: %v", err)
 	}
@@ -131,7 +131,7 @@ func TestSpill(t *testing.T) {
 	if err := rdb.HSet(ctx, lua.BuyersKey(l.Tag(1)), u[4], "lost1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Reserve(ctx, "sp", u[4], 1); !errors.As(err, &pe) || pe.OrderID != "lost1" {
+	if _, err := svc.Reserve(ctx, "sp", u[4], "", 1); !errors.As(err, &pe) || pe.OrderID != "lost1" {
 		t.Fatalf("reserve of a buyer holding an order elsewhere: got %v, want already purchased lost1", err)
 	}
 	if v, _ := rdb.HGet(ctx, lua.BuyersKey(home), u[4]).Result(); v != lua.SpillMarker("lost1", 1) {
@@ -156,7 +156,7 @@ func TestSpillOneUserAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, err := svc.Reserve(ctx, "sp1", u, 1)
+			id, err := svc.Reserve(ctx, "sp1", u, "", 1)
 			var pe *flashgate.PurchasedError
 			mu.Lock()
 			defer mu.Unlock()
@@ -204,7 +204,7 @@ func BenchmarkReserveBucketed(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := svc.Reserve(ctx, "bench", users[n.Add(1)-1], 1); !errors.Is(err, bc.want) {
+					if _, err := svc.Reserve(ctx, "bench", users[n.Add(1)-1], "", 1); !errors.Is(err, bc.want) {
 						b.Errorf("got %v, want %v", err, bc.want)
 						return
 					}

@@ -36,7 +36,7 @@ func TestWaitAutoOnline(t *testing.T) {
 	before := redistest.Commands(t, rdb)["wait"].Calls
 	for i := range 10 {
 		user := "u" + strconv.Itoa(i)
-		id, err := svc.Reserve(ctx, "auto", user, 1)
+		id, err := svc.Reserve(ctx, "auto", user, "", 1)
 		if err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
@@ -56,7 +56,7 @@ func TestWaitAutoOnline(t *testing.T) {
 	errs := make(chan error, crowd)
 	for i := range crowd {
 		wg.Go(func() {
-			if _, err := svc.Reserve(ctx, "auto", "c"+strconv.Itoa(i), 1); err != nil {
+			if _, err := svc.Reserve(ctx, "auto", "c"+strconv.Itoa(i), "", 1); err != nil {
 				errs <- err
 			}
 		})
@@ -130,13 +130,13 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	prepSale(t, rdb, "held", 10, 1, "open")
 	// A generous bound while the replica is in step (a busy machine), a
 	// short one while it is held back.
-	if _, err := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 5 * time.Second}).Reserve(ctx, "held", "first", 1); err != nil {
+	if _, err := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 5 * time.Second}).Reserve(ctx, "held", "first", "", 1); err != nil {
 		t.Fatalf("Reserve with the replica in step: %v", err)
 	}
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 250 * time.Millisecond})
 
 	link.Pause()
-	id, err := svc.Reserve(ctx, "held", "u1", 1)
+	id, err := svc.Reserve(ctx, "held", "u1", "", 1)
 	if id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("Reserve with the replica held back: got %q, %v; want \"\", ErrUnavailable", id, err)
 	}
@@ -144,7 +144,7 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	if err != nil || !flashgate.ValidOrderID(stored) {
 		t.Fatalf("buyer entry after the short WAIT: got %q, %v; want an order id", stored, err)
 	}
-	if id, err := svc.Reserve(ctx, "held", "u1", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
+	if id, err := svc.Reserve(ctx, "held", "u1", "", 1); id != "" || !errors.Is(err, flashgate.ErrUnavailable) {
 		t.Fatalf("retry with the replica still held back: got %q, %v; want \"\", ErrUnavailable", id, err)
 	}
 	if n, _ := rc.HExists(ctx, lua.BuyersKey("held"), "u1").Result(); n {
@@ -154,7 +154,7 @@ func TestWaitAutoHeldBack(t *testing.T) {
 	link.Resume()
 	var pe *flashgate.PurchasedError
 	if _, ok := testwait.For(10*time.Second, func() bool {
-		_, err = svc.Reserve(ctx, "held", "u1", 1)
+		_, err = svc.Reserve(ctx, "held", "u1", "", 1)
 		return errors.As(err, &pe)
 	}); !ok {
 		t.Fatalf("retry after the replica caught up: got %v; want PurchasedError{%s}", err, stored)
@@ -179,12 +179,12 @@ func TestWaitAutoReplicaGone(t *testing.T) {
 	ctx := context.Background()
 	prepSale(t, rdb, "gone", 10, 1, "open")
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitTimeout: 2 * time.Second})
-	if _, err := svc.Reserve(ctx, "gone", "u0", 1); err != nil {
+	if _, err := svc.Reserve(ctx, "gone", "u0", "", 1); err != nil {
 		t.Fatalf("Reserve with the replica up: %v", err)
 	}
 	replica.Stop()
 	waitOnline(t, rdb, 0)
-	if id, err := svc.Reserve(ctx, "gone", "u1", 1); err != nil || !flashgate.ValidOrderID(id) {
+	if id, err := svc.Reserve(ctx, "gone", "u1", "", 1); err != nil || !flashgate.ValidOrderID(id) {
 		t.Fatalf("Reserve right after the replica died: got %q, %v; want an order id", id, err)
 	}
 }
@@ -201,7 +201,7 @@ func TestWaitAutoNoReplica(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if _, err := svc.Reserve(ctx, "alone", "u"+strconv.Itoa(i), 1); err != nil {
+			if _, err := svc.Reserve(ctx, "alone", "u"+strconv.Itoa(i), "", 1); err != nil {
 				t.Errorf("Reserve: %v", err)
 			}
 		})
@@ -229,7 +229,7 @@ func TestWaitOff(t *testing.T) {
 	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), WaitReplicas: inventory.WaitOff})
 	before := redistest.Commands(t, rdb)["wait"].Calls
 	for i := range 3 {
-		if _, err := svc.Reserve(ctx, "off", "u"+strconv.Itoa(i), 1); err != nil {
+		if _, err := svc.Reserve(ctx, "off", "u"+strconv.Itoa(i), "", 1); err != nil {
 			t.Fatalf("Reserve: %v", err)
 		}
 	}

@@ -32,7 +32,7 @@ func TestBucketedOrdersBeforeTheSink(t *testing.T) {
 		var orders []bought
 		for i := 0; len(orders) < 6 && i < 100; i++ {
 			user := sale.ID + "-buyer-" + strconv.Itoa(i)
-			id, err := s.inv.Reserve(s.ctx, sale.ID, user, 1)
+			id, err := s.inv.Reserve(s.ctx, sale.ID, user, "", 1)
 			if err != nil {
 				if errors.Is(err, flashgate.ErrSoldOut) {
 					break

@@ -38,7 +38,7 @@ func BenchmarkBucketedReserve(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					u := "u" + strconv.FormatInt(next.Add(1), 10)
-					if _, err := s.inv.Reserve(s.ctx, sale, u, 1); err != nil {
+					if _, err := s.inv.Reserve(s.ctx, sale, u, "", 1); err != nil {
 						b.Error(err)
 						return
 					}

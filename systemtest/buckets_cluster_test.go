@@ -91,7 +91,7 @@ func TestBucketedSaleOnCluster(t *testing.T) {
 					return
 				}
 				u := "buyer" + strconv.FormatInt(i, 10)
-				id, err := s.inv.Reserve(ctx, sale, u, 1)
+				id, err := s.inv.Reserve(ctx, sale, u, "", 1)
 				switch {
 				case err == nil:
 					mu.Lock()

@@ -71,7 +71,7 @@ func (m *bucketModel) reserve(t *rapid.T) {
 
 // reserveAs is one reserve of user through the inventory.
 func (m *bucketModel) reserveAs(t *rapid.T, user string, qty int64) {
-	id, err := m.inv.Reserve(m.ctx, m.sale, user, qty)
+	id, err := m.inv.Reserve(m.ctx, m.sale, user, "", qty)
 	var pe *flashgate.PurchasedError
 	switch {
 	case err == nil:
@@ -540,7 +540,7 @@ func (m *bucketModel) settle(t *rapid.T) {
 				break
 			}
 		}
-		id, err := m.inv.Reserve(m.ctx, m.sale, u, 1)
+		id, err := m.inv.Reserve(m.ctx, m.sale, u, "", 1)
 		if err != nil {
 			t.Fatalf("buckets' totals %v, booked %v: a fresh buyer of bucket %d got %v", totals, booked, target, err)
 		}

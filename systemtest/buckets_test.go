@@ -157,7 +157,7 @@ func TestBucketedSaleLayer(t *testing.T) {
 	sold := map[string]string{} // user → order
 	for i := 0; i < 60; i++ {
 		u := "user" + strconv.Itoa(i)
-		id, err := s.inv.Reserve(ctx, sale, u, 1)
+		id, err := s.inv.Reserve(ctx, sale, u, "", 1)
 		switch {
 		case err == nil:
 			sold[u] = id
@@ -171,11 +171,11 @@ func TestBucketedSaleLayer(t *testing.T) {
 	}
 	for u := range sold {
 		var pe *flashgate.PurchasedError
-		if _, err := s.inv.Reserve(ctx, sale, u, 1); !errors.As(err, &pe) || pe.OrderID != sold[u] {
+		if _, err := s.inv.Reserve(ctx, sale, u, "", 1); !errors.As(err, &pe) || pe.OrderID != sold[u] {
 			t.Errorf("second reserve of %s: got %v, want already purchased %s", u, err, sold[u])
 		}
 	}
-	if _, err := s.inv.Reserve(ctx, "plain", "user0", 1); err != nil {
+	if _, err := s.inv.Reserve(ctx, "plain", "user0", "", 1); err != nil {
 		t.Fatalf("unbucketed reserve: %v", err)
 	}
 	if n, _ := s.rdb.HGet(ctx, lua.SaleKey("plain"), lua.FieldBooked).Int64(); n != 1 {
@@ -229,7 +229,7 @@ func TestBucketedSaleLayer(t *testing.T) {
 		if l.Home(u) != victim.Bucket {
 			continue
 		}
-		id, err := s.inv.Reserve(ctx, sale, u, 1)
+		id, err := s.inv.Reserve(ctx, sale, u, "", 1)
 		if err != nil {
 			t.Fatalf("reserve of the freed unit by %s: %v", u, err)
 		}
@@ -262,10 +262,10 @@ func TestBucketedSaleLayer(t *testing.T) {
 		t.Errorf("rebuilt buckets' totals: got %d, want %d", sum, total)
 	}
 	var pe *flashgate.PurchasedError
-	if _, err := s.inv.Reserve(ctx, sale, again, 1); !errors.As(err, &pe) {
+	if _, err := s.inv.Reserve(ctx, sale, again, "", 1); !errors.As(err, &pe) {
 		t.Errorf("after the rebuild %s reserves again: got %v, want already purchased", again, err)
 	}
-	if _, err := s.inv.Reserve(ctx, sale, victim.UserID, 1); !errors.Is(err, flashgate.ErrSoldOut) {
+	if _, err := s.inv.Reserve(ctx, sale, victim.UserID, "", 1); !errors.Is(err, flashgate.ErrSoldOut) {
 		t.Errorf("after the rebuild the cancelled buyer's home bucket: got %v, want sold out", err)
 	}
 	// A spilled buyer's marker came back with their home bucket.
@@ -273,7 +273,7 @@ func TestBucketedSaleLayer(t *testing.T) {
 		if o.ID == victim.ID {
 			continue
 		}
-		if _, err := s.inv.Reserve(ctx, sale, o.UserID, 1); !errors.As(err, &pe) || pe.OrderID != o.ID {
+		if _, err := s.inv.Reserve(ctx, sale, o.UserID, "", 1); !errors.As(err, &pe) || pe.OrderID != o.ID {
 			t.Errorf("after the rebuild spilled buyer %s reserves again: got %v, want already purchased %s", o.UserID, err, o.ID)
 		}
 	}

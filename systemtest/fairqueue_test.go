@@ -411,7 +411,7 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 					t.Fatalf("%s: not_admitted answer %s lacks position %d", en.user, body, *st.Position)
 				}
 				// The reserve script checks admission on its own.
-				if _, err := s.inv.Reserve(ctx, spec.id, en.user, 1); !errors.Is(err, flashgate.ErrNotAdmitted) && !errors.Is(err, flashgate.ErrSoldOut) {
+				if _, err := s.inv.Reserve(ctx, spec.id, en.user, "", 1); !errors.Is(err, flashgate.ErrNotAdmitted) && !errors.Is(err, flashgate.ErrSoldOut) {
 					t.Fatalf("%s (%s) reserves directly: got %v, want not admitted", en.user, st.State, err)
 				}
 			default:

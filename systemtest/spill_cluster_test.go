@@ -59,7 +59,7 @@ func TestSpillOnCluster(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for u := range next {
-				id, err := s.inv.Reserve(ctx, sale, u, 1)
+				id, err := s.inv.Reserve(ctx, sale, u, "", 1)
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -127,7 +127,7 @@ func TestSpillOnCluster(t *testing.T) {
 	// A spilled buyer who tries again hears their order.
 	for id, u := range sold {
 		var pe *flashgate.PurchasedError
-		if _, err := s.inv.Reserve(ctx, sale, u, 1); !errors.As(err, &pe) || pe.OrderID != id {
+		if _, err := s.inv.Reserve(ctx, sale, u, "", 1); !errors.As(err, &pe) || pe.OrderID != id {
 			t.Errorf("second reserve of %s: got %v, want already purchased %s", u, err, id)
 		}
 	}
