@@ -150,6 +150,11 @@ func (h *history) check(sale string, total int, end time.Time, timeout time.Dura
 		}
 	}
 	sm := stockModel(total)
+	h.mu.Lock()
+	if h.variants != nil {
+		sm = variantStockModel(h.variants)
+	}
+	h.mu.Unlock()
 	sops := stockOps(ops)
 	if dir == "" {
 		c.stock = porcupine.CheckOperationsTimeout(sm, sops, timeout)
