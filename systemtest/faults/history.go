@@ -269,21 +269,34 @@ func httpResult(kind hKind, status int, code string, sent bool) hResult {
 // record adds an HTTP operation of user on order (the order id answered, for
 // a purchase).
 func (h *history) record(kind hKind, sale, user, order string, status int, code string, sent bool, call, ret time.Time) {
-	res := httpResult(kind, status, code, sent)
-	answer := "no answer"
-	if status != 0 {
-		answer = strings.TrimSpace(fmt.Sprintf("%d %s", status, code))
-	} else if !sent {
-		answer = "not sent"
-	}
 	in := hInput{kind: kind, saleID: sale, user: user}
-	out := hOutput{res: res, answer: answer}
+	out := hOutput{res: httpResult(kind, status, code, sent), answer: answerText(status, code, sent)}
 	if kind == hPurchase {
 		out.order = order
 	} else {
 		in.order = order
 	}
 	h.add(in, out, call, ret)
+}
+
+// recordPurchase adds a purchase of variant ("" for a sale without
+// variants) as record does.
+func (h *history) recordPurchase(sale, variant, user, order string, status int, code string, sent bool, call, ret time.Time) {
+	if h == nil {
+		return
+	}
+	h.add(hInput{kind: hPurchase, saleID: sale, user: user, variant: variant}, hOutput{res: httpResult(hPurchase, status, code, sent), order: order, answer: answerText(status, code, sent)}, call, ret)
+}
+
+// answerText is an HTTP answer as the history's descriptions show it.
+func answerText(status int, code string, sent bool) string {
+	switch {
+	case status != 0:
+		return strings.TrimSpace(fmt.Sprintf("%d %s", status, code))
+	case !sent:
+		return "not sent"
+	}
+	return "no answer"
 }
 
 // sentErr reports whether a request that failed with err may have reached

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -105,5 +106,34 @@ func TestModelVariantStock(t *testing.T) {
 				t.Errorf("one stock of %d: got legal %v, want %v", sum, got, tt.whole == ok)
 			}
 		})
+	}
+}
+
+// TestHistoryVariantCheck runs the whole check (recorded purchases naming
+// their variants, the final rows with theirs) on a planted oversell of size
+// S: illegal for the sale in sizes, legal for one stock of the summed
+// total.
+func TestHistoryVariantCheck(t *testing.T) {
+	for _, perVariant := range []bool{true, false} {
+		b := newHB()
+		buys := []struct{ user, variant, order string }{
+			{"u1", "S", "A"}, {"u2", "S", "B"}, {"u3", "S", "C"}, {"u4", "M", "D"},
+		}
+		var rows []finalRow
+		for i, p := range buys {
+			b.h.recordPurchase("s", p.variant, p.user, p.order, 201, "", true, b.at(10*i), b.at(10*i+5))
+			rows = append(rows, finalRow{id: p.order, user: p.user, status: "pending_payment", qty: 1, variant: p.variant})
+		}
+		if perVariant {
+			b.h.setVariants(map[string]int{"S": 2, "M": 5})
+		}
+		b.h.finish("s", rows, b.at(10000), b.at(10010))
+		c := b.h.check("s", 7, b.at(10000), 10*time.Second, "")
+		if c.orders != porcupine.Ok {
+			t.Errorf("per variant %v: orders %v, want ok", perVariant, c.orders)
+		}
+		if want := map[bool]porcupine.CheckResult{true: porcupine.Illegal, false: porcupine.Ok}[perVariant]; c.stock != want {
+			t.Errorf("per variant %v: stock got %v, want %v", perVariant, c.stock, want)
+		}
 	}
 }
