@@ -49,9 +49,10 @@ type crowdResult struct {
 	FirstErr  error             // the first transport error, to name the cause
 	// Variants are the crowd's variants in order, with the buyers who
 	// wanted each (Wanted) and the 201s each got (ByVariant).
-	Variants  []string
-	Wanted    map[string]int
-	ByVariant map[string]int
+	Variants     []string
+	Wanted       map[string]int
+	ByVariant    map[string]int
+	OrderVariant map[string]string // order id → the variant its 201 was for
 }
 
 // Created is the number of 201 answers.
@@ -111,7 +112,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 
 	lat := make([]time.Duration, s.Users)
 	answers := make([]string, s.Users)
-	var orders sync.Map
+	var orders, orderVariant sync.Map
 	var firstErr atomic.Pointer[error]
 	var next, done atomic.Int64
 	stopBar := startBar(s.Progress, s.Users, &done)
@@ -172,6 +173,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 					}
 					if json.Unmarshal(resp.Body(), &v) == nil && v.OrderID != "" {
 						orders.Store(v.OrderID, s.UserPrefix+strconv.Itoa(i))
+						if s.Variants != nil {
+							orderVariant.Store(v.OrderID, s.Variants[s.Choice[i]])
+						}
 					}
 				}
 			}
@@ -183,7 +187,8 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 
 	r := &crowdResult{Elapsed: elapsed, ByAnswer: map[string]int{}, Orders: map[string]string{}}
 	if s.Variants != nil {
-		r.Variants, r.Wanted, r.ByVariant = s.Variants, map[string]int{}, map[string]int{}
+		r.Variants, r.Wanted, r.ByVariant, r.OrderVariant = s.Variants, map[string]int{}, map[string]int{}, map[string]string{}
+		orderVariant.Range(func(k, v any) bool { r.OrderVariant[k.(string)] = v.(string); return true })
 	}
 	for i, a := range answers {
 		if a == "" { // not sent: the context ended first

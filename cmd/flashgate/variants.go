@@ -90,3 +90,51 @@ func purchaseBody(variant string, quantity int64) []byte {
 	}
 	return fmt.Appendf(nil, `{"variant":%q,"quantity":%d}`, variant, quantity)
 }
+
+// splitUnits shares units among the variants ids evenly, the first ones
+// taking the remainder (nil without ids).
+func splitUnits(ids []string, units int64) []flashgate.Variant {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]flashgate.Variant, len(ids))
+	n := int64(len(ids))
+	for i, id := range ids {
+		out[i] = flashgate.Variant{ID: id, Name: "Size " + id, Total: units / n}
+		if int64(i) < units%n {
+			out[i].Total++
+		}
+	}
+	return out
+}
+
+// variantChecks are the demo's checks per variant: each variant's live
+// units within its total, and every 201 a row of the variant it was for.
+func variantChecks(variants []flashgate.Variant, live []flashgate.Order, orderVariant map[string]string) []check {
+	units := map[string]int64{}
+	for _, o := range live {
+		units[o.Variant] += max(o.Quantity, 1)
+	}
+	var out []check
+	for _, v := range variants {
+		out = append(out, check{fmt.Sprintf("variant %s: live units %d <= its total %d", v.ID, units[v.ID], v.Total), units[v.ID] <= v.Total})
+		delete(units, v.ID)
+	}
+	stray := int64(0)
+	for _, n := range units {
+		stray += n
+	}
+	out = append(out, check{fmt.Sprintf("every live unit is of one of the sale's variants (%d are not)", stray), stray == 0})
+	rowVariant := make(map[string]string, len(live))
+	for _, o := range live {
+		rowVariant[o.ID] = o.Variant
+	}
+	wrong := 0
+	for id, v := range orderVariant {
+		if got, ok := rowVariant[id]; !ok || got != v {
+			wrong++
+		}
+	}
+	out = append(out, check{fmt.Sprintf("every 201 is a row of the variant it was for (%d are not)", wrong), wrong == 0})
+	return out
+}

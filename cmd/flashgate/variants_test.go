@@ -3,6 +3,8 @@ package main
 import (
 	"slices"
 	"testing"
+
+	"github.com/flashgate/flashgate"
 )
 
 func TestParseVariantIDs(t *testing.T) {
@@ -80,5 +82,38 @@ func TestPurchaseBody(t *testing.T) {
 		if got := string(purchaseBody(tt.variant, tt.q)); got != tt.want {
 			t.Errorf("purchaseBody(%q, %d) = %s, want %s", tt.variant, tt.q, got, tt.want)
 		}
+	}
+}
+
+func TestVariantChecks(t *testing.T) {
+	vs := splitUnits([]string{"S", "M", "L"}, 10)
+	if got := []int64{vs[0].Total, vs[1].Total, vs[2].Total}; !slices.Equal(got, []int64{4, 3, 3}) {
+		t.Fatalf("splitUnits: got %v, want [4 3 3]", got)
+	}
+	row := func(id, v string) flashgate.Order { return flashgate.Order{ID: id, Variant: v, Quantity: 1} }
+	failed := func(cs []check) (n int) {
+		for _, c := range cs {
+			if !c.ok {
+				n++
+			}
+		}
+		return n
+	}
+	good := []flashgate.Order{row("a", "S"), row("b", "S"), row("c", "M")}
+	if n := failed(variantChecks(vs, good, map[string]string{"a": "S", "b": "S", "c": "M"})); n != 0 {
+		t.Errorf("a legal sale: %d checks failed, want 0", n)
+	}
+	var over []flashgate.Order
+	for _, id := range []string{"a", "b", "c", "d"} {
+		over = append(over, row(id, "M")) // 4 > M's 3, though 4 <= 10
+	}
+	if n := failed(variantChecks(vs, over, nil)); n != 1 {
+		t.Errorf("M oversold: %d checks failed, want 1", n)
+	}
+	if n := failed(variantChecks(vs, good, map[string]string{"a": "M"})); n != 1 {
+		t.Errorf("a 201 for M stored as S: %d checks failed, want 1", n)
+	}
+	if n := failed(variantChecks(vs, []flashgate.Order{row("a", "")}, nil)); n != 1 {
+		t.Errorf("a row without its variant: %d checks failed, want 1", n)
 	}
 }
