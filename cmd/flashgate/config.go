@@ -78,6 +78,9 @@ type Config struct {
 	Progress    bool          // crowd/demo: draw a progress bar; true
 	Timeout     time.Duration // crowd: per-request timeout; 5s
 	Quantity    int64         // crowd: units per purchase; 1
+	Variants    string        // crowd: the sale's variant ids, comma-separated, the most wanted first; "" = a sale without variants
+	VariantSkew float64       // crowd: Zipf exponent of the buyers' choice of variant (0 = uniform); 1.1
+	VariantSeed int64         // crowd: seed of the buyers' choice of variant; 1
 	SourceAddrs string        // crowd: local addresses to dial from, e.g. 127.0.0.2-127.0.0.20; ""
 
 	// set names the flags given on the command line or by environment,
@@ -207,6 +210,9 @@ var flagSpecs = []flagSpec{
 	{"target", "gateway base URL", cmdCrowd, strFlag(func(c *Config) *string { return &c.Target }, "http://127.0.0.1:8080")},
 	{"admin", "control plane base URL for the cross-check (e.g. http://127.0.0.1:8081)", cmdCrowd, strFlag(func(c *Config) *string { return &c.Admin }, "")},
 	{"quantity", "units per purchase", cmdCrowd, int64Flag(func(c *Config) *int64 { return &c.Quantity }, 1)},
+	{"variants", "the sale's variant ids, comma-separated, the most wanted first: each buyer picks one, skewed by --variant-skew; demo: the sale is sold in these, --units shared evenly (default: a sale without variants)", cmdCrowd | cmdDemo, strFlag(func(c *Config) *string { return &c.Variants }, "")},
+	{"variant-skew", "Zipf exponent of the buyers' choice among --variants: buyer weight of the k-th variant 1/k^skew (0 = uniform)", cmdCrowd | cmdDemo, floatFlag(func(c *Config) *float64 { return &c.VariantSkew }, 1.1)},
+	{"variant-seed", "seed of the buyers' choice among --variants (the same seed, the same choices)", cmdCrowd | cmdDemo, int64Flag(func(c *Config) *int64 { return &c.VariantSeed }, 1)},
 	{"source-addrs", "local addresses the crowd dials from, in turn: IPs and ranges, e.g. 127.0.0.2-127.0.0.20 (default: the system's choice)", cmdCrowd, strFlag(func(c *Config) *string { return &c.SourceAddrs }, "")},
 	{"timeout", "per-request timeout", cmdCrowd, durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
 	{"progress", "draw a progress bar", cmdDemo | cmdCrowd, boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
@@ -409,6 +415,16 @@ func (c *Config) validate(cmd string) error {
 	}
 	if cmd == "crowd" && c.Quantity < 1 {
 		return fmt.Errorf("--quantity must be at least 1")
+	}
+	if cmd == "crowd" || cmd == "demo" {
+		if ids, err := parseVariantIDs(c.Variants); err != nil {
+			return err
+		} else if cmd == "demo" && int64(len(ids)) > c.Units {
+			return fmt.Errorf("--variants: %d variants for %d units, want at most one per unit", len(ids), c.Units)
+		}
+		if c.VariantSkew < 0 || c.VariantSkew > 10 {
+			return fmt.Errorf("--variant-skew %g: want 0..10", c.VariantSkew)
+		}
 	}
 	switch c.LogLevel {
 	case "", "debug", "info", "warn", "error":

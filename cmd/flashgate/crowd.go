@@ -31,6 +31,8 @@ type crowdSpec struct {
 	Concurrency int
 	Rate        float64 // arrivals per second; 0 = closed loop
 	Quantity    int64
+	Variants    []string // the sale's variant ids; nil = a sale without variants
+	Choice      []int    // Choice[i] is user i's index in Variants (with Variants)
 	Timeout     time.Duration
 	Progress    io.Writer // nil = no bar
 	SourceAddrs string    // --source-addrs: local addresses to dial from; "" = the system's choice
@@ -45,6 +47,12 @@ type crowdResult struct {
 	Latencies []time.Duration   // sorted
 	Errors    int               // transport errors and timeouts
 	FirstErr  error             // the first transport error, to name the cause
+	// Variants are the crowd's variants in order, with the buyers who
+	// wanted each (Wanted) and the 201s each got (ByVariant).
+	Variants     []string
+	Wanted       map[string]int
+	ByVariant    map[string]int
+	OrderVariant map[string]string // order id → the variant its 201 was for
 }
 
 // Created is the number of 201 answers.
@@ -96,14 +104,15 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 		}
 	}()
 	path := "/api/sales/" + s.Sale + "/orders"
-	var body []byte
-	if s.Quantity > 1 {
-		body = []byte(`{"quantity":` + strconv.FormatInt(s.Quantity, 10) + `}`)
+	body := purchaseBody("", s.Quantity)
+	var bodies [][]byte // per variant, with Variants
+	for _, v := range s.Variants {
+		bodies = append(bodies, purchaseBody(v, s.Quantity))
 	}
 
 	lat := make([]time.Duration, s.Users)
 	answers := make([]string, s.Users)
-	var orders sync.Map
+	var orders, orderVariant sync.Map
 	var firstErr atomic.Pointer[error]
 	var next, done atomic.Int64
 	stopBar := startBar(s.Progress, s.Users, &done)
@@ -137,9 +146,13 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 				req.SetRequestURI(path)
 				req.Header.SetHost(u.Host)
 				req.Header.Set("Authorization", "Bearer "+tokens[i])
-				if body != nil {
+				b := body
+				if bodies != nil {
+					b = bodies[s.Choice[i]]
+				}
+				if b != nil {
 					req.Header.SetContentType("application/json")
-					req.SetBody(body)
+					req.SetBody(b)
 				}
 				t0 := time.Now()
 				if !due.IsZero() && due.Before(t0) {
@@ -160,6 +173,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 					}
 					if json.Unmarshal(resp.Body(), &v) == nil && v.OrderID != "" {
 						orders.Store(v.OrderID, s.UserPrefix+strconv.Itoa(i))
+						if s.Variants != nil {
+							orderVariant.Store(v.OrderID, s.Variants[s.Choice[i]])
+						}
 					}
 				}
 			}
@@ -170,12 +186,23 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	stopBar()
 
 	r := &crowdResult{Elapsed: elapsed, ByAnswer: map[string]int{}, Orders: map[string]string{}}
+	if s.Variants != nil {
+		r.Variants, r.Wanted, r.ByVariant, r.OrderVariant = s.Variants, map[string]int{}, map[string]int{}, map[string]string{}
+		orderVariant.Range(func(k, v any) bool { r.OrderVariant[k.(string)] = v.(string); return true })
+	}
 	for i, a := range answers {
 		if a == "" { // not sent: the context ended first
 			continue
 		}
 		r.Requests++
 		r.ByAnswer[a]++
+		if s.Variants != nil {
+			v := s.Variants[s.Choice[i]]
+			r.Wanted[v]++
+			if a == "201" {
+				r.ByVariant[v]++
+			}
+		}
 		r.Latencies = append(r.Latencies, lat[i])
 		if a == "transport error" {
 			r.Errors++
@@ -298,6 +325,9 @@ func printCrowd(w io.Writer, r *crowdResult) {
 	if r.FirstErr != nil {
 		fmt.Fprintf(w, "  first transport error: %v\n", r.FirstErr)
 	}
+	for _, v := range r.Variants {
+		fmt.Fprintf(w, "  variant %-14s wanted by %d, 201s %d\n", v, r.Wanted[v], r.ByVariant[v])
+	}
 	if r.Elapsed > 0 {
 		fmt.Fprintf(w, "throughput    %.0f requests/s\n", float64(r.Requests)/r.Elapsed.Seconds())
 	}
@@ -389,7 +419,12 @@ func runCrowd(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error 
 	if cfg.Progress {
 		bar = stderr
 	}
+	variants, err := parseVariantIDs(cfg.Variants)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
 	r, err := runCrowdSpec(ctx, crowdSpec{
+		Variants: variants, Choice: variantChoices(variants, cfg.Users, cfg.VariantSkew, cfg.VariantSeed),
 		Target: cfg.Target, Sale: cfg.Sale, Secret: []byte(cfg.JWTSecret),
 		UserPrefix: "crowd-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-",
 		Users:      cfg.Users, Concurrency: cfg.Concurrency, Rate: cfg.ArrivalRate,

@@ -73,8 +73,13 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)
 	start := time.Now()
+	ids, err := parseVariantIDs(cfg.Variants)
+	if err != nil {
+		return err
+	}
 	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{
 		ID: saleID, Name: "Limited edition sneaker", PriceCents: 12900, Total: cfg.Units,
+		Variants: splitUnits(ids, cfg.Units),
 	}); err != nil {
 		return fmt.Errorf("creating the sale: %w", err)
 	}
@@ -92,7 +97,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	r, err := runCrowdSpec(ctx, crowdSpec{
 		Target: base, Sale: saleID, Secret: []byte(cfg.JWTSecret), UserPrefix: "buyer-",
 		Users: cfg.Users, Concurrency: cfg.Concurrency, Quantity: 1, Timeout: 10 * time.Second,
-		Progress: bar,
+		Progress: bar, Variants: ids, Choice: variantChoices(ids, cfg.Users, cfg.VariantSkew, cfg.VariantSeed),
 	})
 	if err != nil {
 		return err
@@ -204,6 +209,13 @@ func demoChecks(ctx context.Context, cfg *Config, c conns, s *system, r *crowdRe
 	if int64(cfg.Users) < want {
 		want = int64(cfg.Users)
 	}
+	if ids, _ := parseVariantIDs(cfg.Variants); len(ids) > 0 {
+		// Each variant sells to those who wanted it, up to its total.
+		want = 0
+		for _, v := range splitUnits(ids, cfg.Units) {
+			want += min(int64(r.Wanted[v.ID]), v.Total)
+		}
+	}
 	created := int64(r.Created())
 	add(created == want, "units sold: %d answers 201, want exactly %d", created, want)
 
@@ -241,6 +253,11 @@ func demoChecks(ctx context.Context, cfg *Config, c conns, s *system, r *crowdRe
 	}
 	add(err == nil && dup == 0, "no user holds two orders (%d duplicates)", dup)
 	add(err == nil && int64(len(live)) == created, "no row without a 201: %d live rows, %d answers 201", len(live), created)
+	if ids, _ := parseVariantIDs(cfg.Variants); len(ids) > 0 {
+		for _, v := range variantChecks(splitUnits(ids, cfg.Units), live, r.OrderVariant) {
+			add(v.ok, "%s", v.what)
+		}
+	}
 	backlog, err := c.primary.XLen(ctx, lua.OrdersKey(sale)).Result()
 	add(err == nil && backlog == 0, "stream drained: backlog %d", backlog)
 	errs := r.Errors

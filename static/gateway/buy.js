@@ -18,6 +18,48 @@
   var payBtn = document.getElementById("pay");
   var orderID = "";
 
+  // The size picker, for a sale sold in variants: one button per variant,
+  // built from the polled sale; a variant with nothing left (from the poll,
+  // or a 409 sold_out naming it) is greyed and cannot be chosen, without a
+  // reload. A sale without variants never shows it.
+  var sizes = document.getElementById("sizes");
+  var sizeList = document.getElementById("size-list");
+  var variants = [];    // the sale's variants, from the last poll
+  var sizeBtns = {};    // variant id → its button
+  var soldOut = {};     // variant id → until when a 409 named it sold out (ms)
+  var chosen = "";      // the chosen variant's id
+  function variantGone(v) {
+    return v.remaining <= 0 || (soldOut[v.id] || 0) > Date.now();
+  }
+  function renderSizes() {
+    if (!variants.length) { sizes.hidden = true; return; }
+    sizes.hidden = false;
+    variants.forEach(function (v) {
+      var b = sizeBtns[v.id];
+      if (!b) {
+        b = document.createElement("button");
+        b.type = "button";
+        b.setAttribute("data-variant", v.id);
+        b.addEventListener("click", function () {
+          if (b.disabled) { return; }
+          chosen = v.id;
+          renderSizes();
+          render();
+        });
+        sizeBtns[v.id] = b;
+        sizeList.appendChild(b);
+      }
+      var gone = variantGone(v);
+      if (gone && chosen === v.id) { chosen = ""; }
+      b.textContent = v.name || v.id;
+      b.disabled = gone;
+      b.setAttribute("aria-disabled", gone ? "true" : "false");
+      b.setAttribute("aria-pressed", chosen === v.id ? "true" : "false");
+      b.setAttribute("aria-label", (v.name || v.id) + (gone ? ", sold out" : ", " + v.remaining + " left"));
+      b.title = gone ? "Sold out" : v.remaining + " left";
+    });
+  }
+
   // A token given in the URL is moved into sessionStorage and taken out of
   // the address bar (and so out of the history, bookmarks and Referer); the
   // server never reads it from the URL. The fragment form (#token=...) is the
@@ -63,8 +105,13 @@
   window.addEventListener("fq-change", function () { render(); });
 
   function render() {
-    buy.disabled = done || busy || state !== "open" || held();
+    buy.disabled = done || busy || state !== "open" || held() || (variants.length > 0 && !chosen);
     if (done || busy) { return; }
+    if (state === "open" && variants.length > 0 && !chosen) {
+      say(variants.every(variantGone) ? "Every size is sold out." : "Choose a size.");
+      countdown.textContent = "On sale now";
+      return;
+    }
     switch (state) {
       case "open": say(token() ? "The sale is open." : "The sale is open: paste your token below to buy."); countdown.textContent = "On sale now"; break;
       case "upcoming": say("Not started yet."); tick(); break;
@@ -82,6 +129,8 @@
         state = s.state;
         startsAt = s.starts_at ? Date.parse(s.starts_at) : null;
         remaining.textContent = String(s.remaining);
+        variants = s.variants || [];
+        renderSizes();
         if (fq) { fq.onSale(s); }
         render();
       })
@@ -110,7 +159,7 @@
       method: "POST",
       headers: fq && fq.ticket() ? { "Authorization": "Bearer " + token(), "Content-Type": "application/json", "X-Queue-Ticket": fq.ticket() } :
         { "Authorization": "Bearer " + token(), "Content-Type": "application/json" },
-      body: JSON.stringify({ quantity: 1 })
+      body: JSON.stringify(chosen ? { variant: chosen, quantity: 1 } : { quantity: 1 })
     }).then(function (r) {
       return r.json().then(function (b) { return { status: r.status, body: b, ticket: r.headers.get("X-Queue-Ticket") }; });
     }).then(function (res) {
@@ -124,11 +173,18 @@
         done = true;
         say("Already purchased: your order is " + res.body.order_id + ".", "ok");
         offerPay(res.body.order_id);
+      } else if (res.body.error === "sold_out" && res.body.variant) {
+        // One size sold out while others sell: grey it now, not at the
+        // next poll (which may still count its last units for a moment).
+        soldOut[res.body.variant] = Date.now() + 5000;
+        var gone = sizeBtns[res.body.variant];
+        renderSizes();
+        say((gone ? gone.textContent : "That size") + " just sold out: choose another size.", "err");
       } else {
         if (res.body.error === "unauthorized") { tokenBox.open = true; }
         say(messages[res.body.error] || "Something went wrong: " + res.body.error, "err");
       }
-      buy.disabled = done || state !== "open" || held();
+      buy.disabled = done || state !== "open" || held() || (variants.length > 0 && !chosen);
     }).catch(function () {
       busy = false;
       say("The network failed: press again.", "err");

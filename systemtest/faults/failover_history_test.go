@@ -26,7 +26,7 @@ func finalRows(released, live []flashgate.Order) []finalRow {
 			continue
 		}
 		seen[o.ID] = true
-		rows = append(rows, finalRow{id: o.ID, user: o.UserID, status: string(o.Status), qty: int(o.Quantity)})
+		rows = append(rows, finalRow{id: o.ID, user: o.UserID, status: string(o.Status), qty: int(o.Quantity), variant: o.Variant})
 	}
 	return rows
 }

@@ -71,7 +71,11 @@ import (
 // range. The range is exact for purchases of one unit (the suite's) and
 // allows more, never less, than the system may do otherwise. Each of its
 // operations is placed at the moment of its interval that allows the most
-// (stockOps), which keeps what it accepts and makes the check one pass.
+// (stockOps), which keeps what it accepts and makes the check one pass. On
+// a sale sold in variants the stock model is partitioned per variant
+// (variantStockModel): each variant's range is bound by its own total, a
+// release gives back to its order's variant, and the final read is one per
+// variant; the buyer's limit across variants is the order model's.
 //
 // Answers that are always allowed: sold_out, because the contract also
 // answers it once the admission cap is reached (while units remain, until
@@ -157,6 +161,14 @@ type hInput struct {
 	rows   []hRow // hRead of a user: the user's rows
 	live   int    // hRead of the sale: live units in the database
 	sale   bool   // hRead of the sale (the stock model's read)
+	// variant is the variant a purchase named ("" for a sale without
+	// variants); on a release, its order's variant when the recorder knows
+	// it (stockOps otherwise takes it from the purchase answered with the
+	// order's id).
+	variant string
+	// lives is an hRead of a sale with variants: the live units of each
+	// variant in the database (live is then their sum).
+	lives map[string]int
 }
 
 // hOutput is the answer.
@@ -184,6 +196,16 @@ type history struct {
 	flushes [][2]time.Time
 	// foreign counts order rows of users without a recorded purchase.
 	foreign int
+	// variants, when set (setVariants), are the totals of the sale's
+	// variants: the stock model is then checked per variant.
+	variants map[string]int
+}
+
+// setVariants makes the check's stock model one per variant of totals.
+func (h *history) setVariants(totals map[string]int) {
+	h.mu.Lock()
+	h.variants = totals
+	h.mu.Unlock()
 }
 
 func newHistory() *history { return &history{base: time.Now()} }
@@ -247,21 +269,34 @@ func httpResult(kind hKind, status int, code string, sent bool) hResult {
 // record adds an HTTP operation of user on order (the order id answered, for
 // a purchase).
 func (h *history) record(kind hKind, sale, user, order string, status int, code string, sent bool, call, ret time.Time) {
-	res := httpResult(kind, status, code, sent)
-	answer := "no answer"
-	if status != 0 {
-		answer = strings.TrimSpace(fmt.Sprintf("%d %s", status, code))
-	} else if !sent {
-		answer = "not sent"
-	}
 	in := hInput{kind: kind, saleID: sale, user: user}
-	out := hOutput{res: res, answer: answer}
+	out := hOutput{res: httpResult(kind, status, code, sent), answer: answerText(status, code, sent)}
 	if kind == hPurchase {
 		out.order = order
 	} else {
 		in.order = order
 	}
 	h.add(in, out, call, ret)
+}
+
+// recordPurchase adds a purchase of variant ("" for a sale without
+// variants) as record does.
+func (h *history) recordPurchase(sale, variant, user, order string, status int, code string, sent bool, call, ret time.Time) {
+	if h == nil {
+		return
+	}
+	h.add(hInput{kind: hPurchase, saleID: sale, user: user, variant: variant}, hOutput{res: httpResult(hPurchase, status, code, sent), order: order, answer: answerText(status, code, sent)}, call, ret)
+}
+
+// answerText is an HTTP answer as the history's descriptions show it.
+func answerText(status int, code string, sent bool) string {
+	switch {
+	case status != 0:
+		return strings.TrimSpace(fmt.Sprintf("%d %s", status, code))
+	case !sent:
+		return "not sent"
+	}
+	return "no answer"
 }
 
 // sentErr reports whether a request that failed with err may have reached

@@ -149,8 +149,22 @@ func (h *history) check(sale string, total int, end time.Time, timeout time.Dura
 			c.visualize(om, info, filepath.Join(dir, "history-orders.html"))
 		}
 	}
+	h.mu.Lock()
+	variants := h.variants
+	h.mu.Unlock()
 	sm := stockModel(total)
 	sops := stockOps(ops)
+	if variants != nil {
+		sm = variantStockModel(variants)
+	} else {
+		// Without setVariants the sale is one stock, whatever its
+		// purchases named.
+		for i := range sops {
+			in := sops[i].Input.(hInput)
+			in.variant = ""
+			sops[i].Input = in
+		}
+	}
 	if dir == "" {
 		c.stock = porcupine.CheckOperationsTimeout(sm, sops, timeout)
 	} else {

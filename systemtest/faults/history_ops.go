@@ -60,6 +60,15 @@ func (h *history) finish(sale string, rows []finalRow, readCall, readRet time.Ti
 	perUser := map[string][]hRow{}
 	haveRow := map[string]bool{}
 	live := 0
+	var lives map[string]int // with variants: live units per variant
+	h.mu.Lock()
+	if h.variants != nil {
+		lives = make(map[string]int, len(h.variants))
+		for v := range h.variants {
+			lives[v] = 0
+		}
+	}
+	h.mu.Unlock()
 	for _, r := range rows {
 		st, ok := stateOfStatus(r.status)
 		if !ok {
@@ -68,6 +77,9 @@ func (h *history) finish(sale string, rows []finalRow, readCall, readRet time.Ti
 		haveRow[r.id] = true
 		if st.live() {
 			live += max(r.qty, 1)
+			if lives != nil {
+				lives[r.variant] += max(r.qty, 1)
+			}
 		}
 		if !users[r.user] {
 			// Bought by something that does not record its purchases
@@ -80,7 +92,7 @@ func (h *history) finish(sale string, rows []finalRow, readCall, readRet time.Ti
 		}
 		perUser[r.user] = append(perUser[r.user], hRow{id: r.id, st: st})
 		if st == sExpired {
-			h.add(hInput{kind: hExpire, saleID: sale, user: r.user, order: r.id, qty: r.qty}, hOutput{res: rDone, answer: "expired"}, h.base, readCall)
+			h.add(hInput{kind: hExpire, saleID: sale, user: r.user, order: r.id, qty: r.qty, variant: r.variant}, hOutput{res: rDone, answer: "expired"}, h.base, readCall)
 		}
 	}
 	for id, user := range known {
@@ -101,12 +113,13 @@ func (h *history) finish(sale string, rows []finalRow, readCall, readRet time.Ti
 		sort.Slice(rs, func(i, j int) bool { return rs[i].id < rs[j].id })
 		h.add(hInput{kind: hRead, saleID: sale, user: u, rows: rs}, hOutput{res: rDone, answer: "rows"}, readCall, readRet)
 	}
-	h.add(hInput{kind: hRead, saleID: sale, sale: true, live: live}, hOutput{res: rDone, answer: "live units"}, readCall, readRet)
+	h.add(hInput{kind: hRead, saleID: sale, sale: true, live: live, lives: lives}, hOutput{res: rDone, answer: "live units"}, readCall, readRet)
 }
 
 // finalRow is one order row of the final read.
 type finalRow struct {
 	id, user, status string
+	variant          string // the order's variant, "" without variants
 	qty              int
 }
 

@@ -37,7 +37,7 @@ func (x *run) checkHistory(ctx context.Context) hCheck {
 			continue
 		}
 		seen[o.ID] = len(rows)
-		rows = append(rows, finalRow{id: o.ID, user: o.UserID, status: string(o.Status), qty: int(o.Quantity)})
+		rows = append(rows, finalRow{id: o.ID, user: o.UserID, status: string(o.Status), qty: int(o.Quantity), variant: o.Variant})
 	}
 	x.mu.Lock()
 	flushedAt := x.flushedAt

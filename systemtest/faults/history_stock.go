@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -16,11 +17,38 @@ type stockState struct {
 
 // stockModel is the stock model of a sale of total units, one partition.
 func stockModel(total int) porcupine.Model {
+	return variantStockModel(map[string]int{"": total})
+}
+
+// variantStockModel is the stock model of a sale sold in several variants,
+// totals[v] units of variant v ("" for a sale without variants): one
+// partition per variant, each variant's stock its own bound (its sold units
+// never exceed its total, however many the others have left). The buyer's
+// limit across variants is the order model's, which knows no variants. The
+// operations are those of stockOps, each naming its variant; one of a
+// variant not in totals has a stock of 0.
+func variantStockModel(totals map[string]int) porcupine.Model {
 	return porcupine.Model{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			idx := map[string]int{}
+			var parts [][]porcupine.Operation
+			for _, o := range history {
+				v := o.Input.(hInput).variant
+				i, ok := idx[v]
+				if !ok {
+					i = len(parts)
+					idx[v] = i
+					parts = append(parts, nil)
+				}
+				parts[i] = append(parts[i], o)
+			}
+			return parts
+		},
 		Init: func() any { return stockState{rel: ","} },
 		Step: func(state, input, output any) (bool, any) {
 			s := state.(stockState)
 			in, out := input.(hInput), output.(hOutput)
+			total := totals[in.variant]
 			q := max(in.qty, 1)
 			switch in.kind {
 			case hPurchase:
@@ -62,7 +90,7 @@ func stockModel(total int) porcupine.Model {
 		DescribeOperation: describeOp,
 		DescribeState: func(state any) string {
 			s := state.(stockState)
-			return fmt.Sprintf("live units in [%d, %d] of %d; given back: %s", s.lo, s.hi, total, strings.Trim(s.rel, ","))
+			return fmt.Sprintf("live units in [%d, %d]; given back: %s", s.lo, s.hi, strings.Trim(s.rel, ","))
 		},
 	}
 }
@@ -78,32 +106,79 @@ func stockModel(total int) porcupine.Model {
 // up to total, and only the final read looks at hi), so a history has a
 // linearization if and only if it has one with every operation at that
 // moment. It turns the search into one pass over the operations in order.
+//
+// On a sale with variants each operation names its variant: a release
+// takes its order's from the purchase answered with that id when it names
+// none itself, the unknown purchases are gathered per variant, and the
+// final read becomes one read per variant.
 func stockOps(ops []porcupine.Operation) []porcupine.Operation {
+	variantOf := map[string]string{} // order id → its purchase's variant
+	for _, o := range ops {
+		in, out := o.Input.(hInput), o.Output.(hOutput)
+		if in.kind == hPurchase && out.order != "" && (out.res == rCreated || out.res == rHolds) {
+			variantOf[out.order] = in.variant
+		}
+	}
 	var out []porcupine.Operation
-	unknown := porcupine.Operation{ClientId: -1, Input: hInput{kind: hPurchase, user: "(every unknown purchase)"}, Output: hOutput{res: rUnknown, answer: "no answer"}}
+	var unknowns []porcupine.Operation // one per variant, in order of first sight
+	unknownIdx := map[string]int{}
 	for _, o := range ops {
 		in, res := o.Input.(hInput), o.Output.(hOutput).res
 		switch {
 		case in.kind == hPurchase && res == rCreated:
 			o.Call = o.Return
 		case in.kind == hPurchase && res == rUnknown:
-			unknown.Input = hInput{kind: hPurchase, user: unknown.Input.(hInput).user, qty: unknown.Input.(hInput).qty + max(in.qty, 1)}
-			unknown.Call, unknown.Return = max(unknown.Call, o.Return), max(unknown.Return, o.Return)
+			i, ok := unknownIdx[in.variant]
+			if !ok {
+				i = len(unknowns)
+				unknownIdx[in.variant] = i
+				unknowns = append(unknowns, porcupine.Operation{Input: hInput{kind: hPurchase, user: "(every unknown purchase)", variant: in.variant}, Output: hOutput{res: rUnknown, answer: "no answer"}})
+			}
+			u := &unknowns[i]
+			ui := u.Input.(hInput)
+			ui.qty += max(in.qty, 1)
+			u.Input = ui
+			u.Call, u.Return = max(u.Call, o.Return), max(u.Return, o.Return)
+			continue
+		case in.kind == hRead && in.sale && in.lives != nil:
+			for _, v := range sortedKeys(in.lives) {
+				r := o
+				r.Input = hInput{kind: hRead, saleID: in.saleID, sale: true, live: in.lives[v], variant: v}
+				out = append(out, r)
+			}
 			continue
 		case in.kind == hRead && in.sale:
 		case (in.kind == hCancel || in.kind == hRefund || in.kind == hExpire || in.kind == hLose) && (res == rDone || res == rUnknown):
 			o.Return = o.Call
+			if in.variant == "" {
+				in.variant = variantOf[in.order]
+				o.Input = in
+			}
 		default:
 			continue
 		}
 		out = append(out, o)
 	}
-	if unknown.Input.(hInput).qty > 0 {
-		unknown.ClientId = 0
+	if len(unknowns) > 0 {
+		id := 0
 		for _, o := range out {
-			unknown.ClientId = max(unknown.ClientId, o.ClientId+1)
+			id = max(id, o.ClientId+1)
 		}
-		out = append(out, unknown)
+		for _, u := range unknowns {
+			u.ClientId = id
+			id++
+			out = append(out, u)
+		}
 	}
 	return out
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
