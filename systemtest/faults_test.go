@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,6 +265,9 @@ type buyOutcome struct {
 	answer   string // "201", "409 sold_out", "transport error", …
 	orderID  string // from a 201, or a 409 already_purchased naming the user's order
 	attempts int
+	// variant is the variant the buyer asked for (crowd.order), and
+	// named is the one the final answer named ("" if none).
+	variant, named string
 }
 
 // crowd sends each user's purchase once over real HTTP to the current
@@ -275,7 +279,10 @@ type crowd struct {
 	users   []string
 	workers int
 	paced   func(i int) time.Duration
-	done    atomic.Int64
+	// order, when set, is what user asks for: the purchase body then
+	// names the quantity and the variant; nil sends no body (one unit).
+	order func(user string) (qty int64, variant string)
+	done  atomic.Int64
 }
 
 const buyAttempts = 6
@@ -319,13 +326,23 @@ func (c *crowd) run(ctx context.Context, tb testing.TB) []buyOutcome {
 
 func (c *crowd) buy(ctx context.Context, client *http.Client, user, tok string) buyOutcome {
 	o := buyOutcome{user: user}
+	var reqBody string
+	if c.order != nil {
+		var qty int64
+		qty, o.variant = c.order(user)
+		reqBody = fmt.Sprintf(`{"quantity":%d,"variant":%q}`, qty, o.variant)
+	}
 	for o.attempts < buyAttempts && ctx.Err() == nil {
 		if o.attempts > 0 {
 			// Not a synchronisation: the buyer's backoff between tries, 40ms … 640ms.
 			time.Sleep(time.Duration(20<<o.attempts) * time.Millisecond)
 		}
 		o.attempts++
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, *c.s.base.Load()+"/api/sales/"+c.sale+"/orders", nil)
+		var rb io.Reader
+		if reqBody != "" {
+			rb = strings.NewReader(reqBody)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, *c.s.base.Load()+"/api/sales/"+c.sale+"/orders", rb)
 		if err != nil {
 			o.answer = "bad request: " + err.Error()
 			return o
@@ -347,8 +364,10 @@ func (c *crowd) buy(ctx context.Context, client *http.Client, user, tok string) 
 			OrderID string `json:"order_id"`
 			UserID  string `json:"user_id"`
 			SaleID  string `json:"sale_id"`
+			Variant string `json:"variant"`
 		}
 		_ = json.Unmarshal(body, &v)
+		o.named = v.Variant
 		o.answer = strconv.Itoa(resp.StatusCode)
 		if v.Error != "" {
 			o.answer += " " + v.Error

@@ -1,0 +1,247 @@
+package systemtest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// variantSale is the sale TestVariantCrowd sells: three sizes, the first
+// the most wanted, two units at most per buyer across them.
+var variantSale = flashgate.Sale{ID: "sizes", Name: "Sizes", PriceCents: 100, PerUser: 2,
+	Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 6}, {ID: "M", Name: "Medium", Total: 3}, {ID: "L", Name: "Large", Total: 2}}}
+
+// skewed is a crowd's order for a variant sale: buyer i wants variant
+// i mod 6 mapped onto S, S, S, M, M, L (most want S), and the first four
+// buyers want two units, the rest one.
+func skewed(users []string) func(string) (int64, string) {
+	want := map[string]string{}
+	qty := map[string]int64{}
+	for i, u := range users {
+		want[u] = [...]string{"S", "S", "S", "M", "M", "L"}[i%6]
+		qty[u] = 1
+		if i < 4 {
+			qty[u] = 2
+		}
+	}
+	return func(u string) (int64, string) { return qty[u], want[u] }
+}
+
+// wanting is a crowd's order where every buyer wants one unit of v.
+func wanting(v string) func(string) (int64, string) {
+	return func(string) (int64, string) { return 1, v }
+}
+
+// TestVariantCrowd runs crowds over real HTTP against every tier on a sale
+// sold in three variants, and checks each variant's invariants: its live
+// units never above its total, every 201 a row of the variant its buyer
+// asked for, every sold-out answer naming the variant asked for, live units
+// per buyer within per_user across the variants (one live order each), and
+// Redis's per-variant figures equal to the rows'. Then two orders are
+// cancelled, Redis loses everything (FLUSHALL), and the re-sync rebuilds
+// the sale from the database: per variant, exactly the cancelled units sell
+// again, to new buyers of those variants, while the sold-out variant still
+// answers 409 naming itself and the first crowd cannot buy again.
+func TestVariantCrowd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("system test")
+	}
+	s := startFaultSystem(t, "single")
+	s.startGateway(t)
+	s.startSink("sink", s.db)
+	ctx := context.Background()
+	sale := variantSale
+	if _, err := s.cp.CreateSale(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(ctx, sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	users := func(prefix string, n int) []string {
+		u := make([]string, n)
+		for i := range u {
+			u[i] = prefix + strconv.Itoa(i)
+		}
+		return u
+	}
+
+	// A crowd three times the stock, skewed to S, sells every variant out.
+	first := users("a", 33)
+	outs := (&crowd{s: s, sale: sale.ID, users: first, workers: 6, order: skewed(first)}).run(ctx, t)
+	// Late waves of one-unit buyers per variant fill what two-unit buyers
+	// could not (a variant with one unit left refuses two).
+	for _, v := range sale.Variants {
+		outs = append(outs, (&crowd{s: s, sale: sale.ID, users: users("fill"+v.ID+"-", int(v.Total)+2), workers: 2, order: wanting(v.ID)}).run(ctx, t)...)
+	}
+	confirmed := checkVariantAnswers(t, outs)
+	s.drainAndResync(t, sale.ID)
+	live := checkVariantRows(t, s, sale, confirmed)
+	for _, v := range sale.Variants {
+		if got := live[v.ID]; got != v.Total {
+			t.Errorf("variant %s: %d live units after the crowd, want all %d sold", v.ID, got, v.Total)
+		}
+	}
+
+	// Cancel one order of M and one of L: their units go back to M and L.
+	rows, err := s.db.LiveOrders(ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed := map[string]int64{}
+	cancelled := map[string]bool{}
+	for _, o := range rows {
+		if (o.Variant == "M" || o.Variant == "L") && freed[o.Variant] == 0 {
+			if _, err := s.cp.Cancel(ctx, o.ID, o.UserID); err != nil {
+				t.Fatalf("cancelling %s: %v", o.ID, err)
+			}
+			freed[o.Variant] = o.Quantity
+			cancelled[o.UserID] = true
+		}
+	}
+	if len(freed) != 2 {
+		t.Fatalf("found orders of %v to cancel, want M and L", freed)
+	}
+
+	if err := flushAll(ctx, s.rdb); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := testwait.For(10*time.Second, func() bool {
+		h, err := s.rdb.HMGet(ctx, lua.SaleKey(sale.ID), lua.FieldTotal, lua.FieldStart).Result()
+		return err == nil && h[0] != nil && h[1] == "1"
+	}); !ok {
+		t.Fatal("the sale was not rebuilt and reopened within 10s of the FLUSHALL")
+	}
+	for _, v := range sale.Variants {
+		want := v.Total - freed[v.ID]
+		got, err := s.rdb.HGet(ctx, lua.SaleKey(sale.ID), lua.VariantField(v.ID, lua.FieldBooked)).Int64()
+		if err != nil || got != want {
+			t.Errorf("variant %s after the rebuild: booked %d (%v), want %d", v.ID, got, err, want)
+		}
+	}
+
+	// The first crowd's holders cannot buy again; new buyers get exactly
+	// the freed units of their variant, and S stays sold out.
+	var holders []string
+	for _, o := range rows {
+		if !cancelled[o.UserID] {
+			holders = append(holders, o.UserID)
+		}
+	}
+	again := (&crowd{s: s, sale: sale.ID, users: holders, workers: 4, order: wanting("M")}).run(ctx, t)
+	for _, o := range again {
+		if o.answer != "409 already_purchased" {
+			t.Errorf("holder %s buying again after the rebuild: %s, want 409 already_purchased", o.user, o.answer)
+		}
+	}
+	late := []buyOutcome{}
+	for _, v := range sale.Variants {
+		late = append(late, (&crowd{s: s, sale: sale.ID, users: users("late"+v.ID+"-", 4), workers: 2, order: wanting(v.ID)}).run(ctx, t)...)
+	}
+	all := append(append(outs, again...), late...)
+	confirmed = checkVariantAnswers(t, all)
+	s.drainAndResync(t, sale.ID)
+	live = checkVariantRows(t, s, sale, confirmed)
+	for _, v := range sale.Variants {
+		if got := live[v.ID]; got != v.Total {
+			t.Errorf("variant %s: %d live units at the end, want all %d sold again", v.ID, got, v.Total)
+		}
+	}
+	for _, o := range late {
+		if o.variant == "S" && o.answer != "409 sold_out" {
+			t.Errorf("late buyer %s of sold-out S: %s, want 409 sold_out", o.user, o.answer)
+		}
+	}
+}
+
+// checkVariantAnswers checks each final answer against what its buyer
+// asked: a 201 names the variant asked for, a sold-out answer names it too,
+// and no answer is one a buyer should not get; it returns the confirmed
+// orders (order id → user), one per user.
+func checkVariantAnswers(t *testing.T, outs []buyOutcome) map[string]string {
+	t.Helper()
+	byAnswer, confirmed, _ := tally(t, outs)
+	for _, o := range outs {
+		switch o.answer {
+		case "201":
+			if o.named != o.variant {
+				t.Errorf("buyer %s asked for %s and got a 201 naming %q", o.user, o.variant, o.named)
+			}
+		case "409 sold_out":
+			if o.named != o.variant {
+				t.Errorf("buyer %s asked for %s and got sold out naming %q", o.user, o.variant, o.named)
+			}
+		case "409 already_purchased":
+		default:
+			t.Errorf("buyer %s (%s): %s", o.user, o.variant, o.answer)
+		}
+	}
+	t.Logf("answers:%s", answers(byAnswer))
+	return confirmed
+}
+
+// checkVariantRows checks the database's rows and Redis's figures of a
+// variant sale, and returns the live units per variant: every row of a
+// known variant, its live units within its total, one live order per user
+// within per_user, every confirmed order exactly one row of its user and
+// every row confirmed, and each variant's booked in Redis equal to its
+// live units (their sum the sale's booked).
+func checkVariantRows(t *testing.T, s *faultSystem, sale flashgate.Sale, confirmed map[string]string) map[string]int64 {
+	t.Helper()
+	live, err := s.db.LiveOrders(s.ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.db.ReleasedOrders(s.ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := map[string]int64{}
+	holders := map[string]string{}
+	for _, o := range live {
+		if _, ok := sale.Variant(o.Variant); !ok {
+			t.Errorf("live row %s has variant %q, not one of the sale's", o.ID, o.Variant)
+		}
+		if o.Quantity < 1 || o.Quantity > sale.PerUser {
+			t.Errorf("live row %s holds %d units, want 1..%d", o.ID, o.Quantity, sale.PerUser)
+		}
+		if prev, dup := holders[o.UserID]; dup {
+			t.Errorf("user %s holds two live orders, %s and %s", o.UserID, prev, o.ID)
+		}
+		holders[o.UserID] = o.ID
+		units[o.Variant] += o.Quantity
+	}
+	var sum int64
+	for _, v := range sale.Variants {
+		if units[v.ID] > v.Total {
+			t.Errorf("variant %s oversold: %d live units, total %d", v.ID, units[v.ID], v.Total)
+		}
+		got, err := s.rdb.HGet(s.ctx, lua.SaleKey(sale.ID), lua.VariantField(v.ID, lua.FieldBooked)).Int64()
+		if err != nil || got != units[v.ID] {
+			t.Errorf("variant %s: booked %d in Redis (%v), %d live units in the database", v.ID, got, err, units[v.ID])
+		}
+		sum += units[v.ID]
+	}
+	if got := s.booked(t, sale.ID); got != sum {
+		t.Errorf("the sale's booked is %d, its variants' live units sum to %d", got, sum)
+	}
+	rows := map[string]int{}
+	for _, o := range append(append([]flashgate.Order(nil), live...), released...) {
+		rows[o.ID]++
+		if user, ok := confirmed[o.ID]; !ok || user != o.UserID {
+			t.Errorf("row %s of %s (%s, %s) was not answered 201 to its user (%q)", o.ID, o.UserID, o.Variant, o.Status, user)
+		}
+	}
+	for id, user := range confirmed {
+		if rows[id] != 1 {
+			t.Errorf("order %s confirmed to %s is %d rows, want 1", id, user, rows[id])
+		}
+	}
+	t.Logf("live units per variant: %s", fmt.Sprint(units))
+	return units
+}
