@@ -27,6 +27,8 @@ type saleMeta struct {
 // refresh and the purchase path need precomputed; immutable once built.
 type variantSet struct {
 	ids, names []string
+	// at maps each id to its index in ids.
+	at map[string]int
 	// fields are the sale hash fields a refresh reads: each variant's
 	// total, then its booked (lua.VariantField).
 	fields []string
@@ -39,8 +41,9 @@ func newVariantSet(vs []flashgate.Variant) *variantSet {
 	if len(vs) == 0 {
 		return nil
 	}
-	set := &variantSet{}
-	for _, v := range vs {
+	set := &variantSet{at: make(map[string]int, len(vs))}
+	for i, v := range vs {
+		set.at[v.ID] = i
 		set.ids = append(set.ids, v.ID)
 		set.names = append(set.names, v.Name)
 		set.fields = append(set.fields, lua.VariantField(v.ID, lua.FieldTotal), lua.VariantField(v.ID, lua.FieldBooked))
@@ -52,10 +55,8 @@ func newVariantSet(vs []flashgate.Variant) *variantSet {
 
 // index returns the index of the variant named id, or -1.
 func (vs *variantSet) index(id []byte) int {
-	for i, v := range vs.ids {
-		if v == string(id) {
-			return i
-		}
+	if i, ok := vs.at[string(id)]; ok {
+		return i
 	}
 	return -1
 }
