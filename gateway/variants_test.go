@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -225,6 +227,29 @@ func FuzzParsePurchase(f *testing.F) {
 		}
 		if qty < 1 || v != nil && !flashgate.ValidVariantID(v) {
 			t.Fatalf("%q: accepted quantity %d, variant %q", body, qty, v)
+		}
+		trimmed := bytes.TrimSpace(body)
+		if len(trimmed) == 0 {
+			return
+		}
+		var ref struct {
+			Quantity *int64  `json:"quantity"`
+			Variant  *string `json:"variant"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&ref); err != nil {
+			t.Fatalf("%q: accepted (%d, %q), encoding/json refuses it: %v", body, qty, v, err)
+		}
+		wantQty, wantV := int64(1), ""
+		if ref.Quantity != nil {
+			wantQty = *ref.Quantity
+		}
+		if ref.Variant != nil {
+			wantV = *ref.Variant
+		}
+		if qty != wantQty || string(v) != wantV {
+			t.Fatalf("%q: got (%d, %q), encoding/json reads (%d, %q)", body, qty, v, wantQty, wantV)
 		}
 	})
 }
