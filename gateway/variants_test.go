@@ -120,8 +120,23 @@ func TestVariantSaleView(t *testing.T) {
 	if got := view(); !strings.HasSuffix(got, want) || !strings.Contains(got, `"total":6,"remaining":4,"state":"open"`) {
 		t.Fatalf("got %s, want the sums (6, 4) and the suffix %s", got, want)
 	}
-	// Every variant sold out: the sums say so too.
+	// M sells out in Redis: the next refresh answers it from the cache
+	// while S still sells.
 	ctx := context.Background()
+	if err := e.primary.HSet(ctx, lua.SaleKey("shoe"), lua.FieldBooked, 5, lua.VariantField("M", lua.FieldBooked), 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.s.refreshState(ctx)
+	if r := do(h, req{method: "POST", path: "/api/sales/shoe/orders", token: token(t, "u"), body: `{"variant":"M"}`}); r.StatusCode() != 409 || string(r.Body()) != `{"error":"sold_out","variant":"M"}` {
+		t.Fatalf("M: got %d %s, want 409 naming M", r.StatusCode(), r.Body())
+	}
+	if r := do(h, req{method: "POST", path: "/api/sales/shoe/orders", token: token(t, "u"), body: `{"variant":"S"}`}); r.StatusCode() != 201 {
+		t.Fatalf("S: got %d %s, want 201", r.StatusCode(), r.Body())
+	}
+	if got := view(); !strings.Contains(got, `{"id":"M","name":"Medium","total":3,"remaining":0}`) {
+		t.Fatalf("got %s, want M with none remaining", got)
+	}
+	// Every variant sold out: the sums say so too.
 	if err := e.primary.HSet(ctx, lua.SaleKey("shoe"), lua.FieldBooked, 6,
 		lua.VariantField("S", lua.FieldBooked), 2, lua.VariantField("M", lua.FieldBooked), 3).Err(); err != nil {
 		t.Fatal(err)
@@ -136,8 +151,8 @@ func TestVariantSaleView(t *testing.T) {
 			t.Fatalf("%s: got %d %s, want 409 sold_out", body, r.StatusCode(), r.Body())
 		}
 	}
-	if n := fr.n.Load(); n != 0 {
-		t.Fatalf("got %d Reserve calls, want 0", n)
+	if n := fr.n.Load(); n != 1 {
+		t.Fatalf("got %d Reserve calls, want 1 (S's)", n)
 	}
 }
 
@@ -252,4 +267,37 @@ func FuzzParsePurchase(f *testing.F) {
 			t.Fatalf("%q: got (%d, %q), encoding/json reads (%d, %q)", body, qty, v, wantQty, wantV)
 		}
 	})
+}
+
+// TestVariantRefreshReads checks that a refresh reads each variant sale's
+// figures with one HMGET beside its state's, and that purchases answered
+// from the cache send Redis nothing.
+func TestVariantRefreshReads(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Reserver = &fakeReserver{}; c.UserRate = -1 })
+	e.variantSale(t, "a", sizes, map[string]int64{"L": 1})
+	e.variantSale(t, "b", sizes, map[string]int64{"L": 1})
+	e.sale(t, "plain", 5, 8, true)
+	h := e.s.Handler()
+	for _, id := range []string{"a", "b", "plain"} {
+		do(h, req{method: "GET", path: "/api/sales/" + id})
+	}
+	ctx := context.Background()
+	before := cmdStats(t, e.primary)
+	e.s.refreshState(ctx)
+	mid := cmdStats(t, e.primary)
+	if got := mid["hmget"] - before["hmget"]; got != 5 {
+		t.Fatalf("got %d HMGETs for a refresh of 3 sales, 2 with variants, want 5", got)
+	}
+	for range 10 {
+		if r := do(h, req{method: "POST", path: "/api/sales/a/orders", token: token(t, "u"), body: `{"variant":"L"}`}); r.StatusCode() != 409 {
+			t.Fatalf("got %d %s, want 409", r.StatusCode(), r.Body())
+		}
+	}
+	after := cmdStats(t, e.primary)
+	for cmd, n := range after {
+		// INFO commandstats itself is the only command between the two readings.
+		if cmd != "info" && n != mid[cmd] {
+			t.Fatalf("%s: got %d calls after the purchases, %d before, want none", cmd, n, mid[cmd])
+		}
+	}
 }
