@@ -69,12 +69,14 @@ func (r *luaReserver) Reserve(ctx context.Context, saleID, userID, variant strin
 
 // fakeReserver admits everything without Redis, or answers err.
 type fakeReserver struct {
-	n   atomic.Int64
-	err error
+	n       atomic.Int64
+	err     error
+	variant atomic.Pointer[string] // the last call's
 }
 
 func (r *fakeReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	n := r.n.Add(1)
+	r.variant.Store(&variant)
 	if r.err != nil {
 		return "", r.err
 	}

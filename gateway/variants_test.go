@@ -301,3 +301,26 @@ func TestVariantRefreshReads(t *testing.T) {
 		}
 	}
 }
+
+// TestVariantCatalogDown checks that while the catalog has never answered
+// for a sale the gateway cannot judge a variant, so it passes a well-formed
+// one on for the Reserver to judge, and refuses a malformed one itself.
+func TestVariantCatalogDown(t *testing.T) {
+	fr := &fakeReserver{}
+	fc := &failingCatalog{inner: &fakeCatalog{}}
+	fc.fail.Store(true)
+	e := newEnv(t, func(c *Config) { c.Reserver = fr; c.Catalog = fc; c.UserRate = -1 })
+	e.variantSale(t, "shoe", sizes, nil)
+	h := e.s.Handler()
+	r := do(h, req{method: "POST", path: "/api/sales/shoe/orders", token: token(t, "u"), body: `{"variant":"M"}`})
+	if r.StatusCode() != 201 || !strings.Contains(string(r.Body()), `"variant":"M"`) {
+		t.Fatalf("got %d %s, want 201 naming M", r.StatusCode(), r.Body())
+	}
+	if v := fr.variant.Load(); v == nil || *v != "M" {
+		t.Fatalf("got variant %v passed on, want M", v)
+	}
+	r = do(h, req{method: "POST", path: "/api/sales/shoe/orders", token: token(t, "v"), body: `{"variant":"M M"}`})
+	if r.StatusCode() != 400 {
+		t.Fatalf("got %d %s, want 400", r.StatusCode(), r.Body())
+	}
+}
