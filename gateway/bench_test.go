@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // The benchmarks drive the handler in process on one reused RequestCtx, as
@@ -134,4 +137,72 @@ func BenchmarkPurchaseGateway(b *testing.B) {
 			b.Fatalf("purchase %d: got %d %s", i, ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 	}
+}
+
+// twentyVariants is a 20-variant sale's variants of n units each.
+func twentyVariants(n int64) []flashgate.Variant {
+	vs := make([]flashgate.Variant, 20)
+	for i := range vs {
+		id := "V" + strconv.Itoa(10+i)
+		vs[i] = flashgate.Variant{ID: id, Name: "Size " + id, Total: n}
+	}
+	return vs
+}
+
+// BenchmarkVariantPaths runs the sold-out and purchase paths of a sale of
+// one stock and of a 20-variant sale in one run, so their ratios hold on a
+// noisy machine: the whole sale sold out, the last variant sold out while
+// the others sell (answered from the cache), and an admitted purchase
+// naming the last variant (Reserver doing nothing, as in
+// BenchmarkPurchaseGateway).
+func BenchmarkVariantPaths(b *testing.B) {
+	e := newEnv(b, func(c *Config) { c.Reserver = constReserver{}; c.SaleRate = 1e12; c.UserRate = -1 })
+	e.sale(b, "one-out", 1, 2, true)
+	e.variantSale(b, "v20-out", twentyVariants(1), map[string]int64{})
+	e.sale(b, "one", 1<<40, 1<<41, true)
+	vs := twentyVariants(1 << 30)
+	e.variantSale(b, "v20", vs, map[string]int64{"V29": 1 << 30})
+	e.variantSale(b, "v20-buy", vs, map[string]int64{})
+	ctx := context.Background()
+	for _, id := range []string{"one-out", "v20-out"} {
+		if err := e.primary.HSet(ctx, lua.SaleKey(id), lua.FieldBooked, 1<<30).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.s.refreshState(ctx)
+	h := e.s.Handler()
+	tok := token(b, "loser")
+	bodyCtx := func(path, body string) *fasthttp.RequestCtx {
+		c := benchCtx("POST", path, tok, nil)
+		c.Request.SetBodyString(body)
+		return c
+	}
+	b.Run("sold-out/one-stock", func(b *testing.B) {
+		runBench(b, h, bodyCtx("/api/sales/one-out/orders", ``), 409)
+	})
+	b.Run("sold-out/20-variants", func(b *testing.B) {
+		runBench(b, h, bodyCtx("/api/sales/v20-out/orders", `{"variant":"V29"}`), 409)
+	})
+	b.Run("variant-sold-out/20-variants", func(b *testing.B) {
+		runBench(b, h, bodyCtx("/api/sales/v20/orders", `{"variant":"V29"}`), 409)
+	})
+	auth := make([]string, benchBuyers/16)
+	for i := range auth {
+		auth[i] = "Bearer " + token(b, "buyer-"+strconv.Itoa(i))
+	}
+	buy := func(b *testing.B, path, body string) {
+		c := bodyCtx(path, body)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			c.Request.Header.Set("Authorization", auth[i%len(auth)])
+			c.Response.Reset()
+			h(c)
+			if c.Response.StatusCode() != 201 {
+				b.Fatalf("purchase %d: got %d %s", i, c.Response.StatusCode(), c.Response.Body())
+			}
+		}
+	}
+	b.Run("purchase/one-stock", func(b *testing.B) { buy(b, "/api/sales/one/orders", `{"quantity":1}`) })
+	b.Run("purchase/20-variants", func(b *testing.B) { buy(b, "/api/sales/v20-buy/orders", `{"quantity":1,"variant":"V29"}`) })
 }

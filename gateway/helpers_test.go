@@ -36,9 +36,12 @@ type luaReserver struct {
 func (r *luaReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	r.calls.Add(1)
 	id := "o" + strconv.FormatInt(r.n.Add(1), 10)
-	res, err := lua.Reserve.Run(ctx, r.c,
-		lua.ReserveKeys(saleID),
-		id, userID, qty, time.Now().UnixMilli(), saleID).Slice()
+	args := []any{id, userID, qty, time.Now().UnixMilli(), saleID}
+	if variant != "" {
+		// No bucket, no spill ('' each), then the variant.
+		args = append(args, "", "", variant)
+	}
+	res, err := lua.Reserve.Run(ctx, r.c, lua.ReserveKeys(saleID), args...).Slice()
 	if err != nil {
 		return "", fmt.Errorf("reserving: %w: %v", flashgate.ErrUnavailable, err)
 	}
@@ -57,6 +60,8 @@ func (r *luaReserver) Reserve(ctx context.Context, saleID, userID, variant strin
 		return "", flashgate.ErrSoldOut
 	case lua.ReservePurchased:
 		return "", &flashgate.PurchasedError{OrderID: oid}
+	case lua.ReserveBadVariant:
+		return "", &flashgate.FieldError{Field: "variant", Reason: "not a variant of the sale"}
 	default:
 		return "", flashgate.ErrBadRequest
 	}
@@ -64,12 +69,14 @@ func (r *luaReserver) Reserve(ctx context.Context, saleID, userID, variant strin
 
 // fakeReserver admits everything without Redis, or answers err.
 type fakeReserver struct {
-	n   atomic.Int64
-	err error
+	n       atomic.Int64
+	err     error
+	variant atomic.Pointer[string] // the last call's
 }
 
 func (r *fakeReserver) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	n := r.n.Add(1)
+	r.variant.Store(&variant)
 	if r.err != nil {
 		return "", r.err
 	}

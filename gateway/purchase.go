@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"io"
 
 	"github.com/valyala/fasthttp"
 
@@ -63,7 +60,8 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 // header of plausible shape, the cached state (answered locally: the
 // sale's state is public, so a crowd turned away costs no HMAC, no Redis
 // call and no limiter token), the token's signature and claims, rate
-// limits, body, admission, reserve.
+// limits, body, admission, reserve. A purchase naming a variant the cache
+// knows is sold out is answered with the cached state, as a sold-out sale.
 func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	body := ctx.PostBody()
 	if len(body) > s.cfg.MaxBodySize {
@@ -82,6 +80,24 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	if s.fairRejected(ctx, e, tok, s.secondsNow()) { // queue_routes.go
 		return
+	}
+	// The body is read here only for a sale with variants, whose sold-out
+	// ones the cache answers; a sale of one stock reads it below.
+	var vbuf [flashgate.MaxVariantIDLen]byte
+	var qty int64
+	var variant []byte
+	parsed, bodyOK := false, false
+	m := e.meta.Load()
+	vi := -1
+	if m != nil && m.vs != nil {
+		qty, variant, bodyOK = parsePurchase(body, &vbuf)
+		parsed = true
+		if bodyOK && variant != nil {
+			if vi = m.vs.index(variant); vi >= 0 && e.state.Load().variantSoldOut(m.vs, vi) {
+				s.rejectVariant(ctx, e, m.vs, vi)
+				return
+			}
+		}
 	}
 	now := s.clock.Now()
 	user, ok := s.jwt.verify(tok, now.UnixNano())
@@ -105,8 +121,11 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		ctx.Response.Header.SetCanonical(hRetryAfter, vOne)
 		return
 	}
-	qty, ok := parseQuantity(body)
-	if !ok {
+	if !parsed {
+		qty, variant, bodyOK = parsePurchase(body, &vbuf)
+	}
+	vid, ok := purchaseVariant(m, vi, variant)
+	if !bodyOK || !ok {
 		writeAnswer(ctx, ansBadRequest)
 		return
 	}
@@ -120,7 +139,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	s.m.decision(ctx, decAdmitted)
-	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, "", qty)
+	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, vid, qty)
 	if err != nil {
 		var pe *flashgate.PurchasedError
 		if errors.As(err, &pe) {
@@ -130,43 +149,42 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		if errors.Is(err, flashgate.ErrUnavailable) {
 			s.logUnavailable(err)
 		}
+		if vi >= 0 && errors.Is(err, flashgate.ErrSoldOut) {
+			// The variant sold out since the cache's reading.
+			writeJSON(ctx, fasthttp.StatusConflict, m.vs.soldOut[vi])
+			return
+		}
 		s.writeError(ctx, err)
 		return
 	}
 	if st.fairQueue() != nil {
 		s.setBoughtTicket(ctx, e, user, orderID)
 	}
-	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Status: flashgate.StatusReserved})
+	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Variant: vid, Status: flashgate.StatusReserved})
 }
 
-// parseQuantity reads the optional {"quantity":n} body; n defaults to 1.
-// Any other field is refused, as the description's additionalProperties:
-// false says, and so is anything after the object or any body that is not
-// an object (null among them, which encoding/json would read as {}).
-func parseQuantity(body []byte) (int64, bool) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return 1, true
+// rejectVariant answers a purchase of vs's variant i, which the cached
+// state says is sold out, counting it as rejectLocal does.
+func (s *Server) rejectVariant(ctx *fasthttp.RequestCtx, e *sale, vs *variantSet, i int) {
+	writeJSON(ctx, fasthttp.StatusConflict, vs.soldOut[i])
+	s.m.decision(ctx, decSoldOut)
+	e.rejected.Add(1)
+}
+
+// purchaseVariant returns the variant id a purchase passes to the Reserver,
+// given the sale's catalog entry m, the variant the body names (nil for
+// none) and its index in m's variants (vi, -1 when not among them). It
+// reports false when the body names none on a sale with variants, one the
+// sale does not have, or one on a sale without. Without a catalog entry
+// (the catalog never answered) the Reserver judges the variant.
+func purchaseVariant(m *saleMeta, vi int, variant []byte) (string, bool) {
+	switch {
+	case m == nil:
+		return string(variant), true
+	case m.vs == nil:
+		return "", variant == nil
+	case vi < 0:
+		return "", false
 	}
-	if body[0] != '{' {
-		return 0, false
-	}
-	var req struct {
-		Quantity *int64 `json:"quantity"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return 0, false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return 0, false
-	}
-	if req.Quantity == nil {
-		return 1, true
-	}
-	if *req.Quantity < 1 {
-		return 0, false
-	}
-	return *req.Quantity, true
+	return m.vs.ids[vi], true
 }

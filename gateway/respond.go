@@ -106,6 +106,10 @@ func appendOrderJSON(b []byte, o flashgate.Order) []byte {
 	b = jsonstr.Append(b, o.SaleID)
 	b = append(b, `,"user_id":`...)
 	b = jsonstr.Append(b, o.UserID)
+	if o.Variant != "" {
+		b = append(b, `,"variant":`...)
+		b = jsonstr.Append(b, o.Variant)
+	}
 	b = append(b, `,"status":`...)
 	b = jsonstr.Append(b, string(o.Status))
 	if o.PaymentIntent != "" {

@@ -95,7 +95,39 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 		b = append(b, "null"...)
 	}
 	b = appendQueueJSON(b, st, m) // queue.go
+	b = appendVariantsJSON(b, st, m)
 	return append(b, '}')
+}
+
+// appendVariantsJSON appends a variant sale's "variants" member: each
+// variant's id, name, total and remaining, from the cached figures when
+// they were read for the same variants, else from the catalog (all of it
+// remaining).
+func appendVariantsJSON(b []byte, st *saleState, m *saleMeta) []byte {
+	vs := m.vs
+	if vs == nil {
+		return b
+	}
+	b = append(b, `,"variants":[`...)
+	for i, v := range m.sale.Variants {
+		total, remaining := v.Total, v.Total
+		if st != nil && st.vs == vs {
+			total, remaining = st.vtotal[i], st.vtotal[i]-st.vbooked[i]
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = jsonstr.Append(b, v.ID)
+		b = append(b, `,"name":`...)
+		b = jsonstr.Append(b, v.Name)
+		b = append(b, `,"total":`...)
+		b = strconv.AppendInt(b, total, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, max(remaining, 0), 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // apiSale answers GET /api/sales/{id} with the sale's precomputed JSON.

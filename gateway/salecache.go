@@ -4,18 +4,61 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/jsonstr"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // saleMeta is one reading of a sale's catalog entry; immutable once stored.
 type saleMeta struct {
 	found bool
 	sale  flashgate.Sale
+	// vs is the sale's variants, nil for a sale of one stock.
+	vs *variantSet
+}
+
+// variantSet is a sale's variants as the catalog lists them, with what the
+// refresh and the purchase path need precomputed; immutable once built.
+type variantSet struct {
+	ids, names []string
+	// at maps each id to its index in ids.
+	at map[string]int
+	// fields are the sale hash fields a refresh reads: each variant's
+	// total, then its booked (lua.VariantField).
+	fields []string
+	// soldOut holds each variant's 409 body, {"error":"sold_out","variant":"<id>"}.
+	soldOut [][]byte
+}
+
+// newVariantSet returns vs's set, nil for none.
+func newVariantSet(vs []flashgate.Variant) *variantSet {
+	if len(vs) == 0 {
+		return nil
+	}
+	set := &variantSet{at: make(map[string]int, len(vs))}
+	for i, v := range vs {
+		set.at[v.ID] = i
+		set.ids = append(set.ids, v.ID)
+		set.names = append(set.names, v.Name)
+		set.fields = append(set.fields, lua.VariantField(v.ID, lua.FieldTotal), lua.VariantField(v.ID, lua.FieldBooked))
+		b := jsonstr.Append([]byte(`{"error":"sold_out","variant":`), v.ID)
+		set.soldOut = append(set.soldOut, append(b, '}'))
+	}
+	return set
+}
+
+// index returns the index of the variant named id, or -1.
+func (vs *variantSet) index(id []byte) int {
+	if i, ok := vs.at[string(id)]; ok {
+		return i
+	}
+	return -1
 }
 
 // sale is the gateway's cached view of one sale. The hot path reads it
@@ -180,6 +223,7 @@ func (s *Server) loadMeta(ctx context.Context, e *sale) {
 	if old := e.meta.Load(); old != nil && sameMeta(old, m) {
 		return
 	}
+	m.vs = newVariantSet(m.sale.Variants)
 	e.meta.Store(m)
 }
 
@@ -189,7 +233,8 @@ func sameMeta(a, b *saleMeta) bool {
 	}
 	x, y := a.sale, b.sale
 	return x.Name == y.Name && x.PriceCents == y.PriceCents && x.Total == y.Total &&
-		x.State == y.State && sameTime(x.StartsAt, y.StartsAt) && sameTime(x.EndsAt, y.EndsAt)
+		x.State == y.State && sameTime(x.StartsAt, y.StartsAt) && sameTime(x.EndsAt, y.EndsAt) &&
+		slices.Equal(x.Variants, y.Variants)
 }
 
 func sameTime(a, b *time.Time) bool {

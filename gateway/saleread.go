@@ -28,6 +28,17 @@ type saleState struct {
 	base int64
 	// q is a fair queue's reading (queue.go); nil for a first-come sale.
 	q *queueView
+	// vs is the variants (of the sale's catalog entry) whose figures were
+	// read, nil for none; vtotal and vbooked hold each one's, in vs's order.
+	vs              *variantSet
+	vtotal, vbooked []int64
+}
+
+// variantSoldOut reports whether the cached figures of vs's variant i say
+// it has no unit left. Figures read for other variants than vs (the
+// catalog entry changed since) say nothing.
+func (st *saleState) variantSoldOut(vs *variantSet, i int) bool {
+	return st.vs == vs && st.vbooked[i] >= st.vtotal[i]
 }
 
 // readStates reads the state of each sale with one pipeline on the replica
@@ -88,11 +99,17 @@ func (s *Server) confirmMissing(parent context.Context, list []*sale, states []*
 func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*sale) ([]*saleState, error) {
 	bases := make([]int64, len(list))
 	cmds := make([]*redis.SliceCmd, len(list))
+	vsets := make([]*variantSet, len(list))
+	vcmds := make([]*redis.SliceCmd, len(list))
 	var qcmds []*redis.SliceCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range list {
 			bases[i] = e.flushed.Load()
 			cmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), stateFields...)
+			if m := e.meta.Load(); m != nil && m.vs != nil {
+				vsets[i] = m.vs
+				vcmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), m.vs.fields...)
+			}
 		}
 		qcmds = queueReads(ctx, p, list) // queue.go
 		return nil
@@ -113,6 +130,7 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 			st.access = h.Int(lua.FieldAccess)
 			st.price = h.Int(lua.FieldPrice)
 			st.resume = h.Int(lua.FieldResume) >= 1
+			readVariants(st, vsets[i], vcmds[i])
 		}
 		out[i] = st
 	}
@@ -121,4 +139,24 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 		return nil, err
 	}
 	return out, nil
+}
+
+// readVariants fills st's per-variant figures from cmd, the reading of
+// vs.fields; it leaves them out when the hash holds none of them (a sale
+// prepared before its variants were).
+func readVariants(st *saleState, vs *variantSet, cmd *redis.SliceCmd) {
+	if vs == nil {
+		return
+	}
+	h, ok := lua.ReadHash(vs.fields, cmd.Val())
+	if !ok || !h.Has(vs.fields[0]) {
+		return
+	}
+	st.vs = vs
+	st.vtotal = make([]int64, len(vs.ids))
+	st.vbooked = make([]int64, len(vs.ids))
+	for k := range vs.ids {
+		st.vtotal[k] = h.Int(vs.fields[2*k])
+		st.vbooked[k] = h.Int(vs.fields[2*k+1])
+	}
 }
