@@ -645,7 +645,7 @@ func TestDefaultsAndMetricsTwice(t *testing.T) {
 // TestEntryVariant: an entry with a variant field (lua.EntryVariant, as
 // reserve.lua writes it for a sale of variants) lands in orders.variant;
 // an entry without one, as older versions and one-stock sales write it,
-// lands with ''; a bad variant id is a dead letter.
+// lands with ”; a bad variant id is a dead letter.
 func TestEntryVariant(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()

@@ -110,7 +110,7 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 // VariantFigures are the figures of a sale sold in several variants, of the
 // whole sale and per variant id, from one query and hence one snapshot:
 // the re-sync's L and P of the sale and of each variant agree. Like
-// BucketFigures it aggregates the sale's rows. Rows whose variant is ''
+// BucketFigures it aggregates the sale's rows. Rows whose variant is ”
 // (none) count in the whole sale's figures only.
 func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)

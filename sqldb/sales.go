@@ -85,7 +85,7 @@ func parseSalts(v string) []int {
 
 // CreateSale stores a new sale. An empty State is stored as upcoming, a zero
 // AdmitRatio as flashgate.DefaultAdmitRatio and a zero PerUser as 1;
-// Variants are stored as a JSON array ('' none). An id that is taken is
+// Variants are stored as a JSON array (” none). An id that is taken is
 // flashgate.ErrExists.
 func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 	if !flashgate.ValidSaleID(s.ID) {
