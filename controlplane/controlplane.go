@@ -57,8 +57,10 @@ type Store interface {
 	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
 	ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int, fence int64) ([]flashgate.Order, error)
 	// Figures and AllFigures read counters kept with the rows: O(1) per
-	// sale, whatever its size.
+	// sale, whatever its size. VariantFigures, the whole sale's and each
+	// variant's figures from one snapshot, aggregates a variant sale's rows.
 	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error)
 	AllFigures(ctx context.Context) (flashgate.SaleFigures, error)
 	// OrdersPage walks one status of a sale by order id, a page at a time
 	// (only a rebuild of a sale Redis lost reads every row).

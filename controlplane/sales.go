@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/flashgate/flashgate"
@@ -19,6 +20,8 @@ const (
 	maxNameLen    = 200
 	maxTotal      = 1_000_000
 	maxAdmitRatio = 100
+	// maxVariantNameLen is the longest variant name, in characters.
+	maxVariantNameLen = 100
 )
 
 // ResyncFigures are a sale's Redis figures before or after a re-sync.
@@ -37,6 +40,11 @@ func validateSale(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "price_cents", Reason: "negative"}
 	case !flashgate.ValidCurrency(s.Currency):
 		return &flashgate.FieldError{Field: "currency", Reason: "3 lower-case letters (ISO 4217), or absent"}
+	}
+	if err := validateVariants(s); err != nil {
+		return err
+	}
+	switch {
 	case s.Total < 1 || s.Total > maxTotal:
 		return &flashgate.FieldError{Field: "total", Reason: "outside 1..1000000"}
 	case s.AdmitRatio != 0 && (s.AdmitRatio < 1 || s.AdmitRatio > maxAdmitRatio) || s.AdmitRatio != s.AdmitRatio:
@@ -53,10 +61,79 @@ func validateSale(s flashgate.Sale) error {
 	return fairqueue.Validate(s)
 }
 
-// CreateSale validates s, stores it as upcoming and prepares its Redis hash
+// validateVariants checks a sale's variants: 1..MaxVariants of them (or
+// none), ids valid and unique, names 1..maxVariantNameLen characters,
+// totals 1..maxTotal summing to the sale's total, and no buckets.
+func validateVariants(s flashgate.Sale) error {
+	if s.Variants == nil {
+		return nil
+	}
+	if len(s.Variants) == 0 || len(s.Variants) > flashgate.MaxVariants {
+		return &flashgate.FieldError{Field: "variants", Reason: "1-100 of them, or absent"}
+	}
+	seen := make(map[string]bool, len(s.Variants))
+	var sum int64
+	for i, v := range s.Variants {
+		switch {
+		case !flashgate.ValidVariantID(v.ID):
+			return &flashgate.FieldError{Field: fmt.Sprintf("variants[%d].id", i), Reason: "1-16 characters of [A-Za-z0-9_-]"}
+		case seen[v.ID]:
+			return &flashgate.FieldError{Field: fmt.Sprintf("variants[%d].id", i), Reason: "used twice"}
+		case v.Name == "" || utf8.RuneCountInString(v.Name) > maxVariantNameLen:
+			return &flashgate.FieldError{Field: fmt.Sprintf("variants[%d].name", i), Reason: "1-100 characters"}
+		case v.Total < 1 || v.Total > maxTotal:
+			return &flashgate.FieldError{Field: fmt.Sprintf("variants[%d].total", i), Reason: "outside 1..1000000"}
+		}
+		seen[v.ID] = true
+		sum += v.Total
+	}
+	switch {
+	case s.Total != sum:
+		return &flashgate.FieldError{Field: "total", Reason: "not the sum of the variants' totals (omit it to take the sum)"}
+	case s.Buckets > 1:
+		return &flashgate.FieldError{Field: "buckets", Reason: "not with variants"}
+	}
+	return nil
+}
+
+// variantTotal returns the sale with Total the sum of its variants' totals
+// when it has variants and no Total (an omitted total means the sum).
+func variantTotal(s flashgate.Sale) flashgate.Sale {
+	if s.Total != 0 || len(s.Variants) == 0 {
+		return s
+	}
+	for _, v := range s.Variants {
+		if v.Total > 0 && v.Total <= maxTotal {
+			s.Total += v.Total
+		}
+	}
+	return s
+}
+
+// variantSpec is a sale's variants as Prepare's ARGV[7] takes them,
+// "id:total,id:total" ("" for a sale of one stock).
+func variantSpec(s flashgate.Sale) string {
+	if len(s.Variants) == 0 {
+		return ""
+	}
+	b := make([]byte, 0, 16*len(s.Variants))
+	for i, v := range s.Variants {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, v.ID...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, v.Total, 10)
+	}
+	return string(b)
+}
+
+// CreateSale validates s (a sale with variants and no Total takes their
+// sum), stores it as upcoming and prepares its Redis hash
 // (closed, empty). An existing id is flashgate.ErrExists. The scheduler opens
 // it at StartsAt; without StartsAt it waits for Start.
 func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgate.Sale, error) {
+	sale = variantTotal(sale)
 	if err := validateSale(sale); err != nil {
 		return flashgate.Sale{}, err
 	}
@@ -110,8 +187,12 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
 		args = append(args, l.String())
-	} else if sale.Fair() {
-		args = append(args, "", flashgate.QueueFair)
+	} else if sale.Fair() || sale.HasVariants() {
+		queue := ""
+		if sale.Fair() {
+			queue = flashgate.QueueFair
+		}
+		args = append(args, "", queue, variantSpec(sale))
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // Status is a sale's live figures, the body of GET /admin/sales/{id}.
@@ -42,6 +43,24 @@ type Status struct {
 	Archived bool `json:"archived,omitempty"`
 	// Queue is a fair queue's figures (controlplane/queueleader); absent first come.
 	Queue *QueueStatus `json:"queue,omitempty"`
+	// Variants are each variant's figures, in the sale's order, for a sale
+	// sold in several; Total, Booked and Reserved are their sums.
+	Variants []VariantStatus `json:"variants,omitempty"`
+}
+
+// VariantStatus is one variant's live figures in GET /admin/sales/{id}.
+type VariantStatus struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Total int64  `json:"total"`
+	// Booked and Reserved are the variant's, as Redis counts them.
+	Booked   int64 `json:"booked"`
+	Reserved int64 `json:"reserved"`
+	// Remaining is Total - Booked, never below 0.
+	Remaining int64 `json:"remaining"`
+	// Orders are the database's counts of the variant's orders by status,
+	// from the same snapshot as the sale's.
+	Orders flashgate.SaleFigures `json:"orders"`
 }
 
 // Settlement is the end-of-sale comparison of Redis and the database.
@@ -79,8 +98,22 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	fig, err := s.store.Figures(ctx, id)
-	if err != nil {
+	var (
+		vs  []VariantStatus
+		fig flashgate.SaleFigures
+	)
+	if sale.HasVariants() {
+		if vs, err = s.variantFigures(ctx, sale); err != nil {
+			return Status{}, err
+		}
+		var per map[string]flashgate.SaleFigures
+		if fig, per, err = s.store.VariantFigures(ctx, id); err != nil {
+			return Status{}, fmt.Errorf("reading figures: %w", err)
+		}
+		for i := range vs {
+			vs[i].Orders = per[vs[i].ID]
+		}
+	} else if fig, err = s.store.Figures(ctx, id); err != nil {
 		return Status{}, fmt.Errorf("reading figures: %w", err)
 	}
 	st := Status{
@@ -100,6 +133,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		BucketSalts:   sale.BucketSalts,
 		BucketFigures: buckets,
 		Archived:      sale.Archived,
+		Variants:      vs,
 	}
 	if st.Remaining < 0 {
 		st.Remaining = 0
@@ -125,6 +159,30 @@ func (s *Service) redisFigures(ctx context.Context, id string) (salehash.Figures
 		return salehash.Figures{}, err
 	}
 	return rfs[0], nil
+}
+
+// variantFigures reads each variant's booked and reserved from the sale's
+// hash in one HMGET.
+func (s *Service) variantFigures(ctx context.Context, sale flashgate.Sale) ([]VariantStatus, error) {
+	fields := make([]string, 0, 2*len(sale.Variants))
+	for _, v := range sale.Variants {
+		fields = append(fields, lua.VariantField(v.ID, lua.FieldBooked), lua.VariantField(v.ID, lua.FieldReserved))
+	}
+	vals, err := s.rdb.HMGet(ctx, lua.SaleKey(sale.ID), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading variants: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	h, ok := lua.ReadHash(fields, vals)
+	if !ok {
+		return nil, fmt.Errorf("reading variants: %w: %d values for %d fields", flashgate.ErrUnavailable, len(vals), len(fields))
+	}
+	out := make([]VariantStatus, len(sale.Variants))
+	for i, v := range sale.Variants {
+		b := h.Int(lua.VariantField(v.ID, lua.FieldBooked))
+		out[i] = VariantStatus{ID: v.ID, Name: v.Name, Total: v.Total, Booked: b,
+			Reserved: h.Int(lua.VariantField(v.ID, lua.FieldReserved)), Remaining: max(v.Total-b, 0)}
+	}
+	return out, nil
 }
 
 func settlement(rf salehash.Figures, fig flashgate.SaleFigures) *Settlement {

@@ -11,9 +11,13 @@
 --         with the rest so that no reader sees the hash without it; "" none
 -- ARGV[6] optional: "fair" for a sale sold through a fair queue
 --         (lua.FieldQueue), so that reserves check admission from the start
+-- ARGV[7] optional: the variants of a sale sold in several, "id:total,..."
+--         in the sale's order ('' none); ARGV[1] is then their sum
 --
--- The static fields (total, per_user, price, layout, queue) are written by
--- write_sale_static (fragments/salestatic.lua), as Resync writes them.
+-- The static fields (total, per_user, price, layout, queue, variants and
+-- each variant:<id>:total) are written by write_sale_static
+-- (fragments/salestatic.lua), as Resync writes them; each variant's
+-- variant:<id>:booked and variant:<id>:reserved start at 0.
 --
 -- Returns 1 created, 0 it existed already (nothing changed). A hash without
 -- total (what a Redis loss leaves once some other field was written) does not
@@ -23,5 +27,8 @@ if redis.call('HEXISTS', KEYS[1], 'total') == 1 then
 end
 redis.call('HSET', KEYS[1], 'booked', 0, 'reserved', 0, 'start', 0, 'closed', 0,
   'count', ARGV[2], 'access', 0)
-write_sale_static(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) -- fragments/salestatic.lua
+local variants = write_sale_static(KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) -- fragments/salestatic.lua
+for _, v in ipairs(variants) do
+  redis.call('HSET', KEYS[1], 'variant:' .. v[1] .. ':booked', 0, 'variant:' .. v[1] .. ':reserved', 0)
+end
 return 1

@@ -22,6 +22,10 @@
 -- ARGV[11] optional: "fair" for a sale sold through a fair queue
 --         (lua.FieldQueue), written whenever the hash lacks it, so that a
 --         rebuilt sale keeps checking admission in every reserve
+-- ARGV[12] optional: the variants of a sale sold in several, in the sale's
+--         order, "id:total:L:P,..." with L and P the variant's live units
+--         and all-rows units from the same snapshot as ARGV[1] and ARGV[2]
+--         ('' none); ARGV[3] is then the sum of their totals
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -33,7 +37,10 @@
 -- restore is done, so that no buyer whose entry is missing buys twice, and
 -- nothing else changes.
 --
--- Otherwise booked := L + max(0, reserved - P), clamped to [0, total]; if
+-- Otherwise booked := L + max(0, reserved - P), clamped to [0, total]. With
+-- variants, each variant's booked := L_v + max(0, reserved_v - P_v), clamped
+-- to [0, total_v], its reserved := max(reserved_v, P_v), and the sale's
+-- booked is the sum of its variants' booked (clamped to [0, total]). If
 -- remaining = total - booked > 0, count := max(count, access +
 -- ceil(remaining * ratio)); with nothing remaining count is never raised.
 -- delivered := max(delivered, D). Returns {rebuilt, before booked, before
@@ -93,7 +100,8 @@ if not exists then
     'closed', closed, 'count', 0, 'access', 0, 'resume', resume, 'delivered', D)
   -- The static fields, as Prepare writes them (fragments/salestatic.lua);
   -- a bucketed sale's own hash is rebuilt by Prepare, so no layout here.
-  write_sale_static(KEYS[1], total, ARGV[4], ARGV[5], '', ARGV[11])
+  -- The fragment reads ARGV[12]'s "id:total" and leaves L and P.
+  write_sale_static(KEYS[1], total, ARGV[4], ARGV[5], '', ARGV[11], ARGV[12])
 elseif redis.call('HGET', KEYS[1], 'resume') == '1' then
   -- The pass after a rebuild (or the end of a restore): booked is
   -- recomputed below from this snapshot, then the sale opens again.
@@ -124,6 +132,32 @@ if pending < 0 then
   redis.call('HSET', KEYS[1], 'reserved', reserved)
 end
 local booked = L + pending
+local variants = parse_variants(ARGV[12]) -- fragments/salestatic.lua
+if #variants > 0 then
+  booked = 0
+  for _, v in ipairs(variants) do
+    local id = v[1]
+    local lv = tonumber(v[3][3]) or 0
+    local pv = tonumber(v[3][4]) or 0
+    local vf = redis.call('HMGET', KEYS[1], 'variant:' .. id .. ':total', 'variant:' .. id .. ':reserved')
+    local vtotal = tonumber(vf[1] or '') or v[2]
+    local vreserved = tonumber(vf[2] or '0') or 0
+    local vpending = vreserved - pv
+    if vpending < 0 then
+      vpending = 0
+      vreserved = pv
+    end
+    local vbooked = lv + vpending
+    if vbooked < 0 then
+      vbooked = 0
+    end
+    if vbooked > vtotal then
+      vbooked = vtotal
+    end
+    redis.call('HSET', KEYS[1], 'variant:' .. id .. ':booked', vbooked, 'variant:' .. id .. ':reserved', vreserved)
+    booked = booked + vbooked
+  end
+end
 if booked < 0 then
   booked = 0
 end

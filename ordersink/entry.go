@@ -11,7 +11,8 @@ import (
 )
 
 // parseEntry turns the fields of an order entry (lua.ReadEntry, either
-// form) into an order in status reserved, created at the entry's time.
+// form) into an order in status reserved, created at the entry's time,
+// with the entry's variant (lua.EntryVariant) if it has one.
 func parseEntry(sale string, v map[string]any) (flashgate.Order, error) {
 	if len(v) == 0 {
 		return flashgate.Order{}, errors.New("entry has no fields (deleted?)")
@@ -48,6 +49,12 @@ func parseEntry(sale string, v map[string]any) (flashgate.Order, error) {
 	case o.UserID == "":
 		return o, fmt.Errorf("field %s: empty", lua.EntryUser)
 	}
+	// A variant sale's entries name the variant (lua.EntryVariant); a sale
+	// of one stock's, and entries older versions wrote, have none ('').
+	if e.Variant != "" && !flashgate.ValidVariantID(e.Variant) {
+		return o, fmt.Errorf("field %s: bad variant id %q", lua.EntryVariant, e.Variant)
+	}
+	o.Variant = e.Variant
 	var err error
 	if o.Quantity, err = num(lua.EntryQuantity, e.Quantity); err != nil {
 		return o, err

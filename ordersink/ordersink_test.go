@@ -641,3 +641,40 @@ func TestDefaultsAndMetricsTwice(t *testing.T) {
 		t.Errorf("got families %v, want %v", got, want)
 	}
 }
+
+// TestEntryVariant: an entry with a variant field (lua.EntryVariant, as
+// reserve.lua writes it for a sale of variants) lands in orders.variant;
+// an entry without one, as older versions and one-stock sales write it,
+// lands with ”; a bad variant id is a dead letter.
+func TestEntryVariant(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		entries := []map[string]any{
+			{lua.EntryCompact: "var-c1 1 700 1  u1", lua.EntryVariant: "42"},
+			{lua.EntryCompact: "var-c2 1 700 1  u2"},
+			{"order": "var-o1", "sale": sale, "user": "u3", "qty": "1", "price": "700", "ts": "1", lua.EntryVariant: "XL"},
+			{"order": "var-o2", "sale": sale, "user": "u4", "qty": "1", "price": "700", "ts": "1"},
+			{lua.EntryCompact: "var-bad 1 700 1  u5", lua.EntryVariant: "no:good"},
+		}
+		for _, v := range entries {
+			if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.OrdersKey(sale), Values: v}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := drainer(e, nil, ordersink.Config{})
+		if n, err := d.DrainOnce(ctx); err != nil || n != 4 {
+			t.Fatalf("DrainOnce: got %d, %v, want 4", n, err)
+		}
+		for id, want := range map[string]string{"var-c1": "42", "var-c2": "", "var-o1": "XL", "var-o2": ""} {
+			if o, err := e.db.Order(ctx, id); err != nil || o.Variant != want {
+				t.Errorf("order %s: got variant %q, %v; want %q", id, o.Variant, err, want)
+			}
+		}
+		if _, err := e.db.Order(ctx, "var-bad"); !errors.Is(err, flashgate.ErrNotFound) {
+			t.Errorf("order with a bad variant: got %v, want not stored", err)
+		}
+		if n := e.rdb.XLen(ctx, lua.DeadKey(sale)).Val(); n != 1 {
+			t.Errorf("dead letters: got %d, want 1", n)
+		}
+	})
+}

@@ -106,3 +106,38 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 		f.Refunded += orders
 	}
 }
+
+// VariantFigures are the figures of a sale sold in several variants, of the
+// whole sale and per variant id, from one query and hence one snapshot:
+// the re-sync's L and P of the sale and of each variant agree. Like
+// BucketFigures it aggregates the sale's rows. Rows whose variant is ”
+// (none) count in the whole sale's figures only.
+func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM orders WHERE sale_id = ? GROUP BY variant, status`), saleID)
+	if err != nil {
+		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	var all flashgate.SaleFigures
+	per := make(map[string]flashgate.SaleFigures)
+	for rows.Next() {
+		var (
+			v, st         string
+			orders, units int64
+		)
+		if err := rows.Scan(&v, &st, &orders, &units); err != nil {
+			return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
+		}
+		addFigures(&all, flashgate.OrderStatus(st), orders, units)
+		if v != "" {
+			f := per[v]
+			addFigures(&f, flashgate.OrderStatus(st), orders, units)
+			per[v] = f
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
+	}
+	return all, per, nil
+}

@@ -79,7 +79,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	}
 	defer func() { _ = tx.Rollback() }()
 	var counts []orderCount
-	args := make([]any, 0, 9*min(len(orders), pgInsertRows))
+	args := make([]any, 0, 10*min(len(orders), pgInsertRows))
 	for start := 0; start < len(orders); {
 		// A group is a run of one (sale, status, quantity). Where this code
 		// counts, a released row goes alone, so that the statement says
@@ -105,7 +105,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 				if updated.IsZero() {
 					updated = created
 				}
-				args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket)
+				args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket, o.Variant)
 			}
 			n, err := d.insertChunk(ctx, tx, k, args)
 			if err != nil {
@@ -174,7 +174,7 @@ func groupedForInsert(orders []flashgate.Order) bool {
 }
 
 // insertRows is the most rows one INSERT statement carries on SQLite, and
-// pgInsertRows on PostgreSQL (9 parameters each, well under both drivers'
+// pgInsertRows on PostgreSQL (10 parameters each, well under both drivers'
 // parameter limits).
 const (
 	insertRows   = 256
@@ -206,13 +206,13 @@ func (d *DB) insertSQL(k int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	b.WriteString(` ON CONFLICT DO NOTHING`)
 	return d.q(b.String())
 }
 
-// insertChunk runs the INSERT of k orders (args holds their 9k values) in
+// insertChunk runs the INSERT of k orders (args holds their 10k values) in
 // tx and returns how many rows it inserted. On SQLite it reuses a statement
 // prepared once on the writer's connection (modernc prepares every Exec
 // anew otherwise, and an INSERT of 256 rows takes long to prepare); pgx

@@ -220,6 +220,16 @@ var migrations = []migration{
 			)`,
 		},
 	},
+	{
+		// Version 10 stores the variants of a sale sold in several (a JSON
+		// array of {id, name, total}; '' for a sale of one stock) and the
+		// variant each order's units came from ('' for a sale of one stock).
+		version: 10,
+		both: []string{
+			`ALTER TABLE sales ADD COLUMN variants TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN variant TEXT NOT NULL DEFAULT ''`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -14,8 +14,9 @@ import (
 
 const orderCols = `order_id, sale_id, user_id, quantity, price_cents, status, created_at, updated_at`
 
-// orderColsB are orderCols and the bucket, which every read scans.
-const orderColsB = orderCols + `, bucket`
+// orderColsB are orderCols, the bucket and the variant, which every read
+// scans.
+const orderColsB = orderCols + `, bucket, variant`
 
 func scanOrder(r rowScanner) (flashgate.Order, error) {
 	var (
@@ -23,7 +24,7 @@ func scanOrder(r rowScanner) (flashgate.Order, error) {
 		st      string
 		cr, upd stamp
 	)
-	if err := r.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Quantity, &o.PriceCents, &st, &cr, &upd, &o.Bucket); err != nil {
+	if err := r.Scan(&o.ID, &o.SaleID, &o.UserID, &o.Quantity, &o.PriceCents, &st, &cr, &upd, &o.Bucket, &o.Variant); err != nil {
 		return flashgate.Order{}, err
 	}
 	o.Status = flashgate.OrderStatus(st)

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +14,7 @@ import (
 func nowUTC() time.Time { return time.Now().UTC() }
 
 const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts,
-	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds, currency`
+	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds, currency, variants`
 
 // saleReadCols are the columns scanSale reads: saleCols and archived.
 const saleReadCols = saleCols + `, archived`
@@ -30,12 +31,18 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		salts      string
 		archived   int64
 		auto       int64
+		variants   string
 	)
 	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts,
-		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &s.Currency, &archived); err != nil {
+		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &s.Currency, &variants, &archived); err != nil {
 		return flashgate.Sale{}, err
 	}
 	s.Archived = archived != 0
+	if variants != "" {
+		if err := json.Unmarshal([]byte(variants), &s.Variants); err != nil {
+			return flashgate.Sale{}, fmt.Errorf("sale %s: reading its variants: %w", s.ID, err)
+		}
+	}
 	if auto == 0 {
 		off := false
 		s.ChallengeAuto = &off
@@ -77,8 +84,9 @@ func parseSalts(v string) []int {
 }
 
 // CreateSale stores a new sale. An empty State is stored as upcoming, a zero
-// AdmitRatio as flashgate.DefaultAdmitRatio and a zero PerUser as 1. An id
-// that is taken is flashgate.ErrExists.
+// AdmitRatio as flashgate.DefaultAdmitRatio and a zero PerUser as 1;
+// Variants are stored as a JSON array (” none). An id that is taken is
+// flashgate.ErrExists.
 func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 	if !flashgate.ValidSaleID(s.ID) {
 		return &flashgate.FieldError{Field: "id", Reason: "must be 1-64 characters of [A-Za-z0-9_-]"}
@@ -95,11 +103,19 @@ func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 	if s.PerUser <= 0 {
 		s.PerUser = 1
 	}
+	variants := ""
+	if len(s.Variants) > 0 {
+		b, err := json.Marshal(s.Variants)
+		if err != nil {
+			return fmt.Errorf("creating sale %s: %w", s.ID, err)
+		}
+		variants = string(b)
+	}
 	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
 		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
 		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts),
-		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds, s.Currency)
+		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds, s.Currency, variants)
 	if err != nil {
 		return fmt.Errorf("creating sale %s: %w", s.ID, err)
 	}

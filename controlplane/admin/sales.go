@@ -37,6 +37,9 @@ type saleRequest struct {
 	AdmitSeconds       int    `json:"admit_seconds"`
 	// Currency of the sale's payments; absent means the deployment's.
 	Currency string `json:"currency"`
+	// Variants are the sale's stocks when it comes in several; absent means
+	// one stock. Total may then be omitted (the sum of theirs).
+	Variants []flashgate.Variant `json:"variants"`
 }
 
 func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -68,6 +71,7 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		Buckets: req.Buckets, Queue: req.Queue, PrequeueSeconds: req.PrequeueSeconds,
 		ChallengeMaxNumber: req.ChallengeMaxNumber, ChallengeAuto: req.ChallengeAuto,
 		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds, Currency: req.Currency,
+		Variants: req.Variants,
 	})
 	if err != nil {
 		s.fail(w, r, err)

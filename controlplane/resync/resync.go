@@ -31,6 +31,9 @@ type Figures = salehash.ResyncFigures
 type Store interface {
 	Sale(ctx context.Context, id string) (flashgate.Sale, error)
 	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	// VariantFigures are the figures of the whole sale and of each variant
+	// from one snapshot (for a sale with variants).
+	VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error)
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
@@ -96,7 +99,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	}
 	// The snapshot comes first: every order released in it is then in the
 	// pending releases read below, or was delivered by an earlier pass.
-	fig, err := s.store.Figures(ctx, id)
+	fig, spec, err := s.figures(ctx, sale)
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
@@ -108,7 +111,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	tok := fencing.Of(ctx)
 	resync := func(restored string) ([]int64, error) {
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue).Int64Slice()
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue, spec).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
@@ -142,6 +145,35 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	}
 	s.resyncs.Inc()
 	return before, after, nil
+}
+
+// figures reads a sale's figures from one database snapshot and, for a sale
+// with variants, Resync's ARGV[12] from the same snapshot: "id:total:L:P"
+// per variant, in the sale's order ("" for a sale of one stock).
+func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.SaleFigures, string, error) {
+	if !sale.HasVariants() {
+		fig, err := s.store.Figures(ctx, sale.ID)
+		return fig, "", err
+	}
+	fig, per, err := s.store.VariantFigures(ctx, sale.ID)
+	if err != nil {
+		return fig, "", err
+	}
+	b := make([]byte, 0, 32*len(sale.Variants))
+	for i, v := range sale.Variants {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		f := per[v.ID]
+		b = append(b, v.ID...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, v.Total, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, f.LiveUnits, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, f.PersistedUnits, 10)
+	}
+	return fig, string(b), nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale

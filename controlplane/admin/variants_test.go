@@ -1,0 +1,64 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+)
+
+// TestAdminVariantSale: POST /admin/sales takes variants (total omitted:
+// their sum), refuses bad ones with the field named, and GET
+// /admin/sales/{id} shows each variant's figures.
+func TestAdminVariantSale(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	c := client{t, srv.URL}
+	steps := []struct {
+		name, method, path, body string
+		wantCode                 int
+		check                    func(map[string]any) error
+	}{
+		{"create", "POST", "/admin/sales", `{"id":"shoe","name":"Shoe","price_cents":100,"variants":[{"id":"42","name":"EU 42","total":3},{"id":"43","name":"EU 43","total":5}]}`,
+			201, func(m map[string]any) error {
+				vs, _ := m["variants"].([]any)
+				if m["total"] != 8.0 || len(vs) != 2 {
+					return fmt.Errorf("got total %v, variants %v; want 8 and two", m["total"], m["variants"])
+				}
+				return nil
+			}},
+		{"total the sum", "POST", "/admin/sales", `{"id":"s2","name":"x","total":8,"variants":[{"id":"a","name":"A","total":3},{"id":"b","name":"B","total":5}]}`, 201, nil},
+		{"total not the sum", "POST", "/admin/sales", `{"id":"s3","name":"x","total":9,"variants":[{"id":"a","name":"A","total":3},{"id":"b","name":"B","total":5}]}`, 400, errField("total")},
+		{"with buckets", "POST", "/admin/sales", `{"id":"s3","name":"x","buckets":2,"variants":[{"id":"a","name":"A","total":3}]}`, 400, errField("buckets")},
+		{"bad id", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a,b","name":"A","total":3}]}`, 400, errField("variants[0].id")},
+		{"id twice", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","name":"A","total":3},{"id":"a","name":"B","total":1}]}`, 400, errField("variants[1].id")},
+		{"no name", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","total":3}]}`, 400, errField("variants[0].name")},
+		{"zero total", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","name":"A","total":0}]}`, 400, errField("variants[0].total")},
+		{"empty list", "POST", "/admin/sales", `{"id":"s3","name":"x","total":3,"variants":[]}`, 400, errField("variants")},
+		{"unknown variant field", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","name":"A","total":3,"price":1}]}`, 400, errField("price")},
+		{"status", "GET", "/admin/sales/shoe", "", 200, func(m map[string]any) error {
+			vs, _ := m["variants"].([]any)
+			if len(vs) != 2 {
+				return errors.New("no variants")
+			}
+			v, _ := vs[1].(map[string]any)
+			if v["id"] != "43" || v["name"] != "EU 43" || v["total"] != 5.0 || v["booked"] != 0.0 || v["remaining"] != 5.0 {
+				return fmt.Errorf("variant 43: got %v", v)
+			}
+			return nil
+		}},
+	}
+	for _, s := range steps {
+		code, body, raw := c.do(s.method, s.path, testToken, s.body)
+		if code != s.wantCode {
+			t.Errorf("%s: %s %s: got %d %s, want %d", s.name, s.method, s.path, code, raw, s.wantCode)
+			continue
+		}
+		if s.check != nil {
+			if err := s.check(body); err != nil {
+				t.Errorf("%s: %v (%s)", s.name, err, raw)
+			}
+		}
+	}
+}
