@@ -23,6 +23,7 @@ import (
 type reserveReq struct {
 	order, user string
 	qty         int64
+	variant     string // "" for a sale of one stock
 	code        int64
 	existing    string
 	err         error // errWaitShort when WAIT fell short of this reserve
@@ -49,9 +50,9 @@ type lane struct {
 
 // reserveBatched runs one home reserve through its tag's lane and returns
 // its answer as reserveIn does.
-func (s *Service) reserveBatched(ctx context.Context, tag, sale, bucket, orderID, userID string, qty int64) (code int64, existing string, err error) {
+func (s *Service) reserveBatched(ctx context.Context, tag, sale, bucket, orderID, userID, variant string, qty int64) (code int64, existing string, err error) {
 	start := time.Now()
-	r := &reserveReq{order: orderID, user: userID, qty: qty}
+	r := &reserveReq{order: orderID, user: userID, qty: qty, variant: variant}
 	b, lead := s.join(tag, sale, bucket, r)
 	if lead {
 		s.runBatch(ctx, b)
@@ -175,17 +176,19 @@ func (s *Service) Close() error {
 // or b.err.
 func (s *Service) send(ctx context.Context, b *reserveBatch) {
 	now := s.clock.Now().UnixMilli()
-	script, args := lua.ReserveMany, make([]any, 0, 3+3*len(b.reqs))
+	script, args := lua.ReserveMany, make([]any, 0, 3+4*len(b.reqs))
 	if len(b.reqs) == 1 {
 		r := b.reqs[0]
 		script, args = lua.Reserve, append(args, r.order, r.user, r.qty, now, b.sale)
-		if b.bucket != "" {
+		if r.variant != "" {
+			args = append(args, b.bucket, "", r.variant)
+		} else if b.bucket != "" {
 			args = append(args, b.bucket)
 		}
 	} else {
 		args = append(args, now, b.sale, b.bucket)
 		for _, r := range b.reqs {
-			args = append(args, r.order, r.user, r.qty)
+			args = append(args, r.order, r.user, r.qty, r.variant)
 		}
 	}
 	res, acked, want, err := s.runReserve(ctx, script, b.tag, b.keys, args...)

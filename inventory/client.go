@@ -214,6 +214,10 @@ func (c *Client) Reserve(ctx context.Context, saleID, userID, variant string, qt
 	b = jsonstr.Append(b, userID)
 	b = append(b, `,"quantity":`...)
 	b = strconv.AppendInt(b, qty, 10)
+	if variant != "" {
+		b = append(b, `,"variant":`...)
+		b = jsonstr.Append(b, variant)
+	}
 	b = append(b, '}')
 	c.prepare(req, PathReserve, b)
 

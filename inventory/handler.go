@@ -44,6 +44,7 @@ type reserveRequest struct {
 	SaleID   string `json:"sale_id"`
 	UserID   string `json:"user_id"`
 	Quantity int64  `json:"quantity"`
+	Variant  string `json:"variant,omitempty"` // "" for a sale of one stock
 }
 
 // HandlerConfig configures NewHandler. The zero value works.
@@ -180,9 +181,9 @@ func (h *handler) reserve(ctx *fasthttp.RequestCtx) {
 	var orderID string
 	var err error
 	if req.OrderID != "" {
-		orderID, err = h.s.ReserveOrder(rctx, req.OrderID, req.SaleID, req.UserID, "", req.Quantity)
+		orderID, err = h.s.ReserveOrder(rctx, req.OrderID, req.SaleID, req.UserID, req.Variant, req.Quantity)
 	} else {
-		orderID, err = h.s.Reserve(rctx, req.SaleID, req.UserID, "", req.Quantity)
+		orderID, err = h.s.Reserve(rctx, req.SaleID, req.UserID, req.Variant, req.Quantity)
 	}
 	if err != nil {
 		h.logError("reserve", err)

@@ -39,6 +39,7 @@ var (
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
 	errUnadmitted = fmt.Errorf("reserving: %w", flashgate.ErrNotAdmitted)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})
+	errBadVariant = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "variant", Reason: "not a variant of this sale"})
 	errBadOrderID = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "order_id", Reason: "not a valid order id"})
 	errBadBucket  = fmt.Errorf("releasing: %w", &flashgate.FieldError{Field: "bucket", Reason: "not a bucket of the sale"})
 )

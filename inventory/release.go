@@ -27,7 +27,7 @@ func (s *Service) Release(ctx context.Context, o flashgate.Order) (bool, error) 
 	}
 	keys := lua.ReleaseKeys(tag)
 	start := time.Now()
-	code, err := lua.Release.Run(ctx, s.rdb, keys, o.ID, o.UserID, o.Quantity).Int64()
+	code, err := lua.Release.Run(ctx, s.rdb, keys, o.ID, o.UserID, o.Quantity, o.Variant).Int64()
 	s.m.call(opRelease, start)
 	if err != nil {
 		return false, s.redisError("releasing", err)
@@ -100,13 +100,13 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 			}
 			spilled[o.SaleID] = append(spilled[o.SaleID], o)
 		}
-		bySale[tag] = append(bySale[tag], o.ID, o.UserID, o.Quantity)
+		bySale[tag] = append(bySale[tag], o.ID, o.UserID, o.Quantity, o.Variant)
 	}
 	for _, sale := range sales {
 		keys := lua.ReleaseKeys(sale)
 		args := bySale[sale]
-		for start := 0; start < len(args); start += 3 * MaxReleaseBatch {
-			chunk := args[start:min(start+3*MaxReleaseBatch, len(args))]
+		for start := 0; start < len(args); start += 4 * MaxReleaseBatch {
+			chunk := args[start:min(start+4*MaxReleaseBatch, len(args))]
 			call := make([]any, 0, 1+len(chunk))
 			call = append(call, "")
 			call = append(call, chunk...)

@@ -15,7 +15,7 @@ import (
 // *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
 // (bad user id or quantity) and ErrUnavailable (Redis unreachable).
 func (s *Service) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
-	return s.reserve(ctx, "", saleID, userID, qty)
+	return s.reserve(ctx, "", saleID, userID, variant, qty)
 }
 
 // ReserveOrder is Reserve with an order id the caller minted, so that a
@@ -28,11 +28,11 @@ func (s *Service) ReserveOrder(ctx context.Context, orderID, saleID, userID, var
 		s.m.outcome(outBadRequest)
 		return "", errBadOrderID
 	}
-	return s.reserve(ctx, orderID, saleID, userID, qty)
+	return s.reserve(ctx, orderID, saleID, userID, variant, qty)
 }
 
 // reserve is Reserve and ReserveOrder; an empty orderID is minted here.
-func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, qty int64) (string, error) {
+func (s *Service) reserve(ctx context.Context, orderID, saleID, userID, variant string, qty int64) (string, error) {
 	if !flashgate.ValidSaleID(saleID) {
 		s.m.outcome(outNotFound)
 		return "", errBadSaleID
@@ -44,6 +44,10 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	if qty < 1 {
 		s.m.outcome(outBadRequest)
 		return "", errBadQty
+	}
+	if variant != "" && !flashgate.ValidVariantID(variant) {
+		s.m.outcome(outBadRequest)
+		return "", errBadVariant
 	}
 	if orderID == "" {
 		orderID = s.newID()
@@ -58,6 +62,12 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	// that one live order per user stays one atomic script; a sold-out
 	// answer there also counts the bucket's "want" (reserve.lua).
 	tag, home := saleID, 0
+	if l.Bucketed() && variant != "" {
+		// Buckets split one stock; a sale with variants is never bucketed
+		// (the control plane refuses the pair).
+		s.m.outcome(outBadRequest)
+		return "", errBadVariant
+	}
 	if l.Bucketed() {
 		home = l.Home(userID)
 		tag = l.Tag(home)
@@ -65,11 +75,13 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID string, q
 	var code int64
 	var existing string
 	if s.batchMax > 1 {
-		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, qty)
+		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, variant, qty)
 	} else {
 		args := []any{orderID, userID, qty, now, saleID}
 		if l.Bucketed() {
 			args = append(args, home)
+		} else if variant != "" {
+			args = append(args, "", "", variant)
 		}
 		code, existing, err = s.reserveIn(ctx, "reserving", tag, lua.ReserveKeys(tag), args...)
 	}
@@ -115,6 +127,9 @@ func (s *Service) answer(code int64) (string, error) {
 	case lua.ReserveNotAdmitted:
 		s.m.outcome(outNotAdmitted)
 		return "", errUnadmitted
+	case lua.ReserveBadVariant:
+		s.m.outcome(outBadRequest)
+		return "", errBadVariant
 	default:
 		s.m.outcome(outError)
 		return "", fmt.Errorf("reserving: unknown script code %d", code)

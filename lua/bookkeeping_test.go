@@ -53,10 +53,15 @@ func TestScriptsTouchOneSale(t *testing.T) {
 	}
 }
 
+// releaseBatch runs ReleaseBatch with base and triples order, user,
+// quantity of a sale of one stock (each variant "").
 func releaseBatch(ctx context.Context, rdb *redis.Client, base string, triples ...string) ([]int64, error) {
 	args := []any{base}
-	for _, s := range triples {
+	for i, s := range triples {
 		args = append(args, s)
+		if i%3 == 2 {
+			args = append(args, "")
+		}
 	}
 	return lua.ReleaseBatch.Run(ctx, rdb,
 		lua.ReleaseKeys(saleID), args...).Int64Slice()

@@ -63,7 +63,7 @@ func BenchmarkReserveFence(b *testing.B) {
 						for range many {
 							n++
 							u := strconv.Itoa(n)
-							args = append(args, "o"+u, "u"+u, 1)
+							args = append(args, "o"+u, "u"+u, 1, "")
 						}
 						err = lua.ReserveMany.Run(ctx, rdb, keys, args...).Err()
 					}

@@ -66,7 +66,7 @@ func TestReserveFence(t *testing.T) {
 				if many {
 					args := []any{1700000000123, saleID, ""}
 					for _, c := range tc.calls {
-						args = append(args, c.order, c.user, c.qty)
+						args = append(args, c.order, c.user, c.qty, "")
 					}
 					res, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(saleID), args...).Slice()
 					if err != nil {

@@ -49,11 +49,11 @@ func TestFencedScripts(t *testing.T) {
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ResyncFenced})},
 		{"ReleaseBatch", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
-			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf("0:%d", tok), "o1", "u1", 1).Int64Slice()
+			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf("0:%d", tok), "o1", "u1", 1, "").Int64Slice()
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ReleaseBatchFenced, 0, 0})},
 		{"ReleaseBatch without count", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
-			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf(":%d", tok), "o1", "u1", 1).Int64Slice()
+			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf(":%d", tok), "o1", "u1", 1, "").Int64Slice()
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ReleaseBatchFenced, 0, 0})},
 		{"Restore", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {

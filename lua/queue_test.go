@@ -120,7 +120,7 @@ func TestQueueScripts(t *testing.T) {
 		}
 		// ReserveMany answers as Reserve would for each.
 		v, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(sale), 1, sale, "",
-			"o-a", "alice", 1, "o-c", "carol", 1, "o-d", "dave", 1).Slice()
+			"o-a", "alice", 1, "", "o-c", "carol", 1, "", "o-d", "dave", 1, "").Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@
 -- ARGV[1] order id
 -- ARGV[2] user id
 -- ARGV[3] quantity
+-- ARGV[4] optional: the order's variant id ("" none): its booked is given
+--         back too (never below 0)
 --
 -- Returns:
 --   1  released: booked -= qty (never below 0), the buyer entry removed if it
@@ -32,6 +34,18 @@ if n > booked then
 end
 if n > 0 then
   redis.call('HINCRBY', KEYS[1], 'booked', -n)
+end
+local v = ARGV[4] or ''
+if v ~= '' then
+  local vf = 'variant:' .. v .. ':booked'
+  local m = tonumber(ARGV[3])
+  local vb = tonumber(redis.call('HGET', KEYS[1], vf) or '0') or 0
+  if m > vb then
+    m = vb
+  end
+  if m > 0 then
+    redis.call('HINCRBY', KEYS[1], vf, -m)
+  end
 end
 if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])

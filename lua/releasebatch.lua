@@ -12,7 +12,8 @@
 --         It passes "d:t" (or ":t" without a count), t its fencing token:
 --         the batch is refused when t is below the hash's fence field,
 --         which it raises.
--- ARGV[2 ..] triples order id, user id, quantity
+-- ARGV[2 ..] quadruples order id, user id, quantity, variant id ("" none:
+--         the variant's booked is given back too, never below 0)
 --
 -- Returns {code, released, units}:
 --   {0, n, u}  done: n orders released now (booked -= their units, never
@@ -23,7 +24,7 @@
 --              changed
 -- A quantity that is not a whole number >= 1 is an error reply, before any
 -- write.
-for i = 4, #ARGV, 3 do
+for i = 4, #ARGV, 4 do
   local n = tonumber(ARGV[i])
   if not n or n < 1 or n ~= math.floor(n) then
     return redis.error_reply('ERR release: bad quantity')
@@ -53,11 +54,20 @@ if base then
 end
 local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
 local released, units = 0, 0
-for i = 2, #ARGV, 3 do
+local vgive, vorder = {}, {} -- variant → units given back, in first order
+for i = 2, #ARGV, 4 do
   local order, user = ARGV[i], ARGV[i + 1]
   if redis.call('SADD', KEYS[3], order) == 1 then
     released = released + 1
     local n = tonumber(ARGV[i + 2])
+    local v = ARGV[i + 3] or ''
+    if v ~= '' then
+      if not vgive[v] then
+        vgive[v] = 0
+        vorder[#vorder + 1] = v
+      end
+      vgive[v] = vgive[v] + n
+    end
     if n > booked then
       n = booked
     end
@@ -71,8 +81,19 @@ end
 if units > 0 then
   redis.call('HINCRBY', KEYS[1], 'booked', -units)
 end
+for _, v in ipairs(vorder) do
+  local vf = 'variant:' .. v .. ':booked'
+  local vb = tonumber(redis.call('HGET', KEYS[1], vf) or '0') or 0
+  local m = vgive[v]
+  if m > vb then
+    m = vb
+  end
+  if m > 0 then
+    redis.call('HINCRBY', KEYS[1], vf, -m)
+  end
+end
 if base then
-  local want = base + (#ARGV - 1) / 3
+  local want = base + (#ARGV - 1) / 4
   local d = tonumber(redis.call('HGET', KEYS[1], 'delivered') or '0') or 0
   if want > d then
     redis.call('HSET', KEYS[1], 'delivered', want)

@@ -16,11 +16,15 @@
 -- ARGV[4] now, unix milliseconds
 -- ARGV[5] sale id
 -- ARGV[6] optional: the bucket index, when KEYS are a bucket's of a bucketed
---         sale; the entry then carries it
+--         sale; the entry then carries it; "" none
 -- ARGV[7] optional: "spill" when the bucket is not the user's home (the
 --         home holds the user's claim, lua.Claim): an order the leader
 --         fenced in KEYS[5] (lua.SpillCheck) is refused, and a sold-out
---         answer counts no want
+--         answer counts no want; "" none
+-- ARGV[8] optional: the variant id, on a sale sold in variants (the hash's
+--         variants field, lua.FieldVariants); "" none. The units come from
+--         the variant's own stock (variant:<id>:total, :booked) as well as
+--         the sale's, whose figures stay the sums over its variants
 --
 -- The failover fence: before it takes units the script compares KEYS[4],
 -- the replication id the control plane last checked the sale on, with this
@@ -40,8 +44,9 @@
 --   {1, ""}       no such sale
 --   {2, ""}       not started
 --   {3, ""}       closed
---   {4, ""}       sold out (booked + qty > total); with ARGV[6] and
---                 without ARGV[7], want += 1
+--   {4, ""}       sold out (booked + qty > total, or the variant's booked
+--                 + qty > its total); with ARGV[6] and without ARGV[7],
+--                 want += 1
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
 --   {7, ""}       paused while a re-sync rebuilds it (resume set), or
@@ -51,7 +56,13 @@
 --                 settling its stale claim; nothing changed
 --   {9, ""}       fair queue: the user's position is not admitted, or its
 --                 window ended (lua.ReserveNotAdmitted)
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired')
+--   {10, ""}      the variant is not one the sale sells: "" or unknown on a
+--                 sale with variants, or given on a sale without
+--                 (lua.ReserveBadVariant)
+-- On success the entry also has the field "variant" (lua.EntryVariant)
+-- when the order names one, and the variant's booked and reserved grow by
+-- qty with the sale's.
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants')
 if not f[1] then
   return {1, ''}
 end
@@ -64,7 +75,7 @@ if f[3] ~= '1' then
   end
   return {2, ''}
 end
-if ARGV[7] and redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then
+if ARGV[7] == 'spill' and redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then
   return {8, ''}
 end
 local existing = redis.call('HGET', KEYS[2], ARGV[2])
@@ -91,8 +102,24 @@ local perUser = tonumber(f[5] or '1') or 1
 if not n or n < 1 or n > perUser or n ~= math.floor(n) then
   return {6, ''}
 end
-if tonumber(f[2] or '0') + n > tonumber(f[1]) then
-  if ARGV[6] and not ARGV[7] then
+-- A sale sold in variants (f[12]) takes from the named variant's stock too.
+local variant = ARGV[8] or ''
+local vtotal, vbooked = nil, 0
+if f[12] then
+  if variant == '' then
+    return {10, ''}
+  end
+  local vf = redis.call('HMGET', KEYS[1], 'variant:' .. variant .. ':total', 'variant:' .. variant .. ':booked')
+  vtotal = tonumber(vf[1] or '')
+  if not vtotal then
+    return {10, ''}
+  end
+  vbooked = tonumber(vf[2] or '0') or 0
+elseif variant ~= '' then
+  return {10, ''}
+end
+if tonumber(f[2] or '0') + n > tonumber(f[1]) or (vtotal and vbooked + n > vtotal) then
+  if (ARGV[6] or '') ~= '' and ARGV[7] ~= 'spill' then
     -- A bucket turning a buyer away tells the leader's rebalancing that it
     -- has buyers while it is empty.
     redis.call('HINCRBY', KEYS[1], 'want', 1)
@@ -114,7 +141,14 @@ redis.call('HINCRBY', KEYS[1], 'booked', n)
 redis.call('HINCRBY', KEYS[1], 'reserved', n)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 -- The entry is compact (lua.EntryCompact): order, qty, price, ts, bucket
--- ("" unbucketed), then the user id, which may hold spaces.
-redis.call('XADD', KEYS[3], '*', 'e',
-  ARGV[1] .. ' ' .. string.format('%d', n) .. ' ' .. (f[6] or '0') .. ' ' .. ARGV[4] .. ' ' .. (ARGV[6] or '') .. ' ' .. ARGV[2])
+-- ("" unbucketed), then the user id, which may hold spaces; the variant is
+-- a field of its own.
+local e = ARGV[1] .. ' ' .. string.format('%d', n) .. ' ' .. (f[6] or '0') .. ' ' .. ARGV[4] .. ' ' .. (ARGV[6] or '') .. ' ' .. ARGV[2]
+if vtotal then
+  redis.call('HINCRBY', KEYS[1], 'variant:' .. variant .. ':booked', n)
+  redis.call('HINCRBY', KEYS[1], 'variant:' .. variant .. ':reserved', n)
+  redis.call('XADD', KEYS[3], '*', 'e', e, 'variant', variant)
+else
+  redis.call('XADD', KEYS[3], '*', 'e', e)
+end
 return {0, ARGV[1]}

@@ -21,16 +21,17 @@
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
 --         entry then carries it, and each sold-out answer counts one want);
 --         "" otherwise
--- ARGV[4+3i], ARGV[5+3i], ARGV[6+3i] for i = 0..n-1: order id, user id,
---         quantity of the i-th order
+-- ARGV[4+4i], ARGV[5+4i], ARGV[6+4i], ARGV[7+4i] for i = 0..n-1: order
+--         id, user id, quantity and variant id ("" none: Reserve's ARGV[8])
+--         of the i-th order
 --
 -- Returns {code_1, order_1, ..., code_n, order_n}, each pair Reserve's
 -- answer {code, order id} for that order (see reserve.lua); an order
 -- reserved earlier in the same call counts as the user's live order for the
--- orders after it.
-local n = (#ARGV - 3) / 3
+-- orders after it, and the units it took from its variant are gone for them.
+local n = (#ARGV - 3) / 4
 local out = {}
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired')
+local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants')
 if not f[1] or f[3] ~= '1' then
   local code = 1
   if f[1] then
@@ -55,11 +56,16 @@ local price = f[6] or '0'
 local bucket = ARGV[3]
 local taken, want = 0, 0
 local fenced = nil -- the failover fence, looked at when first needed
+-- A sale sold in variants (f[12]): each variant's total and booked, read
+-- when an order first names it (vtotal[v] false: no such variant), and the
+-- units this call took from it, in the order first taken.
+local sold = f[12] and true or false
+local vtotal, vbooked, vtaken, vorder = {}, {}, {}, {}
 local mine = {} -- user → order reserved by this call
 local buyers = {} -- user, order, ... for one HSET
 local users = {}
 for i = 1, n do
-  users[i] = ARGV[3 * i + 2]
+  users[i] = ARGV[4 * i + 1]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
 -- A fair queue (lua/queueenter.lua): only a buyer whose position is
@@ -82,7 +88,12 @@ if fq[1] == 'fair' then
   end
 end
 for i = 1, n do
-  local order, user, qty = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local order, user, qty, v = ARGV[4 * i], ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[4 * i + 3] or ''
+  if sold and v ~= '' and vtotal[v] == nil then
+    local vf = redis.call('HMGET', KEYS[1], 'variant:' .. v .. ':total', 'variant:' .. v .. ':booked')
+    vtotal[v] = tonumber(vf[1] or '') or false
+    vbooked[v] = tonumber(vf[2] or '0') or 0
+  end
   local existing = mine[user] or held[i]
   local code = 0
   if existing then
@@ -93,7 +104,9 @@ for i = 1, n do
     local q = tonumber(qty)
     if not q or q < 1 or q > perUser or q ~= math.floor(q) then
       code = 6
-    elseif booked + q > total then
+    elseif (sold and (v == '' or not vtotal[v])) or (not sold and v ~= '') then
+      code = 10
+    elseif booked + q > total or (sold and vbooked[v] + q > vtotal[v]) then
       code = 4
       if bucket ~= '' then
         -- A bucket turning a buyer away tells the leader's rebalancing
@@ -121,8 +134,18 @@ for i = 1, n do
         mine[user] = order
         buyers[#buyers + 1] = user
         buyers[#buyers + 1] = order
-        redis.call('XADD', KEYS[3], '*', 'e',
-          order .. ' ' .. string.format('%d', q) .. ' ' .. price .. ' ' .. ARGV[1] .. ' ' .. bucket .. ' ' .. user)
+        local e = order .. ' ' .. string.format('%d', q) .. ' ' .. price .. ' ' .. ARGV[1] .. ' ' .. bucket .. ' ' .. user
+        if sold then
+          if not vtaken[v] then
+            vtaken[v] = 0
+            vorder[#vorder + 1] = v
+          end
+          vbooked[v] = vbooked[v] + q
+          vtaken[v] = vtaken[v] + q
+          redis.call('XADD', KEYS[3], '*', 'e', e, 'variant', v)
+        else
+          redis.call('XADD', KEYS[3], '*', 'e', e)
+        end
         existing = order
       end
     end
@@ -134,6 +157,10 @@ if taken > 0 then
   redis.call('HINCRBY', KEYS[1], 'booked', taken)
   redis.call('HINCRBY', KEYS[1], 'reserved', taken)
   redis.call('HSET', KEYS[2], unpack(buyers))
+  for _, v in ipairs(vorder) do
+    redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':booked', vtaken[v])
+    redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':reserved', vtaken[v])
+  end
 end
 if want > 0 then
   redis.call('HINCRBY', KEYS[1], 'want', want)

@@ -11,6 +11,8 @@
 -- ARGV[1] order id
 -- ARGV[2] user id
 -- ARGV[3] quantity
+-- ARGV[4] optional: the order's variant id ("" none): taken anew, the units
+--         need the variant's stock too (variant booked + qty <= its total)
 --
 -- When the order's release reached Redis (it is in the released set) the
 -- units are taken anew, booked += qty, if booked + qty <= total; the order
@@ -44,6 +46,14 @@ if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
   local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
   if booked + n > total then
     return 3
+  end
+  local v = ARGV[4] or ''
+  if v ~= '' then
+    local vf = redis.call('HMGET', KEYS[1], 'variant:' .. v .. ':total', 'variant:' .. v .. ':booked')
+    if (tonumber(vf[2] or '0') or 0) + n > (tonumber(vf[1] or '0') or 0) then
+      return 3
+    end
+    redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':booked', n)
   end
   redis.call('HINCRBY', KEYS[1], 'booked', n)
 else

@@ -428,8 +428,10 @@ func TestReleaseBadQuantity(t *testing.T) {
 // buyers, bad and oversized quantities, a stock that runs out — through
 // Reserve one call per order on one sale and through ReserveMany in random
 // batches on another, on an open, a closed, a paused and a missing sale,
-// bucketed and not, and wants the same answer for every order and the same
-// state: counters, buyers and stream entries.
+// bucketed and not, and on an open sale sold in three variants (orders
+// naming each, none, or an unknown one), and wants the same answer for
+// every order and the same state: counters, each variant's figures, buyers
+// and stream entries.
 func TestReserveManyMatchesReserve(t *testing.T) {
 	const one, many = "one", "many"
 	bs := backends(t)
@@ -438,15 +440,24 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 		state string // SetState's argument, "" not started
 		extra string // a field set on the sale hash
 		gone  bool
-	}{{name: "open", state: "open"}, {name: "closed", state: "close"}, {name: "paused", extra: lua.FieldResume}, {name: "not started"}, {name: "missing", gone: true}} {
+		spec  string // the variants (Prepare's ARGV[7]), "" none
+	}{{name: "open", state: "open"}, {name: "closed", state: "close"}, {name: "paused", extra: lua.FieldResume}, {name: "not started"}, {name: "missing", gone: true},
+		{name: "variants", state: "open", spec: "S:10,M:5,L:3"}} {
 		for _, bucket := range []string{"", "2"} {
+			if st.spec != "" && bucket != "" {
+				continue // buckets with variants are refused before any script
+			}
 			forEach(t, bs, st.name+"/bucket="+bucket, func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 				rng := rand.New(rand.NewPCG(uint64(len(st.name)), uint64(len(bucket))))
 				for _, id := range []string{one, many} {
 					if st.gone {
 						continue
 					}
-					if n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(id), 40, 60, 2, 700).Int64(); err != nil || n != 1 {
+					args := []any{40, 60, 2, 700}
+					if st.spec != "" {
+						args = []any{18, 60, 2, 700, "", "", st.spec}
+					}
+					if n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(id), args...).Int64(); err != nil || n != 1 {
 						t.Fatalf("Prepare: got %d, %v", n, err)
 					}
 					if st.state != "" {
@@ -461,6 +472,11 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 					}
 				}
 				qtys := []string{"1", "1", "1", "2", "2", "3", "0", "x", "1.5"}
+				variants := []string{"", "", "", "", "", "S"} // mostly none; one a sale without variants refuses
+				vrng := rand.New(rand.NewPCG(7, uint64(len(st.name)))) // apart, so rng draws as it did before variants
+				if st.spec != "" {
+					variants = []string{"S", "S", "M", "M", "L", "", "XL"}
+				}
 				codes := map[int64]int{}
 				for round := 0; round < 12; round++ {
 					k := 1 + rng.IntN(16)
@@ -470,8 +486,11 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 						order := fmt.Sprintf("o%02d-%02d", round, i)
 						user := fmt.Sprintf("u%d", rng.IntN(40))
 						qty := qtys[rng.IntN(len(qtys))]
+						variant := variants[vrng.IntN(len(variants))]
 						args := []any{order, user, qty, 1700000000123, one}
-						if bucket != "" {
+						if variant != "" {
+							args = append(args, bucket, "", variant)
+						} else if bucket != "" {
 							args = append(args, bucket)
 						}
 						res, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(one), args...).Slice()
@@ -479,7 +498,7 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 							t.Fatalf("Reserve: %v", err)
 						}
 						want = append(want, res...)
-						batch = append(batch, order, user, qty)
+						batch = append(batch, order, user, qty, variant)
 					}
 					got, err := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(many),
 						append([]any{1700000000123, many, bucket}, batch...)...).Slice()
@@ -498,7 +517,7 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 					t.Errorf("state after ReserveMany: got %v, want %v", b, a)
 				}
 				if st.state == "open" {
-					for _, c := range []int64{lua.ReserveOK, lua.ReserveSoldOut, lua.ReservePurchased, lua.ReserveBadQuantity} {
+					for _, c := range []int64{lua.ReserveOK, lua.ReserveSoldOut, lua.ReservePurchased, lua.ReserveBadQuantity, lua.ReserveBadVariant} {
 						if codes[c] == 0 {
 							t.Errorf("no answer %d among %v: the case must cover it", c, codes)
 						}

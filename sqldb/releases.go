@@ -35,7 +35,8 @@ func (d *DB) PendingReleases(ctx context.Context, saleID string, limit int) (que
 		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 	}
 	rows, err := tx.QueryContext(ctx, d.q(`SELECT q.order_id, q.user_id, q.quantity,
-		COALESCE((SELECT o.bucket FROM orders o WHERE o.order_id = q.order_id), 0) FROM release_queue q
+		COALESCE(o.bucket, 0), COALESCE(o.variant, '') FROM release_queue q
+		LEFT JOIN orders o ON o.order_id = q.order_id
 		WHERE q.sale_id = ? ORDER BY q.order_id LIMIT ?`), saleID, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
@@ -43,7 +44,7 @@ func (d *DB) PendingReleases(ctx context.Context, saleID string, limit int) (que
 	defer rows.Close()
 	for rows.Next() {
 		o := flashgate.Order{SaleID: saleID}
-		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity, &o.Bucket); err != nil {
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity, &o.Bucket, &o.Variant); err != nil {
 			return nil, 0, fmt.Errorf("pending releases of sale %s: %w", saleID, err)
 		}
 		queued = append(queued, o)

@@ -112,6 +112,15 @@ func reserveLoad(ctx context.Context, cc *redis.ClusterClient, sha string, batch
 
 func tvSeconds(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
 
+// perOrder is how many arguments each order takes in a call of batch
+// orders: lua.Reserve's three, lua.ReserveMany's four (with the variant).
+func perOrder(batch int) int {
+	if batch == 1 {
+		return 3
+	}
+	return 4
+}
+
 // reserveConn sends pipelines of reserves of new buyers on c until
 // deadline, bucketsPipeline reserves per round trip and batch reserves per
 // EVALSHA (sha is lua.Reserve's for 1, lua.ReserveMany's above), and
@@ -126,7 +135,8 @@ func reserveConn(ctx context.Context, c net.Conn, sha string, batch int, sale, t
 		b = strconv.Itoa(bucket)
 	}
 	// lua.Reserve: order, user, qty, now, sale[, bucket]; lua.ReserveMany:
-	// now, sale, bucket, then order, user, qty for each order.
+	// now, sale, bucket, then order, user, qty, variant ("": one stock) for
+	// each order.
 	before, after := []string{now, sale, b}, []string(nil)
 	if batch == 1 {
 		before, after = nil, []string{now, sale}
@@ -136,7 +146,7 @@ func reserveConn(ctx context.Context, c net.Conn, sha string, batch int, sale, t
 	}
 	var head []byte
 	head = append(head, '*')
-	head = strconv.AppendInt(head, int64(3+len(keys)+len(before)+3*batch+len(after)), 10)
+	head = strconv.AppendInt(head, int64(3+len(keys)+len(before)+perOrder(batch)*batch+len(after)), 10)
 	head = append(head, "\r\n"...)
 	for _, a := range append(append([]string{"EVALSHA", sha, strconv.Itoa(len(keys))}, keys...), before...) {
 		head = bulk(head, a)
@@ -161,6 +171,9 @@ func reserveConn(ctx context.Context, c net.Conn, sha string, batch int, sale, t
 				buf = bulkBytes(buf, append([]byte("o"), id...)) // order id
 				buf = bulkBytes(buf, append([]byte("u"), id...)) // user id
 				buf = bulk(buf, "1")                             // quantity
+				if batch > 1 {
+					buf = bulk(buf, "") // variant: none
+				}
 			}
 			buf = append(buf, tail...)
 		}

@@ -176,7 +176,7 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 			if byBucket[o.Bucket] == nil {
 				byBucket[o.Bucket] = []any{":" + strconv.FormatInt(fencing.Of(ctx), 10)}
 			}
-			byBucket[o.Bucket] = append(byBucket[o.Bucket], o.ID, o.UserID, o.Quantity)
+			byBucket[o.Bucket] = append(byBucket[o.Bucket], o.ID, o.UserID, o.Quantity, o.Variant)
 		}
 		for b, args := range byBucket {
 			if args == nil {

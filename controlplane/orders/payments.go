@@ -309,7 +309,7 @@ func (s *Service) settlePayment(ctx context.Context, orderID string) error {
 		return s.refundLate(ctx, p, o, "the order was spilled to another bucket of a bucketed sale")
 	}
 	tag := l.Tag(o.Bucket)
-	code, err := lua.Retake.Run(ctx, s.rdb, lua.RetakeKeys(tag), o.ID, o.UserID, o.Quantity).Int()
+	code, err := lua.Retake.Run(ctx, s.rdb, lua.RetakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant).Int()
 	if err != nil {
 		return fmt.Errorf("retaking units: %w: %w", flashgate.ErrUnavailable, err)
 	}

@@ -194,11 +194,11 @@ func (s *Syncer) deliverReleases(ctx context.Context, id string) (delivered int6
 		if len(pending) == 0 {
 			return base, nil
 		}
-		args := make([]any, 0, 1+3*len(pending))
+		args := make([]any, 0, 1+4*len(pending))
 		ids := make([]string, len(pending))
 		args = append(args, strconv.FormatInt(base, 10)+":"+strconv.FormatInt(tok, 10))
 		for i, o := range pending {
-			args = append(args, o.ID, o.UserID, o.Quantity)
+			args = append(args, o.ID, o.UserID, o.Quantity, o.Variant)
 			ids[i] = o.ID
 		}
 		res, err := lua.ReleaseBatch.Run(ctx, s.rdb, keys, args...).Int64Slice()

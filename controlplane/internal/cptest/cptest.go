@@ -38,7 +38,7 @@ func (r *Releaser) Release(ctx context.Context, o flashgate.Order) (bool, error)
 	if r.Fail.Load() {
 		return false, errors.New("injected release failure")
 	}
-	code, err := lua.Release.Run(ctx, r.RDB, lua.ReleaseKeys(o.SaleID), o.ID, o.UserID, o.Quantity).Int64()
+	code, err := lua.Release.Run(ctx, r.RDB, lua.ReleaseKeys(o.SaleID), o.ID, o.UserID, o.Quantity, o.Variant).Int64()
 	if err != nil {
 		return false, err
 	}
@@ -63,7 +63,7 @@ func (r *Releaser) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (
 			if o.SaleID != sale {
 				return n, errors.New("cptest.Releaser: one sale per chunk")
 			}
-			args = append(args, o.ID, o.UserID, o.Quantity)
+			args = append(args, o.ID, o.UserID, o.Quantity, o.Variant)
 		}
 		v, err := lua.ReleaseBatch.Run(ctx, r.RDB, lua.ReleaseKeys(sale), args...).Int64Slice()
 		if err != nil {
