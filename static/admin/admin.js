@@ -106,6 +106,15 @@
           (q.open ? '' : ' · not open yet');
         first.appendChild(qd);
       }
+      if (s.variants) {
+        // A sale sold in variants: what each has left of its total.
+        var vd = document.createElement('div');
+        vd.className = 'name c-variants';
+        vd.textContent = 'Variants: ' + s.variants.map(function (v) {
+          return v.id + ' ' + fmt(v.remaining) + '/' + fmt(v.total) + ' left';
+        }).join(' · ');
+        first.appendChild(vd);
+      }
       var st = cell(tr, '');
       var badge = document.createElement('span');
       badge.className = 'state ' + s.state;
