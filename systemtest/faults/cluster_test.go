@@ -386,6 +386,27 @@ func (c *cluster) openSale(ctx context.Context, id string, total int64) {
 	}
 }
 
+// openVariantSale creates sale id in sizes, starts it, waits until every
+// gateway shows it open, and turns the history's stock model to one per
+// size.
+func (c *cluster) openVariantSale(ctx context.Context, id string, sizes []variantSize) {
+	c.t.Helper()
+	var vs []map[string]any
+	totals := map[string]int{}
+	for _, v := range sizes {
+		vs = append(vs, map[string]any{"id": v.id, "name": "Size " + v.id, "total": v.total})
+		totals[v.id] = int(v.total)
+	}
+	c.hist.setVariants(totals)
+	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales", map[string]any{"id": id, "name": "Fault sneakers in sizes", "price_cents": 4900, "variants": vs}, nil))
+	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales/"+id+"/start", nil, nil))
+	for _, u := range c.gwURL {
+		if d, ok := testwait.For(10*time.Second, func() bool { return saleState(ctx, u, id) == "open" }); !ok {
+			c.t.Fatalf("%s never showed sale %s open (waited %v; last state %q)", u, id, d, saleState(ctx, u, id))
+		}
+	}
+}
+
 // saleState is the state a gateway shows for a sale, or its error answer.
 func saleState(ctx context.Context, base, id string) string {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/sales/"+id, nil)

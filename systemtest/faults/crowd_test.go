@@ -54,6 +54,9 @@ type crowd struct {
 	// pay and cancel, when not 0: buyer i with an order pays it when
 	// i%pay == 1 and cancels it when i%cancel == 2, right after buying.
 	pay, cancel int
+	// variant, when set, is the variant buyer i asks for: the purchase
+	// body names it, and the history records it.
+	variant func(i int) string
 
 	done atomic.Int64 // buyers with a final answer
 }
@@ -119,11 +122,16 @@ func (cr *crowd) buy(ctx context.Context, client *http.Client, sem chan struct{}
 	gw := i % len(cr.c.gwURL)
 	deadline := time.Now().Add(cr.budget)
 	backoff := 50 * time.Millisecond
+	variant, body := "", ""
+	if cr.variant != nil {
+		variant = cr.variant(i)
+		body = `{"variant":"` + variant + `"}`
+	}
 	for len(o.attempts) < maxAttempts && ctx.Err() == nil && time.Now().Before(deadline) {
 		sem <- struct{}{}
-		a := cr.send(ctx, client, gw, "/api/sales/"+cr.sale+"/orders", tok)
+		a := cr.send(ctx, client, gw, "/api/sales/"+cr.sale+"/orders", tok, body)
 		<-sem
-		cr.c.hist.record(hPurchase, cr.sale, user, a.orderID, a.status, a.code, !a.unsent, a.start, a.end)
+		cr.c.hist.recordPurchase(cr.sale, variant, user, a.orderID, a.status, a.code, !a.unsent, a.start, a.end)
 		o.attempts = append(o.attempts, a.attempt)
 		switch {
 		case a.status == http.StatusCreated:
@@ -181,7 +189,7 @@ func (cr *crowd) orderOp(ctx context.Context, client *http.Client, sem chan stru
 	backoff := 50 * time.Millisecond
 	for n := 0; n < 6 && ctx.Err() == nil && time.Now().Before(deadline); n++ {
 		sem <- struct{}{}
-		a := cr.send(ctx, client, gw, "/api/orders/"+id+"/"+hKindName[kind], tok)
+		a := cr.send(ctx, client, gw, "/api/orders/"+id+"/"+hKindName[kind], tok, "")
 		<-sem
 		cr.c.hist.record(kind, cr.sale, user, id, a.status, a.code, !a.unsent, a.start, a.end)
 		switch {
@@ -199,11 +207,16 @@ func (cr *crowd) orderOp(ctx context.Context, client *http.Client, sem chan stru
 	}
 }
 
-// send POSTs path to gateway gw with the buyer's token.
-func (cr *crowd) send(ctx context.Context, client *http.Client, gw int, path, tok string) answer {
+// send POSTs path to gateway gw with the buyer's token, and reqBody when
+// it is not "".
+func (cr *crowd) send(ctx context.Context, client *http.Client, gw int, path, tok, reqBody string) answer {
 	a := answer{attempt: attempt{gw: gw, start: time.Now()}}
 	defer func() { a.end = time.Now() }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cr.c.gwURL[gw]+path, nil)
+	var rb io.Reader
+	if reqBody != "" {
+		rb = strings.NewReader(reqBody)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cr.c.gwURL[gw]+path, rb)
 	if err != nil {
 		panic(err)
 	}

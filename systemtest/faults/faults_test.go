@@ -40,6 +40,10 @@ type scenario struct {
 	// reported but do not fail the scenario, provided that it recovered in
 	// time (run.recoveredInTime).
 	lossesOK string
+	// variants, when set, sells the sale in three sizes (saleVariants):
+	// each buyer asks for one, the history's stock model is one per size,
+	// and the second crowd buys each size's free units.
+	variants bool
 	// own, when set, runs the scenario in place of the crowds above.
 	own func(t *testing.T, s *suite, sc scenario) result
 }
@@ -169,10 +173,10 @@ var scenarios = []scenario{
 	{name: "replica-kill9", fault: "kill -9 the Redis replica, restart 1s later; the primary's backlog (set to 16 kB meanwhile) no longer covers it, so it full-syncs (PostgreSQL)", needs: "8.4 (edge)", opts: clusterOpts{postgres: true}, inject: replicaKill},
 	{name: "flushall-postgres", fault: "FLUSHALL on the Redis primary mid-sale (PostgreSQL)", needs: "8.1 (book)", opts: clusterOpts{postgres: true}, inject: flushAll,
 		lossesOK: "buyers answered during the rebuild, which must end within 2s"},
-	{name: "flushall-sqlite", fault: "FLUSHALL on the Redis primary mid-sale (SQLite)", needs: "8.1 (book)", inject: flushAll,
+	{name: "flushall-sqlite", fault: "FLUSHALL on the Redis primary mid-sale, a sale in three sizes (SQLite)", needs: "8.1 (book)", inject: flushAll, variants: true,
 		lossesOK: "buyers answered during the rebuild, which must end within 2s"},
 	{name: "slowloris", fault: "1,000 half-open connections to gateway-1 during the sale (SQLite)", inject: slowloris},
-	{name: "refunds-resync", fault: "25 orders refunded after the crowd, then re-sync (PostgreSQL)", opts: clusterOpts{postgres: true}, between: refunds},
+	{name: "refunds-resync", fault: "25 orders refunded after the crowd, then re-sync, a sale in three sizes (PostgreSQL)", opts: clusterOpts{postgres: true}, between: refunds, variants: true},
 	{name: "idle-keepalive", fault: "per gateway, 10 keep-alive connections idle after a request and 10 opened with nothing sent, held 7s, past the 5s read timeout (SQLite)", needs: "8.5 (edge)", inject: idleKeepAlive},
 	{name: "inventory-restart", fault: "inventory-1 restarted (SIGTERM, start) mid-sale; no buyer may see a 503 (PostgreSQL)", needs: "8.3 (sink)",
 		opts: clusterOpts{postgres: true}, inject: inventoryRestart, no503: true},
@@ -286,11 +290,20 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	x.c = s.startCluster(t, sc.name, sc.opts)
-	x.c.openSale(ctx, x.sale, sc.total)
+	var sizes []variantSize
+	if sc.variants {
+		sizes = saleVariants(sc.total)
+		x.c.openVariantSale(ctx, x.sale, sizes)
+	} else {
+		x.c.openSale(ctx, x.sale, sc.total)
+	}
 
 	// The first crowd, with the fault beside it, and invariant 1 sampled
 	// every 50ms while it runs.
 	x.crowd = &crowd{c: x.c, sale: x.sale, prefix: "buyer-", n: sc.buyers, spread: 5 * time.Second, pay: 10, cancel: 25}
+	if sc.variants {
+		x.crowd.variant = wantedSize
+	}
 	crowdCtx, stopCrowd := context.WithTimeout(ctx, 60*time.Second)
 	defer stopCrowd()
 	x.start = time.Now()
@@ -407,8 +420,20 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if free < 0 {
 		free = 0
 	}
-	late := &crowd{c: x.c, sale: x.sale, prefix: "late-", n: free + 20, spread: time.Second}
-	lateOuts := late.run(ctx)
+	var lateOuts []outcome
+	if sc.variants {
+		// Each size's free units, to buyers of that size: 20 more in all.
+		for k, v := range sizes {
+			vb, _ := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.VariantField(v.id, lua.FieldBooked)).Int64()
+			n := int(max(v.total-vb, 0)) + 20/len(sizes) + boolInt(k < 20%len(sizes))
+			late := &crowd{c: x.c, sale: x.sale, prefix: "late-" + v.id + "-", n: n, spread: time.Second,
+				variant: func(int) string { return v.id }}
+			lateOuts = append(lateOuts, late.run(ctx)...)
+		}
+	} else {
+		late := &crowd{c: x.c, sale: x.sale, prefix: "late-", n: free + 20, spread: time.Second}
+		lateOuts = late.run(ctx)
+	}
 	lst := stats(lateOuts)
 	t.Logf("second crowd for the %d free units: %d buyers; they ended with: %s", free, lst.buyers, countList(lst.finals))
 	r.requests += lst.requests
@@ -421,6 +446,11 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	r.rows = x.checkAll(ctx, confirmed, append(append([]outcome(nil), outs...), lateOuts...))
 	if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != sc.total {
 		x.problem("SOLD: booked %d after the second crowd, want all %d units", b, sc.total)
+	}
+	for _, v := range sizes {
+		if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.VariantField(v.id, lua.FieldBooked)).Int64(); err != nil || b != v.total {
+			x.problem("SOLD: size %s booked %d (%v) after the second crowd, want all its %d units", v.id, b, err, v.total)
+		}
 	}
 	r.history = x.checkHistory(ctx).short()
 
@@ -500,4 +530,37 @@ func report(results []result, rev string, at time.Time) string {
 			r.name, cell(r.fault), cell(r.happened), r.requests, r.created, r.rows, r.losses, cell(r.outage), cell(r.recovery), cell(hist), cell(res), r.name)
 	}
 	return b.String()
+}
+
+// variantSize is one size of a scenario's variant sale.
+type variantSize struct {
+	id    string
+	total int64
+}
+
+// saleVariants splits total units into three sizes: half, three tenths
+// and the rest, each more than the first crowd's buyers who want it
+// (wantedSize), so that every buyer can end with an order.
+func saleVariants(total int64) []variantSize {
+	s, m := total/2, total*3/10
+	return []variantSize{{"S", s}, {"M", m}, {"L", total - s - m}}
+}
+
+// wantedSize is the size buyer i asks for: S for half the crowd, M for
+// three tenths, L for a fifth, as saleVariants splits the units.
+func wantedSize(i int) string {
+	switch d := i % 10; {
+	case d < 5:
+		return "S"
+	case d < 8:
+		return "M"
+	}
+	return "L"
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -49,7 +49,7 @@ func poison(ctx context.Context, x *run) {
 			x.problem("minting a token for %q: %v", u, err)
 			return
 		}
-		a := x.crowd.send(ctx, client, i%len(x.c.gwURL), "/api/sales/"+x.crowd.sale+"/orders", tok)
+		a := x.crowd.send(ctx, client, i%len(x.c.gwURL), "/api/sales/"+x.crowd.sale+"/orders", tok, "")
 		answers[a.label()]++
 		if a.status != http.StatusUnauthorized || a.code != "unauthorized" {
 			x.problem("POISON SUBJECT: a buyer whose token's sub is %q got %s, want 401 unauthorized", u, a.label())
