@@ -221,6 +221,9 @@ type entrant struct {
 	buys     bool // buys once admitted; else lets the window pass
 	admitted int  // the round their status first said admitted; -1 never
 	bought   bool
+	// wants is the variant the entrant asks for first on a sale with
+	// variants, got the one they bought (another when wants sold out).
+	wants, got string
 }
 
 // queueStatus is the body of GET /api/sales/{id}/queue.
@@ -265,6 +268,18 @@ type dropSpec struct {
 	total     int64
 	pre, late int
 	buyShare  float64 // share of admitted entrants who buy
+	// variants, when set, sells the drop in them (total is their sum):
+	// entrant i wants variants[i mod len] first, and turns to another
+	// when the one asked for is sold out.
+	variants []flashgate.Variant
+}
+
+// variantBody is the purchase body of a buyer of variant v ("" none).
+func variantBody(v string) string {
+	if v == "" {
+		return ""
+	}
+	return `{"variant":"` + v + `"}`
 }
 
 // runDrop runs a drop and returns its entrants (pre-start ones first, then
@@ -277,7 +292,7 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	starts := opens.Add(prequeue)
 	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: spec.id, Name: "Drop " + spec.id, PriceCents: 100, Total: spec.total,
 		StartsAt: &starts, Queue: flashgate.QueueFair, PrequeueSeconds: int(prequeue.Seconds()), ChallengeMaxNumber: 300,
-		AdmitSeconds: 60}); err != nil {
+		AdmitSeconds: 60, Variants: spec.variants}); err != nil {
 		t.Fatal(err)
 	}
 	// The gateway answers a queue route 503 until its caches have read the
@@ -308,6 +323,11 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	for i := range spec.pre {
 		crowd = append(crowd, &entrant{user: fmt.Sprintf("%s-pre-%04d", spec.id, i),
 			arrived: time.Duration(rng.Int64N(int64(prequeue))), buys: rng.Float64() < spec.buyShare, admitted: -1})
+	}
+	for i, en := range crowd {
+		if len(spec.variants) > 0 {
+			en.wants = spec.variants[i%len(spec.variants)].ID
+		}
 	}
 	slices.SortFunc(crowd, func(a, b *entrant) int { return int(a.arrived - b.arrived) })
 	for _, en := range crowd {
@@ -346,6 +366,9 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	for i := range spec.late {
 		en := &entrant{user: fmt.Sprintf("%s-late-%04d", spec.id, i), arrived: prequeue + time.Duration(i+1)*time.Second,
 			late: true, buys: rng.Float64() < spec.buyShare, admitted: -1}
+		if len(spec.variants) > 0 {
+			en.wants = spec.variants[i%len(spec.variants)].ID
+		}
 		s.clock.Set(opens.Add(en.arrived))
 		en.token = s.token(t, en.user)
 		s.enter(t, spec.id, en)
@@ -354,7 +377,11 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 	// A stranger who never entered, with a forged ticket, is not admitted;
 	// and the reserve path refuses them too, whatever the gateway thought.
 	stranger := s.token(t, spec.id+"-stranger")
-	if code, body, _ := s.call("POST", "/api/sales/"+spec.id+"/orders", stranger, "p.AAAAAAAAAAAAAAAAAAAAAA", ""); code != 409 || !jsonHas(body, `"error":"not_admitted"`) {
+	strangerBody := ""
+	if len(spec.variants) > 0 {
+		strangerBody = variantBody(spec.variants[0].ID)
+	}
+	if code, body, _ := s.call("POST", "/api/sales/"+spec.id+"/orders", stranger, "p.AAAAAAAAAAAAAAAAAAAAAA", strangerBody); code != 409 || !jsonHas(body, `"error":"not_admitted"`) {
 		t.Fatalf("stranger's purchase: got %d %s, want 409 not_admitted", code, body)
 	}
 
@@ -384,7 +411,14 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 				if !en.buys {
 					continue
 				}
-				code, body, h := s.call("POST", "/api/sales/"+spec.id+"/orders", en.token, en.ticket, "")
+				code, body, h := s.call("POST", "/api/sales/"+spec.id+"/orders", en.token, en.ticket, variantBody(en.wants))
+				en.got = en.wants
+				// With variants a sure unit is a unit of some variant: a
+				// buyer whose variant sold out buys another, each in turn.
+				for k := 0; len(spec.variants) > 0 && code == 409 && jsonHas(body, `"variant":"`+en.got+`"`) && k < len(spec.variants); k++ {
+					en.got = spec.variants[k].ID
+					code, body, h = s.call("POST", "/api/sales/"+spec.id+"/orders", en.token, en.ticket, variantBody(en.got))
+				}
 				switch {
 				case code == 201:
 					en.bought = true
@@ -403,7 +437,7 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 					t.Fatalf("%s admitted at round %d, waiting at %d", en.user, en.admitted, round)
 				}
 				open++
-				code, body, _ := s.call("POST", "/api/sales/"+spec.id+"/orders", en.token, en.ticket, "")
+				code, body, _ := s.call("POST", "/api/sales/"+spec.id+"/orders", en.token, en.ticket, variantBody(en.wants))
 				if code != 409 || !jsonHas(body, `"error":"not_admitted"`) && !jsonHas(body, `"error":"sold_out"`) {
 					t.Fatalf("%s (%s) buys: got %d %s, want 409 not_admitted", en.user, st.State, code, body)
 				}
@@ -411,7 +445,7 @@ func runDrop(t *testing.T, s *dropSystem, spec dropSpec, rng *rand.Rand) ([]*ent
 					t.Fatalf("%s: not_admitted answer %s lacks position %d", en.user, body, *st.Position)
 				}
 				// The reserve script checks admission on its own.
-				if _, err := s.inv.Reserve(ctx, spec.id, en.user, "", 1); !errors.Is(err, flashgate.ErrNotAdmitted) && !errors.Is(err, flashgate.ErrSoldOut) {
+				if _, err := s.inv.Reserve(ctx, spec.id, en.user, en.wants, 1); !errors.Is(err, flashgate.ErrNotAdmitted) && !errors.Is(err, flashgate.ErrSoldOut) {
 					t.Fatalf("%s (%s) reserves directly: got %v, want not admitted", en.user, st.State, err)
 				}
 			default:
