@@ -1,6 +1,7 @@
 -- purchase.lua: wrk script sending POSTs, each with the next bearer token of
 -- a file (one token a line), so that every request is another buyer.
--- Arguments (after --): the token file, the number of wrk threads.
+-- Arguments (after --): the token file, the number of wrk threads, and
+-- optionally a body every request carries ("" none; e.g. a variant).
 -- Each thread keeps every n-th token and formats all its requests in init,
 -- before the clock starts, so that request() only returns a prepared string
 -- and wrk stays far from being the bottleneck. Tokens are reused from the
@@ -16,11 +17,13 @@ end
 local reqs, n, count = {}, 0, 0
 function init(args)
   local nthreads = tonumber(args[2] or "1")
+  local body = args[3]
+  if body == "" then body = nil end
   local i = 0
   for line in io.lines(args[1]) do
     if i % nthreads == id then
       count = count + 1
-      reqs[count] = wrk.format(nil, nil, { ["Authorization"] = "Bearer " .. line }, nil)
+      reqs[count] = wrk.format(nil, nil, { ["Authorization"] = "Bearer " .. line }, body)
     end
     i = i + 1
   end

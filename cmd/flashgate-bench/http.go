@@ -28,7 +28,24 @@ type scenario struct {
 	// one with appendfsync everysec (the shipped configuration) in the bare
 	// server's place, each with no replica (replica.go).
 	Fsync bool
+	// Body is the request body ("" none), e.g. a purchase's variant.
+	Body string
+	// OtherPath, when set, puts the same stack in the bare server's place
+	// at this path, without Body, and OtherSale is that path's sale (a
+	// purchase's): the (v) scenarios measure a 20-variant sale against a
+	// sale of one stock, in the same rounds.
+	OtherPath, OtherSale string
 }
+
+// variantCount is the (v) scenarios' number of variants.
+const variantCount = 20
+
+// variantLabel and variantSoldLabel are the (v) scenarios' labels: the
+// bare column is the same request on a sale of one stock.
+const (
+	variantLabel     = "(v) purchase naming the last of a 20-variant sale's variants, large stock, a new buyer every request, against the same purchase of a one-stock sale in the bare column"
+	variantSoldLabel = "(v) purchase naming a sold-out variant of a 20-variant sale (`409 sold_out` naming it) while the others sell, one buyer's token, against the sold-out one-stock sale in the bare column"
+)
 
 // replicaLabel is the (r) scenarios' label: the bare column is the serve
 // with --wait-replicas 0.
@@ -68,6 +85,10 @@ func (b *bench) scenarios(tok string) []scenario {
 		{Key: "r64", Label: replicaLabel, Conns: 64, Method: "POST", Path: "/api/sales/r64/orders", Tokens: true, Sale: "r64", Replica: true},
 		{Key: "r256", Label: replicaLabel, Conns: 256, Method: "POST", Path: "/api/sales/r256/orders", Tokens: true, Sale: "r256", Replica: true},
 		{Key: "f64", Label: fsyncLabel, Conns: 64, Method: "POST", Path: "/api/sales/f64/orders", Tokens: true, Sale: "f64", Fsync: true},
+		{Key: "v64", Label: variantLabel, Conns: 64, Method: "POST", Path: "/api/sales/v64/orders", Tokens: true, Sale: "v64",
+			Body: fmt.Sprintf(`{"variant":"v%02d"}`, variantCount), OtherPath: "/api/sales/v64one/orders", OtherSale: "v64one"},
+		{Key: "vs64", Label: variantSoldLabel, Conns: 64, Method: "POST", Path: "/api/sales/vsold/orders", Headers: auth,
+			Body: fmt.Sprintf(`{"variant":"v%02d"}`, variantCount), OtherPath: so},
 	}
 }
 
@@ -139,6 +160,21 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.wantScenario("v64") || b.cfg.wantScenario("vs64") {
+		// (v): a large 20-variant sale and its one-stock twin, and a
+		// 20-variant sale whose last variant sells out below.
+		// The named (last) variant holds most of the stock, so that no
+		// round sells it out and turns purchases into rejections.
+		if err := b.createVariantSale(st, "v64", variantCount, 1000, maxUnits-1000*(variantCount-1)); err != nil {
+			return err
+		}
+		if err := b.createSale(st, "v64one", maxUnits, true); err != nil {
+			return err
+		}
+		if err := b.createVariantSale(st, "vsold", variantCount, 1000, 1); err != nil {
+			return err
+		}
+	}
 	first, err := b.token(ctx, "first")
 	if err != nil {
 		return err
@@ -157,6 +193,12 @@ func (b *bench) httpPhase(ctx context.Context) error {
 	}
 	if _, err := b.waitFigures(ctx, st, "soldout", 10*time.Second, func(f saleFigures) bool { return f.Booked == 1 }); err != nil {
 		return err
+	}
+	if b.cfg.wantScenario("vs64") {
+		req := rawRequestBody("POST", st.gw, "/api/sales/vsold/orders", []string{"Authorization: Bearer " + first}, fmt.Sprintf(`{"variant":"v%02d"}`, variantCount))
+		if _, code, err := exchange(st.gw, req); err != nil || code != 201 {
+			return fmt.Errorf("buying the sold-out variant's unit: status %d, %v", code, err)
+		}
 	}
 	time.Sleep(300 * time.Millisecond)
 
@@ -251,11 +293,14 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		// API tells the other's sale figures.
 		gst, ost, ofigs := st, (*stack)(nil), st
 		other, otherPid := bareAddr, bare.Pid()
+		otherPath, otherSale := sc.Path, sc.Sale
 		switch {
 		case sc.Replica:
 			ost = renv.off
 		case sc.Fsync:
 			gst, ost, ofigs = fenv.always, fenv.everysec, fenv.everysec
+		case sc.OtherPath != "":
+			ost, otherPath, otherSale = st, sc.OtherPath, sc.OtherSale
 		}
 		if ost != nil {
 			other, otherPid = ost.gw, ost.serve.Pid()
@@ -268,7 +313,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 					p.Err = err
 					break
 				}
-				spec.Script, spec.ScriptArgs = purchaseLua, []string{tokFile, strconv.Itoa(b.cfg.Threads)}
+				spec.Script, spec.ScriptArgs = purchaseLua, []string{tokFile, strconv.Itoa(b.cfg.Threads), sc.Body}
 				if ost != nil {
 					// The other serve sells the same sale (r) or one of the
 					// same name (f): buyers of its own, or the second run
@@ -281,7 +326,7 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			} else if sc.Entrants {
 				spec.Script, spec.ScriptArgs = queueLua, []string{qenv.file, strconv.Itoa(b.cfg.Threads), sc.Method}
 			} else if sc.Method == "POST" {
-				spec.Script = postLua
+				spec.Script, spec.ScriptArgs = postLua, []string{sc.Body}
 			}
 			// The bare server goes first in odd rounds and flashgate in even
 			// ones, so that a drift of the machine's speed over a scenario
@@ -289,15 +334,19 @@ func (b *bench) httpPhase(ctx context.Context) error {
 			var bw, gw wrkRun
 			runBare := func() (err error) {
 				bs := spec
-				bs.URL = "http://" + other + sc.Path
+				bs.URL = "http://" + other + otherPath
+				if sc.OtherPath != "" && len(bs.ScriptArgs) > 0 {
+					bs.ScriptArgs = append([]string(nil), bs.ScriptArgs...)
+					bs.ScriptArgs[len(bs.ScriptArgs)-1] = "" // no body: one stock
+				}
 				if otherTok != "" {
 					bs.ScriptArgs = []string{otherTok, strconv.Itoa(b.cfg.Threads)}
 				}
-				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || ost == nil {
+				if bw, err = b.runWrk(ctx, otherPid, bs); err != nil || ost == nil || otherSale == "" {
 					return err
 				}
 				// The other serve's backlog drains before the next run too.
-				_, err = b.waitFigures(ctx, ofigs, sc.Sale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
+				_, err = b.waitFigures(ctx, ofigs, otherSale, 60*time.Second, func(f saleFigures) bool { return f.StreamBacklog == 0 })
 				return err
 			}
 			runGate := func() (err error) {

@@ -135,6 +135,27 @@ func (b *bench) createSale(st *stack, id string, total int64, open bool) error {
 	return nil
 }
 
+// createVariantSale creates and starts sale id in n variants v01 … vNN of
+// each units, but the last, which has last units.
+func (b *bench) createVariantSale(st *stack, id string, n int, each, last int64) error {
+	var vs strings.Builder
+	for i := 1; i <= n; i++ {
+		units := each
+		if i == n {
+			units = last
+		}
+		if i > 1 {
+			vs.WriteByte(',')
+		}
+		fmt.Fprintf(&vs, `{"id":"v%02d","name":"Size %d","total":%d}`, i, i, units)
+	}
+	body := fmt.Sprintf(`{"id":%q,"name":"Bench %s","price_cents":2500,"per_user":1,"variants":[%s]}`, id, id, vs.String())
+	if err := b.adminCall(st, "POST", "/admin/sales", body, nil); err != nil {
+		return err
+	}
+	return b.adminCall(st, "POST", "/admin/sales/"+id+"/start", "", nil)
+}
+
 // saleFigures is the part of GET /admin/sales/{id} the run reads.
 type saleFigures struct {
 	State         string `json:"state"`

@@ -139,6 +139,12 @@ func rawRequest(method, addr, path string, headers []string) []byte {
 	return b.Bytes()
 }
 
+// rawRequestBody is rawRequest with a body (and its Content-Length).
+func rawRequestBody(method, addr, path string, headers []string, body string) []byte {
+	req := rawRequest(method, addr, path, append(append([]string(nil), headers...), "Content-Length: "+strconv.Itoa(len(body))))
+	return append(req, body...)
+}
+
 // exchange sends one raw request and returns the raw response and its status.
 func exchange(addr string, req []byte) ([]byte, int, error) {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
