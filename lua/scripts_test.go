@@ -472,7 +472,7 @@ func TestReserveManyMatchesReserve(t *testing.T) {
 					}
 				}
 				qtys := []string{"1", "1", "1", "2", "2", "3", "0", "x", "1.5"}
-				variants := []string{"", "", "", "", "", "S"} // mostly none; one a sale without variants refuses
+				variants := []string{"", "", "", "", "", "S"}          // mostly none; one a sale without variants refuses
 				vrng := rand.New(rand.NewPCG(7, uint64(len(st.name)))) // apart, so rng draws as it did before variants
 				if st.spec != "" {
 					variants = []string{"S", "S", "M", "M", "L", "", "XL"}
