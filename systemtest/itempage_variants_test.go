@@ -13,7 +13,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/testenv/browsertest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/static"
 )
 
@@ -128,5 +130,66 @@ func TestItemPageSizePicker(t *testing.T) {
 	api.mu.Unlock()
 	if bodies != `{"variant":"M","quantity":1}` {
 		t.Errorf("purchase bodies %s, want one of M", bodies)
+	}
+}
+
+// TestItemPageSizePickerLive is TestItemPageSizePicker against every tier
+// over real HTTP: size L sells out to another buyer while the page is
+// open, the page greys it from the gateway's own sale view without a
+// reload, and the browser's buyer buys M, whose row in the database names
+// M.
+func TestItemPageSizePickerLive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	s := startFaultSystem(t, "single")
+	s.startGateway(t)
+	s.startSink("sink", s.db)
+	sale := flashgate.Sale{ID: "tee", Name: "Flash tee", PriceCents: 1900,
+		Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 3}, {ID: "M", Name: "Medium", Total: 3}, {ID: "L", Name: "Large", Total: 1}}}
+	if _, err := s.cp.CreateSale(s.ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(s.ctx, sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browsertest.New(t, t.Context(), 900, 800, 30*time.Second)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(*s.base.Load()+"/sales/tee#token="+s.token(t, "browser")),
+		chromedp.WaitVisible(chromedp.CSS(`#size-list button[data-variant="L"]`)),
+	); err != nil {
+		t.Fatalf("opening the item page: %v", err)
+	}
+	waitJS(t, ctx, "L open", `!document.querySelector('#size-list button[data-variant="L"]').disabled`, 10*time.Second)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__marker = true`)); err != nil {
+		t.Fatal(err)
+	}
+	outs := (&crowd{s: s, sale: sale.ID, users: []string{"other"}, workers: 1, order: wanting("L")}).run(s.ctx, t)
+	if outs[0].answer != "201" {
+		t.Fatalf("another buyer's purchase of L: %s, want 201", outs[0].answer)
+	}
+	waitJS(t, ctx, "L greyed", `(function(){ var b = document.querySelector('#size-list button[data-variant="L"]');
+		return b.disabled && b.getAttribute('aria-disabled') === "true" && /sold out/.test(b.getAttribute('aria-label')); })()`, 10*time.Second)
+	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__marker === true`)); err != nil || !kept {
+		t.Fatalf("the page reloaded (%v)", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#size-list button[data-variant="M"]`)), chromedp.Click(chromedp.CSS(`#buy`))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the order", `document.getElementById('status').textContent.indexOf("Got it!") === 0`, 10*time.Second)
+	var row flashgate.Order
+	if _, ok := testwait.For(10*time.Second, func() bool {
+		live, err := s.db.LiveOrders(s.ctx, sale.ID)
+		for _, o := range live {
+			if o.UserID == "browser" {
+				row = o
+			}
+		}
+		return err == nil && row.ID != ""
+	}); !ok {
+		t.Fatal("the browser's order never reached the database")
+	}
+	if row.Variant != "M" || row.Quantity != 1 {
+		t.Errorf("the browser's row: variant %q, %d units; want one unit of M", row.Variant, row.Quantity)
 	}
 }
