@@ -42,6 +42,18 @@ func (m metricsSource) RedisFigures(ctx context.Context, sales []flashgate.Sale)
 	return out, nil
 }
 
+func (m metricsSource) VariantBooked(ctx context.Context, sale flashgate.Sale) ([]int64, error) {
+	vs, err := m.s.variantFigures(ctx, sale)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		out[i] = v.Booked
+	}
+	return out, nil
+}
+
 func (m metricsSource) Settlement(ctx context.Context, id string) (int64, bool, error) {
 	st, err := m.s.SaleStatus(ctx, id)
 	if err != nil || st.Settlement == nil {

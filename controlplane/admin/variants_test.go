@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/flashgate/flashgate/lua"
 )
 
 // TestAdminVariantSale: POST /admin/sales takes variants (total omitted:
@@ -59,6 +62,21 @@ func TestAdminVariantSale(t *testing.T) {
 			if err := s.check(body); err != nil {
 				t.Errorf("%s: %v (%s)", s.name, err, raw)
 			}
+		}
+	}
+	// The leader exports each variant's booked and total.
+	if code, _, raw := c.do("POST", "/admin/sales/shoe/start", testToken, ""); code != 200 {
+		t.Fatalf("start: %d %s", code, raw)
+	}
+	if v, err := lua.Reserve.Run(e.ctx, e.rdb, lua.ReserveKeys("shoe"), "o1", "u1", 1, e.clock.Now().UnixMilli(), "shoe", "", "", "43").Slice(); err != nil || v[0] != int64(0) {
+		t.Fatalf("reserving 1 of 43: %v, %v", v, err)
+	}
+	e.lead()
+	_, _, metrics := c.do("GET", "/metrics", "", "")
+	for _, want := range []string{`flashgate_variant_booked{sale="shoe",variant="42"} 0`, `flashgate_variant_booked{sale="shoe",variant="43"} 1`,
+		`flashgate_variant_total{sale="shoe",variant="42"} 3`, `flashgate_variant_total{sale="shoe",variant="43"} 5`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics of the leader lacks %s", want)
 		}
 	}
 }

@@ -15,6 +15,10 @@ var (
 	bookedDesc  = prometheus.NewDesc("flashgate_sale_booked", "Units held by live orders, as Redis counts them. Exported by the leading control plane only.", []string{"sale"}, nil)
 	admitDesc   = prometheus.NewDesc("flashgate_sale_admitted", "Requests the gateways admitted to a sale. Exported by the leading control plane only.", []string{"sale"}, nil)
 	backlogDesc = prometheus.NewDesc("flashgate_stream_backlog", "Reserved orders not yet in the database. Exported by the leading control plane only.", []string{"sale"}, nil)
+	// The variant series are bounded: at most flashgate.MaxVariants per
+	// live sale sold in variants.
+	variantBookedDesc = prometheus.NewDesc("flashgate_variant_booked", "Units of a variant held by live orders, as Redis counts them, for each sale sold in variants. Exported by the leading control plane only.", []string{"sale", "variant"}, nil)
+	variantTotalDesc  = prometheus.NewDesc("flashgate_variant_total", "Units of a variant on sale, for each sale sold in variants. Exported by the leading control plane only.", []string{"sale", "variant"}, nil)
 )
 
 // figuresCollector reads the database and Redis figures at scrape time,
@@ -32,6 +36,8 @@ func (c *figuresCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- bookedDesc
 	ch <- admitDesc
 	ch <- backlogDesc
+	ch <- variantBookedDesc
+	ch <- variantTotalDesc
 }
 
 // Collect costs O(sales), never O(orders): the order counts are the
@@ -56,6 +62,20 @@ func (c *figuresCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(bookedDesc, prometheus.GaugeValue, float64(rf.Booked), id)
 			ch <- prometheus.MustNewConstMetric(admitDesc, prometheus.GaugeValue, float64(rf.Access), id)
 			ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(rf.Backlog), id)
+		}
+	}
+	for _, sale := range sales {
+		if !sale.HasVariants() {
+			continue
+		}
+		booked, err := c.src.VariantBooked(ctx, sale)
+		if err != nil {
+			c.log.Warn("metrics: variant figures", "sale", sale.ID, "err", err)
+			continue
+		}
+		for i, v := range sale.Variants {
+			ch <- prometheus.MustNewConstMetric(variantBookedDesc, prometheus.GaugeValue, float64(booked[i]), sale.ID, v.ID)
+			ch <- prometheus.MustNewConstMetric(variantTotalDesc, prometheus.GaugeValue, float64(v.Total), sale.ID, v.ID)
 		}
 	}
 	sum, err := c.src.AllFigures(ctx)

@@ -29,6 +29,9 @@ type Source interface {
 	// over a bucketed sale's buckets; a nil entry is a sale whose figures
 	// could not be read.
 	RedisFigures(ctx context.Context, sales []flashgate.Sale) ([]*salehash.Figures, error)
+	// VariantBooked reads the booked units of each of a sale's variants,
+	// in the sale's order, in one round trip.
+	VariantBooked(ctx context.Context, sale flashgate.Sale) ([]int64, error)
 	// Settlement is a closed sale's settlement difference (booked − live
 	// units − backlog) and whether it has settled (its stream drained).
 	Settlement(ctx context.Context, id string) (difference int64, settled bool, err error)
