@@ -61,6 +61,11 @@ type VariantStatus struct {
 	// Orders are the database's counts of the variant's orders by status,
 	// from the same snapshot as the sale's.
 	Orders flashgate.SaleFigures `json:"orders"`
+	// Settlement is the variant's share of the sale's, once it is closed:
+	// its booked in Redis against its live units in the database. The
+	// stream's backlog is not counted per variant, so Difference is
+	// final once the sale's settlement is settled.
+	Settlement *Settlement `json:"settlement,omitempty"`
 }
 
 // Settlement is the end-of-sale comparison of Redis and the database.
@@ -143,6 +148,11 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	}
 	if sale.State == flashgate.StateClosed {
 		st.Settlement = settlement(rf, fig)
+		for i := range st.Variants {
+			v := &st.Variants[i]
+			v.Settlement = &Settlement{Settled: rf.Backlog == 0, RedisBooked: v.Booked, DBLiveUnits: v.Orders.LiveUnits,
+				Difference: v.Booked - v.Orders.LiveUnits}
+		}
 	}
 	if sale.Fair() {
 		if st.Queue, err = s.queues.Status(ctx, id); err != nil {

@@ -71,6 +71,23 @@ func TestAdminVariantSale(t *testing.T) {
 	if v, err := lua.Reserve.Run(e.ctx, e.rdb, lua.ReserveKeys("shoe"), "o1", "u1", 1, e.clock.Now().UnixMilli(), "shoe", "", "", "43").Slice(); err != nil || v[0] != int64(0) {
 		t.Fatalf("reserving 1 of 43: %v, %v", v, err)
 	}
+	// A closed sale's settlement per variant: 43's unit is in Redis, its
+	// row not yet (no sink runs here), so it is not settled.
+	if code, _, raw := c.do("POST", "/admin/sales/shoe/stop", testToken, ""); code != 200 {
+		t.Fatalf("stop: %d %s", code, raw)
+	}
+	if _, m, raw := c.do("GET", "/admin/sales/shoe", testToken, ""); true {
+		vs, _ := m["variants"].([]any)
+		var got []string
+		for _, x := range vs {
+			v, _ := x.(map[string]any)
+			got = append(got, fmt.Sprint(v["id"])+" "+fmt.Sprint(v["settlement"]))
+		}
+		want := []string{"42 map[db_live_units:0 difference:0 redis_booked:0 settled:false]", "43 map[db_live_units:0 difference:1 redis_booked:1 settled:false]"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("settlement per variant: got %v, want %v (%s)", got, want, raw)
+		}
+	}
 	e.lead()
 	_, _, metrics := c.do("GET", "/metrics", "", "")
 	for _, want := range []string{`flashgate_variant_booked{sale="shoe",variant="42"} 0`, `flashgate_variant_booked{sale="shoe",variant="43"} 1`,
