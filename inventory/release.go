@@ -123,7 +123,7 @@ func (s *Service) ReleaseBatch(ctx context.Context, orders []flashgate.Order) (r
 			case lua.ReleaseBatchDone:
 				released += int(res[1])
 			case lua.ReleaseBatchNoSale:
-				s.log.DebugContext(ctx, "release of orders whose sale is not in redis", "sale", sale, "orders", len(chunk)/3)
+				s.log.DebugContext(ctx, "release of orders whose sale is not in redis", "sale", sale, "orders", len(chunk)/4)
 			default:
 				return released, fmt.Errorf("releasing: unknown script code %d", res[0])
 			}

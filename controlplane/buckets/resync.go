@@ -195,7 +195,7 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 				// from the rows; the pending stays until it is delivered.
 				return nil
 			}
-			for i := 1; i < len(args); i += 3 {
+			for i := 1; i < len(args); i += 4 { // order, user, quantity, variant
 				ids = append(ids, args[i].(string))
 			}
 		}
