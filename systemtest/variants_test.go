@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +306,63 @@ func checkVariantRows(t *testing.T, s *faultSystem, sale flashgate.Sale, confirm
 	}
 	t.Logf("live units per variant: %s", fmt.Sprint(units))
 	return units
+}
+
+// TestVariantOneOrderPerBuyer is the scalper's try: one buyer sends many
+// purchases at once, each naming another size, to two gateways' worth of
+// connections; exactly one is answered 201, the others name that order
+// (409 already_purchased) or are turned away, and the database holds one
+// row for them.
+func TestVariantOneOrderPerBuyer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("system test")
+	}
+	s := startFaultSystem(t, "single")
+	s.startGateway(t)
+	s.startSink("sink", s.db)
+	sale := variantSale
+	sale.ID = "scalp"
+	if _, err := s.cp.CreateSale(s.ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cp.Start(s.ctx, sale.ID); err != nil {
+		t.Fatal(err)
+	}
+	const tries = 24
+	users := make([]string, tries)
+	for i := range users {
+		users[i] = "scalper" // the same buyer every time
+	}
+	sizes := []string{"S", "M", "L"}
+	var n atomic.Int64
+	outs := (&crowd{s: s, sale: sale.ID, users: users, workers: tries, order: func(string) (int64, string) {
+		return 1, sizes[int(n.Add(1))%len(sizes)]
+	}}).run(s.ctx, t)
+	created, order := 0, ""
+	for _, o := range outs {
+		switch o.answer {
+		case "201":
+			created++
+			order = o.orderID
+		case "409 already_purchased", "409 sold_out", "429 rate_limited":
+		default:
+			t.Errorf("a scalper's try: %s", o.answer)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d purchases of one buyer answered 201, want exactly 1", created)
+	}
+	for _, o := range outs {
+		if o.answer == "409 already_purchased" && o.orderID != order {
+			t.Errorf("already_purchased names %s, want the buyer's order %s", o.orderID, order)
+		}
+	}
+	s.drainAndResync(t, sale.ID)
+	live, err := s.db.LiveOrders(s.ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 1 || live[0].ID != order {
+		t.Errorf("rows of the scalper's sale: %+v, want the one order %s", live, order)
+	}
 }
