@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -166,4 +167,73 @@ func testVariantSale(t *testing.T, e *env) {
 		{ID: "S", Name: "Small", Total: 3, Booked: 1, Reserved: 2, Remaining: 2, Orders: flashgate.SaleFigures{LiveUnits: 1, PersistedUnits: 2}},
 		{ID: "M", Name: "Medium", Total: 5, Booked: 2, Reserved: 2, Remaining: 3, Orders: flashgate.SaleFigures{LiveUnits: 2, PersistedUnits: 2}},
 	})
+}
+
+// TestVariantRefundExpiry: a refund and an expiry of a variant sale's
+// orders give their units back to their own variants (the release the
+// Service makes, and the re-sync's delivery of a release that failed), and
+// a re-sync after them leaves each variant's booked equal to its live
+// units.
+func TestVariantRefundExpiry(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	ctx := e.ctx
+	if _, err := e.svc.CreateSale(ctx, flashgate.Sale{ID: "tee", Name: "Tee", PriceCents: 500,
+		Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 2}, {ID: "M", Name: "Medium", Total: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Start(ctx, "tee"); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []string{"S", "S", "M", "M", "M"} {
+		res, err := lua.Reserve.Run(ctx, e.rdb, lua.ReserveKeys("tee"), fmt.Sprintf("t%d", i), fmt.Sprintf("u%d", i), 1, e.clock.Now().UnixMilli(), "tee", "", "", v).Slice()
+		if err != nil || res[0] != int64(lua.ReserveOK) {
+			t.Fatalf("reserving %s for u%d: %v, %v", v, i, res, err)
+		}
+	}
+	orders := e.persist("tee")
+	byID := map[string]flashgate.Order{}
+	for _, o := range orders {
+		byID[o.ID] = o
+	}
+	booked := func(step string, s, m int64) {
+		t.Helper()
+		for v, want := range map[string]int64{"S": s, "M": m} {
+			if got := field(t, e.rdb, "tee", lua.VariantField(v, lua.FieldBooked)); got != want {
+				t.Errorf("%s: %s booked %d, want %d", step, v, got, want)
+			}
+		}
+		if got := field(t, e.rdb, "tee", lua.FieldBooked); got != s+m {
+			t.Errorf("%s: the sale's booked %d, want %d", step, got, s+m)
+		}
+	}
+	booked("reserved", 2, 3)
+	// t0 (S) and t2 (M) paid, then t0 refunded: S gets its unit back.
+	for _, id := range []string{"t0", "t2"} {
+		if _, err := e.svc.Pay(ctx, id, byID[id].UserID); err != nil {
+			t.Fatalf("Pay(%s): %v", id, err)
+		}
+	}
+	if o, err := e.svc.Refund(ctx, "t0"); err != nil || o.Status != flashgate.StatusRefunded || o.Variant != "S" {
+		t.Fatalf("Refund(t0) = %+v, %v; want refunded, variant S", o, err)
+	}
+	booked("t0 refunded", 1, 3)
+	// The unpaid t1 (S), t3 and t4 (M) expire while releases fail: only
+	// the re-sync gives their units back, each to its variant.
+	e.rel.Fail.Store(true)
+	e.clock.Set(t0.Add(16 * time.Minute))
+	if n, err := e.svc.ExpireDue(ctx); err != nil || n != 3 {
+		t.Fatalf("ExpireDue = %d, %v; want 3", n, err)
+	}
+	e.rel.Fail.Store(false)
+	booked("expired, releases failed", 1, 3)
+	if _, _, err := e.svc.Resync(ctx, "tee"); err != nil {
+		t.Fatal(err)
+	}
+	booked("after the re-sync", 0, 1)
+	// The freed units sell again, per variant.
+	res, err := lua.Reserve.Run(ctx, e.rdb, lua.ReserveKeys("tee"), "t9", "u9", 1, e.clock.Now().UnixMilli(), "tee", "", "", "S").Slice()
+	if err != nil || res[0] != int64(lua.ReserveOK) {
+		t.Fatalf("reserving a freed S: %v, %v", res, err)
+	}
+	booked("a freed S sold", 1, 1)
 }

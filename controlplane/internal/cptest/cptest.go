@@ -130,7 +130,7 @@ func Persist(t testing.TB, ctx context.Context, rdb redis.UniversalClient, db *s
 		orders = append(orders, flashgate.Order{
 			ID: en.Order, SaleID: cmp.Or(en.Sale, saleID), UserID: en.User,
 			Quantity: qty, PriceCents: price, Status: flashgate.StatusPendingPayment,
-			CreatedAt: time.UnixMilli(ts).UTC(), Bucket: bucket,
+			CreatedAt: time.UnixMilli(ts).UTC(), Bucket: bucket, Variant: en.Variant,
 		})
 		ids = append(ids, m.ID)
 	}
