@@ -341,9 +341,9 @@ func TestLedgerFailoverRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A move in flight reads [1, seq, phase, from, to, want, freed].
+	// A move in flight reads [1, seq, phase, from, to, want, freed, variant].
 	want := []any{int64(1), int64(5), "grant", int64(0), int64(0)}
-	if len(v) != 7 || !reflect.DeepEqual(v[:5], want) || v[6] != int64(2) {
+	if len(v) != 8 || !reflect.DeepEqual(v[:5], want) || v[6] != int64(2) {
 		t.Fatalf("ledger after the repair: got %v, want move 5 in flight, 2 units from bucket 0 back to it", v)
 	}
 	if _, err := e.svc.Rebalance(e.ctx, sale, e.svc.fence.Load()); err != nil {

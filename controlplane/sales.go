@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/flashgate/flashgate"
@@ -87,11 +86,8 @@ func validateVariants(s flashgate.Sale) error {
 		seen[v.ID] = true
 		sum += v.Total
 	}
-	switch {
-	case s.Total != sum:
+	if s.Total != sum {
 		return &flashgate.FieldError{Field: "total", Reason: "not the sum of the variants' totals (omit it to take the sum)"}
-	case s.Buckets > 1:
-		return &flashgate.FieldError{Field: "buckets", Reason: "not with variants"}
 	}
 	return nil
 }
@@ -108,24 +104,6 @@ func variantTotal(s flashgate.Sale) flashgate.Sale {
 		}
 	}
 	return s
-}
-
-// variantSpec is a sale's variants as Prepare's ARGV[7] takes them,
-// "id:total,id:total" ("" for a sale of one stock).
-func variantSpec(s flashgate.Sale) string {
-	if len(s.Variants) == 0 {
-		return ""
-	}
-	b := make([]byte, 0, 16*len(s.Variants))
-	for i, v := range s.Variants {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, v.ID...)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, v.Total, 10)
-	}
-	return string(b)
 }
 
 // CreateSale validates s (a sale with variants and no Total takes their
@@ -179,20 +157,19 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 		return err
 	}
 	for b, t := range tags {
-		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t),
-			buckets.Share(sale.Total, l.N(), b), 0, salehash.PerUser(sale), sale.PriceCents).Err(); err != nil {
+		if err := lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(t), buckets.PrepareArgs(sale, b)...).Err(); err != nil {
 			return err
 		}
 	}
 	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
-		args = append(args, l.String())
+		args = append(args, l.String(), "", salehash.VariantSpec(sale.Variants, nil))
 	} else if sale.Fair() || sale.HasVariants() {
 		queue := ""
 		if sale.Fair() {
 			queue = flashgate.QueueFair
 		}
-		args = append(args, "", queue, variantSpec(sale))
+		args = append(args, "", queue, salehash.VariantSpec(sale.Variants, nil))
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }

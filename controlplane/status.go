@@ -2,9 +2,13 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -172,25 +176,38 @@ func (s *Service) redisFigures(ctx context.Context, id string) (salehash.Figures
 }
 
 // variantFigures reads each variant's booked and reserved from the sale's
-// hash in one HMGET.
+// hash in one HMGET; a bucketed sale's are the sums over its buckets, read
+// in one pipeline.
 func (s *Service) variantFigures(ctx context.Context, sale flashgate.Sale) ([]VariantStatus, error) {
 	fields := make([]string, 0, 2*len(sale.Variants))
 	for _, v := range sale.Variants {
 		fields = append(fields, lua.VariantField(v.ID, lua.FieldBooked), lua.VariantField(v.ID, lua.FieldReserved))
 	}
-	vals, err := s.rdb.HMGet(ctx, lua.SaleKey(sale.ID), fields...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("reading variants: %w: %w", flashgate.ErrUnavailable, err)
+	tags := buckets.Layout(sale).Tags()
+	cmds := make([]*redis.SliceCmd, len(tags))
+	pipe := s.rdb.Pipeline()
+	for b, t := range tags {
+		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), fields...)
 	}
-	h, ok := lua.ReadHash(fields, vals)
-	if !ok {
-		return nil, fmt.Errorf("reading variants: %w: %d values for %d fields", flashgate.ErrUnavailable, len(vals), len(fields))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading variants: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	out := make([]VariantStatus, len(sale.Variants))
 	for i, v := range sale.Variants {
-		b := h.Int(lua.VariantField(v.ID, lua.FieldBooked))
-		out[i] = VariantStatus{ID: v.ID, Name: v.Name, Total: v.Total, Booked: b,
-			Reserved: h.Int(lua.VariantField(v.ID, lua.FieldReserved)), Remaining: max(v.Total-b, 0)}
+		out[i] = VariantStatus{ID: v.ID, Name: v.Name, Total: v.Total}
+	}
+	for _, cmd := range cmds {
+		h, ok := lua.ReadHash(fields, cmd.Val())
+		if !ok {
+			return nil, fmt.Errorf("reading variants: %w: %d values for %d fields", flashgate.ErrUnavailable, len(cmd.Val()), len(fields))
+		}
+		for i, v := range sale.Variants {
+			out[i].Booked += h.Int(lua.VariantField(v.ID, lua.FieldBooked))
+			out[i].Reserved += h.Int(lua.VariantField(v.ID, lua.FieldReserved))
+		}
+	}
+	for i := range out {
+		out[i].Remaining = max(out[i].Total-out[i].Booked, 0)
 	}
 	return out, nil
 }

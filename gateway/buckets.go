@@ -13,12 +13,14 @@ import (
 // layout, lua.FieldLayout): their stock lives in their buckets, so booked
 // becomes the sum of the buckets' booked, read in one more pipeline on the
 // same client. total stays the sale's (the buckets' totals add up to at
-// most it), so sold-out and remaining are the whole sale's. Unbucketed
-// sales cost nothing here.
+// most it), so sold-out and remaining are the whole sale's. A sale sold in
+// variants also sums each variant's booked over the buckets, its totals
+// staying the sale's own. Unbucketed sales cost nothing here.
 func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list []*sale, cmds []*redis.SliceCmd, out []*saleState) error {
 	type pending struct {
-		i    int
-		cmds []*redis.StringCmd
+		i     int
+		cmds  []*redis.StringCmd
+		vcmds []*redis.SliceCmd
 	}
 	var todo []pending
 	var pipe redis.Pipeliner
@@ -41,6 +43,9 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 		p := pending{i: i}
 		for _, tag := range l.Tags() {
 			p.cmds = append(p.cmds, pipe.HGet(ctx, lua.SaleKey(tag), lua.FieldBooked))
+			if vs := out[i].vs; vs != nil {
+				p.vcmds = append(p.vcmds, pipe.HMGet(ctx, lua.SaleKey(tag), vs.fields...))
+			}
 		}
 		todo = append(todo, p)
 	}
@@ -55,7 +60,19 @@ func (s *Server) sumBuckets(ctx context.Context, c redis.UniversalClient, list [
 		for _, cmd := range p.cmds {
 			booked += lua.Int(cmd.Val())
 		}
-		out[p.i].booked = booked
+		st := out[p.i]
+		st.booked = booked
+		if p.vcmds != nil {
+			// vs.fields hold each variant's total, then its booked.
+			clear(st.vbooked)
+			for _, cmd := range p.vcmds {
+				for k, v := range cmd.Val() {
+					if k%2 == 1 {
+						st.vbooked[k/2] += lua.Int(v)
+					}
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -62,12 +62,6 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID, variant 
 	// that one live order per user stays one atomic script; a sold-out
 	// answer there also counts the bucket's "want" (reserve.lua).
 	tag, home := saleID, 0
-	if l.Bucketed() && variant != "" {
-		// Buckets split one stock; a sale with variants is never bucketed
-		// (the control plane refuses the pair).
-		s.m.outcome(outBadRequest)
-		return "", errBadVariant
-	}
 	if l.Bucketed() {
 		home = l.Home(userID)
 		tag = l.Tag(home)
@@ -78,9 +72,12 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID, variant 
 		code, existing, err = s.reserveBatched(ctx, tag, saleID, bucketArg(l.Bucketed(), home), orderID, userID, variant, qty)
 	} else {
 		args := []any{orderID, userID, qty, now, saleID}
-		if l.Bucketed() {
+		switch {
+		case l.Bucketed() && variant != "":
+			args = append(args, home, "", variant)
+		case l.Bucketed():
 			args = append(args, home)
-		} else if variant != "" {
+		case variant != "":
 			args = append(args, "", "", variant)
 		}
 		code, existing, err = s.reserveIn(ctx, "reserving", tag, lua.ReserveKeys(tag), args...)
@@ -98,7 +95,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID, variant 
 		return s.purchased(existing, orderID)
 	case code == lua.ReserveSoldOut && l.Bucketed():
 		// The end game: another bucket may still have units.
-		return s.spill(ctx, l, home, orderID, userID, qty, now)
+		return s.spill(ctx, l, home, orderID, userID, variant, qty, now)
 	}
 	return s.answer(code)
 }

@@ -21,14 +21,14 @@ var errClaimPending = fmt.Errorf("reserving: a purchase of this user is in progr
 
 // spill is the end-game path of a bucketed sale whose home bucket answered
 // sold out (see lua/spill.go): when another bucket still has qty free
-// units, it claims the home bucket for the user (lua.Claim), reserves in the
+// units (of variant, on a sale sold in variants), it claims the home bucket for the user (lua.Claim), reserves in the
 // bucket with the most free units (then the next, while they sell out under
 // it), and finalises the claim (lua.Finalize). With no unit anywhere the
 // claim is removed and the buyer hears sold out. A Redis failure in between
 // leaves the claim for the leader to settle, and the buyer hears
 // ErrUnavailable.
-func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, userID string, qty, now int64) (string, error) {
-	cands, err := s.spillCandidates(ctx, l, home, qty)
+func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, userID, variant string, qty, now int64) (string, error) {
+	cands, err := s.spillCandidates(ctx, l, home, variant, qty)
 	if err != nil {
 		s.m.outcome(outError)
 		return "", err
@@ -59,7 +59,11 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 	}
 	paused := false
 	for _, b := range cands {
-		c, ex, err := s.reserveIn(ctx, "reserving in a spill bucket", l.Tag(b), lua.SpillReserveKeys(l.Tag(b)), orderID, userID, qty, now, l.Sale, b, lua.SpillArg)
+		args := []any{orderID, userID, qty, now, l.Sale, b, lua.SpillArg}
+		if variant != "" {
+			args = append(args, variant)
+		}
+		c, ex, err := s.reserveIn(ctx, "reserving in a spill bucket", l.Tag(b), lua.SpillReserveKeys(l.Tag(b)), args...)
 		if err != nil {
 			// The outcome is unknown: the claim stays, and the leader
 			// finalises or clears it (controlplane.SettleClaims).
@@ -106,16 +110,20 @@ func (s *Service) spill(ctx context.Context, l lua.Layout, home int, orderID, us
 var stockFields = []string{lua.FieldTotal, lua.FieldBooked}
 
 // spillCandidates are the buckets other than home with at least qty free
-// units, most free first, read in one pipeline (no cache: it runs only on a
-// home bucket's sold-out answer, which the admission cap and the gateways'
-// sold-out state keep rare).
-func (s *Service) spillCandidates(ctx context.Context, l lua.Layout, home int, qty int64) ([]int, error) {
+// units (of variant too, unless it is ""), most free first, read in one
+// pipeline (no cache: it runs only on a home bucket's sold-out answer,
+// which the admission cap and the gateways' sold-out state keep rare).
+func (s *Service) spillCandidates(ctx context.Context, l lua.Layout, home int, variant string, qty int64) ([]int, error) {
 	n := l.N()
+	fields := stockFields
+	if variant != "" {
+		fields = []string{lua.FieldTotal, lua.FieldBooked, lua.VariantField(variant, lua.FieldTotal), lua.VariantField(variant, lua.FieldBooked)}
+	}
 	cmds := make([]*redis.SliceCmd, n)
 	pipe := s.rdb.Pipeline()
 	for b := range n {
 		if b != home {
-			cmds[b] = pipe.HMGet(ctx, lua.SaleKey(l.Tag(b)), stockFields...)
+			cmds[b] = pipe.HMGet(ctx, lua.SaleKey(l.Tag(b)), fields...)
 		}
 	}
 	start := time.Now()
@@ -130,11 +138,14 @@ func (s *Service) spillCandidates(ctx context.Context, l lua.Layout, home int, q
 		if c == nil {
 			continue
 		}
-		h, ok := lua.ReadHash(stockFields, c.Val())
+		h, ok := lua.ReadHash(fields, c.Val())
 		if !ok || !h.Has(lua.FieldTotal) {
 			continue
 		}
 		free[b] = h.Int(lua.FieldTotal) - h.Int(lua.FieldBooked)
+		if variant != "" {
+			free[b] = min(free[b], h.Int(fields[2])-h.Int(fields[3]))
+		}
 		if free[b] >= qty {
 			out = append(out, b)
 		}

@@ -35,6 +35,9 @@ const (
 	FieldGrantSeq    = "gseq"   // the last move credited to the bucket
 	FieldShrinkSeq   = "sseq"   // the last move that shrank the bucket
 	FieldShrinkFreed = "sfreed" // the units that shrink freed
+	// FieldShrinkVariant is the variant the last shrink freed units of,
+	// on a sale sold in variants (absent for one stock).
+	FieldShrinkVariant = "svar"
 	// FieldWant counts the buyers the bucket turned away sold out since
 	// the leader last moved units to it: demand the rebalancing follows.
 	FieldWant = "want"

@@ -8,7 +8,9 @@
 -- KEYS[1] ledger hash  fg:{<sale>~ledger}:ledger
 -- ARGV[1] op: "begin", "shrunk", "done" or "get"
 -- ARGV[2] the caller's fencing token (a positive integer)
--- begin:  ARGV[3] from bucket, ARGV[4] to bucket, ARGV[5] units wanted
+-- begin:  ARGV[3] from bucket, ARGV[4] to bucket, ARGV[5] units wanted,
+--         ARGV[6] optional: the variant moved, on a sale sold in variants
+--         ('' or absent: one stock)
 -- shrunk: ARGV[3] move seq, ARGV[4] units the shrink freed
 -- done:   ARGV[3] move seq
 --
@@ -16,20 +18,22 @@
 --   {-1}                                 a newer leader wrote the ledger
 --   {0, seq}                             begin: move seq recorded (phase shrink)
 --   {0}                                  shrunk (phase grant) or done (no move)
---   {1, seq, phase, from, to, want, freed} begin or get: a move is in flight
---                                        (phase "shrink" or "grant"); begin
---                                        records nothing new
+--   {1, seq, phase, from, to, want, freed, variant}
+--                                        begin or get: a move is in flight
+--                                        (phase "shrink" or "grant"; variant
+--                                        '' for one stock); begin records
+--                                        nothing new
 --   {2, seq}                             get: no move in flight; seq the last
 --   {-2}                                 shrunk/done: seq or phase mismatch
 local token = tonumber(ARGV[2]) or 0
-local h = redis.call('HMGET', KEYS[1], 'fence', 'seq', 'phase', 'from', 'to', 'want', 'freed')
+local h = redis.call('HMGET', KEYS[1], 'fence', 'seq', 'phase', 'from', 'to', 'want', 'freed', 'variant')
 local fence = tonumber(h[1] or '0') or 0
 local seq = tonumber(h[2] or '0') or 0
 local phase = h[3] or ''
 local op = ARGV[1]
 if op == 'get' then
   if phase ~= '' then
-    return {1, seq, phase, tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), tonumber(h[7] or '0')}
+    return {1, seq, phase, tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), tonumber(h[7] or '0'), h[8] or ''}
   end
   return {2, seq}
 end
@@ -41,11 +45,11 @@ if token > fence then
 end
 if op == 'begin' then
   if phase ~= '' then
-    return {1, seq, phase, tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), tonumber(h[7] or '0')}
+    return {1, seq, phase, tonumber(h[4]), tonumber(h[5]), tonumber(h[6]), tonumber(h[7] or '0'), h[8] or ''}
   end
   seq = seq + 1
   redis.call('HSET', KEYS[1], 'seq', seq, 'phase', 'shrink', 'from', ARGV[3], 'to', ARGV[4],
-    'want', ARGV[5], 'freed', 0)
+    'want', ARGV[5], 'freed', 0, 'variant', ARGV[6] or '')
   return {0, seq}
 end
 if tonumber(ARGV[3]) ~= seq then

@@ -14,6 +14,8 @@
 -- ARGV[2] seq: the highest move number a bucket carries
 -- ARGV[3] phase: "" (the move is done) or "grant" (its units still to credit)
 -- ARGV[4] from bucket, ARGV[5] to bucket, ARGV[6] units freed (for "grant")
+-- ARGV[7] optional: the variant of those units, on a sale sold in variants
+--         ('' or absent: one stock)
 --
 -- Returns 1 the ledger now records move seq, 0 it had seq or a later move
 -- already (nothing changed), -1 a newer leader wrote the ledger.
@@ -31,5 +33,5 @@ if (tonumber(h[2] or '0') or 0) >= seq then
   return 0
 end
 redis.call('HSET', KEYS[1], 'seq', seq, 'phase', ARGV[3], 'from', ARGV[4], 'to', ARGV[5],
-  'want', ARGV[6], 'freed', ARGV[6])
+  'want', ARGV[6], 'freed', ARGV[6], 'variant', ARGV[7] or '')
 return 1

@@ -56,6 +56,46 @@ func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashga
 	return out, nil
 }
 
+// BucketVariantFigures are BucketFigures of a sale sold in variants, with
+// each bucket's figures per variant id, from one query and hence one
+// snapshot. Rows whose variant is "" count in their bucket's figures only.
+func (d *DB) BucketVariantFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM orders WHERE sale_id = ? GROUP BY bucket, variant, status`), saleID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	out := make([]flashgate.SaleFigures, n)
+	per := make([]map[string]flashgate.SaleFigures, n)
+	for b := range per {
+		per[b] = make(map[string]flashgate.SaleFigures)
+	}
+	for rows.Next() {
+		var (
+			b             int
+			v, st         string
+			orders, units int64
+		)
+		if err := rows.Scan(&b, &v, &st, &orders, &units); err != nil {
+			return nil, nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+		}
+		if b < 0 || b >= n {
+			return nil, nil, fmt.Errorf("bucket figures of sale %s: an order in bucket %d of %d", saleID, b, n)
+		}
+		addFigures(&out[b], flashgate.OrderStatus(st), orders, units)
+		if v != "" {
+			f := per[b][v]
+			addFigures(&f, flashgate.OrderStatus(st), orders, units)
+			per[b][v] = f
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
+	}
+	return out, per, nil
+}
+
 // AllFigures sums the figures of every sale, for metrics; like Figures it
 // reads counters, one row per sale and status.
 func (d *DB) AllFigures(ctx context.Context) (flashgate.SaleFigures, error) {

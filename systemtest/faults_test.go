@@ -440,17 +440,36 @@ func answers(m map[string]int) string {
 // the sale once.
 func (s *faultSystem) drainAndResync(t *testing.T, sale string) {
 	t.Helper()
+	row, err := s.db.Sale(s.ctx, sale)
+	if err != nil {
+		t.Fatalf("reading sale: %v", err)
+	}
 	var backlog int64
 	if _, ok := testwait.For(15*time.Second, func() bool {
-		n, err := s.rdb.XLen(s.ctx, lua.OrdersKey(sale)).Result()
-		backlog = n
-		return err == nil && n == 0
+		backlog = 0
+		for _, tag := range append([]string{sale}, bucketTags(row)...) {
+			n, err := s.rdb.XLen(s.ctx, lua.OrdersKey(tag)).Result()
+			if err != nil {
+				return false
+			}
+			backlog += n
+		}
+		return backlog == 0
 	}); !ok {
 		t.Fatalf("order stream backlog still %d after 15s", backlog)
 	}
 	if _, _, err := s.cp.Resync(s.ctx, sale); err != nil {
 		t.Fatalf("resync: %v", err)
 	}
+}
+
+// bucketTags are the hash tags of a bucketed sale's buckets (none for a
+// sale of one hash).
+func bucketTags(sale flashgate.Sale) []string {
+	if !sale.Bucketed() {
+		return nil
+	}
+	return lua.Layout{Sale: sale.ID, Salts: sale.BucketSalts}.Tags()
 }
 
 // checkRows checks invariants 2 and 3 against the database: at most one

@@ -50,17 +50,31 @@ func wanting(v string) func(string) (int64, string) {
 // cancelled, Redis loses everything (FLUSHALL), and the re-sync rebuilds
 // the sale from the database: per variant, exactly the cancelled units sell
 // again, to new buyers of those variants, while the sold-out variant still
-// answers 409 naming itself and the first crowd cannot buy again.
+// answers 409 naming itself and the first crowd cannot buy again. It runs
+// on a sale of one hash and on a sale of three buckets, where each
+// variant's stock splits over the buckets, the rebalancing moves it and a
+// buyer whose home bucket sold out of their size spills to another.
 func TestVariantCrowd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("system test")
 	}
+	for _, c := range []struct {
+		name    string
+		buckets int
+	}{{"one hash", 0}, {"three buckets", 3}} {
+		t.Run(c.name, func(t *testing.T) { testVariantCrowd(t, c.buckets) })
+	}
+}
+
+func testVariantCrowd(t *testing.T, buckets int) {
 	s := startFaultSystem(t, "single")
 	s.startGateway(t)
 	s.startSink("sink", s.db)
 	ctx := context.Background()
 	sale := variantSale
-	if _, err := s.cp.CreateSale(ctx, sale); err != nil {
+	sale.Buckets = buckets
+	sale, err := s.cp.CreateSale(ctx, sale)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.cp.Start(ctx, sale.ID); err != nil {
@@ -115,16 +129,20 @@ func TestVariantCrowd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := testwait.For(10*time.Second, func() bool {
-		h, err := s.rdb.HMGet(ctx, lua.SaleKey(sale.ID), lua.FieldTotal, lua.FieldStart).Result()
-		return err == nil && h[0] != nil && h[1] == "1"
+		for _, tag := range append([]string{sale.ID}, bucketTags(sale)...) {
+			h, err := s.rdb.HMGet(ctx, lua.SaleKey(tag), lua.FieldTotal, lua.FieldStart).Result()
+			if err != nil || h[0] == nil || h[1] != "1" {
+				return false
+			}
+		}
+		return true
 	}); !ok {
 		t.Fatal("the sale was not rebuilt and reopened within 10s of the FLUSHALL")
 	}
+	_, booked := variantBooked(t, s, sale.ID)
 	for _, v := range sale.Variants {
-		want := v.Total - freed[v.ID]
-		got, err := s.rdb.HGet(ctx, lua.SaleKey(sale.ID), lua.VariantField(v.ID, lua.FieldBooked)).Int64()
-		if err != nil || got != want {
-			t.Errorf("variant %s after the rebuild: booked %d (%v), want %d", v.ID, got, err, want)
+		if want := v.Total - freed[v.ID]; booked[v.ID] != want {
+			t.Errorf("variant %s after the rebuild: booked %d, want %d", v.ID, booked[v.ID], want)
 		}
 	}
 
@@ -168,7 +186,8 @@ func TestVariantCrowd(t *testing.T) {
 			late = append(late, (&crowd{s: s, sale: sale.ID, users: users(fmt.Sprintf("late%s%d-", v.ID, wave), 4), workers: 2, order: wanting(v.ID)}).run(ctx, t)...)
 		}
 		wave++
-		return s.booked(t, sale.ID) >= variantTotal(sale)
+		all, _ := variantBooked(t, s, sale.ID)
+		return all >= variantTotal(sale)
 	})
 	all := append(outs, late...) // again's answers name orders outs confirmed
 	confirmed = checkVariantAnswers(t, all)
@@ -184,6 +203,22 @@ func TestVariantCrowd(t *testing.T) {
 			t.Errorf("late buyer %s of sold-out S: %s, want 409 sold_out", o.user, o.answer)
 		}
 	}
+}
+
+// variantBooked is a sale's booked in Redis, of the whole sale and per
+// variant, as the admin status reads it (a bucketed sale's summed over its
+// buckets).
+func variantBooked(t *testing.T, s *faultSystem, sale string) (int64, map[string]int64) {
+	t.Helper()
+	st, err := s.cp.SaleStatus(s.ctx, sale)
+	if err != nil {
+		t.Fatalf("SaleStatus: %v", err)
+	}
+	per := map[string]int64{}
+	for _, v := range st.Variants {
+		per[v.ID] = v.Booked
+	}
+	return st.Booked, per
 }
 
 // variantTotal is the units of all of sale's variants.
@@ -279,18 +314,18 @@ func checkVariantRows(t *testing.T, s *faultSystem, sale flashgate.Sale, confirm
 		units[o.Variant] += o.Quantity
 	}
 	var sum int64
+	all, booked := variantBooked(t, s, sale.ID)
 	for _, v := range sale.Variants {
 		if units[v.ID] > v.Total {
 			t.Errorf("variant %s oversold: %d live units, total %d", v.ID, units[v.ID], v.Total)
 		}
-		got, err := s.rdb.HGet(s.ctx, lua.SaleKey(sale.ID), lua.VariantField(v.ID, lua.FieldBooked)).Int64()
-		if err != nil || got != units[v.ID] {
-			t.Errorf("variant %s: booked %d in Redis (%v), %d live units in the database", v.ID, got, err, units[v.ID])
+		if booked[v.ID] != units[v.ID] {
+			t.Errorf("variant %s: booked %d in Redis, %d live units in the database", v.ID, booked[v.ID], units[v.ID])
 		}
 		sum += units[v.ID]
 	}
-	if got := s.booked(t, sale.ID); got != sum {
-		t.Errorf("the sale's booked is %d, its variants' live units sum to %d", got, sum)
+	if all != sum {
+		t.Errorf("the sale's booked is %d, its variants' live units sum to %d", all, sum)
 	}
 	rows := map[string]int{}
 	for _, o := range append(append([]flashgate.Order(nil), live...), released...) {

@@ -33,7 +33,7 @@ func TestAdminVariantSale(t *testing.T) {
 			}},
 		{"total the sum", "POST", "/admin/sales", `{"id":"s2","name":"x","total":8,"variants":[{"id":"a","name":"A","total":3},{"id":"b","name":"B","total":5}]}`, 201, nil},
 		{"total not the sum", "POST", "/admin/sales", `{"id":"s3","name":"x","total":9,"variants":[{"id":"a","name":"A","total":3},{"id":"b","name":"B","total":5}]}`, 400, errField("total")},
-		{"with buckets", "POST", "/admin/sales", `{"id":"s3","name":"x","buckets":2,"variants":[{"id":"a","name":"A","total":3}]}`, 400, errField("buckets")},
+		{"with buckets", "POST", "/admin/sales", `{"id":"sb","name":"x","buckets":2,"variants":[{"id":"a","name":"A","total":3},{"id":"b","name":"B","total":1}]}`, 201, nil},
 		{"bad id", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a,b","name":"A","total":3}]}`, 400, errField("variants[0].id")},
 		{"id twice", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","name":"A","total":3},{"id":"a","name":"B","total":1}]}`, 400, errField("variants[1].id")},
 		{"no name", "POST", "/admin/sales", `{"id":"s3","name":"x","variants":[{"id":"a","total":3}]}`, 400, errField("variants[0].name")},
@@ -48,6 +48,18 @@ func TestAdminVariantSale(t *testing.T) {
 			v, _ := vs[1].(map[string]any)
 			if v["id"] != "43" || v["name"] != "EU 43" || v["total"] != 5.0 || v["booked"] != 0.0 || v["remaining"] != 5.0 {
 				return fmt.Errorf("variant 43: got %v", v)
+			}
+			return nil
+		}},
+		{"bucketed status", "GET", "/admin/sales/sb", "", 200, func(m map[string]any) error {
+			vs, _ := m["variants"].([]any)
+			bs, _ := m["bucket_figures"].([]any)
+			if len(vs) != 2 || len(bs) != 2 {
+				return fmt.Errorf("got variants %v, bucket figures %v; want two of each", m["variants"], m["bucket_figures"])
+			}
+			v, _ := vs[0].(map[string]any)
+			if v["id"] != "a" || v["total"] != 3.0 || v["remaining"] != 3.0 {
+				return fmt.Errorf("variant a: got %v", v)
 			}
 			return nil
 		}},

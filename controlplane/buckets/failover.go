@@ -64,7 +64,7 @@ func (k *Keeper) RepairLedger(ctx context.Context, l lua.Layout) error {
 	if err != nil {
 		return err
 	}
-	stock, err := k.readStock(ctx, l)
+	stock, err := k.readStock(ctx, l, nil)
 	if err != nil {
 		return err
 	}
@@ -84,11 +84,11 @@ func (k *Keeper) RepairLedger(ctx context.Context, l lua.Layout) error {
 			giver = b
 		}
 	}
-	phase, from, freed := "", 0, int64(0)
+	phase, from, freed, variant := "", 0, int64(0), ""
 	if !credited && giver >= 0 {
-		phase, from, freed = "grant", giver, stock[giver].freed
+		phase, from, freed, variant = "grant", giver, stock[giver].freed, stock[giver].svar
 	}
-	code, err := lua.LedgerRepair.Run(ctx, k.rdb, lua.LedgerKeys(l.Sale), token, top, phase, from, from, freed).Int64()
+	code, err := lua.LedgerRepair.Run(ctx, k.rdb, lua.LedgerKeys(l.Sale), token, top, phase, from, from, freed, variant).Int64()
 	if err != nil {
 		return fmt.Errorf("repairing the ledger: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -111,11 +111,11 @@ func (k *Keeper) MarkForRebuild(ctx context.Context, sale flashgate.Sale, l lua.
 	if !ok {
 		return fmt.Errorf("rebuilding bucketed sale %s: the store keeps no bucket figures", sale.ID)
 	}
-	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())
+	figs, vfigs, err := bucketFigures(ctx, bs, sale, l.N())
 	if err != nil {
 		return fmt.Errorf("reading figures: %w", err)
 	}
-	stock, err := k.readStock(ctx, l)
+	stock, err := k.readStock(ctx, l, variantIDs(sale))
 	if err != nil {
 		return err
 	}
@@ -128,17 +128,18 @@ func (k *Keeper) MarkForRebuild(ctx context.Context, sale flashgate.Sale, l lua.
 		present[b] = stock[b].found
 		stock[b].found = false
 	}
-	live := make([]int64, l.N())
-	for b := range figs {
-		live[b] = figs[b].LiveUnits
-	}
-	totals := rebuildTotals(sale.Total, stock, led, live)
+	totals, vtotals := k.rebuildShares(sale, stock, led, figs, vfigs)
 	granted := led.granted(stock)
 	for _, b := range buckets {
 		if !present[b] {
 			continue
 		}
-		if err := fencing.Mark(ctx, k.rdb, l.Tag(b), lua.FieldTotal, totals[b], lua.FieldReserved, -1); err != nil {
+		marks := []any{lua.FieldTotal, totals[b], lua.FieldReserved, -1}
+		for i, v := range sale.Variants {
+			// Each variant's booked comes from the rows too (lua.Resync).
+			marks = append(marks, lua.VariantField(v.ID, lua.FieldTotal), vtotals[b][i], lua.VariantField(v.ID, lua.FieldReserved), -1)
+		}
+		if err := fencing.Mark(ctx, k.rdb, l.Tag(b), marks...); err != nil {
 			return fmt.Errorf("marking bucket %d for its rebuild: %w", b, err)
 		}
 		if err := k.markRebuilt(ctx, l, b, led, granted); err != nil {

@@ -60,12 +60,12 @@ func (e *env) startBucketed(s flashgate.Sale) flashgate.Sale {
 	}
 	l := Layout(s)
 	for b, t := range l.Tags() {
-		if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(t), Share(s.Total, l.N(), b), 0, salehash.PerUser(s), s.PriceCents).Err(); err != nil {
+		if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(t), PrepareArgs(s, b)...).Err(); err != nil {
 			e.t.Fatalf("preparing bucket %d: %v", b, err)
 		}
 	}
 	if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(s.ID), s.Total, flashgate.AdmitCap(s.Total, s.AdmitRatio),
-		salehash.PerUser(s), s.PriceCents, l.String()).Err(); err != nil {
+		salehash.PerUser(s), s.PriceCents, l.String(), "", salehash.VariantSpec(s.Variants, nil)).Err(); err != nil {
 		e.t.Fatalf("preparing the sale: %v", err)
 	}
 	if missing, err := e.k.SetState(fencing.WithValue(e.ctx, e.takeFence()), s, "open"); err != nil || missing {

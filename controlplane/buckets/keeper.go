@@ -31,6 +31,9 @@ type Store interface {
 // the figures of each bucket from one snapshot. *sqldb.DB satisfies it.
 type FigureStore interface {
 	BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error)
+	// BucketVariantFigures are BucketFigures with, per bucket, each
+	// variant's figures by id: a sale sold in variants.
+	BucketVariantFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error)
 }
 
 // Config configures a Keeper. Redis and Store are required; every other

@@ -19,17 +19,36 @@ var errStaleLeader = errors.New("a newer leader owns the ledger")
 type bucketStock struct {
 	found                                  bool
 	total, booked, sseq, freed, gseq, want int64
+	// svar is the variant the bucket's last shrink freed units of
+	// (lua.FieldShrinkVariant), "" for one stock.
+	svar string
+	// vtotal and vbooked are each variant's figures in the bucket, in the
+	// order of the variant ids readStock was given; nil for one stock.
+	vtotal, vbooked []int64
 }
 
 func (b bucketStock) free() int64 { return max(b.total-b.booked, 0) }
 
-// readStock reads every bucket's stock in one pipeline.
-func (k *Keeper) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, error) {
+// vfree is the unheld units of variant i in the bucket.
+func (b bucketStock) vfree(i int) int64 { return max(b.vtotal[i]-b.vbooked[i], 0) }
+
+// stockFields are the bucket hash fields readStock reads, in its order,
+// then each variant's total and booked.
+var stockFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant, lua.FieldShrinkVariant}
+
+// readStock reads every bucket's stock in one pipeline, with the figures
+// of each variant named in variants (a sale sold in variants: its ids, in
+// its order; nil for one stock).
+func (k *Keeper) readStock(ctx context.Context, l lua.Layout, variants []string) ([]bucketStock, error) {
 	tags := l.Tags()
+	fields := stockFields
+	if len(variants) > 0 {
+		fields = append(append([]string(nil), stockFields...), variantFields(variants)...)
+	}
 	cmds := make([]*redis.SliceCmd, len(tags))
 	pipe := k.rdb.Pipeline()
 	for b, t := range tags {
-		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant)
+		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), fields...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading bucket stock: %w: %w", flashgate.ErrUnavailable, err)
@@ -37,12 +56,39 @@ func (k *Keeper) readStock(ctx context.Context, l lua.Layout) ([]bucketStock, er
 	out := make([]bucketStock, len(tags))
 	for b, c := range cmds {
 		v := c.Val()
-		if len(v) != 6 || v[0] == nil {
+		if len(v) != len(fields) || v[0] == nil {
 			continue
 		}
-		out[b] = bucketStock{found: true, total: lua.Int(v[0]), booked: lua.Int(v[1]), sseq: lua.Int(v[2]), freed: lua.Int(v[3]), gseq: lua.Int(v[4]), want: lua.Int(v[5])}
+		st := bucketStock{found: true, total: lua.Int(v[0]), booked: lua.Int(v[1]), sseq: lua.Int(v[2]), freed: lua.Int(v[3]), gseq: lua.Int(v[4]), want: lua.Int(v[5])}
+		st.svar, _ = v[6].(string)
+		if len(variants) > 0 {
+			st.vtotal, st.vbooked = make([]int64, len(variants)), make([]int64, len(variants))
+			for i := range variants {
+				st.vtotal[i] = lua.Int(v[len(stockFields)+2*i])
+				st.vbooked[i] = lua.Int(v[len(stockFields)+2*i+1])
+			}
+		}
+		out[b] = st
 	}
 	return out, nil
+}
+
+// variantFields are each variant's total and booked fields, in order.
+func variantFields(variants []string) []string {
+	out := make([]string, 0, 2*len(variants))
+	for _, id := range variants {
+		out = append(out, lua.VariantField(id, lua.FieldTotal), lua.VariantField(id, lua.FieldBooked))
+	}
+	return out
+}
+
+// variantIDs are sale's variant ids in its order, nil for one stock.
+func variantIDs(sale flashgate.Sale) []string {
+	var out []string
+	for _, v := range sale.Variants {
+		out = append(out, v.ID)
+	}
+	return out
 }
 
 // ledgerState is the move a ledger holds in flight, if any.
@@ -51,6 +97,8 @@ type ledgerState struct {
 	inFlight              bool
 	phase                 string // "shrink" or "grant"
 	from, to, want, freed int64
+	// variant is the variant the move is of, "" for one stock.
+	variant string
 }
 
 func parseLedger(v []any) (ledgerState, error) {
@@ -62,8 +110,11 @@ func parseLedger(v []any) (ledgerState, error) {
 	case code == 2 && len(v) == 2:
 		seq, _ := v[1].(int64)
 		return ledgerState{seq: seq}, nil
-	case code == 1 && len(v) == 7:
+	case code == 1 && (len(v) == 7 || len(v) == 8):
 		st := ledgerState{inFlight: true}
+		if len(v) == 8 {
+			st.variant, _ = v[7].(string)
+		}
 		st.seq, _ = v[1].(int64)
 		st.phase, _ = v[2].(string)
 		st.from, _ = v[3].(int64)
@@ -132,4 +183,43 @@ func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live []int
 		out[b] += Share(free, len(missing), i)
 	}
 	return out
+}
+
+// rebuildVariantTotals is rebuildTotals for a sale sold in variants, one
+// variant at a time: the buckets Redis lost get, of each variant, what no
+// present bucket and no move of that variant in flight holds, each its live
+// units of it first. totals are the sale's variant totals and live[b][i]
+// bucket b's live units of variant i, both in the order of variants (the
+// order readStock read stock in). It returns each bucket's totals per
+// variant, and their sums.
+func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock, led ledgerState, live [][]int64) (per [][]int64, sums []int64) {
+	per = make([][]int64, len(stock))
+	sums = make([]int64, len(stock))
+	for b := range per {
+		per[b] = make([]int64, len(variants))
+	}
+	vstock := make([]bucketStock, len(stock))
+	vlive := make([]int64, len(stock))
+	for i, id := range variants {
+		for b, st := range stock {
+			vs := bucketStock{found: st.found, sseq: st.sseq, gseq: st.gseq}
+			if st.found && st.vtotal != nil {
+				vs.total = st.vtotal[i]
+			}
+			if st.svar == id {
+				vs.freed = st.freed
+			}
+			vstock[b] = vs
+			vlive[b] = live[b][i]
+		}
+		vled := led
+		if led.variant != id {
+			vled.inFlight = false
+		}
+		for b, n := range rebuildTotals(totals[i], vstock, vled, vlive) {
+			per[b][i] = n
+			sums[b] += n
+		}
+	}
+	return per, sums
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -93,4 +94,32 @@ func Share(total int64, n, b int) int64 {
 		share++
 	}
 	return share
+}
+
+// PrepareArgs are lua.Prepare's ARGV for bucket b of the bucketed sale:
+// its share of the stock (Share), and of a sale sold in variants its share
+// of each variant (VariantShares), the bucket's total then their sum.
+func PrepareArgs(sale flashgate.Sale, b int) []any {
+	n := Layout(sale).N()
+	if !sale.HasVariants() {
+		return []any{Share(sale.Total, n, b), 0, salehash.PerUser(sale), sale.PriceCents}
+	}
+	shares := VariantShares(sale.Variants, n, b)
+	var total int64
+	for _, v := range shares {
+		total += v
+	}
+	return []any{total, 0, salehash.PerUser(sale), sale.PriceCents, "", "", salehash.VariantSpec(sale.Variants, shares)}
+}
+
+// VariantShares are bucket b's shares of each variant of vs over n
+// buckets, in vs's order: each variant splits as Share splits a total,
+// the spare units of variant i starting at bucket i mod n, so that a sale
+// of many small variants does not pile its spare units on bucket 0.
+func VariantShares(vs []flashgate.Variant, n, b int) []int64 {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		out[i] = Share(v.Total, n, (b-i%n+n)%n)
+	}
+	return out
 }

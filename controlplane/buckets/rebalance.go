@@ -41,43 +41,35 @@ func (k *Keeper) Rebalance(ctx context.Context, sale flashgate.Sale, token int64
 	if led.inFlight {
 		return k.finishMove(ctx, l, token, led)
 	}
-	stock, err := k.readStock(ctx, l)
+	variants := variantIDs(sale)
+	stock, err := k.readStock(ctx, l, variants)
 	if err != nil {
 		return 0, err
 	}
-	giver, taker := -1, -1
-	for b, st := range stock {
+	for _, st := range stock {
 		if !st.found {
 			return 0, nil // a re-sync rebuilds it first
 		}
-		if giver < 0 || st.free() > stock[giver].free() {
-			giver = b
-		}
-		if taker < 0 || st.free() < stock[taker].free() {
-			taker = b
-		}
 	}
-	want := (stock[giver].free() - stock[taker].free()) / 2
-	if want < 1 {
-		// Near the end: the last units go where buyers are turned away.
-		// An empty bucket that saw buyers (want) takes one unit from a
-		// bucket that has one and no such buyers, or has two or more.
-		taker, giver, want = -1, -1, 1
-		for b, st := range stock {
-			if st.free() == 0 && st.want > 0 && (taker < 0 || st.want > stock[taker].want) {
-				taker = b
+	giver, taker, want, variant := -1, -1, int64(0), ""
+	if len(variants) == 0 {
+		giver, taker, want = pickMove(stock, bucketStock.free)
+	} else {
+		// A sale sold in variants moves one variant's units at a time: the
+		// variant whose buckets differ most, else the first whose last
+		// units an empty bucket's buyers want.
+		for i, id := range variants {
+			free := func(st bucketStock) int64 { return st.vfree(i) }
+			g, t, w := pickMove(stock, free)
+			if g >= 0 && (giver < 0 || w > want) {
+				giver, taker, want, variant = g, t, w, id
 			}
 		}
-		for b, st := range stock {
-			if b != taker && (st.free() >= 2 || st.free() == 1 && st.want == 0) && (giver < 0 || st.free() > stock[giver].free()) {
-				giver = b
-			}
-		}
-		if taker < 0 || giver < 0 {
-			return 0, nil
-		}
 	}
-	v, err := lua.Ledger.Run(ctx, k.rdb, lua.LedgerKeys(id), "begin", token, giver, taker, want).Slice()
+	if giver < 0 {
+		return 0, nil
+	}
+	v, err := lua.Ledger.Run(ctx, k.rdb, lua.LedgerKeys(id), "begin", token, giver, taker, want, variant).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("recording a move: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -88,7 +80,7 @@ func (k *Keeper) Rebalance(ctx context.Context, sale flashgate.Sale, token int64
 			return 0, fmt.Errorf("rebalancing: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		return k.finishMove(ctx, l, token, ledgerState{seq: seq, inFlight: true, phase: "shrink",
-			from: int64(giver), to: int64(taker), want: want})
+			from: int64(giver), to: int64(taker), want: want, variant: variant})
 	}
 	led, err = parseLedger(v)
 	if err != nil {
@@ -106,7 +98,7 @@ func (k *Keeper) finishMove(ctx context.Context, l lua.Layout, token int64, led 
 	freed := led.freed
 	if led.phase == "shrink" {
 		var err error
-		freed, err = lua.Shrink.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, led.want).Int64()
+		freed, err = lua.Shrink.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, led.want, led.variant).Int64()
 		if err != nil {
 			return 0, fmt.Errorf("shrinking bucket %d: %w: %w", led.from, flashgate.ErrUnavailable, err)
 		}
@@ -121,7 +113,7 @@ func (k *Keeper) finishMove(ctx context.Context, l lua.Layout, token int64, led 
 			return 0, fmt.Errorf("recording a shrink: ledger answered %v", v)
 		}
 	}
-	code, err := lua.Grant.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.to))), token, led.seq, freed).Int64()
+	code, err := lua.Grant.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.to))), token, led.seq, freed, led.variant).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("crediting bucket %d: %w: %w", led.to, flashgate.ErrUnavailable, err)
 	}
@@ -141,8 +133,47 @@ func (k *Keeper) finishMove(ctx context.Context, l lua.Layout, token int64, led 
 		return 0, errStaleLeader
 	}
 	if code == 1 {
-		k.log.Debug("units moved between buckets", "sale", l.Sale, "from", led.from, "to", led.to, "units", freed, "move", led.seq)
+		k.log.Debug("units moved between buckets", "sale", l.Sale, "from", led.from, "to", led.to, "units", freed, "variant", led.variant, "move", led.seq)
 		return freed, nil
 	}
 	return 0, nil
+}
+
+// pickMove chooses a move between stock's buckets by their unheld units
+// (free): half the difference from the bucket with the most to the bucket
+// with the fewest when they differ by 2 or more; near the end, one unit to
+// an empty bucket whose buyers were turned away (lua.FieldWant, counted by
+// the inventory) from a bucket that has one and no such buyers, or has two
+// or more. giver is -1 when no move is due.
+func pickMove(stock []bucketStock, free func(bucketStock) int64) (giver, taker int, want int64) {
+	giver, taker = -1, -1
+	for b, st := range stock {
+		if giver < 0 || free(st) > free(stock[giver]) {
+			giver = b
+		}
+		if taker < 0 || free(st) < free(stock[taker]) {
+			taker = b
+		}
+	}
+	if giver < 0 {
+		return -1, -1, 0
+	}
+	if want = (free(stock[giver]) - free(stock[taker])) / 2; want >= 1 {
+		return giver, taker, want
+	}
+	taker, giver = -1, -1
+	for b, st := range stock {
+		if free(st) == 0 && st.want > 0 && (taker < 0 || st.want > stock[taker].want) {
+			taker = b
+		}
+	}
+	for b, st := range stock {
+		if b != taker && (free(st) >= 2 || free(st) == 1 && st.want == 0) && (giver < 0 || free(st) > free(stock[giver])) {
+			giver = b
+		}
+	}
+	if taker < 0 || giver < 0 {
+		return -1, -1, 0
+	}
+	return giver, taker, 1
 }

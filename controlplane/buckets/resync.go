@@ -33,7 +33,8 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	l := Layout(sale)
 	tags := l.Tags()
-	figs, err := bs.BucketFigures(ctx, sale.ID, l.N())
+	variants := variantIDs(sale)
+	figs, vfigs, err := bucketFigures(ctx, bs, sale, l.N())
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
@@ -42,7 +43,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	// The sale's own hash: prepared again (with its layout) if Redis lost it.
 	created, err := lua.Prepare.Run(ctx, k.rdb, lua.SaleKeys(sale.ID),
-		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents, l.String()).Int()
+		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents, l.String(), "", salehash.VariantSpec(sale.Variants, nil)).Int()
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -58,7 +59,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	before.Missing = created == 1
 	// A bucket Redis lost is rebuilt with what no other bucket and no move
 	// in flight holds (see rebuildTotals).
-	stock, err := k.readStock(ctx, l)
+	stock, err := k.readStock(ctx, l, variants)
 	if err != nil {
 		return before, after, err
 	}
@@ -74,28 +75,28 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		// those units included, with the move marked done in every rebuilt
 		// bucket (its grant then changes nothing).
 		if int(led.from) < len(stock) && stock[led.from].found {
-			if err := lua.Shrink.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, 0).Err(); err != nil {
+			if err := lua.Shrink.Run(ctx, k.rdb, lua.SaleKeys(l.Tag(int(led.from))), led.seq, 0, led.variant).Err(); err != nil {
 				return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 			}
-			if stock, err = k.readStock(ctx, l); err != nil {
+			if stock, err = k.readStock(ctx, l, variants); err != nil {
 				return before, after, err
 			}
 		}
 		led.inFlight = false
 	}
-	live := make([]int64, l.N())
-	for b := range figs {
-		live[b] = figs[b].LiveUnits
-	}
-	rebuild := rebuildTotals(sale.Total, stock, led, live)
+	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs)
 	restored := false
 	ratio := strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64)
 	for b, t := range tags {
 		keys := lua.SaleKeys(t)
 		run := func(restore string) ([]int64, error) {
-			return lua.Resync.Run(ctx, k.rdb, keys, figs[b].LiveUnits, figs[b].PersistedUnits,
+			args := []any{figs[b].LiveUnits, figs[b].PersistedUnits,
 				rebuild[b], salehash.PerUser(sale), sale.PriceCents,
-				string(sale.State), ratio, 0, restore, fencing.Of(ctx)).Int64Slice()
+				string(sale.State), ratio, 0, restore, fencing.Of(ctx)}
+			if len(variants) > 0 {
+				args = append(args, "", resyncSpec(sale.Variants, vrebuild[b], vfigs[b]))
+			}
+			return lua.Resync.Run(ctx, k.rdb, keys, args...).Int64Slice()
 		}
 		v, err := run("0")
 		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
@@ -301,4 +302,64 @@ func (k *Keeper) markRebuilt(ctx context.Context, l lua.Layout, b int, led ledge
 		return fmt.Errorf("re-syncing: %w", err)
 	}
 	return nil
+}
+
+// bucketFigures reads a bucketed sale's figures per bucket from one
+// snapshot; for a sale sold in variants, also per bucket and variant id.
+func bucketFigures(ctx context.Context, bs FigureStore, sale flashgate.Sale, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
+	if !sale.HasVariants() {
+		figs, err := bs.BucketFigures(ctx, sale.ID, n)
+		return figs, nil, err
+	}
+	return bs.BucketVariantFigures(ctx, sale.ID, n)
+}
+
+// rebuildShares are the totals a bucket Redis lost is rebuilt with (see
+// rebuildTotals), and for a sale sold in variants each one's per variant
+// in the sale's order (rebuildVariantTotals); stock was read with the
+// sale's variant ids.
+func (k *Keeper) rebuildShares(sale flashgate.Sale, stock []bucketStock, led ledgerState, figs []flashgate.SaleFigures, vfigs []map[string]flashgate.SaleFigures) ([]int64, [][]int64) {
+	if !sale.HasVariants() {
+		live := make([]int64, len(stock))
+		for b := range figs {
+			live[b] = figs[b].LiveUnits
+		}
+		return rebuildTotals(sale.Total, stock, led, live), nil
+	}
+	totals := make([]int64, len(sale.Variants))
+	live := make([][]int64, len(stock))
+	for b := range live {
+		live[b] = make([]int64, len(sale.Variants))
+		for i, v := range sale.Variants {
+			if b < len(vfigs) {
+				live[b][i] = vfigs[b][v.ID].LiveUnits
+			}
+		}
+	}
+	for i, v := range sale.Variants {
+		totals[i] = v.Total
+	}
+	per, sums := rebuildVariantTotals(variantIDs(sale), totals, stock, led, live)
+	return sums, per
+}
+
+// resyncSpec is lua.Resync's ARGV[12] for one bucket of a sale sold in
+// variants: "id:total:L:P,..." with each variant's total the bucket's
+// rebuild share (used only when the bucket is rebuilt) and L and P its
+// live and all-rows units in the bucket.
+func resyncSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashgate.SaleFigures) string {
+	b := make([]byte, 0, 24*len(vs))
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, v.ID...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, totals[i], 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, figs[v.ID].LiveUnits, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, figs[v.ID].PersistedUnits, 10)
+	}
+	return string(b)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -107,3 +108,23 @@ const ReleaseChunk = 1000
 
 // ErrReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
 var ErrReleaseBacklog = errors.New("pending releases not yet delivered; the next pass goes on")
+
+// VariantSpec is lua.Prepare's ARGV[7] for variants vs, "id:total,..."; with
+// totals (one per variant, in order) those replace the variants' own, as a
+// bucket's share of each ("" for no variants).
+func VariantSpec(vs []flashgate.Variant, totals []int64) string {
+	b := make([]byte, 0, 16*len(vs))
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, v.ID...)
+		b = append(b, ':')
+		t := v.Total
+		if totals != nil {
+			t = totals[i]
+		}
+		b = strconv.AppendInt(b, t, 10)
+	}
+	return string(b)
+}
