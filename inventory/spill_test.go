@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -210,6 +211,77 @@ func BenchmarkReserveBucketed(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// TestSpillVariant: on a bucketed sale sold in variants, a buyer whose
+// home bucket sold out of their size buys it in a bucket that still has
+// it (the entry names the size), never in a bucket that has only other
+// sizes; once no bucket has their size they hear sold out while other
+// sizes still sell. Both the batched and the single reserve.
+func TestSpillVariant(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		batch int
+	}{{"single", 1}, {"batched", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			_, rdb := newRedis(t)
+			ctx := context.Background()
+			svc := inventory.New(rdb, inventory.Config{Logger: quiet(), MaxReserveBatch: c.batch})
+			id := "spv"
+			l := lua.Layout{Sale: id, Salts: []int{1, 2, 3}}
+			if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(id), 6, 12, 1, 500, l.String(), "", "S:3,M:3").Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Bucket 0 holds one S, bucket 1 two M, bucket 2 two S and one M.
+			for b, spec := range []string{"S:1,M:0", "S:0,M:2", "S:2,M:1"} {
+				total := []int64{1, 2, 3}[b]
+				if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(l.Tag(b)), total, 0, 1, 500, "", "", spec).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(l.Tag(b)), "open").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			u := homeUsers(l, 0, 6)
+			want := func(user, variant string, bucket int) {
+				t.Helper()
+				order, err := svc.Reserve(ctx, id, user, variant, 1)
+				if err != nil {
+					t.Fatalf("%s buying %s: %v", user, variant, err)
+				}
+				entries, err := rdb.XRange(ctx, lua.OrdersKey(l.Tag(bucket)), "-", "+").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range entries {
+					if e := entry(m); e.Order == order {
+						if e.Variant != variant || e.Bucket != strconv.Itoa(bucket) {
+							t.Errorf("%s's order: got variant %q bucket %q, want %s in %d", user, e.Variant, e.Bucket, variant, bucket)
+						}
+						return
+					}
+				}
+				t.Errorf("%s's order %s is not in bucket %d's stream", user, order, bucket)
+			}
+			want(u[0], "S", 0) // home has it
+			want(u[1], "S", 2) // home sold out of S: bucket 2 has two
+			want(u[2], "M", 1) // home never had M: bucket 1 has the most
+			want(u[3], "S", 2)
+			if _, err := svc.Reserve(ctx, id, u[4], "S", 1); !errors.Is(err, flashgate.ErrSoldOut) {
+				t.Errorf("S everywhere sold out: got %v, want sold out", err)
+			}
+			if v, _ := rdb.HGet(ctx, lua.BuyersKey(l.Tag(0)), u[4]).Result(); v != "" {
+				t.Errorf("a sold-out spill left %q in the home bucket", v)
+			}
+			want(u[5], "M", 1) // M still sells
+			for b, w := range []string{"1,0", "0,2", "2,0"} {
+				h, _ := rdb.HMGet(ctx, lua.SaleKey(l.Tag(b)), lua.VariantField("S", lua.FieldBooked), lua.VariantField("M", lua.FieldBooked)).Result()
+				if got := fmt.Sprintf("%v,%v", h[0], h[1]); got != w {
+					t.Errorf("bucket %d booked S,M: got %s, want %s", b, got, w)
+				}
+			}
 		})
 	}
 }

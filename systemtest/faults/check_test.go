@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,6 +17,47 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
+// readTags reads the sale's layout once it is open: a bucketed sale's
+// stock and orders are in its buckets (lua.Layout).
+func (x *run) readTags(ctx context.Context) {
+	v, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldLayout).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		x.problem("reading the sale's layout: %v", err)
+	}
+	l, ok := lua.ParseLayout(x.sale, v)
+	if !ok {
+		x.problem("the sale's layout %q is malformed", v)
+	}
+	x.tags = []string{x.sale}
+	if l.Bucketed() {
+		x.tags = append(x.tags, l.Tags()...)
+	}
+}
+
+// stockTags are the tags whose hashes and streams hold the sale's stock and
+// orders (readTags; the sale's own when not read).
+func (x *run) stockTags() []string {
+	if len(x.tags) == 0 {
+		return []string{x.sale}
+	}
+	return x.tags
+}
+
+// stock is a stock field of the sale (booked, a variant's booked) summed
+// over its hashes: the sale's own, and a bucketed sale's buckets (whose
+// own hash books nothing). A missing hash counts 0.
+func (x *run) stock(ctx context.Context, field string) (int64, error) {
+	var sum int64
+	for _, tag := range x.stockTags() {
+		n, err := x.c.rdb.HGet(ctx, lua.SaleKey(tag), field).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
 // settle waits until every reserved order of the sale is in the database
 // (the stream is empty and nothing is pending), then re-syncs the sale
 // through the admin API. It returns how long the drain took.
@@ -23,21 +65,24 @@ func (x *run) settle(ctx context.Context, limit time.Duration) time.Duration {
 	var backlog, pending int64
 	var lastErr error
 	took, ok := testwait.For(limit, func() bool {
-		n, err := x.c.rdb.XLen(ctx, lua.OrdersKey(x.sale)).Result()
-		if err != nil {
-			lastErr = err
-			return false
+		backlog, pending = 0, 0
+		for _, tag := range x.stockTags() {
+			n, err := x.c.rdb.XLen(ctx, lua.OrdersKey(tag)).Result()
+			if err != nil {
+				lastErr = err
+				return false
+			}
+			p, err := x.c.rdb.XPending(ctx, lua.OrdersKey(tag), lua.SinkGroup).Result()
+			if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
+				lastErr = err
+				return false
+			}
+			backlog += n
+			if p != nil {
+				pending += p.Count
+			}
 		}
-		p, err := x.c.rdb.XPending(ctx, lua.OrdersKey(x.sale), lua.SinkGroup).Result()
-		if err != nil && !redis.HasErrorPrefix(err, "NOGROUP") {
-			lastErr = err
-			return false
-		}
-		backlog = n
-		if p != nil {
-			pending = p.Count
-		}
-		return n == 0 && pending == 0
+		return backlog == 0 && pending == 0
 	})
 	if !ok {
 		x.problem("drain: order stream still holds %d entries (%d pending) %v after the crowd (last error %v): confirmed orders are not reaching the database",
@@ -59,7 +104,7 @@ func (x *run) settle(ctx context.Context, limit time.Duration) time.Duration {
 // units. It returns the number of order rows.
 func (x *run) checkAll(ctx context.Context, confirmed map[string]string, outs []outcome) (rows int) {
 	total := x.sc.total
-	booked, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64()
+	booked, err := x.stock(ctx, lua.FieldBooked)
 	if err != nil {
 		x.problem("reading booked from Redis: %v", err)
 	}

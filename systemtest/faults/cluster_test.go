@@ -386,10 +386,10 @@ func (c *cluster) openSale(ctx context.Context, id string, total int64) {
 	}
 }
 
-// openVariantSale creates sale id in sizes, starts it, waits until every
-// gateway shows it open, and turns the history's stock model to one per
-// size.
-func (c *cluster) openVariantSale(ctx context.Context, id string, sizes []variantSize) {
+// openVariantSale creates sale id in sizes (over buckets buckets, when
+// more than one), starts it, waits until every gateway shows it open, and
+// turns the history's stock model to one per size.
+func (c *cluster) openVariantSale(ctx context.Context, id string, sizes []variantSize, buckets int) {
 	c.t.Helper()
 	var vs []map[string]any
 	totals := map[string]int{}
@@ -398,7 +398,11 @@ func (c *cluster) openVariantSale(ctx context.Context, id string, sizes []varian
 		totals[v.id] = int(v.total)
 	}
 	c.hist.setVariants(totals)
-	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales", map[string]any{"id": id, "name": "Fault sneakers in sizes", "price_cents": 4900, "variants": vs}, nil))
+	sale := map[string]any{"id": id, "name": "Fault sneakers in sizes", "price_cents": 4900, "variants": vs}
+	if buckets > 1 {
+		sale["buckets"] = buckets
+	}
+	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales", sale, nil))
 	c.must(c.adminDo(ctx, http.MethodPost, "/admin/sales/"+id+"/start", nil, nil))
 	for _, u := range c.gwURL {
 		if d, ok := testwait.For(10*time.Second, func() bool { return saleState(ctx, u, id) == "open" }); !ok {

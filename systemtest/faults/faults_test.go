@@ -44,6 +44,9 @@ type scenario struct {
 	// each buyer asks for one, the history's stock model is one per size,
 	// and the second crowd buys each size's free units.
 	variants bool
+	// buckets, when above 1 (with variants), splits the sale's stock over
+	// that many buckets: the checks then sum the stock of every bucket.
+	buckets int
 	// own, when set, runs the scenario in place of the crowds above.
 	own func(t *testing.T, s *suite, sc scenario) result
 }
@@ -55,6 +58,10 @@ type run struct {
 	sc    scenario
 	c     *cluster
 	sale  string
+	// tags are the hash tags whose hashes and streams hold the sale's
+	// stock and orders: the sale's own, and a bucketed sale's buckets
+	// (readTags; their layout is fixed for the sale's life).
+	tags []string
 	start time.Time // the first crowd's start
 	crowd *crowd
 
@@ -175,6 +182,8 @@ var scenarios = []scenario{
 		lossesOK: "buyers answered during the rebuild, which must end within 2s"},
 	{name: "flushall-sqlite", fault: "FLUSHALL on the Redis primary mid-sale, a sale in three sizes (SQLite)", needs: "8.1 (book)", inject: flushAll, variants: true,
 		lossesOK: "buyers answered during the rebuild, which must end within 2s"},
+	{name: "flushall-buckets", fault: "FLUSHALL on the Redis primary mid-sale, a sale in three sizes over three buckets (SQLite)", needs: "8.1 (book)", inject: flushAll, variants: true, buckets: 3,
+		lossesOK: "buyers answered during the rebuild, which must end within 2s"},
 	{name: "slowloris", fault: "1,000 half-open connections to gateway-1 during the sale (SQLite)", inject: slowloris},
 	{name: "refunds-resync", fault: "25 orders refunded after the crowd, then re-sync, a sale in three sizes (PostgreSQL)", opts: clusterOpts{postgres: true}, between: refunds, variants: true},
 	{name: "idle-keepalive", fault: "per gateway, 10 keep-alive connections idle after a request and 10 opened with nothing sent, held 7s, past the 5s read timeout (SQLite)", needs: "8.5 (edge)", inject: idleKeepAlive},
@@ -293,10 +302,11 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	var sizes []variantSize
 	if sc.variants {
 		sizes = saleVariants(sc.total)
-		x.c.openVariantSale(ctx, x.sale, sizes)
+		x.c.openVariantSale(ctx, x.sale, sizes, sc.buckets)
 	} else {
 		x.c.openSale(ctx, x.sale, sc.total)
 	}
+	x.readTags(ctx)
 
 	// The first crowd, with the fault beside it, and invariant 1 sampled
 	// every 50ms while it runs.
@@ -329,7 +339,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil {
+			if b, err := x.stock(ctx, lua.FieldBooked); err == nil {
 				worst = max(worst, b)
 			}
 		}
@@ -415,7 +425,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	}
 
 	// The second crowd: every free unit must sell again, exactly.
-	booked, _ := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64()
+	booked, _ := x.stock(ctx, lua.FieldBooked)
 	free := int(sc.total - booked)
 	if free < 0 {
 		free = 0
@@ -424,7 +434,7 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	if sc.variants {
 		// Each size's free units, to buyers of that size: 20 more in all.
 		for k, v := range sizes {
-			vb, _ := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.VariantField(v.id, lua.FieldBooked)).Int64()
+			vb, _ := x.stock(ctx, lua.VariantField(v.id, lua.FieldBooked))
 			n := int(max(v.total-vb, 0)) + 20/len(sizes) + boolInt(k < 20%len(sizes))
 			late := &crowd{c: x.c, sale: x.sale, prefix: "late-" + v.id + "-", n: n, spread: time.Second,
 				variant: func(int) string { return v.id }}
@@ -444,11 +454,11 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	x.confirmedOf(confirmed, lateOuts)
 	x.settle(ctx, 40*time.Second)
 	r.rows = x.checkAll(ctx, confirmed, append(append([]outcome(nil), outs...), lateOuts...))
-	if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.FieldBooked).Int64(); err == nil && b != sc.total {
+	if b, err := x.stock(ctx, lua.FieldBooked); err == nil && b != sc.total {
 		x.problem("SOLD: booked %d after the second crowd, want all %d units", b, sc.total)
 	}
 	for _, v := range sizes {
-		if b, err := x.c.rdb.HGet(ctx, lua.SaleKey(x.sale), lua.VariantField(v.id, lua.FieldBooked)).Int64(); err != nil || b != v.total {
+		if b, err := x.stock(ctx, lua.VariantField(v.id, lua.FieldBooked)); err != nil || b != v.total {
 			x.problem("SOLD: size %s booked %d (%v) after the second crowd, want all its %d units", v.id, b, err, v.total)
 		}
 	}
