@@ -53,15 +53,15 @@ type scenario struct {
 
 // run is one scenario's run: its cluster, clock and findings.
 type run struct {
-	t     *testing.T
-	s     *suite
-	sc    scenario
-	c     *cluster
-	sale  string
+	t    *testing.T
+	s    *suite
+	sc   scenario
+	c    *cluster
+	sale string
 	// tags are the hash tags whose hashes and streams hold the sale's
 	// stock and orders: the sale's own, and a bucketed sale's buckets
 	// (readTags; their layout is fixed for the sale's life).
-	tags []string
+	tags  []string
 	start time.Time // the first crowd's start
 	crowd *crowd
 
