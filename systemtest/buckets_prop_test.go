@@ -46,15 +46,19 @@ type bucketModel struct {
 	// unmarkLate are released spilled orders whose home marker a crashed
 	// release left behind (crashRelease): the re-sync clears it.
 	unmarkLate map[string]bool
+	// variants are the sale's variants, nil for one stock; variantOf is
+	// the variant each successful reserve named.
+	variants  []flashgate.Variant
+	variantOf map[string]string
 }
 
 // spillStep is a spill stalled after its claim (reserved false) or after
 // its reserve in bucket (reserved true).
 type spillStep struct {
-	user, order  string
-	home, bucket int
-	qty          int64
-	reserved     bool
+	user, order, variant string
+	home, bucket         int
+	qty                  int64
+	reserved             bool
 }
 
 func (m *bucketModel) newToken(t *rapid.T) {
@@ -66,12 +70,41 @@ func (m *bucketModel) newToken(t *rapid.T) {
 }
 
 func (m *bucketModel) reserve(t *rapid.T) {
-	m.reserveAs(t, rapid.SampledFrom(m.users).Draw(t, "user"), rapid.Int64Range(1, 2).Draw(t, "qty"))
+	m.reserveAs(t, rapid.SampledFrom(m.users).Draw(t, "user"), rapid.Int64Range(1, 2).Draw(t, "qty"), m.variant(t))
 }
 
-// reserveAs is one reserve of user through the inventory.
-func (m *bucketModel) reserveAs(t *rapid.T, user string, qty int64) {
-	id, err := m.inv.Reserve(m.ctx, m.sale, user, "", qty)
+// variant draws one of the sale's variant ids, "" for a sale of one stock.
+func (m *bucketModel) variant(t *rapid.T) string {
+	if len(m.variants) == 0 {
+		return ""
+	}
+	return rapid.SampledFrom(m.variants).Draw(t, "variant").ID
+}
+
+// free is each bucket's unheld units of variant ("" the bucket's own).
+func (m *bucketModel) free(t *rapid.T, variant string) []int64 {
+	totals, booked, _ := m.stock(t)
+	out := make([]int64, len(totals))
+	for b := range totals {
+		out[b] = totals[b] - booked[b]
+	}
+	if variant == "" {
+		return out
+	}
+	for b, tag := range m.layout.Tags() {
+		v, err := m.rdb.HMGet(m.ctx, lua.SaleKey(tag), lua.VariantField(variant, lua.FieldTotal), lua.VariantField(variant, lua.FieldBooked)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[b] = lua.Int(v[0]) - lua.Int(v[1])
+	}
+	return out
+}
+
+// reserveAs is one reserve of user (of variant, "" none) through the
+// inventory.
+func (m *bucketModel) reserveAs(t *rapid.T, user string, qty int64, variant string) {
+	id, err := m.inv.Reserve(m.ctx, m.sale, user, variant, qty)
 	var pe *flashgate.PurchasedError
 	switch {
 	case err == nil:
@@ -79,12 +112,13 @@ func (m *bucketModel) reserveAs(t *rapid.T, user string, qty int64) {
 			t.Fatalf("order id %s answered twice", id)
 		}
 		m.ok[id] = reservation{user: user, qty: qty}
+		m.variantOf[id] = variant
 	case errors.Is(err, flashgate.ErrSoldOut):
-		// The spill path: sold out only while no bucket has qty free.
-		totals, booked, _ := m.stock(t)
-		for b := range totals {
-			if totals[b]-booked[b] >= qty {
-				t.Fatalf("%s (home %d) heard sold out for %d while bucket %d has %d of %d free", user, m.layout.Home(user), qty, b, totals[b]-booked[b], totals[b])
+		// The spill path: sold out only while no bucket has qty free (of
+		// the variant asked for).
+		for b, f := range m.free(t, variant) {
+			if f >= qty {
+				t.Fatalf("%s (home %d) heard sold out for %d of %q while bucket %d has %d free", user, m.layout.Home(user), qty, variant, b, f)
 			}
 		}
 	case errors.Is(err, flashgate.ErrUnavailable):
@@ -110,7 +144,7 @@ func (m *bucketModel) crashSpill(t *rapid.T) {
 		return
 	}
 	m.crashes++
-	st := spillStep{user: user, order: "crash-" + m.sale + "-" + strconv.Itoa(m.crashes), home: h, bucket: b, qty: 1}
+	st := spillStep{user: user, order: "crash-" + m.sale + "-" + strconv.Itoa(m.crashes), home: h, bucket: b, qty: 1, variant: m.variant(t)}
 	code, err := lua.Claim.Run(m.ctx, m.rdb, lua.ClaimKeys(m.layout.Tag(h)), user, st.order, m.clock.Now().UnixMilli()).Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -127,12 +161,13 @@ func (m *bucketModel) crashSpill(t *rapid.T) {
 // spillReserve is the spill reserve of st in its bucket.
 func (m *bucketModel) spillReserve(t *rapid.T, st *spillStep) {
 	v, err := lua.Reserve.Run(m.ctx, m.rdb, lua.SpillReserveKeys(m.layout.Tag(st.bucket)), st.order, st.user, st.qty,
-		m.clock.Now().UnixMilli(), m.sale, st.bucket, lua.SpillArg).Slice()
+		m.clock.Now().UnixMilli(), m.sale, st.bucket, lua.SpillArg, st.variant).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v[0] == int64(lua.ReserveOK) {
 		m.ok[st.order] = reservation{user: st.user, qty: st.qty}
+		m.variantOf[st.order] = st.variant
 		st.reserved = true
 	}
 }
@@ -149,7 +184,7 @@ func (m *bucketModel) lateSpill(t *rapid.T) {
 	if rapid.Bool().Draw(t, "the buyer tries again first") {
 		// Refused while the claim is pending; once the leader settled it,
 		// the late spill must not give the buyer a second order.
-		m.reserveAs(t, st.user, 1)
+		m.reserveAs(t, st.user, 1, st.variant)
 		m.check(t)
 	}
 	if !st.reserved {
@@ -190,7 +225,7 @@ func (m *bucketModel) crashRelease(t *rapid.T) {
 	if _, err := m.db.Transition(m.ctx, o.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled, m.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := lua.Release.Run(m.ctx, m.rdb, lua.ReleaseKeys(m.layout.Tag(o.Bucket)), o.ID, o.UserID, o.Quantity).Err(); err != nil {
+	if err := lua.Release.Run(m.ctx, m.rdb, lua.ReleaseKeys(m.layout.Tag(o.Bucket)), o.ID, o.UserID, o.Quantity, o.Variant).Err(); err != nil {
 		t.Fatal(err)
 	}
 	m.unmarkLate[o.ID] = true
@@ -279,8 +314,9 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 		return
 	}
 	want := rapid.Int64Range(0, m.total).Draw(t, "want")
+	variant := m.variant(t)
 	old := m.token
-	v, err := lua.Ledger.Run(m.ctx, m.rdb, lua.LedgerKeys(m.sale), "begin", old, from, to, want).Slice()
+	v, err := lua.Ledger.Run(m.ctx, m.rdb, lua.LedgerKeys(m.sale), "begin", old, from, to, want, variant).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +325,7 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 		return // a move is in flight already: the next rebalance finishes it
 	}
 	seq, _ := v[1].(int64)
-	freed, err := lua.Shrink.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(from)), seq, want).Int64()
+	freed, err := lua.Shrink.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(from)), seq, want, variant).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +340,7 @@ func (m *bucketModel) crashMidMove(t *rapid.T) {
 		m.check(t)
 	}
 	if rapid.Bool().Draw(t, "late stale grant") {
-		if err := lua.Grant.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(to)), old, seq, freed).Err(); err != nil {
+		if err := lua.Grant.Run(m.ctx, m.rdb, lua.SaleKeys(m.layout.Tag(to)), old, seq, freed, variant).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -349,8 +385,15 @@ func (m *bucketModel) loseBucket(t *rapid.T) {
 // stock reads every bucket's total and booked, and the units a move in
 // flight holds (freed from one bucket, not yet credited to another).
 func (m *bucketModel) stock(t *rapid.T) (totals, booked []int64, inFlight int64) {
+	totals, booked, inFlight, _ = m.stockOf(t)
+	return totals, booked, inFlight
+}
+
+// stockOf is stock with the variant of the move in flight ("" none, or
+// one stock).
+func (m *bucketModel) stockOf(t *rapid.T) (totals, booked []int64, inFlight int64, variant string) {
 	totals, booked = bucketBooked(t, m.ctx, m.rdb, m.layout)
-	h, err := m.rdb.HMGet(m.ctx, lua.LedgerKey(m.sale), "seq", "phase", "from", "to", "freed").Result()
+	h, err := m.rdb.HMGet(m.ctx, lua.LedgerKey(m.sale), "seq", "phase", "from", "to", "freed", "variant").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,12 +416,52 @@ func (m *bucketModel) stock(t *rapid.T) (totals, booked []int64, inFlight int64)
 			inFlight = n(v[1])
 		}
 	}
-	return totals, booked, inFlight
+	return totals, booked, inFlight, str(h[5])
+}
+
+// checkVariants asserts the invariants of a sale sold in variants between
+// any two steps: each bucket's total and booked the sums of its variants',
+// no variant booked beyond its total in a bucket, and each variant's
+// totals over the buckets its own (less a move of it in flight).
+func (m *bucketModel) checkVariants(t *rapid.T, totals, booked []int64, inFlight int64, moving string) {
+	sums := make([]int64, len(m.variants))
+	vt := make([]int64, len(totals))
+	vb := make([]int64, len(totals))
+	for b, tag := range m.layout.Tags() {
+		for i, v := range m.variants {
+			h, err := m.rdb.HMGet(m.ctx, lua.SaleKey(tag), lua.VariantField(v.ID, lua.FieldTotal), lua.VariantField(v.ID, lua.FieldBooked)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			total, bk := lua.Int(h[0]), lua.Int(h[1])
+			if bk < 0 || bk > total {
+				t.Fatalf("bucket %d variant %s: booked %d of total %d", b, v.ID, bk, total)
+			}
+			sums[i] += total
+			vt[b] += total
+			vb[b] += bk
+		}
+		if vt[b] != totals[b] || vb[b] != booked[b] {
+			t.Fatalf("bucket %d: total %d booked %d, its variants' sum to %d and %d", b, totals[b], booked[b], vt[b], vb[b])
+		}
+	}
+	for i, v := range m.variants {
+		want := v.Total
+		if v.ID == moving {
+			want -= inFlight
+		}
+		if sums[i] != want {
+			t.Fatalf("variant %s: buckets hold %d, want %d (move of %q in flight: %d)", v.ID, sums[i], want, moving, inFlight)
+		}
+	}
 }
 
 // check asserts the invariants that hold between any two steps.
 func (m *bucketModel) check(t *rapid.T) {
-	totals, booked, inFlight := m.stock(t)
+	totals, booked, inFlight, moving := m.stockOf(t)
+	if m.variants != nil {
+		m.checkVariants(t, totals, booked, inFlight, moving)
+	}
 	var sum int64
 	for b := range totals {
 		if booked[b] < 0 || booked[b] > totals[b] {
@@ -433,6 +516,7 @@ func (m *bucketModel) check(t *rapid.T) {
 		t.Fatal(err)
 	}
 	users := map[string]bool{}
+	liveOf := map[string]int64{}
 	var liveUnits int64
 	for _, o := range live {
 		if users[o.UserID] {
@@ -441,9 +525,10 @@ func (m *bucketModel) check(t *rapid.T) {
 		users[o.UserID] = true
 		liveUnits += o.Quantity
 		r, ok := m.ok[o.ID]
-		if !ok || r.user != o.UserID || r.qty != o.Quantity {
-			t.Fatalf("row %+v: got no matching reserve (%+v, %v)", o, r, ok)
+		if !ok || r.user != o.UserID || r.qty != o.Quantity || m.variantOf[o.ID] != o.Variant {
+			t.Fatalf("row %+v: got no matching reserve (%+v of %q, %v)", o, r, m.variantOf[o.ID], ok)
 		}
+		liveOf[o.Variant] += o.Quantity
 		if h := m.layout.Home(o.UserID); o.Bucket != h {
 			hv := entries[h][o.UserID]
 			if id, _, _, ok := lua.ParseMarker(hv); !ok || id != o.ID {
@@ -470,6 +555,11 @@ func (m *bucketModel) check(t *rapid.T) {
 	}
 	if liveUnits > m.total {
 		t.Fatalf("live units %d above the sale's %d", liveUnits, m.total)
+	}
+	for _, v := range m.variants {
+		if liveOf[v.ID] > v.Total {
+			t.Fatalf("variant %s: %d live units, above its %d", v.ID, liveOf[v.ID], v.Total)
+		}
 	}
 }
 
@@ -509,21 +599,42 @@ func (m *bucketModel) settle(t *rapid.T) {
 			t.Fatalf("row %s: got %+v, want %+v", id, o, r)
 		}
 	}
-	// While any bucket has a free unit, a buyer whose home bucket is empty
-	// buys it (through the spill path), else any fresh buyer does.
-	for {
-		totals, booked, _ := m.stock(t)
+	// While any bucket has a free unit (of some variant), a buyer of it
+	// whose home bucket has none buys it (through the spill path), else any
+	// fresh buyer does.
+	variants := []string{""}
+	if m.variants != nil {
+		variants = variants[:0]
+		for _, v := range m.variants {
+			variants = append(variants, v.ID)
+		}
+	}
+	for k := 0; ; k++ {
+		if k > int(m.total)+1 {
+			t.Fatalf("settling: more buyers than units")
+		}
 		var free int64
-		empty, some := -1, -1
-		for b := range totals {
-			f := totals[b] - booked[b]
-			free += f
-			if f == 0 && empty < 0 {
-				empty = b
+		empty, some, variant := -1, -1, ""
+		for _, v := range variants {
+			fs := m.free(t, v)
+			var vfree int64
+			for _, f := range fs {
+				vfree += f
 			}
-			if f > 0 && some < 0 {
-				some = b
+			if vfree == 0 {
+				continue
 			}
+			free += vfree
+			variant = v
+			for b, f := range fs {
+				if f == 0 && empty < 0 {
+					empty = b
+				}
+				if f > 0 && some < 0 {
+					some = b
+				}
+			}
+			break
 		}
 		if free == 0 {
 			break
@@ -540,11 +651,12 @@ func (m *bucketModel) settle(t *rapid.T) {
 				break
 			}
 		}
-		id, err := m.inv.Reserve(m.ctx, m.sale, u, "", 1)
+		id, err := m.inv.Reserve(m.ctx, m.sale, u, variant, 1)
 		if err != nil {
-			t.Fatalf("buckets' totals %v, booked %v: a fresh buyer of bucket %d got %v", totals, booked, target, err)
+			t.Fatalf("free of %q per bucket %v: a fresh buyer of bucket %d got %v", variant, m.free(t, variant), target, err)
 		}
 		m.ok[id] = reservation{user: u, qty: 1}
+		m.variantOf[id] = variant
 	}
 	_, booked, _ := m.stock(t)
 	var sold int64
@@ -572,6 +684,11 @@ func (m *bucketModel) settle(t *rapid.T) {
 // outside its buyer's home marked there, sold out only while no bucket has
 // the units, and at the end that every 201 is one row and that while any
 // bucket has a free unit a buyer whose home bucket is empty still buys it.
+// Half the runs sell the sale in two or three variants: every reserve,
+// spill, release and move then names one, and the checks hold per variant
+// too (each bucket's figures the sums of its variants', each variant's
+// totals over the buckets its own, less a move of it in flight, its live
+// units within its total, every row of the variant its reserve named).
 func TestBucketInvariants(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
@@ -591,7 +708,7 @@ func TestBucketInvariants(t *testing.T) {
 		}
 		var err error
 		m := &bucketModel{ctx: ctx, rdb: rdb, db: db, clock: testclock.New(time.Now()), sale: "run" + strconv.Itoa(run),
-			ok: map[string]reservation{}, unmarkLate: map[string]bool{}}
+			ok: map[string]reservation{}, unmarkLate: map[string]bool{}, variantOf: map[string]string{}}
 		m.inv = inventory.New(rdb, inventory.Config{Logger: quiet, Clock: m.clock})
 		m.cp, err = controlplane.New(controlplane.Config{Redis: rdb, Store: db, Releaser: m.inv, Clock: m.clock,
 			AdminToken: "bucket-test-token-0123456789", Logger: quiet, PersistWait: -1, PaymentWindow: 15 * time.Minute})
@@ -601,7 +718,19 @@ func TestBucketInvariants(t *testing.T) {
 		m.sink = ordersink.New(rdb, db, ordersink.Config{Consumer: "sink", Logger: quiet})
 		n := rapid.IntRange(2, 4).Draw(t, "buckets")
 		m.total = rapid.Int64Range(int64(n), 12).Draw(t, "total")
-		created, err := m.cp.CreateSale(ctx, flashgate.Sale{ID: m.sale, Name: "Prop", PriceCents: 5, Total: m.total, Buckets: n, PerUser: 2})
+		// Half the runs sell the sale in 2-3 variants, of random totals.
+		if nv := rapid.IntRange(0, 3).Draw(t, "variants"); nv >= 2 && int64(nv) <= m.total {
+			left := m.total
+			for i := range nv {
+				vt := left - int64(nv-1-i)
+				if i < nv-1 {
+					vt = rapid.Int64Range(1, left-int64(nv-1-i)).Draw(t, "variant total")
+				}
+				m.variants = append(m.variants, flashgate.Variant{ID: "v" + strconv.Itoa(i), Name: "V", Total: vt})
+				left -= vt
+			}
+		}
+		created, err := m.cp.CreateSale(ctx, flashgate.Sale{ID: m.sale, Name: "Prop", PriceCents: 5, Total: m.total, Buckets: n, PerUser: 2, Variants: m.variants})
 		if err != nil {
 			t.Fatal(err)
 		}
