@@ -163,13 +163,13 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	}
 	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
-		args = append(args, l.String(), "", salehash.VariantSpec(sale.Variants, nil))
+		args = append(args, l.String(), "", salehash.VariantSpec(sale.Variants, nil, nil))
 	} else if sale.Fair() || sale.HasVariants() {
 		queue := ""
 		if sale.Fair() {
 			queue = flashgate.QueueFair
 		}
-		args = append(args, "", queue, salehash.VariantSpec(sale.Variants, nil))
+		args = append(args, "", queue, salehash.VariantSpec(sale.Variants, nil, nil))
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }

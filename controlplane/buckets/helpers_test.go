@@ -65,7 +65,7 @@ func (e *env) startBucketed(s flashgate.Sale) flashgate.Sale {
 		}
 	}
 	if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(s.ID), s.Total, flashgate.AdmitCap(s.Total, s.AdmitRatio),
-		salehash.PerUser(s), s.PriceCents, l.String(), "", salehash.VariantSpec(s.Variants, nil)).Err(); err != nil {
+		salehash.PerUser(s), s.PriceCents, l.String(), "", salehash.VariantSpec(s.Variants, nil, nil)).Err(); err != nil {
 		e.t.Fatalf("preparing the sale: %v", err)
 	}
 	if missing, err := e.k.SetState(fencing.WithValue(e.ctx, e.takeFence()), s, "open"); err != nil || missing {

@@ -109,7 +109,7 @@ func PrepareArgs(sale flashgate.Sale, b int) []any {
 	for _, v := range shares {
 		total += v
 	}
-	return []any{total, 0, salehash.PerUser(sale), sale.PriceCents, "", "", salehash.VariantSpec(sale.Variants, shares)}
+	return []any{total, 0, salehash.PerUser(sale), sale.PriceCents, "", "", salehash.VariantSpec(sale.Variants, shares, nil)}
 }
 
 // VariantShares are bucket b's shares of each variant of vs over n

@@ -43,7 +43,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	// The sale's own hash: prepared again (with its layout) if Redis lost it.
 	created, err := lua.Prepare.Run(ctx, k.rdb, lua.SaleKeys(sale.ID),
-		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents, l.String(), "", salehash.VariantSpec(sale.Variants, nil)).Int()
+		sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents, l.String(), "", salehash.VariantSpec(sale.Variants, nil, nil)).Int()
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -94,7 +94,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 				rebuild[b], salehash.PerUser(sale), sale.PriceCents,
 				string(sale.State), ratio, 0, restore, fencing.Of(ctx)}
 			if len(variants) > 0 {
-				args = append(args, "", resyncSpec(sale.Variants, vrebuild[b], vfigs[b]))
+				args = append(args, "", salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b]))
 			}
 			return lua.Resync.Run(ctx, k.rdb, keys, args...).Int64Slice()
 		}
@@ -341,25 +341,4 @@ func (k *Keeper) rebuildShares(sale flashgate.Sale, stock []bucketStock, led led
 	}
 	per, sums := rebuildVariantTotals(variantIDs(sale), totals, stock, led, live)
 	return sums, per
-}
-
-// resyncSpec is lua.Resync's ARGV[12] for one bucket of a sale sold in
-// variants: "id:total:L:P,..." with each variant's total the bucket's
-// rebuild share (used only when the bucket is rebuilt) and L and P its
-// live and all-rows units in the bucket.
-func resyncSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashgate.SaleFigures) string {
-	b := make([]byte, 0, 24*len(vs))
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, v.ID...)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, totals[i], 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, figs[v.ID].LiveUnits, 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, figs[v.ID].PersistedUnits, 10)
-	}
-	return string(b)
 }

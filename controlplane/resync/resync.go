@@ -159,21 +159,10 @@ func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.Sa
 	if err != nil {
 		return fig, "", err
 	}
-	b := make([]byte, 0, 32*len(sale.Variants))
-	for i, v := range sale.Variants {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		f := per[v.ID]
-		b = append(b, v.ID...)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, v.Total, 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, f.LiveUnits, 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, f.PersistedUnits, 10)
+	if per == nil {
+		per = map[string]flashgate.SaleFigures{}
 	}
-	return fig, string(b), nil
+	return fig, salehash.VariantSpec(sale.Variants, nil, per), nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale

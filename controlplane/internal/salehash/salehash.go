@@ -109,11 +109,13 @@ const ReleaseChunk = 1000
 // ErrReleaseBacklog ends a re-sync pass whose deliveries ran out of budget.
 var ErrReleaseBacklog = errors.New("pending releases not yet delivered; the next pass goes on")
 
-// VariantSpec is lua.Prepare's ARGV[7] for variants vs, "id:total,..."; with
-// totals (one per variant, in order) those replace the variants' own, as a
-// bucket's share of each ("" for no variants).
-func VariantSpec(vs []flashgate.Variant, totals []int64) string {
-	b := make([]byte, 0, 16*len(vs))
+// VariantSpec is a sale's variants vs as lua.Prepare's ARGV[7] takes them,
+// "id:total,..." in vs's order ("" for none); with totals (one per variant)
+// those replace the variants' own, as a bucket's share of each. With figs
+// it is lua.Resync's ARGV[12], "id:total:L:P,...", L and P each variant's
+// live and all-rows units from figs (one database snapshot).
+func VariantSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashgate.SaleFigures) string {
+	b := make([]byte, 0, 32*len(vs))
 	for i, v := range vs {
 		if i > 0 {
 			b = append(b, ',')
@@ -125,6 +127,13 @@ func VariantSpec(vs []flashgate.Variant, totals []int64) string {
 			t = totals[i]
 		}
 		b = strconv.AppendInt(b, t, 10)
+		if figs != nil {
+			f := figs[v.ID]
+			b = append(b, ':')
+			b = strconv.AppendInt(b, f.LiveUnits, 10)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, f.PersistedUnits, 10)
+		}
 	}
 	return string(b)
 }
