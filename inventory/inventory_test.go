@@ -229,6 +229,8 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 			t.Errorf("Release of quantity 0: got %v, %v; want false, ErrBadRequest", ok, err)
 		}
 	})
+
+	t.Run("variants", func(t *testing.T) { testVariants(t, rdb, r) })
 }
 
 // run calls fn(i) for i in [0, n) on workers goroutines.

@@ -51,20 +51,7 @@ func variantBooked(tb testing.TB, rdb redis.UniversalClient, id, v string) int64
 	return n
 }
 
-func TestVariantsService(t *testing.T) {
-	_, rdb := newRedis(t)
-	testVariants(t, rdb, inventory.New(rdb, inventory.Config{Logger: quiet()}))
-}
-
-// TestVariantsClient is TestVariantsService over HTTP: the client carries
-// the variant to the handler and its refusals back.
-func TestVariantsClient(t *testing.T) {
-	_, rdb := newRedis(t)
-	c, _ := serve(t, inventory.New(rdb, inventory.Config{Logger: quiet()}))
-	testVariants(t, rdb, c)
-}
-
-// testVariants: on a sale of variants a variant sells out while the others
+// testVariants, a part of testContract: on a sale of variants a variant sells out while the others
 // sell, the order's entry names its variant, one live order per buyer
 // across variants, a missing, unknown or malformed variant (or one on a
 // sale of one stock) is 400 naming the field with nothing taken, and a
