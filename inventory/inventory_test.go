@@ -229,6 +229,8 @@ func testContract(t *testing.T, rdb redis.UniversalClient, r reserver) {
 			t.Errorf("Release of quantity 0: got %v, %v; want false, ErrBadRequest", ok, err)
 		}
 	})
+
+	t.Run("variants", func(t *testing.T) { testVariants(t, rdb, r) })
 }
 
 // run calls fn(i) for i in [0, n) on workers goroutines.
@@ -678,20 +680,33 @@ func TestOrderIDsMonotonic(t *testing.T) {
 
 // BenchmarkReserve reserves from a large stock with 32 goroutines per core:
 // one call at a time, auto-pipelined, and batched (lua.ReserveMany, the
-// default), to be read as ratios. redis-µs/op is redis-server's CPU per
-// reserve (INFO cpu).
+// default), to be read as ratios, and batched on a sale of 20 variants
+// (each buyer the next one), to be read against batched on one stock.
+// redis-µs/op is redis-server's CPU per reserve (INFO cpu).
 func BenchmarkReserve(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		cfg  inventory.Config
+		name     string
+		cfg      inventory.Config
+		variants int
 	}{
-		{"one-at-a-time", inventory.Config{NoAutoPipeline: true, MaxReserveBatch: 1}},
-		{"autopipeline", inventory.Config{MaxReserveBatch: 1}},
-		{"batched", inventory.Config{}},
+		{"one-at-a-time", inventory.Config{NoAutoPipeline: true, MaxReserveBatch: 1}, 0},
+		{"autopipeline", inventory.Config{MaxReserveBatch: 1}, 0},
+		{"batched", inventory.Config{}, 0},
+		{"batched-20-variants", inventory.Config{}, 20},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, rdb := newRedis(b)
-			prepSale(b, rdb, "bench", 1<<50, 1, "open")
+			ids := []string{""}
+			if bc.variants > 0 {
+				ids = make([]string, bc.variants)
+				totals := make([]int64, bc.variants)
+				for i := range ids {
+					ids[i], totals[i] = "v"+strconv.Itoa(i), 1<<45
+				}
+				prepVariants(b, rdb, "bench", 1, ids, totals)
+			} else {
+				prepSale(b, rdb, "bench", 1<<50, 1, "open")
+			}
 			bc.cfg.Logger = quiet()
 			svc := inventory.New(rdb, bc.cfg)
 			var n atomic.Int64
@@ -702,7 +717,8 @@ func BenchmarkReserve(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(n.Add(1), 10), "", 1); err != nil {
+					i := n.Add(1)
+					if _, err := svc.Reserve(ctx, "bench", "u"+strconv.FormatInt(i, 10), ids[i%int64(len(ids))], 1); err != nil {
 						b.Error(err)
 						return
 					}

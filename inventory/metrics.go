@@ -23,10 +23,11 @@ const (
 	outPaused
 	outPending // a spill of the user's is in flight (bucketed sales)
 	outNotAdmitted
+	outBadVariant // a variant the sale does not sell, or a malformed one (lua.ReserveBadVariant)
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused", "pending", "not_admitted"}
+var outcomeNames = [numOutcomes]string{"ok", "not_found", "not_started", "closed", "sold_out", "already_purchased", "bad_request", "error", "paused", "pending", "not_admitted", "bad_variant"}
 
 // The ops of flashgate_redis_call_seconds.
 const (
@@ -51,7 +52,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	reserves := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_reserve_total",
-		Help: "Reserve calls by outcome.",
+		Help: "Reserve calls by outcome: ok, sold_out, already_purchased, not_found, not_started, closed, paused, not_admitted, pending, bad_request, bad_variant (a variant the sale does not sell, or a malformed one) or error.",
 	}, []string{"outcome"})
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashgate_redis_call_seconds",

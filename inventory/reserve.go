@@ -13,7 +13,8 @@ import (
 // returning its id. Errors are flashgate sentinels: ErrNotFound (unknown or
 // malformed sale), ErrNotStarted, ErrClosed, ErrSoldOut, a
 // *flashgate.PurchasedError carrying the user's live order, ErrBadRequest
-// (bad user id or quantity) and ErrUnavailable (Redis unreachable).
+// (bad user id, quantity or variant) and ErrUnavailable (Redis
+// unreachable).
 func (s *Service) Reserve(ctx context.Context, saleID, userID, variant string, qty int64) (string, error) {
 	return s.reserve(ctx, "", saleID, userID, variant, qty)
 }
@@ -46,7 +47,7 @@ func (s *Service) reserve(ctx context.Context, orderID, saleID, userID, variant 
 		return "", errBadQty
 	}
 	if variant != "" && !flashgate.ValidVariantID(variant) {
-		s.m.outcome(outBadRequest)
+		s.m.outcome(outBadVariant)
 		return "", errBadVariant
 	}
 	if orderID == "" {
@@ -125,7 +126,7 @@ func (s *Service) answer(code int64) (string, error) {
 		s.m.outcome(outNotAdmitted)
 		return "", errUnadmitted
 	case lua.ReserveBadVariant:
-		s.m.outcome(outBadRequest)
+		s.m.outcome(outBadVariant)
 		return "", errBadVariant
 	default:
 		s.m.outcome(outError)

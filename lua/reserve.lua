@@ -62,7 +62,17 @@
 -- On success the entry also has the field "variant" (lua.EntryVariant)
 -- when the order names one, and the variant's booked and reserved grow by
 -- qty with the sale's.
-local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants')
+-- A named variant's figures (f[13..15]: total, booked, reserved) are read
+-- with the sale's.
+local variant = ARGV[8] or ''
+local vf = nil -- the names of the variant's fields
+local f
+if variant ~= '' then
+  vf = {'variant:' .. variant .. ':total', 'variant:' .. variant .. ':booked', 'variant:' .. variant .. ':reserved'}
+  f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants', vf[1], vf[2], vf[3])
+else
+  f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants')
+end
 if not f[1] then
   return {1, ''}
 end
@@ -103,18 +113,16 @@ if not n or n < 1 or n > perUser or n ~= math.floor(n) then
   return {6, ''}
 end
 -- A sale sold in variants (f[12]) takes from the named variant's stock too.
-local variant = ARGV[8] or ''
 local vtotal, vbooked = nil, 0
 if f[12] then
   if variant == '' then
     return {10, ''}
   end
-  local vf = redis.call('HMGET', KEYS[1], 'variant:' .. variant .. ':total', 'variant:' .. variant .. ':booked')
-  vtotal = tonumber(vf[1] or '')
+  vtotal = tonumber(f[13] or '')
   if not vtotal then
     return {10, ''}
   end
-  vbooked = tonumber(vf[2] or '0') or 0
+  vbooked = tonumber(f[14] or '0') or 0
 elseif variant ~= '' then
   return {10, ''}
 end
@@ -145,8 +153,8 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 -- a field of its own.
 local e = ARGV[1] .. ' ' .. string.format('%d', n) .. ' ' .. (f[6] or '0') .. ' ' .. ARGV[4] .. ' ' .. (ARGV[6] or '') .. ' ' .. ARGV[2]
 if vtotal then
-  redis.call('HINCRBY', KEYS[1], 'variant:' .. variant .. ':booked', n)
-  redis.call('HINCRBY', KEYS[1], 'variant:' .. variant .. ':reserved', n)
+  -- Whole numbers far below 2^53: Redis writes them as integers.
+  redis.call('HSET', KEYS[1], vf[2], vbooked + n, vf[3], (tonumber(f[15] or '0') or 0) + n)
   redis.call('XADD', KEYS[3], '*', 'e', e, 'variant', variant)
 else
   redis.call('XADD', KEYS[3], '*', 'e', e)
