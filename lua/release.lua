@@ -28,24 +28,11 @@ end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
-local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
-if n > booked then
-  n = booked
-end
-if n > 0 then
-  redis.call('HINCRBY', KEYS[1], 'booked', -n)
-end
+-- give_back: fragments/giveback.lua
+give_back(KEYS[1], 'booked', n)
 local v = ARGV[4] or ''
 if v ~= '' then
-  local vf = 'variant:' .. v .. ':booked'
-  local m = tonumber(ARGV[3])
-  local vb = tonumber(redis.call('HGET', KEYS[1], vf) or '0') or 0
-  if m > vb then
-    m = vb
-  end
-  if m > 0 then
-    redis.call('HINCRBY', KEYS[1], vf, -m)
-  end
+  give_back(KEYS[1], 'variant:' .. v .. ':booked', n)
 end
 if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])

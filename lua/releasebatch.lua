@@ -82,15 +82,7 @@ if units > 0 then
   redis.call('HINCRBY', KEYS[1], 'booked', -units)
 end
 for _, v in ipairs(vorder) do
-  local vf = 'variant:' .. v .. ':booked'
-  local vb = tonumber(redis.call('HGET', KEYS[1], vf) or '0') or 0
-  local m = vgive[v]
-  if m > vb then
-    m = vb
-  end
-  if m > 0 then
-    redis.call('HINCRBY', KEYS[1], vf, -m)
-  end
+  give_back(KEYS[1], 'variant:' .. v .. ':booked', vgive[v]) -- fragments/giveback.lua
 end
 if base then
   local want = base + (#ARGV - 1) / 4

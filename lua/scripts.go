@@ -12,6 +12,11 @@ var (
 	// a sale's hash (Prepare, Resync).
 	//go:embed fragments/salestatic.lua
 	saleStaticSrc string
+	// giveBackSrc defines give_back, how a booked figure goes down; it is
+	// put in front of the scripts that give units back (Release,
+	// ReleaseBatch).
+	//go:embed fragments/giveback.lua
+	giveBackSrc string
 	//go:embed reserve.lua
 	reserveSrc string
 	//go:embed release.lua
@@ -76,14 +81,14 @@ var (
 // KEYS, ARGV and return values.
 var (
 	Reserve  = redis.NewScript(reserveSrc)
-	Release  = redis.NewScript(releaseSrc)
+	Release  = redis.NewScript(giveBackSrc + releaseSrc)
 	Prepare  = redis.NewScript(saleStaticSrc + prepareSrc)
 	SetState = redis.NewScript(setStateSrc)
 	Resync   = redis.NewScript(saleStaticSrc + resyncSrc)
 	Extend   = redis.NewScript(extendSrc)
 	Unlock   = redis.NewScript(unlockSrc)
 
-	ReleaseBatch = redis.NewScript(releaseBatchSrc)
+	ReleaseBatch = redis.NewScript(giveBackSrc + releaseBatchSrc)
 	Restore      = redis.NewScript(restoreSrc)
 	Tally        = redis.NewScript(tallySrc)
 
