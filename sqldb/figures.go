@@ -150,11 +150,13 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 // VariantFigures are the figures of a sale sold in several variants, of the
 // whole sale and per variant id, from one query and hence one snapshot:
 // the re-sync's L and P of the sale and of each variant agree. Like
-// BucketFigures it aggregates the sale's rows. Rows whose variant is ”
-// (none) count in the whole sale's figures only.
+// Figures it reads counters (order_counts, and variant_counts kept by
+// triggers in the transaction of every row change), so it costs the same
+// for ten orders as for a million. Rows whose variant is "" (none) count
+// in the whole sale's figures only.
 func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM orders WHERE sale_id = ? GROUP BY variant, status`), saleID)
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT '', status, orders, units FROM order_counts WHERE sale_id = ?
+		UNION ALL SELECT variant, status, orders, units FROM variant_counts WHERE sale_id = ?`), saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
 	}
@@ -169,12 +171,13 @@ func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleF
 		if err := rows.Scan(&v, &st, &orders, &units); err != nil {
 			return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
 		}
-		addFigures(&all, flashgate.OrderStatus(st), orders, units)
-		if v != "" {
-			f := per[v]
-			addFigures(&f, flashgate.OrderStatus(st), orders, units)
-			per[v] = f
+		if v == "" {
+			addFigures(&all, flashgate.OrderStatus(st), orders, units)
+			continue
 		}
+		f := per[v]
+		addFigures(&f, flashgate.OrderStatus(st), orders, units)
+		per[v] = f
 	}
 	if err := rows.Err(); err != nil {
 		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)

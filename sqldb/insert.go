@@ -32,7 +32,7 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // other errors (the database unreachable, say) are not ErrBadRequest and
 // may pass when tried again.
 //
-// The rows are inserted grouped by (sale, status, quantity), in the given
+// The rows are inserted grouped by (sale, status, variant, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
 // prepared statements are reused (see chunkRows): a group's inserted rows
 // and units are the statement's affected rows times the quantity. On
@@ -59,7 +59,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			return 0, &flashgate.FieldError{Field: "status", Reason: "unknown status " + string(o.Status)}
 		}
 	}
-	// Group by (sale, status, quantity), stably. The order also keeps two
+	// Group by (sale, status, variant, quantity), stably. The order also keeps two
 	// concurrent batches on PostgreSQL from locking counter rows crosswise:
 	// each statement's trigger locks its (sale, status) rows until commit.
 	if !groupedForInsert(orders) {
@@ -81,7 +81,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	var counts []orderCount
 	args := make([]any, 0, 10*min(len(orders), pgInsertRows))
 	for start := 0; start < len(orders); {
-		// A group is a run of one (sale, status, quantity). Where this code
+		// A group is a run of one (sale, status, variant, quantity). Where this code
 		// counts, a released row goes alone, so that the statement says
 		// whether it was inserted (and must be queued for release).
 		st := insertedStatus(orders[start].Status)
@@ -150,12 +150,18 @@ type orderCount struct {
 	orders, units int64
 }
 
-// compareInsertKey orders rows by sale, stored status and quantity.
+// compareInsertKey orders rows by sale, stored status, variant and
+// quantity: the order PostgreSQL's triggers lock counter rows in
+// (order_counts by sale and status, variant_counts by sale, status and
+// variant), so that two batches never wait for each other crosswise.
 func compareInsertKey(a, b flashgate.Order) int {
 	if c := strings.Compare(a.SaleID, b.SaleID); c != 0 {
 		return c
 	}
 	if c := strings.Compare(string(insertedStatus(a.Status)), string(insertedStatus(b.Status))); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Variant, b.Variant); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Quantity, b.Quantity)
