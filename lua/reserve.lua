@@ -46,7 +46,7 @@
 --   {3, ""}       closed
 --   {4, ""}       sold out (booked + qty > total, or the variant's booked
 --                 + qty > its total); with ARGV[6] and without ARGV[7],
---                 want += 1
+--                 want += 1, and the variant's variant:<id>:want += 1
 --   {5, existing} the user already holds a live order (its id)
 --   {6, ""}       quantity not a whole number in 1..per_user
 --   {7, ""}       paused while a re-sync rebuilds it (resume set), or
@@ -129,8 +129,11 @@ end
 if tonumber(f[2] or '0') + n > tonumber(f[1]) or (vtotal and vbooked + n > vtotal) then
   if (ARGV[6] or '') ~= '' and ARGV[7] ~= 'spill' then
     -- A bucket turning a buyer away tells the leader's rebalancing that it
-    -- has buyers while it is empty.
+    -- has buyers while it is empty (of this variant, on a variant sale).
     redis.call('HINCRBY', KEYS[1], 'want', 1)
+    if vtotal then
+      redis.call('HINCRBY', KEYS[1], 'variant:' .. variant .. ':want', 1)
+    end
   end
   return {4, ''}
 end

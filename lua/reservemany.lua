@@ -19,7 +19,8 @@
 -- ARGV[1] now, unix milliseconds (every entry's ts)
 -- ARGV[2] sale id
 -- ARGV[3] the bucket index when KEYS are a bucket's of a bucketed sale (each
---         entry then carries it, and each sold-out answer counts one want);
+--         entry then carries it, and each sold-out answer counts one want,
+--         and one of its variant's, variant:<id>:want);
 --         "" otherwise
 -- ARGV[4+4i], ARGV[5+4i], ARGV[6+4i], ARGV[7+4i] for i = 0..n-1: order
 --         id, user id, quantity and variant id ("" none: Reserve's ARGV[8])
@@ -59,6 +60,7 @@ local perUser = tonumber(f[5] or '1') or 1
 local price = f[6] or '0'
 local bucket = ARGV[3]
 local taken, want = 0, 0
+local vwant, vworder = {}, {} -- variant → buyers a bucket turned away sold out, in first order
 local fenced = nil -- the failover fence, looked at when first needed
 -- A sale sold in variants (f[12]): the total, booked and reserved of each
 -- variant the orders name, all read in one HMGET (vtotal[v] false: no such
@@ -131,8 +133,16 @@ for i = 1, n do
       code = 4
       if bucket ~= '' then
         -- A bucket turning a buyer away tells the leader's rebalancing
-        -- that it has buyers while it is empty.
+        -- that it has buyers while it is empty (of this variant, on a
+        -- variant sale).
         want = want + 1
+        if sold then
+          if not vwant[v] then
+            vwant[v] = 0
+            vworder[#vworder + 1] = v
+          end
+          vwant[v] = vwant[v] + 1
+        end
       end
     else
       if fenced == nil then
@@ -194,5 +204,8 @@ if taken > 0 then
 end
 if want > 0 then
   redis.call('HINCRBY', KEYS[1], 'want', want)
+  for _, v in ipairs(vworder) do
+    redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':want', vwant[v])
+  end
 end
 return out

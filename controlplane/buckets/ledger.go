@@ -22,9 +22,11 @@ type bucketStock struct {
 	// svar is the variant the bucket's last shrink freed units of
 	// (lua.FieldShrinkVariant), "" for one stock.
 	svar string
-	// vtotal and vbooked are each variant's figures in the bucket, in the
-	// order of the variant ids readStock was given; nil for one stock.
-	vtotal, vbooked []int64
+	// vtotal, vbooked and vwant are each variant's figures in the bucket
+	// (vwant: the buyers of it the bucket turned away, lua.FieldWant per
+	// variant), in the order of the variant ids readStock was given; nil
+	// for one stock.
+	vtotal, vbooked, vwant []int64
 }
 
 func (b bucketStock) free() int64 { return max(b.total-b.booked, 0) }
@@ -32,8 +34,17 @@ func (b bucketStock) free() int64 { return max(b.total-b.booked, 0) }
 // vfree is the unheld units of variant i in the bucket.
 func (b bucketStock) vfree(i int) int64 { return max(b.vtotal[i]-b.vbooked[i], 0) }
 
+// demand is the buyers the bucket turned away sold out: of variant i, or
+// of any when i is -1.
+func (b bucketStock) demand(i int) int64 {
+	if i < 0 {
+		return b.want
+	}
+	return b.vwant[i]
+}
+
 // stockFields are the bucket hash fields readStock reads, in its order,
-// then each variant's total and booked.
+// then each variant's total, booked and want.
 var stockFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant, lua.FieldShrinkVariant}
 
 // readStock reads every bucket's stock in one pipeline, with the figures
@@ -62,10 +73,11 @@ func (k *Keeper) readStock(ctx context.Context, l lua.Layout, variants []string)
 		st := bucketStock{found: true, total: lua.Int(v[0]), booked: lua.Int(v[1]), sseq: lua.Int(v[2]), freed: lua.Int(v[3]), gseq: lua.Int(v[4]), want: lua.Int(v[5])}
 		st.svar, _ = v[6].(string)
 		if len(variants) > 0 {
-			st.vtotal, st.vbooked = make([]int64, len(variants)), make([]int64, len(variants))
+			st.vtotal, st.vbooked, st.vwant = make([]int64, len(variants)), make([]int64, len(variants)), make([]int64, len(variants))
 			for i := range variants {
-				st.vtotal[i] = lua.Int(v[len(stockFields)+2*i])
-				st.vbooked[i] = lua.Int(v[len(stockFields)+2*i+1])
+				st.vtotal[i] = lua.Int(v[len(stockFields)+3*i])
+				st.vbooked[i] = lua.Int(v[len(stockFields)+3*i+1])
+				st.vwant[i] = lua.Int(v[len(stockFields)+3*i+2])
 			}
 		}
 		out[b] = st
@@ -73,11 +85,11 @@ func (k *Keeper) readStock(ctx context.Context, l lua.Layout, variants []string)
 	return out, nil
 }
 
-// variantFields are each variant's total and booked fields, in order.
+// variantFields are each variant's total, booked and want fields, in order.
 func variantFields(variants []string) []string {
-	out := make([]string, 0, 2*len(variants))
+	out := make([]string, 0, 3*len(variants))
 	for _, id := range variants {
-		out = append(out, lua.VariantField(id, lua.FieldTotal), lua.VariantField(id, lua.FieldBooked))
+		out = append(out, lua.VariantField(id, lua.FieldTotal), lua.VariantField(id, lua.FieldBooked), lua.VariantField(id, lua.FieldWant))
 	}
 	return out
 }

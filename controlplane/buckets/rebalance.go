@@ -53,15 +53,13 @@ func (k *Keeper) Rebalance(ctx context.Context, sale flashgate.Sale, token int64
 	}
 	giver, taker, want, variant := -1, -1, int64(0), ""
 	if len(variants) == 0 {
-		giver, taker, want = pickMove(stock, bucketStock.free)
+		giver, taker, want = pickMove(stock, -1)
 	} else {
 		// A sale sold in variants moves one variant's units at a time: the
 		// variant whose buckets differ most, else the first whose last
-		// units an empty bucket's buyers want.
+		// units an empty bucket's buyers of it want.
 		for i, id := range variants {
-			free := func(st bucketStock) int64 { return st.vfree(i) }
-			g, t, w := pickMove(stock, free)
-			if g >= 0 && (giver < 0 || w > want) {
+			if g, t, w := pickMove(stock, i); g >= 0 && (giver < 0 || w > want) {
 				giver, taker, want, variant = g, t, w, id
 			}
 		}
@@ -76,7 +74,11 @@ func (k *Keeper) Rebalance(ctx context.Context, sale flashgate.Sale, token int64
 	if code, _ := v[0].(int64); code == 0 && len(v) == 2 {
 		seq, _ := v[1].(int64)
 		// The taker's demand is answered by this move.
-		if err := k.rdb.HSet(ctx, lua.SaleKey(l.Tag(taker)), lua.FieldWant, 0).Err(); err != nil {
+		field := lua.FieldWant
+		if variant != "" {
+			field = lua.VariantField(variant, lua.FieldWant)
+		}
+		if err := k.rdb.HSet(ctx, lua.SaleKey(l.Tag(taker)), field, 0).Err(); err != nil {
 			return 0, fmt.Errorf("rebalancing: %w: %w", flashgate.ErrUnavailable, err)
 		}
 		return k.finishMove(ctx, l, token, ledgerState{seq: seq, inFlight: true, phase: "shrink",
@@ -139,13 +141,20 @@ func (k *Keeper) finishMove(ctx context.Context, l lua.Layout, token int64, led 
 	return 0, nil
 }
 
-// pickMove chooses a move between stock's buckets by their unheld units
-// (free): half the difference from the bucket with the most to the bucket
-// with the fewest when they differ by 2 or more; near the end, one unit to
-// an empty bucket whose buyers were turned away (lua.FieldWant, counted by
-// the inventory) from a bucket that has one and no such buyers, or has two
-// or more. giver is -1 when no move is due.
-func pickMove(stock []bucketStock, free func(bucketStock) int64) (giver, taker int, want int64) {
+// pickMove chooses a move of variant i (-1: the one stock) between stock's
+// buckets by their unheld units of it: half the difference from the bucket
+// with the most to the bucket with the fewest when they differ by 2 or
+// more; near the end, one unit to an empty bucket whose buyers of it were
+// turned away (lua.FieldWant, counted by the inventory) from a bucket that
+// has one and no such buyers, or has two or more. giver is -1 when no move
+// is due.
+func pickMove(stock []bucketStock, i int) (giver, taker int, want int64) {
+	free := func(st bucketStock) int64 {
+		if i < 0 {
+			return st.free()
+		}
+		return st.vfree(i)
+	}
 	giver, taker = -1, -1
 	for b, st := range stock {
 		if giver < 0 || free(st) > free(stock[giver]) {
@@ -163,12 +172,12 @@ func pickMove(stock []bucketStock, free func(bucketStock) int64) (giver, taker i
 	}
 	taker, giver = -1, -1
 	for b, st := range stock {
-		if free(st) == 0 && st.want > 0 && (taker < 0 || st.want > stock[taker].want) {
+		if free(st) == 0 && st.demand(i) > 0 && (taker < 0 || st.demand(i) > stock[taker].demand(i)) {
 			taker = b
 		}
 	}
 	for b, st := range stock {
-		if b != taker && (free(st) >= 2 || free(st) == 1 && st.want == 0) && (giver < 0 || free(st) > free(stock[giver])) {
+		if b != taker && (free(st) >= 2 || free(st) == 1 && st.demand(i) == 0) && (giver < 0 || free(st) > free(stock[giver])) {
 			giver = b
 		}
 	}

@@ -205,3 +205,42 @@ func TestVariantRebalance(t *testing.T) {
 		t.Errorf("a buyer of the lost bucket buys again: got code %d, want purchased", code)
 	}
 }
+
+// TestVariantEndGame: near the end, an empty bucket gets one unit of the
+// size its turned-away buyers asked for (the inventory counts want per
+// variant), not of another size it also lacks, and that demand is then
+// answered.
+func TestVariantEndGame(t *testing.T) {
+	e := newEnv(t)
+	row := e.startBucketed(flashgate.Sale{ID: "eg", Name: "End", Total: 6, Buckets: 3, Variants: []flashgate.Variant{
+		{ID: "S", Name: "Small", Total: 3}, {ID: "M", Name: "Medium", Total: 3}}})
+	l := Layout(row)
+	// Bucket 0 sells its one S and its one M; then a buyer of M is
+	// turned away there.
+	for i, v := range []string{"S", "M"} {
+		if code := e.reserveVariant(row, 0, fmt.Sprintf("o%d", i), fmt.Sprintf("u%d", i), v); code != lua.ReserveOK {
+			t.Fatalf("reserve of %s: got code %d", v, code)
+		}
+	}
+	if code := e.reserveVariant(row, 0, "ox", "ux", "M"); code != lua.ReserveSoldOut {
+		t.Fatalf("reserve of a sold-out M: got code %d, want sold out", code)
+	}
+	if w, _ := e.rdb.HGet(e.ctx, lua.SaleKey(l.Tag(0)), lua.VariantField("M", lua.FieldWant)).Int64(); w != 1 {
+		t.Fatalf("bucket 0's want of M: got %d, want 1", w)
+	}
+	tok := e.takeFence()
+	if moved, err := e.k.Rebalance(e.ctx, row, tok); err != nil || moved != 1 {
+		t.Fatalf("rebalance: got %d moved, %v; want 1", moved, err)
+	}
+	stock := e.checkVariantStock(row, nil)
+	if stock[0].vfree(1) != 1 || stock[0].vfree(0) != 0 {
+		t.Errorf("bucket 0 after the end-game move: S free %d, M free %d; want 0 and 1", stock[0].vfree(0), stock[0].vfree(1))
+	}
+	if stock[0].vwant[1] != 0 {
+		t.Errorf("bucket 0's want of M after the move: got %d, want 0", stock[0].vwant[1])
+	}
+	// Nobody wants S in bucket 0: nothing more moves.
+	if moved, err := e.k.Rebalance(e.ctx, row, tok); err != nil || moved != 0 {
+		t.Errorf("second rebalance: got %d moved, %v; want 0", moved, err)
+	}
+}
