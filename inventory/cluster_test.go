@@ -158,6 +158,19 @@ func TestClusterWaitOnOwnConnection(t *testing.T) {
 		break
 	}
 	prepSale(t, cc, sale, 100, 1, "open")
+	// The scripts are loaded first: a reserve's first EVALSHA on a primary
+	// that lacks them answers NOSCRIPT after its WAIT ran, and the retry
+	// sends a second WAIT.
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		for _, sc := range []*redis.Script{lua.Reserve, lua.ReserveMany} {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("loading the scripts: %v", err)
+	}
 	before := commandCalls(t, cl, "wait")
 	svc := inventory.New(cc, inventory.Config{Logger: quiet(), WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	var replica *redis.Client
