@@ -347,16 +347,28 @@ func checkVariantRows(t *testing.T, s *faultSystem, sale flashgate.Sale, confirm
 // purchases at once, each naming another size, to two gateways' worth of
 // connections; exactly one is answered 201, the others name that order
 // (409 already_purchased) or are turned away, and the database holds one
-// row for them.
+// row for them; on a sale of one hash and on a bucketed one, where some
+// sizes are bought through the spill path.
 func TestVariantOneOrderPerBuyer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("system test")
 	}
+	// On three buckets the sizes are placed so that the buyer's home bucket
+	// lacks one or two of them: those tries spill to another bucket while
+	// the others reserve at home, at the same moment.
+	bucketed := flashgate.Sale{ID: "scalpb", Name: "Sizes", PriceCents: 100, PerUser: 2, Buckets: 3,
+		Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 3}, {ID: "M", Name: "Medium", Total: 1}, {ID: "L", Name: "Large", Total: 1}}}
+	single := variantSale
+	single.ID = "scalp"
+	for _, sale := range []flashgate.Sale{single, bucketed} {
+		t.Run(sale.ID, func(t *testing.T) { testVariantOneOrderPerBuyer(t, sale) })
+	}
+}
+
+func testVariantOneOrderPerBuyer(t *testing.T, sale flashgate.Sale) {
 	s := startFaultSystem(t, "single")
 	s.startGateway(t)
 	s.startSink("sink", s.db)
-	sale := variantSale
-	sale.ID = "scalp"
 	if _, err := s.cp.CreateSale(s.ctx, sale); err != nil {
 		t.Fatal(err)
 	}
