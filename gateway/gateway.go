@@ -25,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/conns"
 	"github.com/flashgate/flashgate/internal/replwait"
 )
 
@@ -134,9 +135,9 @@ type Server struct {
 
 	// coarse is the clock the connections' timeouts (and the cached
 	// answers' token checks) read; timeouts are those Serve's
-	// connections enforce (lazyConn).
-	coarse   *coarseClock
-	timeouts *connTimeouts
+	// connections enforce (package conns).
+	coarse   *conns.Clock
+	timeouts *conns.Timeouts
 	// sysClock is whether clock is the system clock, which secondsNow may
 	// read from coarse.
 	sysClock bool
@@ -188,8 +189,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	_, s.sysClock = cfg.Clock.(flashgate.SystemClock)
-	s.coarse = newCoarseClock(coarseTick(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout))
-	s.timeouts = &connTimeouts{read: cfg.ReadTimeout, idle: cfg.IdleTimeout, write: cfg.WriteTimeout, clock: s.coarse}
+	s.coarse = conns.NewClock(conns.Tick(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout))
+	s.timeouts = conns.NewTimeouts(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout, s.coarse)
 	s.handler = s.serve
 	s.srv = s.newHTTPServer(false)
 	if cfg.FastConns > 0 {
@@ -204,8 +205,8 @@ func New(cfg Config) (*Server, error) {
 // tick (at most 250 ms), so that such an answer reads no clock; the
 // Config's Clock otherwise (and always when it is not the system clock).
 func (s *Server) secondsNow() int64 {
-	if s.sysClock && s.coarse.running.Load() {
-		return s.coarse.nanos()
+	if s.sysClock && s.coarse.Running() {
+		return s.coarse.Nanos()
 	}
 	return s.clock.Now().UnixNano()
 }
