@@ -25,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/bearer"
 	"github.com/flashgate/flashgate/gateway/conns"
 	"github.com/flashgate/flashgate/internal/replwait"
 )
@@ -101,7 +102,7 @@ type Server struct {
 
 	pages *lru.Cache[string, *page]
 	seed  maphash.Seed
-	jwt   *verifier
+	jwt   *bearer.Verifier
 	qkeys *queueKeys // queue.go
 
 	// unavail counts purchases answered 503 for the Reserver's failure.
@@ -165,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.UserRate > 0 {
 		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
-	s.jwt = newVerifier(cfg.JWTSecret)
+	s.jwt = bearer.NewVerifier(cfg.JWTSecret)
 	s.qkeys = newQueueKeys(cfg.QueueSecret)
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
