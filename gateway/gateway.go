@@ -27,6 +27,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/gateway/bearer"
 	"github.com/flashgate/flashgate/gateway/conns"
+	"github.com/flashgate/flashgate/gateway/limits"
 	"github.com/flashgate/flashgate/internal/replwait"
 )
 
@@ -92,10 +93,10 @@ type Server struct {
 	// the sale leaves, under its write lock.
 	hot [hotSales]atomic.Pointer[sale]
 
-	users *userLimits // nil without a per-user limit
+	users *limits.Users // nil without a per-user limit
 	// orderUsers limits each user's order-route requests (nil without a
 	// limit); orderRetryAfter is their Retry-After.
-	orderUsers      *userLimits
+	orderUsers      *limits.Users
 	orderRetryAfter []byte
 	// orderLate counts order requests answered 503 past OrderTimeout.
 	orderLate unavailableLog
@@ -164,7 +165,7 @@ func New(cfg Config) (*Server, error) {
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var err error
 	if cfg.UserRate > 0 {
-		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
+		s.users = limits.New(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
 	s.jwt = bearer.NewVerifier(cfg.JWTSecret)
 	s.qkeys = newQueueKeys(cfg.QueueSecret)
@@ -183,7 +184,7 @@ func New(cfg Config) (*Server, error) {
 	s.userRetryAfter = []byte(strconv.Itoa(max(retry, 1)))
 	s.orderRetryAfter = []byte("1")
 	if cfg.OrderRate > 0 {
-		s.orderUsers = newUserLimits(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
+		s.orderUsers = limits.New(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
 		s.orderRetryAfter = []byte(strconv.Itoa(max(int(math.Ceil(1/cfg.OrderRate)), 1)))
 	}
 	if s.m, err = newMetrics(cfg.Metrics); err != nil {
