@@ -6,6 +6,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
+	"github.com/flashgate/flashgate/controlplane/salestatus"
 )
 
 // metricsSource is the Service as the collectors of controlplane/opsmetrics
@@ -43,7 +44,7 @@ func (m metricsSource) RedisFigures(ctx context.Context, sales []flashgate.Sale)
 }
 
 func (m metricsSource) VariantBooked(ctx context.Context, sale flashgate.Sale) ([]int64, error) {
-	vs, err := m.s.variantFigures(ctx, sale)
+	vs, err := salestatus.Variants(ctx, m.s.rdb, sale)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/controlplane/salestatus"
 )
 
 // Run runs the lifecycle loops until ctx ends, and returns nil then. Every
@@ -198,7 +199,7 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 		s.archiveIfOver(ctx, sale)
 		return
 	}
-	rf, err := s.redisFigures(ctx, sale.ID)
+	rf, err := salestatus.RedisFigures(ctx, s.rdb, sale.ID)
 	if err == nil {
 		_, err = s.buckets.Fold(ctx, sale, &rf)
 	}
@@ -212,7 +213,7 @@ func (s *Service) settle(ctx context.Context, sale flashgate.Sale) {
 			s.log.Warn("settlement", "sale", sale.ID, "err", err)
 			return
 		}
-		st := settlement(rf, fig)
+		st := salestatus.Settle(rf, fig)
 		level := "settlement: redis and database agree"
 		if st.Difference != 0 {
 			level = "settlement: redis and database differ; re-sync corrects redis"

@@ -64,5 +64,5 @@ func (s *Server) allowUser(user string, now time.Time) bool {
 	if s.users == nil {
 		return true
 	}
-	return s.users.allow(maphash.String(s.seed, user), now.UnixNano())
+	return s.users.Allow(maphash.String(s.seed, user), now.UnixNano())
 }

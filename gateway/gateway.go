@@ -25,6 +25,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/bearer"
+	"github.com/flashgate/flashgate/gateway/conns"
+	"github.com/flashgate/flashgate/gateway/limits"
 	"github.com/flashgate/flashgate/internal/replwait"
 )
 
@@ -90,17 +93,17 @@ type Server struct {
 	// the sale leaves, under its write lock.
 	hot [hotSales]atomic.Pointer[sale]
 
-	users *userLimits // nil without a per-user limit
+	users *limits.Users // nil without a per-user limit
 	// orderUsers limits each user's order-route requests (nil without a
 	// limit); orderRetryAfter is their Retry-After.
-	orderUsers      *userLimits
+	orderUsers      *limits.Users
 	orderRetryAfter []byte
 	// orderLate counts order requests answered 503 past OrderTimeout.
 	orderLate unavailableLog
 
 	pages *lru.Cache[string, *page]
 	seed  maphash.Seed
-	jwt   *verifier
+	jwt   *bearer.Verifier
 	qkeys *queueKeys // queue.go
 
 	// unavail counts purchases answered 503 for the Reserver's failure.
@@ -134,9 +137,9 @@ type Server struct {
 
 	// coarse is the clock the connections' timeouts (and the cached
 	// answers' token checks) read; timeouts are those Serve's
-	// connections enforce (lazyConn).
-	coarse   *coarseClock
-	timeouts *connTimeouts
+	// connections enforce (package conns).
+	coarse   *conns.Clock
+	timeouts *conns.Timeouts
 	// sysClock is whether clock is the system clock, which secondsNow may
 	// read from coarse.
 	sysClock bool
@@ -162,9 +165,9 @@ func New(cfg Config) (*Server, error) {
 	s.base, s.cancel = context.WithCancel(context.Background())
 	var err error
 	if cfg.UserRate > 0 {
-		s.users = newUserLimits(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
+		s.users = limits.New(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
-	s.jwt = newVerifier(cfg.JWTSecret)
+	s.jwt = bearer.NewVerifier(cfg.JWTSecret)
 	s.qkeys = newQueueKeys(cfg.QueueSecret)
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
@@ -181,15 +184,15 @@ func New(cfg Config) (*Server, error) {
 	s.userRetryAfter = []byte(strconv.Itoa(max(retry, 1)))
 	s.orderRetryAfter = []byte("1")
 	if cfg.OrderRate > 0 {
-		s.orderUsers = newUserLimits(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
+		s.orderUsers = limits.New(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
 		s.orderRetryAfter = []byte(strconv.Itoa(max(int(math.Ceil(1/cfg.OrderRate)), 1)))
 	}
 	if s.m, err = newMetrics(cfg.Metrics); err != nil {
 		return nil, err
 	}
 	_, s.sysClock = cfg.Clock.(flashgate.SystemClock)
-	s.coarse = newCoarseClock(coarseTick(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout))
-	s.timeouts = &connTimeouts{read: cfg.ReadTimeout, idle: cfg.IdleTimeout, write: cfg.WriteTimeout, clock: s.coarse}
+	s.coarse = conns.NewClock(conns.Tick(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout))
+	s.timeouts = conns.NewTimeouts(cfg.ReadTimeout, cfg.IdleTimeout, cfg.WriteTimeout, s.coarse)
 	s.handler = s.serve
 	s.srv = s.newHTTPServer(false)
 	if cfg.FastConns > 0 {
@@ -204,8 +207,8 @@ func New(cfg Config) (*Server, error) {
 // tick (at most 250 ms), so that such an answer reads no clock; the
 // Config's Clock otherwise (and always when it is not the system clock).
 func (s *Server) secondsNow() int64 {
-	if s.sysClock && s.coarse.running.Load() {
-		return s.coarse.nanos()
+	if s.sysClock && s.coarse.Running() {
+		return s.coarse.Nanos()
 	}
 	return s.clock.Now().UnixNano()
 }

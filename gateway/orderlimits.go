@@ -13,7 +13,7 @@ func (s *Server) allowOrder(user string, now time.Time) bool {
 	if s.orderUsers == nil {
 		return true
 	}
-	return s.orderUsers.allow(maphash.String(s.seed, user), now.UnixNano())
+	return s.orderUsers.Allow(maphash.String(s.seed, user), now.UnixNano())
 }
 
 // logOrderLate counts one order request answered 503 because its work

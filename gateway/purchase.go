@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/bearer"
 )
 
 // verdictErrs maps each local verdict but verdictAdmit to its sentinel.
@@ -68,7 +69,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansTooLarge)
 		return
 	}
-	tok, ok := bearerToken(ctx)
+	tok, ok := bearer.Token(ctx)
 	if !ok {
 		writeAnswer(ctx, ansUnauth)
 		return
@@ -100,7 +101,7 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 	}
 	now := s.clock.Now()
-	user, ok := s.jwt.verify(tok, now.UnixNano())
+	user, ok := s.jwt.Verify(tok, now.UnixNano())
 	if !ok {
 		writeAnswer(ctx, ansUnauth)
 		return

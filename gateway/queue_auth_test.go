@@ -13,12 +13,13 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate/fairqueue"
+	"github.com/flashgate/flashgate/gateway/bearer"
 )
 
 // forged is tok with its signature replaced: same header and claims, a
 // signature no secret made.
 func forged(tok string) string {
-	return tok[:strings.LastIndexByte(tok, '.')+1] + strings.Repeat("A", hs256SigLen)
+	return tok[:strings.LastIndexByte(tok, '.')+1] + strings.Repeat("A", bearer.SigLen)
 }
 
 // TestQueueTicketVouches: on the fair queue's cache-answered paths (status

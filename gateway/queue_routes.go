@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/fairqueue"
+	"github.com/flashgate/flashgate/gateway/bearer"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -96,13 +97,13 @@ func (s *Server) noQueue(ctx *fasthttp.RequestCtx, e *sale, st *saleState) {
 // A valid ticket binds the sale and the user as the token does (the
 // gateway gave it to a verified request of that user), and the answer is
 // that ticket's own place, which the sale's public figures and the user id
-// determine. So the token's claims are read (verifier.subject) and its
+// determine. So the token's claims are read (bearer.Verifier.Subject) and its
 // signature is checked only when no valid ticket comes; and a ticket bound
 // to the request's token (the form this answer reissues) is judged without
 // even reading the claims (boundStatus): a status poll of a waiting crowd
 // costs one MAC, the ticket's, not two.
 func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
-	tok, ok := bearerToken(ctx)
+	tok, ok := bearer.Token(ctx)
 	if !ok {
 		writeAnswer(ctx, ansUnauth)
 		return
@@ -113,10 +114,10 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	if q != nil && s.boundStatus(ctx, e, st, q, tok, t, now) {
 		return
 	}
-	user, exp, ok := s.jwt.subject(tok, now)
+	user, exp, ok := s.jwt.Subject(tok, now)
 	verified := false
 	if !ok {
-		if user, ok = s.jwt.verify(tok, now); !ok {
+		if user, ok = s.jwt.Verify(tok, now); !ok {
 			writeAnswer(ctx, ansUnauth)
 			return
 		}
@@ -129,7 +130,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	tk, ok := s.qkeys.readTicket(t, e.id, user)
 	if !ok {
 		if !verified {
-			if _, ok := s.jwt.verify(tok, now); !ok {
+			if _, ok := s.jwt.Verify(tok, now); !ok {
 				writeAnswer(ctx, ansUnauth)
 				return
 			}
@@ -142,7 +143,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 	p := s.locate(e, st, q, &tk, user)
 	writePlace(ctx, p, q)
 	if !p.noPlace() {
-		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+		s.reissue(ctx, e, user, t, &tk, &p, bearer.Sig(tok), exp)
 	}
 }
 
@@ -151,7 +152,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 // to judge; it reports whether it answered. Anything else (no such
 // ticket, a rank key to compute) is left to queueStatus's full path.
 func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, tok, t []byte, now int64) bool {
-	tk, ok := s.qkeys.readBound(t, tokenSig(tok), e, now/1e9)
+	tk, ok := s.qkeys.readBound(t, bearer.Sig(tok), e, now/1e9)
 	if !ok {
 		return false
 	}
@@ -311,7 +312,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 		return false
 	}
 	t := ctx.Request.Header.PeekCanonical(hTicket)
-	if tk, ok := s.qkeys.readBound(t, tokenSig(tok), e, now/1e9); ok {
+	if tk, ok := s.qkeys.readBound(t, bearer.Sig(tok), e, now/1e9); ok {
 		if p := s.locate(e, st, q, &tk, ""); !p.needUser {
 			if p.state == qsAdmitted || p.state == qsBought {
 				return false
@@ -320,7 +321,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 			return true
 		}
 	}
-	user, exp, ok := s.jwt.subject(tok, now)
+	user, exp, ok := s.jwt.Subject(tok, now)
 	if !ok {
 		return false
 	}
@@ -334,7 +335,7 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 	}
 	s.notAdmitted(ctx, e, q, &p)
 	if !p.noPlace() {
-		s.reissue(ctx, e, user, t, &tk, &p, tokenSig(tok), exp)
+		s.reissue(ctx, e, user, t, &tk, &p, bearer.Sig(tok), exp)
 	}
 	return true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/fairqueue"
+	"github.com/flashgate/flashgate/gateway/bearer"
 )
 
 // Tickets are hand-written here, in three forms, because a benchmark shows
@@ -191,7 +192,7 @@ func ticketParts(t []byte) (tt ticketText, ok bool) {
 		return ticketText{}, false
 	}
 	tt.exp, tt.tmac = rest[1:len(rest)-ticketMACB64-1], rest[len(rest)-ticketMACB64:]
-	if tt.expAt, ok = smallInt(tt.exp); !ok || tt.expAt <= 0 || tt.exp[0] == '0' {
+	if tt.expAt, ok = bearer.SmallInt(tt.exp); !ok || tt.expAt <= 0 || tt.exp[0] == '0' {
 		return ticketText{}, false
 	}
 	return tt, true

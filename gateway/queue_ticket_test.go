@@ -15,6 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashgate/flashgate/fairqueue"
+	"github.com/flashgate/flashgate/gateway/bearer"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -300,7 +301,7 @@ func TestTokenMAC(t *testing.T) {
 	m := hmac.New(sha256.New, k.token)
 	m.Write([]byte("fq"))
 	key := m.Sum(nil)
-	sig := []byte(strings.Repeat("s", hs256SigLen))
+	sig := []byte(strings.Repeat("s", bearer.SigLen))
 	for i, c := range []struct{ entry, exp string }{
 		{"p", "1796388727"}, {"kABCDEFGHIJKLMNOPQRSTUVWXYZ01", "1796388727"}, {"l7", "1"},
 		{"p", "1796388727"}, {"bkABCDEFGHIJKLMNOPQRSTUVWXYZ01", "68719476736"},

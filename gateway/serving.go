@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate/gateway/conns"
 )
 
 // Start runs the background goroutines: the state refresher (every
@@ -22,7 +24,7 @@ func (s *Server) Start() {
 		s.wg.Add(4)
 		go func() {
 			defer s.wg.Done()
-			s.coarse.run(s.base)
+			s.coarse.Run(s.base)
 		}()
 		go s.loop(s.cfg.StateRefresh, s.refreshState, nil)
 		go s.loop(s.cfg.CatalogRefresh, s.refreshCatalog, nil)
@@ -67,16 +69,16 @@ func (s *Server) Close() error {
 func (s *Server) Serve(ln net.Listener) error {
 	s.Start()
 	if s.lean == nil {
-		return s.srv.Serve(lazyListener{ln, s.timeouts})
+		return s.srv.Serve(conns.NewListener(ln, s.timeouts))
 	}
 	s.lnMu.Lock()
 	s.lns = append(s.lns, ln)
 	s.lnMu.Unlock()
-	split := newConnSplit(ln, s.cfg.FastConns, s.timeouts)
+	split := conns.NewSplit(ln, s.cfg.FastConns, s.timeouts)
 	errc := make(chan error, 2)
-	go func() { errc <- s.srv.Serve(split.fast) }()
-	go func() { errc <- s.lean.Serve(split.lean) }()
-	err := split.run()
+	go func() { errc <- s.srv.Serve(split.Fast()) }()
+	go func() { errc <- s.lean.Serve(split.Lean()) }()
+	err := split.Run()
 	return errors.Join(err, <-errc, <-errc)
 }
 
@@ -116,10 +118,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// newHTTPServer builds one of the two fasthttp servers (see connSplit);
+// newHTTPServer builds one of the two fasthttp servers (see conns.Split);
 // lean ones hold no buffers for idle connections. They have no timeouts of
 // their own: the connections Serve hands them enforce ReadTimeout,
-// IdleTimeout and WriteTimeout (lazyConn), reading no clock.
+// IdleTimeout and WriteTimeout (package conns), reading no clock.
 func (s *Server) newHTTPServer(lean bool) *fasthttp.Server {
 	cfg := s.cfg
 	return &fasthttp.Server{

@@ -29,7 +29,7 @@ func (e *env) peer(t *testing.T, mod func(*Config)) *Server {
 	return s
 }
 
-func limits(t *testing.T, s *Server, sale string) (rate.Limit, int) {
+func shareLimits(t *testing.T, s *Server, sale string) (rate.Limit, int) {
 	t.Helper()
 	e := s.lookup([]byte(sale))
 	if e.limiter == nil {
@@ -53,7 +53,7 @@ func TestShareSplitsSaleRate(t *testing.T) {
 	ctx := context.Background()
 
 	a.heartbeat(ctx)
-	if r, b := limits(t, a, "early"); r != 100 || b != 9 {
+	if r, b := shareLimits(t, a, "early"); r != 100 || b != 9 {
 		t.Fatalf("one gateway: got rate %v burst %d, want 100 and 9", r, b)
 	}
 
@@ -65,7 +65,7 @@ func TestShareSplitsSaleRate(t *testing.T) {
 		s    *Server
 		sale string
 	}{{a, "early"}, {a, "late"}, {b, "early"}} {
-		if r, burst := limits(t, tc.s, tc.sale); r != 50 || burst != 5 {
+		if r, burst := shareLimits(t, tc.s, tc.sale); r != 50 || burst != 5 {
 			t.Errorf("two gateways, %s on %s: got rate %v burst %d, want 50 and 5", tc.sale, tc.s.share.id, r, burst)
 		}
 	}
@@ -73,12 +73,12 @@ func TestShareSplitsSaleRate(t *testing.T) {
 	// b stops heartbeating: still counted for 3 intervals, then dropped.
 	clk.Add(3 * time.Second)
 	a.heartbeat(ctx)
-	if r, _ := limits(t, a, "early"); r != 50 {
+	if r, _ := shareLimits(t, a, "early"); r != 50 {
 		t.Errorf("b silent for 3 intervals: got rate %v, want 50", r)
 	}
 	clk.Add(10 * time.Millisecond)
 	a.heartbeat(ctx)
-	if r, burst := limits(t, a, "early"); r != 100 || burst != 9 {
+	if r, burst := shareLimits(t, a, "early"); r != 100 || burst != 9 {
 		t.Errorf("b silent past 3 intervals: got rate %v burst %d, want 100 and 9", r, burst)
 	}
 	n, err := e.primary.ZCard(ctx, lua.GatewaysKey()).Result()
@@ -101,10 +101,10 @@ func TestShareStartAndClose(t *testing.T) {
 	e.s.Start()
 	b := e.peer(t, mod)
 	b.Start()
-	if r, burst := limits(t, b, "s"); r != 500 || burst != 500 {
+	if r, burst := shareLimits(t, b, "s"); r != 500 || burst != 500 {
 		t.Fatalf("b right after Start: got rate %v burst %d, want 500 and 500", r, burst)
 	}
-	if _, ok := testwait.For(time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 500 }); !ok {
+	if _, ok := testwait.For(time.Second, func() bool { r, _ := shareLimits(t, e.s, "s"); return r == 500 }); !ok {
 		t.Fatalf("a did not take half within a second: it counts %d gateways", e.s.share.live.Load())
 	}
 	if err := b.Close(); err != nil {
@@ -114,7 +114,7 @@ func TestShareStartAndClose(t *testing.T) {
 	if n := e.primary.ZCard(context.Background(), lua.GatewaysKey()).Val(); n != 1 {
 		t.Errorf("right after b closed: %d gateways announced, want 1", n)
 	}
-	testwait.Eventually(t, time.Second, func() bool { r, _ := limits(t, e.s, "s"); return r == 1000 },
+	testwait.Eventually(t, time.Second, func() bool { r, _ := shareLimits(t, e.s, "s"); return r == 1000 },
 		"a to take the whole rate 1000 after b closed")
 }
 
@@ -127,7 +127,7 @@ func TestShareOffAndRedisDown(t *testing.T) {
 	if n, _ := e.primary.Exists(context.Background(), lua.GatewaysKey()).Result(); n != 0 {
 		t.Errorf("sharing off: %s exists", lua.GatewaysKey())
 	}
-	if r, _ := limits(t, e.s, "s"); r != 100 {
+	if r, _ := shareLimits(t, e.s, "s"); r != 100 {
 		t.Errorf("sharing off: got rate %v, want 100", r)
 	}
 
@@ -139,7 +139,7 @@ func TestShareOffAndRedisDown(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Close() })
 	f.s.cfg.Primary = dead
 	f.s.heartbeat(context.Background())
-	if r, _ := limits(t, f.s, "s"); r != 25 {
+	if r, _ := shareLimits(t, f.s, "s"); r != 25 {
 		t.Errorf("redis down: got rate %v, want the last share 25", r)
 	}
 }

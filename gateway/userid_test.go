@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -36,7 +37,7 @@ func TestUserIDRule(t *testing.T) {
 		{"uuid", token(t, "6f1c2a9e-4b0d-4c2e-9f3a-2b1d0c9e8f7a"), 201, "6f1c2a9e-4b0d-4c2e-9f3a-2b1d0c9e8f7a"},
 		{"cjk and emoji", token(t, "用户😀"), 201, "用户😀"},
 		{"space", token(t, "Ann Lee"), 201, "Ann Lee"},
-		{"longest", token(t, strings.Repeat("x", maxSubject)), 201, strings.Repeat("x", maxSubject)},
+		{"longest", token(t, strings.Repeat("x", flashgate.MaxUserID)), 201, strings.Repeat("x", flashgate.MaxUserID)},
 		{"nul", token(t, "carol\x00"), 401, ""},
 		{"nul alone", token(t, "\x00"), 401, ""},
 		{"nul escaped by hand", raw(`"dave\u0000x"`), 401, ""},
@@ -45,8 +46,8 @@ func TestUserIDRule(t *testing.T) {
 		{"escape sequence", token(t, "gina\x1b[31m"), 401, ""},
 		{"del", token(t, "hal\x7f"), 401, ""},
 		{"c1 control", token(t, "ivan\u0085"), 401, ""},
-		{"too long", token(t, strings.Repeat("x", maxSubject+1)), 401, ""},
-		{"too long in letters", token(t, strings.Repeat("é", maxSubject/2)+"x"), 401, ""},
+		{"too long", token(t, strings.Repeat("x", flashgate.MaxUserID+1)), 401, ""},
+		{"too long in letters", token(t, strings.Repeat("é", flashgate.MaxUserID/2)+"x"), 401, ""},
 		{"empty", raw(`""`), 401, ""},
 		{"c1 control escaped by hand", raw(`"kim\u009b"`), 401, ""},
 		{"letters escaped by hand", raw(`"l\u00e9a"`), 201, "léa"},

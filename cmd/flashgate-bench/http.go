@@ -102,22 +102,6 @@ type httpResult struct {
 	queue     *queueEnv // the (q) scenarios' entrants, or nil
 }
 
-// wrkCheck is the bare server driven by one wrk thread or two, on the (c)
-// request bytes: if two threads do not beat one, wrk is not what limits.
-type wrkCheck struct {
-	Threads int
-	Run     wrkRun
-}
-
-// openRun is an open-model run: arrivals at a fixed rate.
-type openRun struct {
-	What   string
-	Rate   float64
-	Of     float64 // the peak it is half of
-	Run    crowdRun
-	Server string
-}
-
 func (b *bench) httpPhase(ctx context.Context) error {
 	res := &httpResult{}
 	b.rep.http = res
@@ -437,42 +421,5 @@ func (b *bench) httpPhase(ctx context.Context) error {
 		return ctx.Err()
 	}
 
-	// Is wrk the bottleneck? The bare server on the (c) bytes, one wrk
-	// thread against two.
-	tokFile, err := b.tokens(ctx, "check-", b.cfg.Tokens)
-	if err != nil {
-		return err
-	}
-	for _, t := range []int{1, 2} {
-		w, err := b.runWrk(ctx, bare.Pid(), wrkSpec{Threads: t, Conns: 64, URL: "http://" + bareAddr + "/api/sales/c64/orders",
-			Script: purchaseLua, ScriptArgs: []string{tokFile, strconv.Itoa(t)}})
-		if err != nil {
-			return err
-		}
-		res.wrkCheck = append(res.wrkCheck, wrkCheck{t, w})
-	}
-	os.Remove(tokFile)
-
-	// The open model: new buyers of the large stock arriving at half the
-	// peak of the same tool, closed loop at 64 connections (wrk's peak in
-	// (c) would not do: the crowd's client costs more CPU than wrk's).
-	var wrkPeak float64
-	for _, p := range res.pairs {
-		if p.Key == "c64" {
-			wrkPeak = statOf(rates(p.Gate)).Med
-		}
-	}
-	if wrkPeak > 0 {
-		closed, err := b.crowd(ctx, st.gw, "open", max(1000, int(wrkPeak)*b.cfg.OpenSeconds/2), 64, 0, nil)
-		if err != nil {
-			return err
-		}
-		rate := closed.Rate / 2
-		c, err := b.crowd(ctx, st.gw, "open", max(1, int(rate)*b.cfg.OpenSeconds), 512, rate, nil)
-		res.open = &openRun{What: "purchase, large stock, a new buyer every request", Rate: rate, Of: closed.Rate, Run: c, Server: "flashgate"}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.httpChecks(ctx, res, st, bare.Pid(), bareAddr, purchaseLua)
 }

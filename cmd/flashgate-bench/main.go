@@ -278,7 +278,7 @@ func run(ctx context.Context, cfg settings) int {
 		b.r.stopAll()
 	}
 	phase("go", b.goBench)
-	phase("http", b.httpPhase) // http.go, queue.go; QUEUE_ENTRANTS, QUEUE_MAXNUMBER
+	phase("http", b.httpPhase) // http.go, httpcheck.go, queue.go; QUEUE_ENTRANTS, QUEUE_MAXNUMBER
 	phase("crowd", b.crowdPhase)
 	phase("storm", b.stormPhase)
 	phase("buckets", b.bucketsPhase) // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)

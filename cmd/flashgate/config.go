@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
-	"github.com/flashgate/flashgate/sqldb"
 )
 
 // Config is every setting of every command. Its zero value is not used
@@ -93,79 +90,6 @@ type Config struct {
 	Count      int           // token: how many tokens to print; 1
 	TTL        time.Duration // token: lifetime; 24h
 }
-
-// cmdSet is a set of commands, one bit each: the commands that take a flag
-// or that a check applies to.
-type cmdSet uint16
-
-// The commands that parse flags; a new command adds a bit here and its
-// name to cmdNames.
-const (
-	cmdServe cmdSet = 1 << iota
-	cmdGateway
-	cmdInventory
-	cmdOrdersink
-	cmdControlplane
-	cmdDemo
-	cmdCrowd
-	cmdToken
-	cmdVersion
-)
-
-// cmdNames maps each command's name to its bit.
-var cmdNames = map[string]cmdSet{
-	"serve":        cmdServe,
-	"gateway":      cmdGateway,
-	"inventory":    cmdInventory,
-	"ordersink":    cmdOrdersink,
-	"controlplane": cmdControlplane,
-	"demo":         cmdDemo,
-	"crowd":        cmdCrowd,
-	"token":        cmdToken,
-	"version":      cmdVersion,
-}
-
-// has reports whether the command named cmd is in s.
-func (s cmdSet) has(cmd string) bool { return s&cmdNames[cmd] != 0 }
-
-// flagSpec ties a flag to the commands that take it.
-type flagSpec struct {
-	name, usage string
-	cmds        cmdSet
-	bind        func(fs *flag.FlagSet, c *Config, name, usage string)
-}
-
-func strFlag(p func(*Config) *string, def string) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.StringVar(p(c), n, def, u) }
-}
-
-func durFlag(p func(*Config) *time.Duration, def time.Duration) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.DurationVar(p(c), n, def, u) }
-}
-
-func floatFlag(p func(*Config) *float64, def float64) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.Float64Var(p(c), n, def, u) }
-}
-
-func intFlag(p func(*Config) *int, def int) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.IntVar(p(c), n, def, u) }
-}
-
-func int64Flag(p func(*Config) *int64, def int64) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.Int64Var(p(c), n, def, u) }
-}
-
-func boolFlag(p func(*Config) *bool, def bool) func(*flag.FlagSet, *Config, string, string) {
-	return func(fs *flag.FlagSet, c *Config, n, u string) { fs.BoolVar(p(c), n, def, u) }
-}
-
-// Command sets several flags share.
-const (
-	servers = cmdServe | cmdGateway | cmdInventory | cmdOrdersink | cmdControlplane
-	gwLike  = cmdServe | cmdGateway | cmdDemo
-	cpLike  = cmdServe | cmdControlplane | cmdDemo
-	payCmds = cmdServe | cmdGateway | cmdControlplane | cmdDemo
-)
 
 var flagSpecs = []flagSpec{
 	{"listen", "public listener (gateway; inventory's HTTP face)", cmdServe | cmdGateway | cmdInventory | cmdDemo, strFlag(func(c *Config) *string { return &c.Listen }, ":8080")},
@@ -433,46 +357,3 @@ func (c *Config) validate(cmd string) error {
 	}
 	return nil
 }
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func checkRedisURL(flagName, s string) error {
-	if _, err := parseRedisURL(s); err != nil {
-		return fmt.Errorf("%s %q: %v", flagName, s, err)
-	}
-	return nil
-}
-
-func checkDBURL(s string) error {
-	if err := sqldb.CheckURL(s); err != nil {
-		return fmt.Errorf("--db: %w", err)
-	}
-	return nil
-}
-
-func checkHTTPURL(flagName, s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%s %q: want http://host:port", flagName, s)
-	}
-	return nil
-}
-
-func checkListen(flagName, s string) error {
-	if _, _, err := net.SplitHostPort(s); err != nil {
-		return fmt.Errorf("%s %q: want host:port", flagName, s)
-	}
-	return nil
-}
-
-// userIDRule is docs/api.md's user id rule (flashgate.ValidUserID), for
-// error messages.
-var userIDRule = fmt.Sprintf("1–%d bytes of UTF-8 without control characters (docs/api.md, \"Buyer identity\")", flashgate.MaxUserID)

@@ -1,4 +1,4 @@
-package gateway
+package conns
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 //
 // It is hand-written where fasthttp's own ReadTimeout, IdleTimeout and
 // WriteTimeout would do because a benchmark shows it matters on the
-// purchase path: with fasthttp's timeouts (and connSplit handing fasthttp
+// purchase path: with fasthttp's timeouts (and Split handing fasthttp
 // the raw connections) the server spent 1.12 times the CPU per purchase
 // (geometric mean over 36 alternating rounds, median 1.11) and answered
 // 0.93 times the purchases a second (54 rounds). On a sold-out rejection
@@ -28,7 +28,7 @@ import (
 // measure again before changing either.
 //
 // So the gateway gives fasthttp no timeouts and lazyConn applies them
-// itself (to, connTimeouts): each Read and Write computes its deadline
+// itself (to, Timeouts): each Read and Write computes its deadline
 // from a coarse clock that costs an atomic load, and passes it to the
 // socket only when it is earlier than the one armed there;
 // a later one is only recorded. A read or write that the armed deadline
@@ -56,14 +56,14 @@ type lazyConn struct {
 	// reading is true from a request's first byte (or the accept) to its
 	// answer, and reqEnd (Unix nanoseconds, 0 for none) is when its
 	// reading must end.
-	to      connTimeouts
+	to      Timeouts
 	reading bool
 	reqEnd  int64
 	rd, wd  lazyDeadline
 }
 
 // init makes l wrap c; with to, it enforces to's timeouts from now on.
-func (l *lazyConn) init(c net.Conn, to *connTimeouts) {
+func (l *lazyConn) init(c net.Conn, to *Timeouts) {
 	l.Conn = c
 	if to != nil {
 		l.to = *to
@@ -74,47 +74,57 @@ func (l *lazyConn) init(c net.Conn, to *connTimeouts) {
 // timed reports whether c enforces timeouts (init was given some).
 func (c *lazyConn) timed() bool { return c.to.clock != nil }
 
-// connTimeouts are the timeouts lazyConn enforces in place of fasthttp's;
+// Timeouts are the timeouts lazyConn enforces in place of fasthttp's;
 // zero durations mean none, and so does a nil clock (no timeouts at all).
-type connTimeouts struct {
+type Timeouts struct {
 	read, idle, write time.Duration
-	clock             *coarseClock
+	clock             *Clock
+}
+
+// NewTimeouts returns the timeouts read, idle and write (zero: none), on
+// clock (nil: no timeouts at all).
+func NewTimeouts(read, idle, write time.Duration, clock *Clock) *Timeouts {
+	return &Timeouts{read: read, idle: idle, write: write, clock: clock}
 }
 
 // after returns the deadline d from the coarse clock's now (Unix
 // nanoseconds), or 0 for none when d is zero.
-func (t *connTimeouts) after(d time.Duration) int64 {
+func (t *Timeouts) after(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return t.clock.nanos() + int64(d)
+	return t.clock.Nanos() + int64(d)
 }
 
-// coarseClock is a clock read from memory: run stores the time every tick,
+// Clock is a clock read from memory: Run stores the time every tick,
 // so a reading costs an atomic load where time.Now reads the clock twice.
 // A reading lags the time by less than a tick (plus the ticker's
 // scheduling delay), never leads it.
-type coarseClock struct {
+type Clock struct {
 	// The padding keeps the clock, which every request reads, off cache
 	// lines that something else writes.
 	_       [64]byte
 	now     atomic.Int64 // Unix nanoseconds
-	running atomic.Bool  // run is moving now on
+	running atomic.Bool  // Run is moving now on
 	tick    time.Duration
 	_       [64]byte
 }
 
-// newCoarseClock returns a clock that reads now until run moves it on.
-func newCoarseClock(tick time.Duration) *coarseClock {
-	c := &coarseClock{tick: tick}
+// NewClock returns a clock that reads now until Run moves it on.
+func NewClock(tick time.Duration) *Clock {
+	c := &Clock{tick: tick}
 	c.now.Store(time.Now().UnixNano())
 	return c
 }
 
-func (c *coarseClock) nanos() int64 { return c.now.Load() }
+// Nanos returns the clock's reading, in Unix nanoseconds.
+func (c *Clock) Nanos() int64 { return c.now.Load() }
 
-// run moves the clock on every tick until ctx ends.
-func (c *coarseClock) run(ctx context.Context) {
+// Running reports whether Run is moving the clock on.
+func (c *Clock) Running() bool { return c.running.Load() }
+
+// Run moves the clock on every tick until ctx ends.
+func (c *Clock) Run(ctx context.Context) {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
 	c.now.Store(time.Now().UnixNano())
@@ -130,9 +140,9 @@ func (c *coarseClock) run(ctx context.Context) {
 	}
 }
 
-// coarseTick is the coarse clock's tick for these timeouts: a twentieth of
+// Tick is the coarse clock's tick for these timeouts: a twentieth of
 // the shortest, between 1 ms and 250 ms.
-func coarseTick(ds ...time.Duration) time.Duration {
+func Tick(ds ...time.Duration) time.Duration {
 	tick := 250 * time.Millisecond
 	for _, d := range ds {
 		if d > 0 {
@@ -277,13 +287,16 @@ func (c *lazyConn) Write(p []byte) (int, error) {
 	}
 }
 
-// lazyListener hands out lazyConns enforcing to.
-type lazyListener struct {
+// Listener hands out connections enforcing its timeouts.
+type Listener struct {
 	net.Listener
-	to *connTimeouts
+	to *Timeouts
 }
 
-func (l lazyListener) Accept() (net.Conn, error) {
+// NewListener returns ln handing out connections that enforce to.
+func NewListener(ln net.Listener, to *Timeouts) Listener { return Listener{ln, to} }
+
+func (l Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err

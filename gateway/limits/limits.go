@@ -1,10 +1,16 @@
-package gateway
+// Package limits owns the per-user token buckets of the gateway's rate
+// limits (purchases, order reads): a bounded, sharded, set-associative
+// table keyed by a hash of the user id, read and written with no
+// allocation. It knows no request, user id or clock of its own (the caller
+// hashes the id and passes the time), and may not import the gateway's root
+// or any other package of the module.
+package limits
 
 import (
 	"sync"
 )
 
-// userLimits holds every user's token bucket in 16 bytes: the bucket is
+// Users holds every user's token bucket in 16 bytes: the bucket is
 // kept as its "theoretical arrival time" (the generic cell rate
 // algorithm), keyed by a 64-bit hash of the user id. A bucket whose time
 // has passed is full again and means the same as no entry.
@@ -22,7 +28,7 @@ import (
 // each: 16 MB for the default million. A shard's table starts small and
 // doubles (at three quarters full, or when a new key's set is crowded) up
 // to the sets its bound needs.
-type userLimits struct {
+type Users struct {
 	interval int64 // nanoseconds per token
 	span     int64 // interval × burst
 	shards   []limitShard
@@ -53,12 +59,14 @@ const limitShards = 64
 // limitFirstSets is the sets a shard's table starts with.
 const limitFirstSets = 4
 
-func newUserLimits(rate float64, burst, max int) *userLimits {
+// New returns the buckets of rate tokens a second, burst deep, for at
+// most max users.
+func New(rate float64, burst, max int) *Users {
 	n := limitShards
 	if max < 64*limitShards {
 		n = 1
 	}
-	u := &userLimits{
+	u := &Users{
 		interval: int64(1e9 / rate),
 		shards:   make([]limitShard, n),
 		perShard: (max + n - 1) / n,
@@ -77,8 +85,8 @@ func setOf(key uint64, n int) int {
 	return int((key >> 32) * uint64(n) >> 32)
 }
 
-// allow spends one of user key's tokens at now (unix nanoseconds).
-func (u *userLimits) allow(key uint64, now int64) bool {
+// Allow spends one of user key's tokens at now (unix nanoseconds).
+func (u *Users) Allow(key uint64, now int64) bool {
 	if key == 0 {
 		key = 1
 	}
@@ -168,8 +176,8 @@ func (sh *limitShard) grow(now int64, maxSets int) {
 	}
 }
 
-// len is the number of buckets held.
-func (u *userLimits) len() int {
+// Len is the number of buckets held.
+func (u *Users) Len() int {
 	n := 0
 	for i := range u.shards {
 		sh := &u.shards[i]

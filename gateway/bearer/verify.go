@@ -1,4 +1,10 @@
-package gateway
+// Package bearer owns the check of buyer tokens: the shape of the
+// Authorization header, the HS256 signature and the registered claims (read
+// by package jsonscan), with no reflection and no allocation per token. It
+// answers "which user, if any" and nothing else: it may not import the
+// gateway's root, knows no sale, route or answer, and imports only the
+// module's root (for what a user id is) and jsonscan.
+package bearer
 
 import (
 	"bytes"
@@ -21,10 +27,10 @@ const maxTokenSize = 4096
 // maxSubject is the longest user id (the token's sub) accepted.
 const maxSubject = flashgate.MaxUserID
 
-// hs256SigLen is the length of an HS256 signature in unpadded base64url.
-const hs256SigLen = 43
+// SigLen is the length of an HS256 signature in unpadded base64url.
+const SigLen = 43
 
-var bearer = []byte("bearer ")
+var scheme = []byte("bearer ")
 
 // hAuthorization is the header of the bearer token. The gateway reads its
 // request headers with PeekCanonical: the server normalizes header names
@@ -33,19 +39,19 @@ var bearer = []byte("bearer ")
 // normalizing the key again per request.
 var hAuthorization = []byte(fasthttp.HeaderAuthorization)
 
-// bearerToken returns the request's bearer token if it has the shape of a
+// Token returns the request's bearer token if it has the shape of a
 // JWT: three non-empty segments, the last one as long as an HS256
 // signature in unpadded base64url.
 // It checks nothing cryptographic: docs/api.md has the shape judged before the
 // sale's cached state, the signature after it.
-func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+func Token(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	h := ctx.Request.Header.PeekCanonical(hAuthorization)
-	if len(h) <= len(bearer) ||
-		string(h[:len(bearer)]) != "Bearer " && !bytes.EqualFold(h[:len(bearer)], bearer) {
+	if len(h) <= len(scheme) ||
+		string(h[:len(scheme)]) != "Bearer " && !bytes.EqualFold(h[:len(scheme)], scheme) {
 		return nil, false
 	}
-	tok := bytes.TrimSpace(h[len(bearer):])
-	if len(tok) <= hs256SigLen+1 || len(tok) > maxTokenSize {
+	tok := bytes.TrimSpace(h[len(scheme):])
+	if len(tok) <= SigLen+1 || len(tok) > maxTokenSize {
 		return nil, false
 	}
 	// Exactly two dots, the last one followed by a signature segment of
@@ -53,7 +59,7 @@ func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	// vectorized byte search over its own segment. The alphabet is left to
 	// the decoder (a byte loop over the token costs as much as the rest of
 	// a rejection).
-	last := len(tok) - hs256SigLen - 1
+	last := len(tok) - SigLen - 1
 	if tok[last] != '.' || bytes.IndexByte(tok[last+1:], '.') >= 0 {
 		return nil, false
 	}
@@ -64,17 +70,7 @@ func bearerToken(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	return tok, true
 }
 
-// authenticate returns the user id of the request's bearer token, checking
-// its shape, signature and claims.
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (string, bool) {
-	tok, ok := bearerToken(ctx)
-	if !ok {
-		return "", false
-	}
-	return s.jwt.verify(tok, s.clock.Now().UnixNano())
-}
-
-// verifier checks HS256 buyer tokens without reflection or per-token state:
+// Verifier checks HS256 buyer tokens without reflection or per-token state:
 // the HMAC's keyed state is computed once and pooled, the claims are read
 // by a small JSON scanner, and the header segments already seen in a valid
 // token are recognised by comparison. It is at least as strict as
@@ -88,7 +84,7 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (string, bool) {
 // gateway's whole share of an admitted purchase (BenchmarkPurchaseGateway,
 // 2.0–5.0 µs in the same rounds). Measured with five runs of
 // go test -run '^$' -bench 'Verify|Claims|PurchaseGateway$|First$' -benchtime 200000x ./gateway
-type verifier struct {
+type Verifier struct {
 	macs sync.Pool // of *macState
 	// headers are header segments of tokens that passed every check; a
 	// token whose header is one of them skips decoding it. Filled once, in
@@ -106,16 +102,17 @@ type macState struct {
 	claims  claims
 }
 
-func newVerifier(secret []byte) *verifier {
+// NewVerifier returns a Verifier of tokens signed with secret.
+func NewVerifier(secret []byte) *Verifier {
 	key := bytes.Clone(secret)
-	v := &verifier{}
+	v := &Verifier{}
 	v.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
 	return v
 }
 
-// verify returns the token's sub if its signature and claims hold at now
+// Verify returns the token's sub if its signature and claims hold at now
 // (unix nanoseconds) and the sub is a user id (flashgate.ValidUserID).
-func (v *verifier) verify(tok []byte, now int64) (string, bool) {
+func (v *Verifier) Verify(tok []byte, now int64) (string, bool) {
 	head, payload, sig, ok := segments(tok)
 	if !ok {
 		return "", false
@@ -174,9 +171,9 @@ func (m *macState) claimsAt(payload []byte, now int64) (string, bool) {
 	return string(c.sub), true
 }
 
-// subject returns the sub of a token whose header is one a verified token
+// Subject returns the sub of a token whose header is one a verified token
 // had and whose claims hold at now (unix nanoseconds), WITHOUT checking its
-// signature. Only the fair queue's answers use it (queue_routes.go), and
+// signature. Only the fair queue's answers use it (the gateway's queue_routes.go), and
 // only together with a ticket whose MAC binds the sale and this user: the
 // ticket, which the gateway gave to a verified request of the user, then
 // vouches for the caller, and the answer is that ticket's own place. A
@@ -185,7 +182,7 @@ func (m *macState) claimsAt(payload []byte, now int64) (string, bool) {
 // header; the claims scanner is the one verify runs, fuzzed.
 //
 // It returns the token's exp (unix seconds) too.
-func (v *verifier) subject(tok []byte, now int64) (sub string, exp int64, ok bool) {
+func (v *Verifier) Subject(tok []byte, now int64) (sub string, exp int64, ok bool) {
 	head, payload, _, ok := segments(tok)
 	if !ok || !v.knownHeader(head) {
 		return "", 0, false
@@ -196,8 +193,8 @@ func (v *verifier) subject(tok []byte, now int64) (sub string, exp int64, ok boo
 	return sub, m.claims.exp, ok
 }
 
-// tokenSig is the signature segment of a token of bearerToken's shape.
-func tokenSig(tok []byte) []byte { return tok[len(tok)-hs256SigLen:] }
+// Sig is the signature segment of a token of Bearer's shape.
+func Sig(tok []byte) []byte { return tok[len(tok)-SigLen:] }
 
 // segments splits a token into its three dot-separated segments.
 func segments(tok []byte) (head, payload, sig []byte, ok bool) {
@@ -216,7 +213,7 @@ func segments(tok []byte) (head, payload, sig []byte, ok bool) {
 	return tok[:i], tok[i+1 : j], tok[j+1:], true
 }
 
-func (v *verifier) knownHeader(head []byte) bool {
+func (v *Verifier) knownHeader(head []byte) bool {
 	for i := range v.headers {
 		p := v.headers[i].Load()
 		if p == nil {
@@ -229,7 +226,7 @@ func (v *verifier) knownHeader(head []byte) bool {
 	return false
 }
 
-func (v *verifier) remember(head []byte) {
+func (v *Verifier) remember(head []byte) {
 	h := bytes.Clone(head)
 	for i := range v.headers {
 		if v.headers[i].CompareAndSwap(nil, &h) {

@@ -1,4 +1,10 @@
-package controlplane
+// Package salestatus owns a sale's live figures, the body of GET
+// /admin/sales/{id}: what Redis counts (the sale's hash, its buckets', its
+// variants'), what the database counts, and the settlement of the two once
+// the sale is closed. It reads; it changes nothing in Redis or the
+// database, and may not import the control plane's root (which reads
+// through it) nor the rooms that write (orders, resync, failover).
+package salestatus
 
 import (
 	"context"
@@ -10,8 +16,35 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/controlplane/queueleader"
 	"github.com/flashgate/flashgate/lua"
 )
+
+// Store is what Read reads of the database.
+type Store interface {
+	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error)
+	VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error)
+}
+
+// Folder adds a bucketed sale's buckets into its figures
+// (*buckets.Keeper).
+type Folder interface {
+	Fold(ctx context.Context, sale flashgate.Sale, rf *salehash.Figures) ([]buckets.Status, error)
+}
+
+// Queues reports a fair queue's figures (*queueleader.Leader).
+type Queues interface {
+	Status(ctx context.Context, id string) (*queueleader.Status, error)
+}
+
+// Reader reads sales' live figures.
+type Reader struct {
+	Redis   redis.UniversalClient
+	Store   Store
+	Buckets Folder
+	Queues  Queues
+}
 
 // Status is a sale's live figures, the body of GET /admin/sales/{id}.
 type Status struct {
@@ -40,13 +73,13 @@ type Status struct {
 	// Buckets is the number of buckets of a bucketed sale (absent: one);
 	// BucketSalts their hash tags' salts and BucketFigures each bucket's
 	// figures, which Booked, Reserved and StreamBacklog add up.
-	Buckets       int            `json:"buckets,omitempty"`
-	BucketSalts   []int          `json:"bucket_salts,omitempty"`
-	BucketFigures []BucketStatus `json:"bucket_figures,omitempty"`
-	// Archived is set once the sale ended and settled (archive.go).
+	Buckets       int              `json:"buckets,omitempty"`
+	BucketSalts   []int            `json:"bucket_salts,omitempty"`
+	BucketFigures []buckets.Status `json:"bucket_figures,omitempty"`
+	// Archived is set once the sale ended and settled (controlplane/archive).
 	Archived bool `json:"archived,omitempty"`
 	// Queue is a fair queue's figures (controlplane/queueleader); absent first come.
-	Queue *QueueStatus `json:"queue,omitempty"`
+	Queue *queueleader.Status `json:"queue,omitempty"`
 	// Variants are each variant's figures, in the sale's order, for a sale
 	// sold in several; Total, Booked and Reserved are their sums.
 	Variants []VariantStatus `json:"variants,omitempty"`
@@ -85,12 +118,12 @@ type Settlement struct {
 	Difference int64 `json:"difference"`
 }
 
-// SaleStatus reports a sale's live figures from Redis and the database.
-func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
+// Read reports a sale's live figures from Redis and the database.
+func (s Reader) Read(ctx context.Context, id string) (Status, error) {
 	if !flashgate.ValidSaleID(id) {
 		return Status{}, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
-	sale, err := s.store.Sale(ctx, id)
+	sale, err := s.Store.Sale(ctx, id)
 	if err != nil {
 		return Status{}, fmt.Errorf("reading sale: %w", err)
 	}
@@ -98,12 +131,12 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 	// removes its stream entry, so a stream read empty here means every
 	// order it held is in the database read next (the other order could
 	// report an empty backlog with figures from before the last commit).
-	rf, err := s.redisFigures(ctx, id)
+	rf, err := RedisFigures(ctx, s.Redis, id)
 	if err != nil {
 		return Status{}, err
 	}
 	// Stock lives in the buckets of a bucketed sale; admission in its own hash.
-	buckets, err := s.buckets.Fold(ctx, sale, &rf)
+	bfig, err := s.Buckets.Fold(ctx, sale, &rf)
 	if err != nil {
 		return Status{}, err
 	}
@@ -112,17 +145,17 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		fig flashgate.SaleFigures
 	)
 	if sale.HasVariants() {
-		if vs, err = s.variantFigures(ctx, sale); err != nil {
+		if vs, err = Variants(ctx, s.Redis, sale); err != nil {
 			return Status{}, err
 		}
 		var per map[string]flashgate.SaleFigures
-		if fig, per, err = s.store.VariantFigures(ctx, id); err != nil {
+		if fig, per, err = s.Store.VariantFigures(ctx, id); err != nil {
 			return Status{}, fmt.Errorf("reading figures: %w", err)
 		}
 		for i := range vs {
 			vs[i].Orders = per[vs[i].ID]
 		}
-	} else if fig, err = s.store.Figures(ctx, id); err != nil {
+	} else if fig, err = s.Store.Figures(ctx, id); err != nil {
 		return Status{}, fmt.Errorf("reading figures: %w", err)
 	}
 	st := Status{
@@ -140,7 +173,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		AdmissionCap:  rf.Count,
 		Buckets:       sale.Buckets,
 		BucketSalts:   sale.BucketSalts,
-		BucketFigures: buckets,
+		BucketFigures: bfig,
 		Archived:      sale.Archived,
 		Variants:      vs,
 	}
@@ -151,7 +184,7 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		st.State = flashgate.StateSoldOut
 	}
 	if sale.State == flashgate.StateClosed {
-		st.Settlement = settlement(rf, fig)
+		st.Settlement = Settle(rf, fig)
 		for i := range st.Variants {
 			v := &st.Variants[i]
 			v.Settlement = &Settlement{Settled: rf.Backlog == 0, RedisBooked: v.Booked, DBLiveUnits: v.Orders.LiveUnits,
@@ -159,33 +192,33 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		}
 	}
 	if sale.Fair() {
-		if st.Queue, err = s.queues.Status(ctx, id); err != nil {
+		if st.Queue, err = s.Queues.Status(ctx, id); err != nil {
 			return Status{}, err
 		}
 	}
 	return st, nil
 }
 
-// redisFigures reads a sale's hash and stream length in one round trip.
-func (s *Service) redisFigures(ctx context.Context, id string) (salehash.Figures, error) {
-	rfs, err := salehash.Read(ctx, s.rdb, []string{id})
+// RedisFigures reads a sale's hash and stream length in one round trip.
+func RedisFigures(ctx context.Context, rdb redis.UniversalClient, id string) (salehash.Figures, error) {
+	rfs, err := salehash.Read(ctx, rdb, []string{id})
 	if err != nil {
 		return salehash.Figures{}, err
 	}
 	return rfs[0], nil
 }
 
-// variantFigures reads each variant's booked and reserved from the sale's
+// Variants reads each variant's booked and reserved from the sale's
 // hash in one HMGET; a bucketed sale's are the sums over its buckets, read
 // in one pipeline.
-func (s *Service) variantFigures(ctx context.Context, sale flashgate.Sale) ([]VariantStatus, error) {
+func Variants(ctx context.Context, rdb redis.UniversalClient, sale flashgate.Sale) ([]VariantStatus, error) {
 	fields := make([]string, 0, 2*len(sale.Variants))
 	for _, v := range sale.Variants {
 		fields = append(fields, lua.VariantField(v.ID, lua.FieldBooked), lua.VariantField(v.ID, lua.FieldReserved))
 	}
 	tags := buckets.Layout(sale).Tags()
 	cmds := make([]*redis.SliceCmd, len(tags))
-	pipe := s.rdb.Pipeline()
+	pipe := rdb.Pipeline()
 	for b, t := range tags {
 		cmds[b] = pipe.HMGet(ctx, lua.SaleKey(t), fields...)
 	}
@@ -212,7 +245,8 @@ func (s *Service) variantFigures(ctx context.Context, sale flashgate.Sale) ([]Va
 	return out, nil
 }
 
-func settlement(rf salehash.Figures, fig flashgate.SaleFigures) *Settlement {
+// Settle compares a closed sale's Redis figures with the database's.
+func Settle(rf salehash.Figures, fig flashgate.SaleFigures) *Settlement {
 	return &Settlement{
 		Settled:     rf.Backlog == 0,
 		RedisBooked: rf.Booked,

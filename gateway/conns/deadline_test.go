@@ -1,4 +1,4 @@
-package gateway
+package conns
 
 import (
 	"context"
@@ -151,9 +151,9 @@ func (c *countingConn) SetWriteDeadline(t time.Time) error {
 func TestLazyConnFewDeadlines(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		to   *connTimeouts
+		to   *Timeouts
 	}{
-		{"timeouts", &connTimeouts{read: 5 * time.Second, idle: 60 * time.Second, write: 5 * time.Second, clock: newCoarseClock(time.Millisecond)}},
+		{"timeouts", &Timeouts{read: 5 * time.Second, idle: 60 * time.Second, write: 5 * time.Second, clock: NewClock(time.Millisecond)}},
 		{"set deadlines", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,17 +205,17 @@ func TestLazyConnTimeouts(t *testing.T) {
 	const read, idle = 300 * time.Millisecond, 900 * time.Millisecond
 	// newConn returns a lazyConn under the timeouts, its clock moving on
 	// by itself when run is set and only as the test moves it otherwise.
-	newConn := func(t *testing.T, run bool) (client net.Conn, c *lazyConn, clock *coarseClock) {
+	newConn := func(t *testing.T, run bool) (client net.Conn, c *lazyConn, clock *Clock) {
 		client, server := tcpPair(t)
-		clock = newCoarseClock(coarseTick(read, idle))
+		clock = NewClock(Tick(read, idle))
 		if run {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { clock.run(ctx); close(done) }()
+			go func() { clock.Run(ctx); close(done) }()
 			t.Cleanup(func() { cancel(); <-done })
 		}
 		c = &lazyConn{}
-		c.init(server, &connTimeouts{read: read, idle: idle, write: 5 * time.Second, clock: clock})
+		c.init(server, &Timeouts{read: read, idle: idle, write: 5 * time.Second, clock: clock})
 		return client, c, clock
 	}
 	// answer serves one one-byte request on c.
@@ -294,7 +294,7 @@ func TestLazyConnTimeouts(t *testing.T) {
 		if _, err := c.Read(make([]byte, 1)); err != nil {
 			t.Fatalf("got %v, want the first byte within the idle timeout", err)
 		}
-		if got, want := c.reqEnd, clock.nanos()+int64(read); got != want {
+		if got, want := c.reqEnd, clock.Nanos()+int64(read); got != want {
 			t.Fatalf("got the request's reading to end at %d, want %d: ReadTimeout after its first byte", got, want)
 		}
 		within(t, readUntilTimeout(t, c, time.Now()), read, clock.tick)

@@ -1,4 +1,4 @@
-package gateway
+package conns
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// connSplit hands each accepted connection to one of two fasthttp servers
+// Split hands each accepted connection to one of two fasthttp servers
 // that share the handler: while fewer than limit connections are open on
 // the fast one, new connections go there and keep their read and write
 // buffers (about 16 KB) between requests; the rest go to the lean one,
@@ -16,16 +16,18 @@ import (
 // ReduceMemoryUsage: about 4 KB an idle connection, for one more read
 // system call per request). A crowd of idle keep-alive connections thus
 // costs little memory, and the busy ones stay fast.
-type connSplit struct {
+type Split struct {
 	ln         net.Listener
-	to         *connTimeouts // the timeouts every connection enforces
+	to         *Timeouts // the timeouts every connection enforces
 	limit      int64
 	open       atomic.Int64 // connections open on fast
 	fast, lean *chanListener
 }
 
-func newConnSplit(ln net.Listener, limit int, to *connTimeouts) *connSplit {
-	return &connSplit{
+// NewSplit splits ln's connections: the first limit open ones to Fast,
+// the rest to Lean, each enforcing to.
+func NewSplit(ln net.Listener, limit int, to *Timeouts) *Split {
+	return &Split{
 		ln:    ln,
 		to:    to,
 		limit: int64(limit),
@@ -34,9 +36,15 @@ func newConnSplit(ln net.Listener, limit int, to *connTimeouts) *connSplit {
 	}
 }
 
-// run accepts until the listener fails or closes, then closes both
+// Fast is the listener of the connections that keep their buffers.
+func (c *Split) Fast() net.Listener { return c.fast }
+
+// Lean is the listener of the rest.
+func (c *Split) Lean() net.Listener { return c.lean }
+
+// Run accepts until the listener fails or closes, then closes both
 // halves.
-func (c *connSplit) run() error {
+func (c *Split) Run() error {
 	defer c.fast.Close()
 	defer c.lean.Close()
 	var delay time.Duration
@@ -87,7 +95,7 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// chanListener is a net.Listener fed by connSplit.
+// chanListener is a net.Listener fed by Split.
 type chanListener struct {
 	addr  net.Addr
 	conns chan net.Conn

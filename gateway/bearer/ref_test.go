@@ -1,4 +1,4 @@
-package gateway
+package bearer
 
 import (
 	"bytes"
@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/flashgate/flashgate/gateway/jsonscan"
 )
 
 // stricterReason says why the gateway's verifier may refuse a token that
-// golang-jwt accepts: the ways auth.go and claims.go are documented to be
+// golang-jwt accepts: the ways verify.go and claims.go are documented to be
 // stricter. It returns "" when none applies, and a refusal is then a bug
 // (a buyer with a good token turned away).
 func stricterReason(tok, payload, refSub string) string {
@@ -56,8 +58,8 @@ func stricterReason(tok, payload, refSub string) string {
 			if f, err := strconv.ParseFloat(string(v), 64); err == nil && math.Abs(f) > maxSeconds {
 				return key + " beyond ±maxSeconds"
 			}
-		case !registered && jsonDepth(v) > maxJSONDepth+1:
-			return "claim " + strconv.Quote(key) + " nested deeper than maxJSONDepth"
+		case !registered && jsonDepth(v) > jsonscan.MaxDepth+1:
+			return "claim " + strconv.Quote(key) + " nested deeper than jsonscan.MaxDepth"
 		}
 	}
 	return ""
@@ -87,14 +89,14 @@ func jsonDepth(v []byte) int {
 // TestStricterReason: each documented way of being stricter than
 // golang-jwt is recognised, and ordinary tokens have no excuse.
 func TestStricterReason(t *testing.T) {
-	deep := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
+	deep := strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1)
 	for _, tc := range []struct {
 		payload, refSub string
 		stricter        bool
 	}{
 		{`{"sub":"u1","exp":1900000060}`, "u1", false},
 		{`{"sub":"u1","exp":1900000060,"x":{"sub":1,"SUB":2,"exp":"3"}}`, "u1", false},
-		{`{"sub":"u1","exp":1900000060,"x":` + strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth) + `}`, "u1", false},
+		{`{"sub":"u1","exp":1900000060,"x":` + strings.Repeat("[", jsonscan.MaxDepth) + strings.Repeat("]", jsonscan.MaxDepth) + `}`, "u1", false},
 		{`{"sub":"u1","exp":68719476736}`, "u1", false},
 		{`{"sub":"u1","sub":"u1","exp":1900000060}`, "u1", true},
 		{`{"sub":"u1","Exp":1900000060,"exp":1900000060}`, "u1", true},

@@ -1,4 +1,4 @@
-package gateway
+package bearer
 
 import (
 	"crypto/hmac"
@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/internal/testenv/testclock"
+	"github.com/flashgate/flashgate/gateway/jsonscan"
 )
 
 // refVerify is the reference: golang-jwt with the gateway's rules (HS256
@@ -34,14 +34,14 @@ func refVerify(tok string, now time.Time) (string, bool) {
 }
 
 // fastVerify runs a token through the gateway's shape check and verifier.
-func fastVerify(v *verifier, tok string, now time.Time) (string, bool) {
+func fastVerify(v *Verifier, tok string, now time.Time) (string, bool) {
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.Set("Authorization", "Bearer "+tok)
-	b, ok := bearerToken(&ctx)
+	b, ok := Token(&ctx)
 	if !ok {
 		return "", false
 	}
-	return v.verify(b, now.UnixNano())
+	return v.Verify(b, now.UnixNano())
 }
 
 // rawToken signs any header and payload text with key.
@@ -114,7 +114,7 @@ func TestVerifierMatchesJWT(t *testing.T) {
 		{"provider sub", hs, `{"sub":"auth0|64f1c2a9","exp":` + exp + `}`, testSecret, "auth0|64f1c2a9", false},
 		{"huge exp", hs, `{"sub":"u1","exp":1e300}`, testSecret, "", false},
 	}
-	v := newVerifier(testSecret)
+	v := NewVerifier(testSecret)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tok := rawToken(tc.header, tc.payload, tc.key)
@@ -154,7 +154,7 @@ func FuzzVerifier(f *testing.F) {
 	f.Add(`{"alg":"HS256"}`, `{"sub":"u1","exp":1900000060,"nbf":1899999999}`, true)
 	f.Add(`{"alg":"HS256"}`, `{"sub":"u1","exp":68719476735,"nbf":-68719476735.5,"iat":1e9}`, true)
 	f.Add(`{"typ":"JWT","alg":"HS256"}`, `{"exp":1900000001,"sub":"\ud83d\ude00","aud":"a","x":[{"y":null}]}`, true)
-	v := newVerifier(testSecret)
+	v := NewVerifier(testSecret)
 	f.Fuzz(func(t *testing.T, header, payload string, rightKey bool) {
 		key := testSecret
 		if !rightKey {
@@ -174,15 +174,15 @@ func FuzzVerifier(f *testing.F) {
 
 // BenchmarkVerify is the signature and claims check of a new token.
 func BenchmarkVerify(b *testing.B) {
-	v := newVerifier(testSecret)
+	v := NewVerifier(testSecret)
 	tok := []byte(token(b, "user-123456"))
 	now := time.Now().UnixNano()
-	if _, ok := v.verify(tok, now); !ok {
+	if _, ok := v.Verify(tok, now); !ok {
 		b.Fatal("token refused")
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		v.verify(tok, now)
+		v.Verify(tok, now)
 	}
 }
 
@@ -231,7 +231,7 @@ func BenchmarkClaimsJSON(b *testing.B) {
 	}
 }
 
-// TestSecondsIntegers checks that the integer shortcut of scanner.seconds
+// TestSecondsIntegers checks that the integer shortcut of seconds
 // reads every number as the float64 path does, at and around its limits.
 func TestSecondsIntegers(t *testing.T) {
 	for _, s := range []string{
@@ -239,17 +239,17 @@ func TestSecondsIntegers(t *testing.T) {
 		"-68719476736", "-68719476737", "99999999999", "100000000000", "123456789012345",
 		"1e3", "1.5", "-1.5", "1700000000.9", "01", "-", "",
 	} {
-		p := scanner{b: []byte(s)}
-		got, gotOK := p.seconds()
+		p := jsonscan.New([]byte(s))
+		got, gotOK := seconds(&p)
 		var want int64
 		wantOK := false
-		q := scanner{b: []byte(s)}
-		if t, ok := q.number(); ok {
+		q := jsonscan.New([]byte(s))
+		if t, ok := q.Number(); ok {
 			if f, err := strconv.ParseFloat(string(t), 64); err == nil && f <= maxSeconds && f >= -maxSeconds {
 				want, wantOK = int64(math.Trunc(f)), true
 			}
 		}
-		if got != want || gotOK != wantOK || gotOK && p.i != q.i {
+		if got != want || gotOK != wantOK || gotOK && p.Pos() != q.Pos() {
 			t.Errorf("seconds(%q): got %d %v, want %d %v", s, got, gotOK, want, wantOK)
 		}
 	}
@@ -257,22 +257,22 @@ func TestSecondsIntegers(t *testing.T) {
 
 // refShape is the bearer shape rule as docs/api.md states it: "bearer "
 // in any case, then a token (trimmed) of at most maxTokenSize bytes with
-// three non-empty dot-separated segments, the last hs256SigLen long.
+// three non-empty dot-separated segments, the last SigLen long.
 func refShape(h string) (string, bool) {
 	if len(h) <= 7 || !strings.EqualFold(h[:7], "bearer ") {
 		return "", false
 	}
 	tok := strings.TrimSpace(h[7:])
 	segs := strings.Split(tok, ".")
-	if len(tok) > maxTokenSize || len(segs) != 3 || segs[0] == "" || segs[1] == "" || len(segs[2]) != hs256SigLen {
+	if len(tok) > maxTokenSize || len(segs) != 3 || segs[0] == "" || segs[1] == "" || len(segs[2]) != SigLen {
 		return "", false
 	}
 	return tok, true
 }
 
-// FuzzBearerShape: bearerToken takes exactly the headers refShape takes.
+// FuzzBearerShape: Token takes exactly the headers refShape takes.
 func FuzzBearerShape(f *testing.F) {
-	sig := strings.Repeat("s", hs256SigLen)
+	sig := strings.Repeat("s", SigLen)
 	for _, h := range []string{
 		"Bearer a.b." + sig, "bearer a.b." + sig, "BEARER  a.b." + sig + " ", "Bearer a.b.c",
 		"Bearer .b." + sig, "Bearer a.." + sig, "Bearer a.b.c." + sig, "Bearer a.b" + sig,
@@ -285,88 +285,12 @@ func FuzzBearerShape(f *testing.F) {
 		var ctx fasthttp.RequestCtx
 		ctx.Request.Header.Set("Authorization", h)
 		h = string(ctx.Request.Header.Peek("Authorization")) // as fasthttp keeps it
-		got, ok := bearerToken(&ctx)
+		got, ok := Token(&ctx)
 		want, wantOK := refShape(h)
 		if ok != wantOK || string(got) != want {
 			t.Fatalf("%q: got %q %v, want %q %v", h, got, ok, want, wantOK)
 		}
 	})
-}
-
-func TestAuth(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Reserver = &fakeReserver{} })
-	e.sale(t, "s1", 100, 150, true)
-	h := e.s.Handler()
-	exp := jwt.NewNumericDate(time.Now().Add(time.Hour))
-	sign := func(m jwt.SigningMethod, key any, claims jwt.Claims) string {
-		s, err := jwt.NewWithClaims(m, claims).SignedString(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	b64 := base64.RawURLEncoding.EncodeToString
-	good := jwt.RegisteredClaims{Subject: "u1", ExpiresAt: exp}
-	payload := b64([]byte(`{"sub":"u1","exp":` + strconv.FormatInt(exp.Unix(), 10) + `}`))
-	tests := []struct {
-		name   string
-		header string
-		status int
-	}{
-		{"valid", "Bearer " + sign(jwt.SigningMethodHS256, testSecret, good), 201},
-		{"lower-case scheme", "bearer " + sign(jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{Subject: "u2", ExpiresAt: exp}), 201},
-		{"missing header", "", 401},
-		{"basic", "Basic dTE6cGFzcw==", 401},
-		{"bearer only", "Bearer ", 401},
-		{"garbage", "Bearer not.a.token", 401},
-		{"forged", "Bearer " + sign(jwt.SigningMethodHS256, []byte("another secret"), good), 401},
-		{"alg none", "Bearer " + sign(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, good), 401},
-		{"hs512", "Bearer " + sign(jwt.SigningMethodHS512, testSecret, good), 401},
-		{"rs256 header", "Bearer " + b64([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + payload + "." + b64([]byte("sig")), 401},
-		{"expired", "Bearer " + sign(jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{Subject: "u1", ExpiresAt: jwt.NewNumericDate(time.Now().Add(-time.Minute))}), 401},
-		{"no exp", "Bearer " + sign(jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{Subject: "u1"}), 401},
-		{"no sub", "Bearer " + sign(jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{ExpiresAt: exp}), 401},
-		{"long sub", "Bearer " + sign(jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{Subject: strings.Repeat("x", 129), ExpiresAt: exp}), 401},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := req{method: "POST", path: "/api/sales/s1/orders"}
-			if tc.header != "" {
-				r.header = map[string]string{"Authorization": tc.header}
-			}
-			for i := 0; i < 2; i++ { // twice: the second answer comes from the token cache
-				resp := do(h, r)
-				want := tc.status
-				if i == 1 && want == 201 {
-					want = 201 // the fake reserver admits repeats
-				}
-				if resp.StatusCode() != want {
-					t.Fatalf("try %d: got %d %s, want %d", i, resp.StatusCode(), resp.Body(), want)
-				}
-				if want == 401 && errCode(resp) != "unauthorized" {
-					t.Fatalf("got body %s, want unauthorized", resp.Body())
-				}
-			}
-		})
-	}
-}
-
-// TestTokenExpiry checks that a token stops working at exp.
-func TestTokenExpiry(t *testing.T) {
-	clock := testclock.New(time.Now())
-	e := newEnv(t, func(c *Config) { c.Clock = clock; c.Reserver = &fakeReserver{}; c.UserRate = -1 })
-	e.sale(t, "s1", 100, 150, true)
-	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
-		Subject: "u1", ExpiresAt: jwt.NewNumericDate(clock.Now().Add(time.Minute)),
-	}).SignedString(testSecret)
-	r := req{method: "POST", path: "/api/sales/s1/orders", token: tok}
-	if got := do(e.s.Handler(), r).StatusCode(); got != 201 {
-		t.Fatalf("fresh token: got %d, want 201", got)
-	}
-	clock.Add(2 * time.Minute)
-	if got := do(e.s.Handler(), r).StatusCode(); got != 401 {
-		t.Fatalf("expired token: got %d, want 401", got)
-	}
 }
 
 // TestClaimIndex: each registered name is found by its own spelling, a
@@ -389,4 +313,20 @@ func TestClaimIndex(t *testing.T) {
 			t.Errorf("claimIndex(%q): got %d, want %d", c.key, got, c.want)
 		}
 	}
+}
+
+// testSecret signs the tests' tokens.
+var testSecret = []byte("test-secret-for-the-gateway")
+
+// token returns a token for user that expires in an hour.
+func token(t testing.TB, user string) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject:   user,
+		ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour)),
+	}).SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
