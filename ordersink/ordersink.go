@@ -29,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 )
 
 // Store is where orders go; *sqldb.DB satisfies it.
@@ -183,10 +184,9 @@ type Drainer struct {
 	m     *metrics
 
 	// replicas is what each primary (by address) last said of its online
-	// replicas (WaitAuto); blind is set once the drainer has noted that
-	// the store cannot tell. Only passes use them, under mu.
-	replicas map[string]replicaCount
-	blind    bool
+	// replicas (WaitAuto); its Blind is set once the drainer has noted
+	// that the store cannot tell.
+	replicas replwait.Counts
 
 	// life guards closed and runs: Close ends each Run (runs) and waits
 	// for it (running). The Drainer starts no goroutine of its own.
@@ -276,15 +276,27 @@ func (d *Drainer) Run(ctx context.Context) error {
 	defer d.running.Done()
 	defer cancel()
 	wait := d.cfg.BackoffMin
+	noGroup := false
 	for ctx.Err() == nil {
 		_, err := d.pass(ctx, true)
 		if err == nil || isStoreError(err) {
-			wait = d.cfg.BackoffMin
+			wait, noGroup = d.cfg.BackoffMin, false
 			continue
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		if isNoGroup(err) && !noGroup {
+			// A stream or its group is gone (a failover to a replica that
+			// lacked it, a Redis that lost its data): the pass forgot the
+			// groups, so the next one, at once, creates them again and
+			// reads what the primary holds. A second NOGROUP in a row
+			// backs off as any error does.
+			noGroup = true
+			d.log.Info("a sale stream's consumer group is gone; creating it again", "err", err)
+			continue
+		}
+		noGroup = false
 		d.log.Warn("draining failed; retrying", "err", err, "wait", wait)
 		if !sleep(ctx, wait) {
 			break
