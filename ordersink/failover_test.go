@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testwait"
+	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
 
@@ -171,4 +172,34 @@ func writableReplica(t *testing.T) *redistest.Server {
 	rs := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port), "--replica-read-only", "no")
 	rs.WaitReplica(t)
 	return rs
+}
+
+// TestRunRecreatesGroupAtOnce: a stream whose group is gone (a failover
+// to a replica that lacked it) is drained again at once: Run creates the
+// group at the first NOGROUP and reads, without the backoff of a failing
+// Redis (an hour here).
+func TestRunRecreatesGroupAtOnce(t *testing.T) {
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ctx, cancel := context.WithCancel(context.Background())
+	d := drainer(e, nil, ordersink.Config{Block: 10 * time.Millisecond, RefreshSales: 10 * time.Millisecond,
+		BackoffMin: time.Hour, BackoffMax: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	ids := e.reserve(t, "u", 3)
+	rows := func(n int) func() bool {
+		return func() bool {
+			f, _ := e.db.Figures(context.Background(), sale)
+			return f.Persisted == int64(n)
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, rows(3), "the first rows")
+	if err := e.rdb.Del(context.Background(), lua.OrdersKey(sale)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, e.reserve(t, "v", 4)...)
+	testwait.Eventually(t, 10*time.Second, rows(7), "the rows of the stream without its group")
+	stop()
+	e.check(t, ids)
 }
