@@ -95,11 +95,20 @@ type Config struct {
 	// the same round trip); a lagging replica holds the commit. A primary
 	// without replicas needs no WAIT and is asked again at most once a
 	// second (a replica that came online within that second may miss a
-	// batch); a store that cannot tell (miniredis) is taken to have none. A
-	// number > 0 waits for exactly that many; WaitOff (< 0) never waits.
+	// batch); a store that cannot tell (miniredis) is taken to have none.
+	// The count is read only from a primary that says role:master: one it
+	// cannot give (an error reply to INFO, a node that says role:slave)
+	// means waiting for the last count and at least one replica (see
+	// replwait.Parse). A number > 0 waits for exactly that many; WaitOff
+	// (< 0) never waits.
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; zero means DefaultWaitTimeout. Keep it
-	// below the Redis client's read timeout.
+	// WaitTimeout bounds each WAIT; zero means DefaultWaitTimeout. The
+	// WAIT's reply is awaited for the Redis client's read timeout, which
+	// bounds every call of the drainer: keep it at WaitTimeout plus
+	// replwait.Margin (500ms) or more, and short, since a primary gone
+	// silent (killed, frozen, cut off by a failover) holds the drainer that
+	// long (on a client with ContextTimeoutEnabled the WAIT waits no
+	// longer than WaitTimeout plus the margin).
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,

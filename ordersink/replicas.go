@@ -87,7 +87,8 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 // waitOn re-claims the batches' entries and sends WAIT on one connection of
 // node. With WaitAuto the re-claims' pipeline also reads INFO replication,
 // so the WAIT asks for the replicas the primary has online now (none: no
-// WAIT), at no extra round trip.
+// WAIT; a count it cannot give: the last one, at least one), at no extra
+// round trip.
 func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
 	conn := node.Conn()
 	defer conn.Close()
@@ -124,10 +125,12 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 			return nil
 		}
 	}
-	// A WAIT of its own, after the re-claims' replies: its reply is
-	// awaited for WaitTimeout plus replwait.Margin, not go-redis's 10 s
-	// margin for a blocking command, so a primary gone silent (killed,
-	// frozen, cut off by a failover) costs the sink a second, not ten.
+	// A WAIT of its own, after the re-claims' replies, sent as a plain
+	// command (replwait.Wait): its reply is awaited for the client's read
+	// timeout (WaitTimeout plus replwait.Margin in flashgate), not
+	// go-redis's WaitTimeout plus 10 s for a blocking command, so a
+	// primary gone silent (killed, frozen, cut off by a failover) costs
+	// the sink a second, not ten.
 	acked, err := replwait.Wait(ctx, conn, want, d.cfg.WaitTimeout)
 	if err != nil {
 		return fmt.Errorf("ordersink: WAIT: %w", err)
