@@ -34,7 +34,8 @@ type Config struct {
 	ReplicaCheck time.Duration
 	// WaitReplicas is how many replicas a fair queue's entry must reach
 	// (Redis WAIT) before it is answered: WaitAuto (zero, the default)
-	// waits for those the sale's primary has online (none: no WAIT),
+	// waits for those the sale's primary has online (none: no WAIT; read
+	// only from a primary that says role:master, else at least one),
 	// WaitOff never waits (a failover may lose an entry answered 201), n
 	// waits for exactly n. A shortfall answers 503 unavailable and the
 	// entry stands: entering again answers it once the replicas hold it.

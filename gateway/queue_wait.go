@@ -39,7 +39,10 @@ func (s *Server) runEnter(ctx context.Context, sale string, keys []string, args 
 	defer conn.Close()
 	for attempt := 0; ; attempt++ {
 		var cmd, wait *redis.Cmd
-		_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		// Awaited no longer than the WAIT's own timeout plus
+		// replwait.Margin on a client with ContextTimeoutEnabled.
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.WaitTimeout+replwait.Margin)
+		_, _ = conn.Pipelined(wctx, func(p redis.Pipeliner) error {
 			if attempt == 0 {
 				cmd = lua.QueueEnter.EvalSha(ctx, p, keys, args...)
 			} else {
@@ -49,6 +52,7 @@ func (s *Server) runEnter(ctx context.Context, sale string, keys []string, args 
 			wait = p.Do(ctx, "WAIT", want, s.cfg.WaitTimeout.Milliseconds())
 			return nil
 		})
+		cancel()
 		v, err := cmd.Slice()
 		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			continue
@@ -103,19 +107,17 @@ func (s *Server) entryReplicas(ctx context.Context, key string) (*redis.Client, 
 
 // readReplicas reads the online replicas of src (the primary at addr, or
 // the connection a write and its WAIT went on) into c. A primary that cannot
-// tell (miniredis, INFO renamed) counts as having none, noted once; a read
-// that fails keeps the last count and is tried again by the next entry.
+// tell (miniredis, INFO renamed) counts as having none, noted once; an
+// unreadable count (an error reply, a node that is not role:master, a read
+// that failed) keeps the last count, and at least one replica.
 func (s *Server) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
-	n, known, err := replwait.Read(ctx, src)
+	was, n, a, err := c.Refresh(ctx, src)
 	switch {
-	case !known:
-		if s.entryWait.Blind.CompareAndSwap(false, true) {
-			s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", addr, "err", err)
-		}
-	case err != nil:
-		return
+	case a == replwait.Blind && s.entryWait.Blind.CompareAndSwap(false, true):
+		s.log.Info("gateway: redis cannot tell its replicas (INFO replication): queue entries are answered without WAIT", "primary", addr, "err", err)
+	case a == replwait.Unreadable && was != n:
+		s.log.Warn("gateway: the primary's replicas cannot be read; each queue entry waits for at least one", "primary", addr, "err", err)
 	}
-	c.Store(n)
 }
 
 // rewait is WaitAuto's answer to a WAIT that fell short (acked of want):

@@ -58,7 +58,10 @@ type Config struct {
 	// Reserve answers it with an order id: WaitAuto (the zero value) waits
 	// for those the sale's primary reports online (INFO replication, read
 	// at most once a second per primary; on a cluster, the primary of the
-	// sale's slot) and sends no WAIT when it has none; a count n waits for
+	// sale's slot) and sends no WAIT when it has none (a count read only
+	// from a primary that says role:master: one it cannot give, an error
+	// reply or role:slave, waits for at least one replica; see
+	// replwait.Parse); a count n waits for
 	// exactly n; WaitOff never waits, trading the promise for latency (a
 	// failover may lose an order answered just before it). The WAIT goes on
 	// the connection of the script call, right after it, and covers every
@@ -67,8 +70,11 @@ type Config struct {
 	// reservation stands in Redis, and the buyer's retry finds it as
 	// ErrAlreadyPurchased with its order id, once the replicas hold it.
 	WaitReplicas int
-	// WaitTimeout bounds the WAIT; keep it below the Redis client's read
-	// timeout. Zero means DefaultWaitTimeout.
+	// WaitTimeout bounds the WAIT; keep the Redis client's read timeout at
+	// WaitTimeout plus replwait.Margin (500ms) or more: the WAIT's reply
+	// is awaited that long (on a client with ContextTimeoutEnabled no
+	// longer than WaitTimeout plus the margin). Zero means
+	// DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_reserve_total{outcome} and
 	// flashgate_redis_call_seconds{op}. Nil: no metrics.

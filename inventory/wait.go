@@ -36,20 +36,20 @@ func (s *Service) wantReplicas(ctx context.Context, node *redis.Client, c *replw
 }
 
 // readReplicas reads the online replicas of src (the primary at addr, or
-// the connection a write and its WAIT went on) into c. A primary that cannot
-// tell (miniredis, INFO renamed) counts as having none, noted once; a read
-// that fails keeps the last count and is tried again by the next reserve.
+// the connection a write and its WAIT went on) into c (replwait.Count's
+// Refresh). A primary that cannot tell (miniredis, INFO renamed) counts as
+// having none, noted once; an unreadable count (an error reply, a node
+// that is not role:master, a read that failed) keeps the last count, and
+// at least one replica: never none.
 func (s *Service) readReplicas(ctx context.Context, src replwait.Infoer, addr string, c *replwait.Count) {
-	n, known, err := replwait.Read(ctx, src)
-	switch {
-	case !known:
-		if s.replicas.Blind.CompareAndSwap(false, true) {
-			s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", addr, "err", err)
-		}
-	case err != nil:
-		return
+	was, n, a, err := c.Refresh(ctx, src)
+	if a == replwait.Blind && s.replicas.Blind.CompareAndSwap(false, true) {
+		s.log.Info("redis cannot tell its replicas (INFO replication): reserves are answered without WAIT", "primary", addr, "err", err)
 	}
-	if was := c.Store(n); was != n {
+	switch {
+	case a == replwait.Unreadable && was != n:
+		s.log.Warn("the primary's replicas cannot be read; each reserve waits for at least one", "primary", addr, "was", was, "now", n, "err", err)
+	case was != n:
 		s.log.Info("the primary's online replicas changed; each reserve waits for them", "primary", addr, "was", was, "now", n)
 	}
 }
@@ -103,7 +103,11 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 		var cmd *redis.Cmd
 		var wait *redis.Cmd
 		start := time.Now()
-		_, _ = conn.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		// The pipeline's replies are awaited for the client's read
+		// timeout, and no longer than the WAIT's own plus
+		// replwait.Margin on a client with ContextTimeoutEnabled.
+		wctx, cancel := context.WithTimeout(ctx, s.waitTimeout+replwait.Margin)
+		_, _ = conn.Pipelined(wctx, func(pipe redis.Pipeliner) error {
 			if attempt == 0 {
 				cmd = script.EvalSha(ctx, pipe, keys, args...)
 			} else {
@@ -112,6 +116,7 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 			wait = pipe.Do(ctx, "WAIT", want, s.waitTimeout.Milliseconds())
 			return nil
 		})
+		cancel()
 		res, err := cmd.Result()
 		if attempt == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			continue
@@ -121,11 +126,13 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 			return nil, 0, want, err
 		}
 		if foundOnly(res) {
-			_, _ = conn.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			wctx, cancel := context.WithTimeout(ctx, s.waitTimeout+replwait.Margin)
+			_, _ = conn.Pipelined(wctx, func(pipe redis.Pipeliner) error {
 				pipe.Set(ctx, lua.WaitMarkKey(tag), 1, 10*time.Second)
 				wait = pipe.Do(ctx, "WAIT", want, s.waitTimeout.Milliseconds())
 				return nil
 			})
+			cancel()
 		}
 		n, werr := wait.Int64()
 		if werr != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 )
 
 // Store is where orders go; *sqldb.DB satisfies it.
@@ -94,11 +95,20 @@ type Config struct {
 	// the same round trip); a lagging replica holds the commit. A primary
 	// without replicas needs no WAIT and is asked again at most once a
 	// second (a replica that came online within that second may miss a
-	// batch); a store that cannot tell (miniredis) is taken to have none. A
-	// number > 0 waits for exactly that many; WaitOff (< 0) never waits.
+	// batch); a store that cannot tell (miniredis) is taken to have none.
+	// The count is read only from a primary that says role:master: one it
+	// cannot give (an error reply to INFO, a node that says role:slave)
+	// means waiting for the last count and at least one replica (see
+	// replwait.Parse). A number > 0 waits for exactly that many; WaitOff
+	// (< 0) never waits.
 	WaitReplicas int
-	// WaitTimeout bounds each WAIT; zero means DefaultWaitTimeout. Keep it
-	// below the Redis client's read timeout.
+	// WaitTimeout bounds each WAIT; zero means DefaultWaitTimeout. The
+	// WAIT's reply is awaited for the Redis client's read timeout, which
+	// bounds every call of the drainer: keep it at WaitTimeout plus
+	// replwait.Margin (500ms) or more, and short, since a primary gone
+	// silent (killed, frozen, cut off by a failover) holds the drainer that
+	// long (on a client with ContextTimeoutEnabled the WAIT waits no
+	// longer than WaitTimeout plus the margin).
 	WaitTimeout time.Duration
 	// Metrics, when set, receives flashgate_sink_orders_total,
 	// flashgate_sink_batches_total{result}, flashgate_sink_lag_seconds,
@@ -183,10 +193,9 @@ type Drainer struct {
 	m     *metrics
 
 	// replicas is what each primary (by address) last said of its online
-	// replicas (WaitAuto); blind is set once the drainer has noted that
-	// the store cannot tell. Only passes use them, under mu.
-	replicas map[string]replicaCount
-	blind    bool
+	// replicas (WaitAuto); its Blind is set once the drainer has noted
+	// that the store cannot tell.
+	replicas replwait.Counts
 
 	// life guards closed and runs: Close ends each Run (runs) and waits
 	// for it (running). The Drainer starts no goroutine of its own.
@@ -276,15 +285,27 @@ func (d *Drainer) Run(ctx context.Context) error {
 	defer d.running.Done()
 	defer cancel()
 	wait := d.cfg.BackoffMin
+	noGroup := false
 	for ctx.Err() == nil {
 		_, err := d.pass(ctx, true)
 		if err == nil || isStoreError(err) {
-			wait = d.cfg.BackoffMin
+			wait, noGroup = d.cfg.BackoffMin, false
 			continue
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		if isNoGroup(err) && !noGroup {
+			// A stream or its group is gone (a failover to a replica that
+			// lacked it, a Redis that lost its data): the pass forgot the
+			// groups, so the next one, at once, creates them again and
+			// reads what the primary holds. A second NOGROUP in a row
+			// backs off as any error does.
+			noGroup = true
+			d.log.Info("a sale stream's consumer group is gone; creating it again", "err", err)
+			continue
+		}
+		noGroup = false
 		d.log.Warn("draining failed; retrying", "err", err, "wait", wait)
 		if !sleep(ctx, wait) {
 			break

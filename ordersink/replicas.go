@@ -2,65 +2,42 @@ package ordersink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
-// replicaCount is what a primary last said of its replicas (WaitAuto).
-type replicaCount struct {
-	online int
-	at     time.Time
-}
-
-// replicasEvery is how long a primary's count of online replicas is kept
-// before it is read again.
-const replicasEvery = time.Second
-
 // onlineReplicas returns how many replicas node (a primary) has online, from
-// INFO replication, read at most every replicasEvery per primary. A primary
-// that cannot tell (miniredis, INFO renamed) counts as having none, noted
-// once; a read that fails is an error (the batch waits).
-func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) (int, error) {
+// INFO replication, read at most every replwait.Every per primary. A
+// primary that cannot tell (miniredis, INFO renamed) counts as having none,
+// noted once; an unreadable count (an error reply, a node that is not
+// role:master, a read that failed) is the last count, and at least one.
+func (d *Drainer) onlineReplicas(ctx context.Context, node *redis.Client) int {
 	addr := node.Options().Addr
-	last, ok := d.replicas[addr]
-	if ok && time.Since(last.at) < replicasEvery {
-		return last.online, nil
-	}
-	info, err := node.Info(ctx, "replication").Result()
-	var refused redis.Error
-	switch {
-	case errors.As(err, &refused) || (err == nil && !flashgate.KnowsReplicas(info)):
-		if !d.blind {
-			d.blind = true
-			d.log.Info("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
-		}
-		d.noteReplicas(addr, 0)
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("ordersink: counting the replicas of %s: %w", addr, err)
-	}
-	n := flashgate.OnlineReplicas(info)
-	d.noteReplicas(addr, n)
-	return n, nil
+	c := d.replicas.Of(addr)
+	return c.Want(func(c *replwait.Count) {
+		n, a, err := replwait.Read(ctx, node)
+		d.noteReplicas(addr, c, n, a, err)
+	})
 }
 
-// noteReplicas keeps what the primary at addr said of its online replicas,
-// and logs a change.
-func (d *Drainer) noteReplicas(addr string, n int) {
-	if d.replicas == nil {
-		d.replicas = map[string]replicaCount{}
+// noteReplicas keeps what the primary at addr answered of its online
+// replicas (replwait.Count's Note), and logs a change.
+func (d *Drainer) noteReplicas(addr string, c *replwait.Count, n int, a replwait.Answer, err error) int {
+	was, now := c.Note(n, a)
+	switch {
+	case a == replwait.Blind && d.replicas.Blind.CompareAndSwap(false, true):
+		d.log.Info("redis cannot tell its replicas (INFO replication): the order sink commits without WAIT", "primary", addr, "err", err)
+	case a == replwait.Unreadable && was != now:
+		d.log.Warn("the primary's replicas cannot be read; the sink waits for at least one", "primary", addr, "was", was, "now", now, "err", err)
+	case was != now:
+		d.log.Info("the primary's online replicas changed; the sink waits for each", "primary", addr, "was", was, "now", now)
 	}
-	if last, ok := d.replicas[addr]; ok && n != last.online {
-		d.log.Info("the primary's online replicas changed; the sink waits for each", "primary", addr, "was", last.online, "now", n)
-	}
-	d.replicas[addr] = replicaCount{online: n, at: time.Now()}
+	return now
 }
 
 // awaitReplicas returns nil once the replicas it waits for (WaitReplicas)
@@ -96,11 +73,7 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 		if d.cfg.WaitReplicas == WaitAuto {
 			// A primary that had no replica a moment ago is not asked
 			// again for every batch; one that had is, in waitOn.
-			had, err := d.onlineReplicas(ctx, n.node)
-			if err != nil {
-				return err
-			}
-			if had == 0 {
+			if d.onlineReplicas(ctx, n.node) == 0 {
 				continue
 			}
 		}
@@ -114,13 +87,15 @@ func (d *Drainer) awaitReplicas(ctx context.Context, batches []batch) error {
 // waitOn re-claims the batches' entries and sends WAIT on one connection of
 // node. With WaitAuto the re-claims' pipeline also reads INFO replication,
 // so the WAIT asks for the replicas the primary has online now (none: no
-// WAIT), at no extra round trip.
+// WAIT; a count it cannot give: the last one, at least one), at no extra
+// round trip.
 func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) error {
 	conn := node.Conn()
 	defer conn.Close()
 	want := d.cfg.WaitReplicas
 	var info *redis.StringCmd
-	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+	claims := make([]*redis.StringSliceCmd, 0, len(bs))
+	_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if want == WaitAuto {
 			info = p.Info(ctx, "replication")
 		}
@@ -129,26 +104,34 @@ func (d *Drainer) waitOn(ctx context.Context, node *redis.Client, bs []batch) er
 			for i, m := range b.msgs {
 				ids[i] = m.ID
 			}
-			p.XClaimJustID(ctx, &redis.XClaimArgs{
+			claims = append(claims, p.XClaimJustID(ctx, &redis.XClaimArgs{
 				Stream: lua.OrdersKey(b.sale), Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
 				MinIdle: 0, Messages: ids,
-			})
+			}))
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
+	// An INFO refused (an error reply) is an unreadable count, not a
+	// failed batch: only the re-claims must have gone through.
+	for _, c := range claims {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("ordersink: re-claiming a batch before WAIT: %w", err)
+		}
 	}
 	if info != nil {
-		want = flashgate.OnlineReplicas(info.Val())
-		d.noteReplicas(node.Options().Addr, want)
-		if want == 0 {
+		addr := node.Options().Addr
+		n, a := replwait.Parse(info.Result())
+		if want = d.noteReplicas(addr, d.replicas.Of(addr), n, a, info.Err()); want == 0 {
 			return nil
 		}
 	}
-	// A WAIT of its own, not in the pipeline: go-redis gives it a read
-	// deadline of WaitTimeout plus a margin, whatever the client's.
-	acked, err := conn.Wait(ctx, want, d.cfg.WaitTimeout).Result()
+	// A WAIT of its own, after the re-claims' replies, sent as a plain
+	// command (replwait.Wait): its reply is awaited for the client's read
+	// timeout (WaitTimeout plus replwait.Margin in flashgate), not
+	// go-redis's WaitTimeout plus 10 s for a blocking command, so a
+	// primary gone silent (killed, frozen, cut off by a failover) costs
+	// the sink a second, not ten.
+	acked, err := replwait.Wait(ctx, conn, want, d.cfg.WaitTimeout)
 	if err != nil {
 		return fmt.Errorf("ordersink: WAIT: %w", err)
 	}

@@ -195,7 +195,7 @@ func openConns(ctx context.Context, st *stack, cfg *Config, sink bool) (conns, e
 		return c, err
 	}
 	if sink {
-		if c.sinkReader, err = st.blockingReader(ctx, cfg.Redis); err != nil {
+		if c.sinkReader, err = st.blockingReader(ctx, cfg.Redis, cfg.SinkWaitTimeout); err != nil {
 			return c, err
 		}
 	}
@@ -307,7 +307,7 @@ func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	st := newStack(cfg, stderr)
 	defer st.close()
-	reader, err := st.blockingReader(ctx, cfg.Redis)
+	reader, err := st.blockingReader(ctx, cfg.Redis, cfg.SinkWaitTimeout)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/internal/noroute"
+	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -140,9 +141,14 @@ func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient,
 // blockingReader opens a second client on url for the order sink, so that
 // its reads and its WAITs (each holding a connection for up to
 // --sink-wait-timeout) never starve the request pool. The sink no longer
-// blocks in XREADGROUP (it polls); the name stays from when it did.
-func (s *stack) blockingReader(ctx context.Context, url string) (redis.UniversalClient, error) {
-	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: 5 * time.Second})
+// blocks in XREADGROUP (it polls); the name stays from when it did. Its
+// read timeout, waitTimeout (the sink's WAIT's own) plus replwait.Margin
+// and at least a second, bounds every call of the sink: a primary gone
+// silent (killed, frozen, cut off by a failover) holds it that long, not
+// go-redis's 10 s margin for a blocking command.
+func (s *stack) blockingReader(ctx context.Context, url string, waitTimeout time.Duration) (redis.UniversalClient, error) {
+	rt := max(time.Second, waitTimeout+replwait.Margin)
+	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: rt})
 }
 
 // replica opens one of the replicas for gateway reads. Gateways pick among

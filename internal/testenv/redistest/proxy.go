@@ -19,6 +19,8 @@ type Proxy struct {
 	paused bool
 	resume chan struct{} // closed on Resume
 	conns  []net.Conn
+	gen    int           // connections opened before the last Switch have a lower one
+	closed chan struct{} // closed on Close
 }
 
 // StartProxy starts a Proxy to target for tb and closes it in tb.Cleanup.
@@ -28,7 +30,7 @@ func StartProxy(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("redistest: proxy: %v", err)
 	}
-	p := &Proxy{target: target, ln: ln, Port: ln.Addr().(*net.TCPAddr).Port, Addr: ln.Addr().String(), resume: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, Port: ln.Addr().(*net.TCPAddr).Port, Addr: ln.Addr().String(), resume: make(chan struct{}), closed: make(chan struct{})}
 	close(p.resume)
 	go p.accept()
 	tb.Cleanup(p.Close)
@@ -41,7 +43,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target, gen := p.target, p.gen
+		p.mu.Unlock()
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = in.Close()
 			continue
@@ -49,13 +54,14 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, in, out)
 		p.mu.Unlock()
-		go p.pipe(out, in)
-		go p.pipe(in, out)
+		go p.pipe(out, in, gen)
+		go p.pipe(in, out, gen)
 	}
 }
 
-// pipe copies src to dst, waiting before each write while paused.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, waiting before each write while paused; a
+// connection opened before a Switch forwards nothing more until Close.
+func (p *Proxy) pipe(dst, src net.Conn, gen int) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
@@ -63,8 +69,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			gate := p.resume
+			gate, cut := p.resume, gen < p.gen
 			p.mu.Unlock()
+			if cut {
+				<-p.closed
+				return
+			}
 			<-gate
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -97,12 +107,28 @@ func (p *Proxy) Resume() {
 	}
 }
 
+// Switch sends the connections opened from now on to target, and cuts off
+// those opened before: they stay open and forward nothing more, as to a
+// primary partitioned away while a failover promotes another behind the
+// same address.
+func (p *Proxy) Switch(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	p.gen++
+}
+
 // Close stops accepting, drops the held-back bytes and closes every
 // connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
