@@ -241,7 +241,13 @@ func withPprof(on bool, h http.Handler) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.Handle("/", h)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !noroute.Canonical(r.URL.Path) { // not the mux's redirect: 404, as behind it
+			noroute.Error(w, flashgate.ErrNotFound)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // metricsListener opens --metrics-listen, or returns nil when it is unset.
