@@ -76,6 +76,21 @@ func (l *Leader) journalQueue(ctx context.Context, id string, run *queueRun) err
 	return nil
 }
 
+// journalClosed journals what a closed sale's queue took since the last
+// step (the entries made between that step and the close), so that the
+// archive, which waits for the journal stream to be empty, deletes no
+// entry the database lacks. Of what the leader remembers of the queue it
+// keeps only the mark last journaled: a reopened sale's first step
+// compares Redis with the journal again and ranks afresh, as in a new
+// process.
+func (l *Leader) journalClosed(ctx context.Context, id string) error {
+	run := l.runs.run(id)
+	if run.ranked || run.journalRead {
+		*run = queueRun{journaled: run.journaled}
+	}
+	return l.journalQueue(ctx, id, run)
+}
+
 // restoreQueueIfBehind compares Redis' queue with the journal the first
 // time this process steps the sale, and whenever Redis holds an older
 // frontier than the one last journaled or no open queue: if the journal

@@ -206,14 +206,17 @@ func (l *Leader) queueFigures(ctx context.Context, id string) (queueFigures, err
 
 // Tick runs one step of every fair sale's queue among sales (the live
 // sales: archived ones are closed, with nothing to run) under the fencing
-// token fence; the leader calls it every tick.
+// token fence; the leader calls it every tick. A closed sale's queue only
+// has its last entries journaled (journalClosed).
 func (l *Leader) Tick(ctx context.Context, sales []flashgate.Sale, fence int64) {
 	for _, sale := range sales {
 		if !sale.Fair() {
 			continue
 		}
 		if sale.State == flashgate.StateClosed {
-			l.runs.drop(sale.ID)
+			if err := l.journalClosed(ctx, sale.ID); err != nil && ctx.Err() == nil {
+				l.log.Warn("fair queue", "sale", sale.ID, "err", err)
+			}
 			continue
 		}
 		if err := l.Step(ctx, sale, fence); err != nil && ctx.Err() == nil {
