@@ -101,6 +101,11 @@ type Config struct {
 	// Logger receives lifecycle and error reports; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Standalone says the store has no replication by design (the demo's
+	// embedded store): the failover watch, which cannot work there, says
+	// so once at info instead of warning. False means a real deployment,
+	// where a store that cannot tell its replication state is a warning.
+	Standalone bool
 	// PaymentWindow is how long an order may stay unpaid; zero means
 	// DefaultPaymentWindow.
 	PaymentWindow time.Duration
@@ -347,6 +352,9 @@ func New(cfg Config) (*Service, error) {
 		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
+	}
+	if cfg.Standalone {
+		s.failover.Standalone()
 	}
 	return s, nil
 }

@@ -179,7 +179,12 @@ func TestQueueArchiveDropsKeys(t *testing.T) {
 	if err := e.svc.Stop(e.ctx, "fa"); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
+	for range 3 { // the leader's ticks: a queue step journals the late entrants, then the archive
+		live, err := e.db.LiveSales(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.svc.queues.Tick(e.ctx, live, fence)
 		e.svc.resyncAll(e.ctx)
 	}
 	if s, err := e.db.Sale(e.ctx, "fa"); err != nil || !s.Archived {

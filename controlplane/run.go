@@ -79,7 +79,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	cancel()
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ExpireDue(lctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("expiry", "err", err)
+		s.loopFailed("expiry", err)
 	}
 	cancel()
 	if time.Since(*lastResync) >= s.resyncEvery {
@@ -89,6 +89,19 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 			s.resyncAll(tctx)
 		}
 	}
+}
+
+// loopFailed logs the failure of one of the leader's loops. A write that a
+// newer fencing token refused (an admin call's, taken while this term was
+// live: fencedCall) is expected once after such a call, and the next
+// renewal takes a newer token (refreshFence), so it is said at info; any
+// other failure is a warning.
+func (s *Service) loopFailed(loop string, err error) {
+	if errors.Is(err, flashgate.ErrFenced) {
+		s.log.Info(loop+": a newer fencing token refused this term's write; the next tick takes a newer one", "err", err)
+		return
+	}
+	s.log.Warn(loop, "err", err)
 }
 
 // leadFor renews or takes the leader lease and reports whether this

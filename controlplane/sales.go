@@ -131,6 +131,11 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 		// The placement is fixed here, for the sale's life.
 		sale.BucketSalts = s.buckets.ChooseSalts(ctx, sale.ID, sale.Buckets)
 	}
+	// The row and the hash are made under the re-sync's lock: a re-sync of
+	// this process between them would find the row without its hash and
+	// "rebuild" a sale Redis never had, with a warning about a loss.
+	s.sync.Lock()
+	defer s.sync.Unlock()
 	if err := s.store.CreateSale(ctx, sale); err != nil {
 		return flashgate.Sale{}, fmt.Errorf("creating sale: %w", err)
 	}

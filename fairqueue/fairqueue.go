@@ -99,6 +99,30 @@ func Validate(s flashgate.Sale) error {
 // hoarded for the opening's rush or outlive a raised difficulty for long.
 const ChallengeTTL = 5 * time.Minute
 
+// SolutionMinLife is the least life a proof-of-work solution's challenge
+// must have left at entry: a solution with less is refused as expired.
+// MarkMargin is how long a used solution's mark outlives its challenge
+// (MarkLife). Together they keep a solution single-use on gateways whose
+// clocks disagree by up to their sum.
+const (
+	SolutionMinLife = time.Second
+	MarkMargin      = time.Second
+)
+
+// MarkLife is the life in milliseconds of the mark that makes a
+// proof-of-work solution single-use (lua.QueueEnter's ARGV[2]), for a
+// solution whose challenge has remaining left: remaining rounded up to a
+// whole millisecond, plus MarkMargin, so the mark outlives the challenge.
+// It is 0 (no solution to mark) only when remaining is not positive; a
+// remaining life under a millisecond, which truncation would make 0 and
+// so leave the solution unmarked, still gets a mark.
+func MarkLife(remaining time.Duration) int64 {
+	if remaining <= 0 {
+		return 0
+	}
+	return int64((remaining + MarkMargin + time.Millisecond - 1) / time.Millisecond)
+}
+
 // ChallengeSalt is the salt of a proof-of-work challenge (ALTCHA), which
 // carries its terms: "<nonce hex>?sale=<id>&max=<maxnumber>&expires=<unix
 // seconds>&". The challenge is SHA-256 of the salt and the secret number,

@@ -160,3 +160,27 @@ func TestChallengeTerms(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkLife checks that a used solution's mark outlives its challenge
+// in whole milliseconds, even with under a millisecond left, and that no
+// solution gets no mark.
+func TestMarkLife(t *testing.T) {
+	margin := fairqueue.MarkMargin.Milliseconds()
+	cases := []struct {
+		remaining time.Duration
+		want      int64
+	}{
+		{0, 0},
+		{-time.Second, 0},
+		{time.Nanosecond, margin + 1},
+		{500 * time.Microsecond, margin + 1},
+		{time.Millisecond, margin + 1},
+		{time.Millisecond + time.Nanosecond, margin + 2},
+		{fairqueue.ChallengeTTL, fairqueue.ChallengeTTL.Milliseconds() + margin},
+	}
+	for _, c := range cases {
+		if got := fairqueue.MarkLife(c.remaining); got != c.want {
+			t.Errorf("MarkLife(%v): got %d, want %d", c.remaining, got, c.want)
+		}
+	}
+}

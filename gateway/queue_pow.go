@@ -50,7 +50,7 @@ func (k *queueKeys) challengeSig(challenge string) []byte {
 // signature (challenge is SHA-256 of salt and number, signature the HMAC
 // of challenge). The sale must be
 // sale, the number within 0..max, max at least floor (the difficulty in
-// force now), and expires not passed.
+// force now), and expires at least fairqueue.SolutionMinLife away.
 func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
 	raw, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil {
@@ -73,7 +73,7 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 		return "", 0, errPoW
 	}
 	// The terms are the server's own from here on.
-	if ttl = expires.Sub(now); ttl <= 0 {
+	if ttl = expires.Sub(now); ttl < fairqueue.SolutionMinLife {
 		return "", 0, errPoWExpired
 	}
 	if maxnum < floor {

@@ -230,7 +230,7 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	rctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
 	defer cancel()
-	v, err := s.runEnter(rctx, e.id, lua.QueueEnterKeys(e.id, challenge), user, max(ttl.Milliseconds(), 0))
+	v, err := s.runEnter(rctx, e.id, lua.QueueEnterKeys(e.id, challenge), user, fairqueue.MarkLife(ttl))
 	if errors.Is(err, errEntryShort) {
 		// The entry stands on the primary but its replicas do not hold
 		// it: no 201 a failover could take back. Entering again answers

@@ -16,8 +16,10 @@
 --         "e" = "<entry> <user id>", which the leader writes to the
 --         database in batches and then deletes
 -- ARGV[1] user id
--- ARGV[2] the solution's remaining life in milliseconds; "0": no solution
---         to mark (KEYS[4] is not touched)
+-- ARGV[2] the life of the solution's mark in milliseconds
+--         (fairqueue.MarkLife: its challenge's remaining life rounded up,
+--         plus a margin, so the mark outlives the challenge); "0": no
+--         solution to mark (KEYS[4] is not touched)
 --
 -- Returns {code, entry, new, commitment}:
 --   {0, entry, 1|0, seed_sha}  entered now (1) or before (0); entry as in

@@ -5,7 +5,13 @@
 -- the entry it was given, the frontiers and windows. It merges: what Redis
 -- holds stays, the frontiers only grow. A pre-start entrant added while the
 -- queue had started unmarks queue_ranked, so that the leader ranks the queue
--- again (the same seed gives everyone the same rank).
+-- again (the same seed gives everyone the same rank). queue_prequeued and
+-- queue_late are counted again from what the queue holds then (its
+-- entries less the late list's, and the late list's), so a hash that kept
+-- its counters while its queue went (an archived sale, reopened) counts
+-- each entrant once. A windows list that is gone while
+-- positions are admitted and not ended takes the journal's windows, so
+-- those positions' windows end.
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] queue hash    fg:{<sale>}:queue
@@ -25,7 +31,8 @@
 -- not restored (their arrival number was given to another since), queue_admitted},
 -- or {-1} stale fencing token, {-2} no such sale, {-3} Redis holds
 -- another epoch's queue (nothing changed).
-local f = redis.call('HMGET', KEYS[1], 'total', 'queue_fence', 'queue_epoch', 'queue_admitted', 'queue_expired', 'queue_started')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue_fence', 'queue_epoch', 'queue_admitted', 'queue_expired', 'queue_started',
+  'queue_prequeued', 'queue_late')
 if not f[1] then
   return {-2}
 end
@@ -64,21 +71,23 @@ for i = 10, #ARGV - 1, 2 do
     end
   end
 end
-if pre > 0 then
-  redis.call('HINCRBY', KEYS[1], 'queue_prequeued', pre)
-  redis.call('HSET', KEYS[1], 'queue_ranked', 0)
+local npre = redis.call('HLEN', KEYS[2]) - n
+if pre > 0 or npre ~= (tonumber(f[7] or '0') or 0) then
+  redis.call('HSET', KEYS[1], 'queue_prequeued', npre, 'queue_ranked', 0)
 end
-if late > 0 then
+if late > 0 or n ~= (tonumber(f[8] or '0') or 0) then
   redis.call('HSET', KEYS[1], 'queue_late', n)
 end
 local k, e = tonumber(f[4] or '0') or 0, tonumber(f[5] or '0') or 0
 local jk, je = tonumber(ARGV[7]) or 0, tonumber(ARGV[8]) or 0
-if jk > k then
-  k = jk
+if jk > k or (jk == k and k > e and redis.call('EXISTS', KEYS[4]) == 0) then
   redis.call('DEL', KEYS[4])
   for line in string.gmatch(ARGV[9], '[^\n]+') do
     redis.call('RPUSH', KEYS[4], line)
   end
+end
+if jk > k then
+  k = jk
   -- The rank keys at the frontiers are the leader's to write again.
   redis.call('HSET', KEYS[1], 'queue_admitted', k, 'queue_ranked', 0)
 end

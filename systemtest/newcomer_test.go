@@ -52,6 +52,14 @@ func TestNewcomerCommands(t *testing.T) {
 	if !bytes.Contains(out, []byte("demo: every invariant held")) {
 		t.Fatalf("make demo did not report every invariant held:\n%s", out)
 	}
+	// A warning or an error in the demo's output reads as something broken
+	// to a newcomer: the demo has none (the embedded store's lack of
+	// replication is said at info).
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			t.Errorf("make demo logged a warning or an error: %s", l)
+		}
+	}
 
 	// bin/flashgate demo --serve, no other flags.
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "flashgate"), "demo", "--serve")

@@ -83,6 +83,9 @@ type Config struct {
 	// set names the flags given on the command line or by environment,
 	// so that a command can tell a default from a choice.
 	set map[string]bool
+	// embedded is set by demo, whose store is the embedded one: it has no
+	// replication (controlplane.Config.Standalone).
+	embedded bool
 
 	// token
 	User       string        // token: the buyer's id

@@ -127,9 +127,13 @@ func TestContract(t *testing.T) {
 		unknown                 []string
 	}{
 		{"public", public, "gateway/openapi.json", buyer,
-			[]string{"/nope", "/api/nope", "/api/sales/spring-drop/nope", "/static/nope.css", "/admin/sales", "/metrics"}},
+			[]string{"/nope", "/api/nope", "/api/sales/spring-drop/nope", "/static/nope.css", "/admin/sales", "/metrics",
+				// Paths not in their canonical form name no route.
+				"/api//sales/spring-drop", "/api/./sales/spring-drop", "//api/sales/spring-drop",
+				"/api/sales/x/../spring-drop", "/static/./buy.js", "//healthz", "/api/sales/spring-drop/orders/"}},
 		{"admin", admin, "admin/openapi.json", adminTok,
-			[]string{"/nope", "/api/sales/spring-drop", "/admin/nope", "/admin/sales/spring-drop/nope", "/admin/orders/x"}},
+			[]string{"/nope", "/api/sales/spring-drop", "/admin/nope", "/admin/sales/spring-drop/nope", "/admin/orders/x",
+				"/admin//sales", "/admin/./sales", "//admin/sales", "/admin/x/../sales", "/admin/sales/spring-drop/.", "//healthz"}},
 	}
 	params := strings.NewReplacer("{id}", "spring-drop", "{order_id}", "no-such-order", "{file}", "buy.js")
 	for _, l := range listeners {
@@ -202,6 +206,7 @@ func TestContract(t *testing.T) {
 		for _, p := range l.unknown {
 			for _, m := range []string{"GET", "POST"} {
 				jsonError(l.name+" "+m+" "+p, do(m, l.base+p, l.token, ""), 404, "not_found")
+				jsonError(l.name+" "+m+" "+p+" without a token", do(m, l.base+p, "", ""), 404, "not_found")
 			}
 		}
 		// One readiness body on every listener.
@@ -241,6 +246,8 @@ func TestMetricsMuxContract(t *testing.T) {
 		{"GET", "/nope", 404, `{"error":"not_found"}` + "\n", ""},
 		{"POST", "/metrics", 405, `{"error":"method_not_allowed"}` + "\n", "GET, HEAD"},
 		{"DELETE", "/readyz", 405, `{"error":"method_not_allowed"}` + "\n", "GET, HEAD"},
+		{"GET", "//metrics", 404, `{"error":"not_found"}` + "\n", ""},
+		{"GET", "/./readyz", 404, `{"error":"not_found"}` + "\n", ""},
 	}
 	for _, tc := range tests {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)

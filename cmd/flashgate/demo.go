@@ -54,6 +54,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		st.onClose(func() { _ = os.RemoveAll(dir) })
 	}
 	cfg.Redis = "redis://" + mr.Addr() + "/0"
+	cfg.embedded = true
 	cfg.DB = "sqlite://" + filepath.Join(dir, "orders.db")
 	stand, err := startStandIn(st, cfg) // payments.go; nil without stripe-local
 	if err != nil {

@@ -126,6 +126,20 @@ func TestDemoFair(t *testing.T) {
 	if strings.Contains(report, "FAIL") {
 		t.Errorf("demo --fair's report has a failed check:\n%s", report)
 	}
+	if w := warnLines(errb.String()); len(w) > 0 {
+		t.Errorf("demo --fair logged warnings or errors, which a newcomer reads as something broken:\n%s", strings.Join(w, "\n"))
+	}
+}
+
+// warnLines returns the log lines of out at level WARN or ERROR.
+func warnLines(out string) []string {
+	var w []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			w = append(w, l)
+		}
+	}
+	return w
 }
 
 // TestDemo runs the whole demo, smaller, through run: every tier, real HTTP on
@@ -147,8 +161,11 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	// The embedded store cannot tell its replication state: said once, not
-	// every tick.
+	// every tick, and not as a warning (it has no replication by design).
 	if n := strings.Count(errb.String(), "failover watch"); n > 1 {
 		t.Errorf("demo logged the failover watch %d times, want at most once:\n%s", n, errb.String())
+	}
+	if w := warnLines(errb.String()); len(w) > 0 {
+		t.Errorf("demo logged warnings or errors, which a newcomer reads as something broken:\n%s", strings.Join(w, "\n"))
 	}
 }

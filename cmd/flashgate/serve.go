@@ -143,7 +143,7 @@ func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary r
 		pstore = db
 	}
 	cp, err := controlplane.New(controlplane.Config{
-		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec),
+		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec), Standalone: cfg.embedded,
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
 		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
 		Payments: prov, PaymentStore: pstore, Currency: cfg.PaymentCurrency, PaymentGrace: cfg.PaymentGrace,

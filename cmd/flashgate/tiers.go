@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/buildinfo"
 	"github.com/flashgate/flashgate/internal/noroute"
 	"github.com/flashgate/flashgate/internal/replwait"
@@ -247,7 +248,13 @@ func withPprof(on bool, h http.Handler) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.Handle("/", h)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !noroute.Canonical(r.URL.Path) { // not the mux's redirect: 404, as behind it
+			noroute.Error(w, flashgate.ErrNotFound)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // metricsListener opens --metrics-listen, or returns nil when it is unset.
@@ -316,16 +323,58 @@ func serveUntil(ctx context.Context, serve func() error, shutdown func(context.C
 }
 
 // serveHTTP runs an http.Server on ln until ctx ends, then shuts it down.
-// It refuses any request with a Transfer-Encoding (see refuseChunked).
+// It refuses any request with a Transfer-Encoding (see refuseChunked) or
+// a head over headLimit (refuseLargeHead).
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           refuseChunked(h),
+		Handler:           refuseLargeHead(refuseChunked(h)),
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
 	return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.Shutdown)
+}
+
+// headLimit is the largest request head (request line and header lines)
+// the net/http listeners take: the public listener's
+// (gateway.DefaultMaxRequestHeaderSize). maxHeaderBytes is net/http's own
+// bound, past which it answers 431 itself, in plain text, before any
+// handler: it reads at most that and 4 KB more of a head (it took 1 MB).
+const (
+	headLimit      = gateway.DefaultMaxRequestHeaderSize
+	maxHeaderBytes = 64 << 10
+)
+
+// refuseLargeHead answers a request whose head is over headLimit 431 with
+// {"error":"bad_request"} and closes its connection, as the public
+// listener does.
+func refuseLargeHead(h http.Handler) http.Handler {
+	_, code := flashgate.ErrorStatus(flashgate.ErrBadRequest)
+	body := `{"error":"` + code + `"}` + "\n"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headSize(r) <= headLimit {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestHeaderFieldsTooLarge)
+		_, _ = io.WriteString(w, body)
+	})
+}
+
+// headSize is the size of r's head as sent: the request line, each
+// header line (Host's among them) and the empty line.
+func headSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2 + len("Host: ") + len(r.Host) + 2 + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
 }
 
 // refuseChunked answers a request sent with a Transfer-Encoding 400

@@ -284,3 +284,35 @@ func TestAdminFairSale(t *testing.T) {
 		t.Errorf("status: got %d %s, want a closed queue with no entrants", code, raw)
 	}
 }
+
+// TestAdminNonCanonicalPaths: a path not in its canonical form is 404
+// not_found in JSON, with the token or without, on a route's path and on
+// the dashboard's; it was the mux's 307 (HTML) to the cleaned path, before
+// the token was checked.
+func TestAdminNonCanonicalPaths(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	paths := []string{"/admin//sales", "/admin/./sales", "/admin/x/../sales", "//admin/sales", "/admin/sales/.",
+		"/admin//", "/admin/./app.js", "/admin/sales//x", "//healthz", "/./metrics"}
+	for _, p := range paths {
+		for _, m := range []string{"GET", "POST"} {
+			for _, tok := range []string{"", testToken} {
+				req, _ := http.NewRequest(m, srv.URL+p, nil)
+				if tok != "" {
+					req.Header.Set("Authorization", "Bearer "+tok)
+				}
+				res, err := cl.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != 404 || string(raw) != `{"error":"not_found"}`+"\n" || res.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("%s %s (token %v): got %d %q (%s), want 404 JSON not_found", m, p, tok != "", res.StatusCode, raw, res.Header.Get("Content-Type"))
+				}
+			}
+		}
+	}
+}

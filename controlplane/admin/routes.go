@@ -39,8 +39,13 @@ func (m *routeMux) Patterns() []string { return append([]string(nil), m.patterns
 // ServeHTTP serves the routes and answers every request none takes as the
 // contract answers errors: JSON, 405 method_not_allowed with Allow when the
 // path has routes for other methods, else 404 not_found (never the mux's
-// plain text).
+// plain text). A path not in its canonical form (noroute.Canonical) is
+// 404 not_found, not the mux's redirect to the cleaned path.
 func (m *routeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !noroute.Canonical(r.URL.Path) {
+		noroute.Error(w, flashgate.ErrNotFound)
+		return
+	}
 	if _, p := m.ServeMux.Handler(r); p == "" {
 		m.noRoute(w, r)
 		return

@@ -66,8 +66,8 @@ const (
 // be taken), every stream empty (the sinks trim what they commit and never
 // remove a pending entry, so every order is a row), no dead letter waiting
 // for a replay, no order pending payment (expiry would still move it), no
-// release queued for delivery, and Redis' booked equal to the live rows'
-// units.
+// release queued for delivery, Redis' booked equal to the live rows'
+// units, and, for a fair sale, every queue entry journaled.
 func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error) {
 	if sale.State != flashgate.StateClosed {
 		return Wait, nil
@@ -97,8 +97,17 @@ func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error)
 		streams[i] = pipe.XLen(ctx, lua.OrdersKey(t))
 		dead[i] = pipe.XLen(ctx, lua.DeadKey(t))
 	}
+	// A fair queue's entries not yet journaled would go with the archive's
+	// delete: the leader journals a closed sale's last entries first.
+	var journal *redis.IntCmd
+	if sale.Fair() {
+		journal = pipe.XLen(ctx, lua.QueueJournalKey(sale.ID))
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Wait, fmt.Errorf("reading the sale in redis: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if journal != nil && journal.Val() > 0 {
+		return Wait, nil
 	}
 	var booked int64
 	missing := false

@@ -57,6 +57,9 @@ type Watcher struct {
 	buckets *buckets.Keeper
 	sync    *resync.Syncer
 	resync  ResyncFunc
+	// standalone is set (Standalone) when the store has no replication by
+	// design: the watch being off is no warning there.
+	standalone atomic.Bool
 	// recoveringSales holds the ids of bucketed sales a slot of which is
 	// being recovered (buckets.go).
 	recoveringSales sync.Map
@@ -158,7 +161,11 @@ var errNoReplicationState = errors.New("redis cannot tell its replication id")
 // that failovers go unnoticed: the watch, and the reserve scripts' fence
 // (which cannot tell either), are off.
 func (s *Watcher) noteBlind(err error) {
-	if !s.replBlind.Swap(true) {
+	switch {
+	case s.replBlind.Swap(true):
+	case s.standalone.Load():
+		s.log.Info("failover watch off: the store has no replication, so there is no replica to fail over to")
+	default:
 		s.log.Warn("failover watch off: redis cannot tell its replication state (INFO replication); a promoted replica would not be noticed", "err", err)
 	}
 }

@@ -76,10 +76,27 @@ func (l *Leader) journalQueue(ctx context.Context, id string, run *queueRun) err
 	return nil
 }
 
+// journalClosed journals what a closed sale's queue took since the last
+// step (the entries made between that step and the close), so that the
+// archive, which waits for the journal stream to be empty, deletes no
+// entry the database lacks. Of what the leader remembers of the queue it
+// keeps only the mark last journaled: a reopened sale's first step
+// compares Redis with the journal again and ranks afresh, as in a new
+// process.
+func (l *Leader) journalClosed(ctx context.Context, id string) error {
+	run := l.runs.run(id)
+	if run.ranked || run.journalRead {
+		*run = queueRun{journaled: run.journaled}
+	}
+	return l.journalQueue(ctx, id, run)
+}
+
 // restoreQueueIfBehind compares Redis' queue with the journal the first
 // time this process steps the sale, and whenever Redis holds an older
 // frontier than the one last journaled or no open queue: if the journal
-// holds more (another epoch, a greater frontier, more entrants), it
+// holds more (another epoch, a greater frontier, more entrants), or the
+// queue's counters count entrants its hash does not hold (an archived
+// sale, reopened: the archive deleted the queue and kept the hash), it
 // restores the queue from it (lua.QueueRestore). It reports whether it
 // did.
 func (l *Leader) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, run *queueRun, f queueFigures, fence int64, now time.Time) (bool, error) {
@@ -98,7 +115,8 @@ func (l *Leader) restoreQueueIfBehind(ctx context.Context, sale flashgate.Sale, 
 		// Redis holds a queue opened anew: its journal replaces this one.
 		return false, nil
 	}
-	if f.Open && f.Epoch == m.Epoch && f.Admitted >= m.K && f.Expired >= m.E && f.Prequeued+f.Late >= int64(len(entrants)) {
+	if f.Open && f.Epoch == m.Epoch && f.Admitted >= m.K && f.Expired >= m.E && f.Prequeued+f.Late >= int64(len(entrants)) &&
+		f.entries >= f.Prequeued+f.Late {
 		run.journaled = m
 		return false, nil
 	}

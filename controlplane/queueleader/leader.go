@@ -170,6 +170,10 @@ type queueFigures struct {
 	start, closed          bool
 	backlog                int64
 	latency                time.Duration
+	// entries is how many entrants the queue hash holds (queue_prequeued
+	// and queue_late may count more: an archived sale's hash keeps them
+	// while its queue goes).
+	entries int64
 }
 
 func (l *Leader) queueFigures(ctx context.Context, id string) (queueFigures, error) {
@@ -178,6 +182,9 @@ func (l *Leader) queueFigures(ctx context.Context, id string) (queueFigures, err
 	h := pipe.HMGet(ctx, lua.SaleKey(id), stockFields...)
 	qh := pipe.HMGet(ctx, lua.SaleKey(id), fairqueue.Fields...)
 	x := pipe.XLen(ctx, lua.OrdersKey(id))
+	// Read after the counters: an entry between the two reads makes
+	// entries larger, never smaller.
+	n := pipe.HLen(ctx, lua.QueueKey(id))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return queueFigures{}, fmt.Errorf("reading queue figures: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -193,20 +200,23 @@ func (l *Leader) queueFigures(ctx context.Context, id string) (queueFigures, err
 		View:  v,
 		total: sh.Int(lua.FieldTotal), booked: sh.Int(lua.FieldBooked), perUser: max(sh.Int(lua.FieldPerUser), 1),
 		start: sh.Int(lua.FieldStart) == 1, closed: sh.Int(lua.FieldClosed) == 1,
-		backlog: x.Val(), latency: time.Since(t),
+		backlog: x.Val(), latency: time.Since(t), entries: n.Val(),
 	}, nil
 }
 
 // Tick runs one step of every fair sale's queue among sales (the live
 // sales: archived ones are closed, with nothing to run) under the fencing
-// token fence; the leader calls it every tick.
+// token fence; the leader calls it every tick. A closed sale's queue only
+// has its last entries journaled (journalClosed).
 func (l *Leader) Tick(ctx context.Context, sales []flashgate.Sale, fence int64) {
 	for _, sale := range sales {
 		if !sale.Fair() {
 			continue
 		}
 		if sale.State == flashgate.StateClosed {
-			l.runs.drop(sale.ID)
+			if err := l.journalClosed(ctx, sale.ID); err != nil && ctx.Err() == nil {
+				l.log.Warn("fair queue", "sale", sale.ID, "err", err)
+			}
 			continue
 		}
 		if err := l.Step(ctx, sale, fence); err != nil && ctx.Err() == nil {

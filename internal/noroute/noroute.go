@@ -6,6 +6,7 @@ package noroute
 import (
 	"encoding/json"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/flashgate/flashgate"
@@ -48,10 +49,30 @@ func Error(w http.ResponseWriter, err error) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": code})
 }
 
+// Canonical reports whether p is a path in its canonical form: rooted,
+// with no empty, "." or ".." segment (a trailing slash is kept). A
+// ServeMux redirects any other path to its cleaned form, with an HTML
+// body and before any route's own checks (the admin token's among them);
+// flashgate serves no such path, so it is a 404 like any unknown path.
+func Canonical(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
 // Handler serves mux and answers what none of its routes takes with
-// Answer.
+// Answer, and a path not in its canonical form 404 not_found.
 func Handler(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !Canonical(r.URL.Path) {
+			Error(w, flashgate.ErrNotFound)
+			return
+		}
 		if _, p := mux.Handler(r); p == "" {
 			Answer(w, Allowed(mux, r, ""))
 			return

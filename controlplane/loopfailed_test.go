@@ -1,0 +1,33 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/flashgate/flashgate"
+)
+
+// TestLoopFailedLevel: a leader loop's write refused by a newer fencing
+// token (an admin call's, taken while the term was live; the demo's start
+// can race its first tick) is said at info, since the next renewal takes a
+// newer token; any other failure warns.
+func TestLoopFailedLevel(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("expiring orders: leader fence above token 7: %w", flashgate.ErrFenced), "level=INFO"},
+		{fmt.Errorf("expiring orders: %w", flashgate.ErrUnavailable), "level=WARN"},
+		{errors.New("disk full"), "level=WARN"},
+	}
+	for _, c := range cases {
+		logs := &lockedBuffer{}
+		s := &Service{log: slog.New(slog.NewTextHandler(logs, nil))}
+		s.loopFailed("expiry", c.err)
+		if logs.lines(c.want) != 1 || logs.lines("level=") != 1 {
+			t.Errorf("loopFailed(%v): got %q, want one line at %s", c.err, logs.b.String(), c.want)
+		}
+	}
+}
