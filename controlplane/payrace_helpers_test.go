@@ -117,6 +117,8 @@ type payEnv struct {
 	prov  *fakeProvider
 	mu    sync.Mutex
 	yield map[string]func(ctx context.Context) // point → what runs there, once
+	// handler, when set, runs at every point of every actor.
+	handler func(ctx context.Context, point string)
 	evSeq int
 }
 
@@ -140,6 +142,25 @@ func (pe *payEnv) at(ctx context.Context, point string) {
 	if f != nil {
 		f(ctx)
 	}
+	pe.mu.Lock()
+	h := pe.handler
+	pe.mu.Unlock()
+	if h != nil {
+		h(ctx, point)
+	}
+}
+
+// actorKey names the actor of a context (withActor), for a handler that
+// stops one actor and not another.
+type actorKey struct{}
+
+func withActor(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, actorKey{}, name)
+}
+
+func actorOf(ctx context.Context) string {
+	s, _ := ctx.Value(actorKey{}).(string)
+	return s
 }
 
 // on puts f at point, to run the next time an actor passes it.

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/flashgate/flashgate"
@@ -33,14 +34,18 @@ func TestRetakeCountedByResync(t *testing.T) {
 			if got := pe.order(o.ID).Status; got != flashgate.StatusPaid {
 				t.Fatalf("order: got %s, want paid (honoured)", got)
 			}
-			if _, _, err := pe.svc.Resync(pe.ctx, "s1"); err != nil {
-				t.Fatal(err)
-			}
 			if got, want := field(t, pe.rdb, "s1", "booked"), pe.liveUnits("s1"); got != want {
-				t.Errorf("booked after the re-syncs: got %d, want %d (the live units)", got, want)
+				t.Errorf("booked after the honour: got %d, want %d (the live units)", got, want)
 			}
 			if code, _ := pe.reserve("s1", "u2"); code != lua.ReserveSoldOut {
 				t.Errorf("a second buyer: got code %d, want sold out (%d): the retaken unit sold twice", code, lua.ReserveSoldOut)
+			}
+			pe.persist("s1")
+			if _, _, err := pe.svc.Resync(pe.ctx, "s1"); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := field(t, pe.rdb, "s1", "booked"), pe.liveUnits("s1"); got != want || want > 1 {
+				t.Errorf("after a re-sync: booked %d, live units %d, want equal and at most the 1 unit", got, want)
 			}
 		})
 	}
@@ -97,9 +102,10 @@ func TestRetakeRetriedAfterFailedHonour(t *testing.T) {
 type stopHere struct{}
 
 // TestTwoSettlersOneOutcome: of two settlers of one late payment, one
-// refused by the retake (sold out) and one that would find the unit freed
-// meanwhile, exactly one outcome results: the payment is never both
-// honoured and refunded.
+// (a webhook) refused by the retake (sold out) and one (the
+// reconciliation) that read the payment before the first recorded its
+// refund and retakes after a unit was freed, exactly one outcome results:
+// the payment is never both honoured and refunded.
 func TestTwoSettlersOneOutcome(t *testing.T) {
 	for name, dsn := range payBackends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -110,17 +116,38 @@ func TestTwoSettlersOneOutcome(t *testing.T) {
 			// The unit is sold again to u2: the first settler's retake
 			// finds the sale sold out.
 			o2 := pe.buy("s1", "u2")
-			pe.on("retake:done", func(ctx context.Context) {
-				// u2 cancels (the unit is free again), and a second
-				// settler (the reconciliation) settles the payment.
-				if _, err := pe.svc.Cancel(ctx, o2.ID, "u2"); err != nil {
-					t.Errorf("Cancel: %v", err)
+			arrived, goOn, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			pe.handler = func(ctx context.Context, point string) {
+				switch {
+				case actorOf(ctx) == "" && point == "retake:done":
+					once.Do(func() {
+						// u2 cancels: the unit is free again. The second
+						// settler reads the payment, and waits there.
+						if _, err := pe.svc.Cancel(ctx, o2.ID, "u2"); err != nil {
+							t.Errorf("Cancel: %v", err)
+						}
+						go func() {
+							defer close(done)
+							if _, err := pe.svc.ReconcilePayments(withActor(pe.ctx, "B")); err != nil {
+								t.Logf("second settler: %v", err)
+							}
+						}()
+						<-arrived
+					})
+				case actorOf(ctx) == "B" && point == "settle:read":
+					select {
+					case <-arrived:
+					default:
+						close(arrived)
+						<-goOn
+					}
 				}
-				if _, err := pe.svc.ReconcilePayments(ctx); err != nil {
-					t.Logf("second settler: %v", err)
-				}
-			})
+			}
 			pe.hook(flashgate.EventIntentSucceeded, intent, flashgate.IntentSucceeded)
+			close(goOn)
+			<-done
+			pe.handler = nil
 			if _, err := pe.svc.ReconcilePayments(pe.ctx); err != nil {
 				t.Fatal(err)
 			}
