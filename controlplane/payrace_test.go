@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -202,6 +203,70 @@ func TestAdminRefundRacingSuccess(t *testing.T) {
 			p := pe.payment(o.ID)
 			if p.Outcome != "refunded" || !p.Refunded {
 				t.Errorf("payment: outcome %q refunded %v, want refunded and true", p.Outcome, p.Refunded)
+			}
+		})
+	}
+}
+
+// TestCanceledEventAsksProvider: a signed payment_intent.canceled about an
+// intent that succeeded at the provider (a stale or forged-order event)
+// does not take the payment out of the reconciliation: the provider's
+// state is applied, and the order is paid.
+func TestCanceledEventAsksProvider(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 1, 3)
+			o := pe.buy("s1", "u1")
+			paying, err := pe.svc.Pay(pe.ctx, o.ID, "u1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pe.prov.set(paying.PaymentIntent, flashgate.IntentSucceeded)
+			pe.hook(flashgate.EventIntentCanceled, paying.PaymentIntent, flashgate.IntentCanceled)
+			if _, err := pe.svc.ReconcilePayments(pe.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if p := pe.payment(o.ID); p.Status != flashgate.IntentSucceeded || p.Outcome != "paid" || pe.order(o.ID).Status != flashgate.StatusPaid {
+				t.Fatalf("after a canceled event about a succeeded intent: payment %s/%q, order %s; want succeeded/paid, paid",
+					p.Status, p.Outcome, pe.order(o.ID).Status)
+			}
+		})
+	}
+}
+
+// TestBuyerCancelCancelsIntent: a buyer's cancel of an order whose payment
+// is in flight cancels the intent at the provider, so the page can no
+// longer confirm it; one whose payment succeeded meanwhile is not
+// cancelled (409) and the order is paid.
+func TestBuyerCancelCancelsIntent(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 2, 3)
+			o := pe.buy("s1", "u1")
+			paying, err := pe.svc.Pay(pe.ctx, o.ID, "u1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pe.svc.Cancel(pe.ctx, o.ID, "u1")
+			if err != nil || got.Status != flashgate.StatusCancelled {
+				t.Fatalf("Cancel: got %s, %v, want cancelled", got.Status, err)
+			}
+			if st := pe.prov.status(paying.PaymentIntent); st != flashgate.IntentCanceled {
+				t.Errorf("intent after the buyer's cancel: got %s, want canceled", st)
+			}
+			o2 := pe.buy("s1", "u2")
+			paying2, err := pe.svc.Pay(pe.ctx, o2.ID, "u2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pe.prov.set(paying2.PaymentIntent, flashgate.IntentSucceeded) // its webhook not yet delivered
+			if _, err := pe.svc.Cancel(pe.ctx, o2.ID, "u2"); !errors.Is(err, flashgate.ErrNotPayable) {
+				t.Errorf("cancel of an order whose payment succeeded: got %v, want ErrNotPayable", err)
+			}
+			if st := pe.order(o2.ID).Status; st != flashgate.StatusPaid {
+				t.Errorf("that order: got %s, want paid", st)
 			}
 		})
 	}
