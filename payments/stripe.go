@@ -61,6 +61,15 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: cfg.Timeout}
 	}
+	// A 429 is tried again after its Retry-After when that fits in the
+	// call's deadline (ratelimit.go).
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	rc := *hc
+	rc.Transport = retryTransport{next: next, now: time.Now}
+	hc = &rc
 	bc := &stripe.BackendConfig{
 		HTTPClient:        hc,
 		MaxNetworkRetries: stripe.Int64(1),
@@ -184,6 +193,13 @@ func intent(pi *stripe.PaymentIntent) flashgate.Intent {
 // same intent.
 func unavailable(err error) error {
 	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusTooManyRequests {
+		after := defaultRetryAfter
+		if se.LastResponse != nil {
+			after = retryAfter(se.LastResponse.Header.Get("Retry-After"))
+		}
+		return fmt.Errorf("%w: %w", flashgate.ErrUnavailable, &RateLimitedError{After: after})
+	}
 	if errors.As(err, &se) && se.HTTPStatusCode > 0 && se.HTTPStatusCode < 500 && se.HTTPStatusCode != http.StatusTooManyRequests {
 		return err
 	}
