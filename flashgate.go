@@ -217,6 +217,9 @@ type Payment struct {
 	Disputed    bool      `json:"disputed,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Checks counts the reconciliation's looks at the payment so far
+	// (its backoff); set by the store's list of due payments only.
+	Checks int `json:"-"`
 }
 
 // InFlight reports whether p still holds its order's units against the

@@ -21,10 +21,19 @@ type fakeProvider struct {
 	intents map[string]*flashgate.Intent
 	refunds map[string][]string // intent → idempotency keys of its refunds, once each
 	cancels int
+	asked   map[string]int // intent → Intent calls
+	limited int            // answer this many next Intent calls 429
 }
 
+// rateLimited is the provider's 429 with its Retry-After.
+type rateLimited struct{ after time.Duration }
+
+func (e rateLimited) Error() string             { return "429" }
+func (e rateLimited) RetryAfter() time.Duration { return e.after }
+func (e rateLimited) Unwrap() error             { return flashgate.ErrUnavailable }
+
 func newFakeProvider() *fakeProvider {
-	return &fakeProvider{intents: map[string]*flashgate.Intent{}, refunds: map[string][]string{}}
+	return &fakeProvider{intents: map[string]*flashgate.Intent{}, refunds: map[string][]string{}, asked: map[string]int{}}
 }
 
 func (f *fakeProvider) Checkout(_ context.Context, o flashgate.Order, amount int64, currency string) (flashgate.Intent, error) {
@@ -45,6 +54,11 @@ func (f *fakeProvider) Checkout(_ context.Context, o flashgate.Order, amount int
 func (f *fakeProvider) Intent(_ context.Context, id string) (flashgate.Intent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.limited > 0 {
+		f.limited--
+		return flashgate.Intent{}, rateLimited{after: 5 * time.Second}
+	}
+	f.asked[id]++
 	in, ok := f.intents[id]
 	if !ok {
 		return flashgate.Intent{}, fmt.Errorf("intent %s: %w", id, flashgate.ErrNotFound)
@@ -119,7 +133,7 @@ type payEnv struct {
 	yield map[string]func(ctx context.Context) // point → what runs there, once
 	// handler, when set, runs at every point of every actor.
 	handler func(ctx context.Context, point string)
-	evSeq int
+	evSeq   int
 }
 
 func newPayEnv(t *testing.T, dsn string) *payEnv {

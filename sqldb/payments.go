@@ -165,8 +165,7 @@ func (d *DB) OpenPayments(ctx context.Context, createdBefore time.Time, limit in
 	rows, err := d.w.QueryContext(ctx, d.q(`SELECT p.order_id, p.intent_id, p.status, p.outcome, p.amount_cents,
 		p.currency, p.refund_id, p.refunded, p.disputed, p.created_at, p.updated_at
 		FROM payments p JOIN orders o ON o.order_id = p.order_id
-		WHERE p.outcome NOT IN ('paid', 'honoured_late', 'refunded_late', 'refunded')
-		AND (p.status = 'succeeded' OR p.outcome <> '' OR (p.status <> 'canceled' AND o.created_at < ?))
+		WHERE `+openPayment+`
 		ORDER BY p.created_at LIMIT ?`), d.ts(createdBefore), limit)
 	if err != nil {
 		return nil, fmt.Errorf("open payments: %w", err)

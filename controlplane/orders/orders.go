@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
@@ -67,6 +69,9 @@ type Config struct {
 	// "refund:owned"), so that a test can run another actor there. Nil in
 	// production.
 	Yield func(ctx context.Context, point string)
+	// ReconcileRate is how many calls a second the reconciliation makes to
+	// the payment provider at most; zero means DefaultReconcileRate.
+	ReconcileRate float64
 }
 
 // Service runs the order actions. Its methods are safe for concurrent use.
@@ -90,6 +95,11 @@ type Service struct {
 	paymentGrace time.Duration
 	pm           *paymentMetrics
 	hook         func(ctx context.Context, point string) // Config.Yield
+	// reconcileLimit paces the reconciliation's calls to the provider;
+	// pausedUntil, guarded by pmu, is when a 429's Retry-After ends.
+	reconcileLimit *rate.Limiter
+	pmu            sync.Mutex
+	pausedUntil    time.Time
 }
 
 // New returns a Service and registers its payment counters.
@@ -98,6 +108,11 @@ func New(cfg Config) (*Service, error) {
 		auditLogger: cfg.AuditLogger, paymentWindow: cfg.PaymentWindow, persistWait: cfg.PersistWait,
 		expired: cfg.Expired, refunds: cfg.Refunds, provider: cfg.Payments, paymentStore: cfg.PaymentStore,
 		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield}
+	r := cfg.ReconcileRate
+	if r <= 0 {
+		r = DefaultReconcileRate
+	}
+	s.reconcileLimit = rate.NewLimiter(rate.Limit(r), max(int(r), 1))
 	var err error
 	if s.pm, err = newPaymentMetrics(cfg.Metrics); err != nil {
 		return nil, err

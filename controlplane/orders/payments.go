@@ -42,7 +42,12 @@ type PaymentStore interface {
 	// whether this caller won it (flashgate.PaymentStep).
 	StepPayment(ctx context.Context, st flashgate.PaymentStep, now time.Time) (bool, error)
 	RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error)
-	OpenPayments(ctx context.Context, createdBefore time.Time, limit int) ([]flashgate.Payment, error)
+	// DuePayments are the open payments whose next look is due, longest
+	// due first; DeferPayment counts a look and sets the next.
+	DuePayments(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Payment, error)
+	DeferPayment(ctx context.Context, orderID string, next time.Time) error
+	// OldestOpenPayment is when the oldest payment not settled was made.
+	OldestOpenPayment(ctx context.Context) (time.Time, bool, error)
 	SalePayments(ctx context.Context, saleID string) (map[string]flashgate.Payment, error)
 	UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error)
 }
@@ -74,6 +79,7 @@ const reconcileBatch = 200
 type paymentMetrics struct {
 	results *prometheus.CounterVec
 	badSigs prometheus.Counter
+	oldest  prometheus.Gauge
 }
 
 func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
@@ -82,12 +88,17 @@ func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
 			Help: "Payments by result: succeeded (order paid in time), failed, late_honoured, late_refunded."}, []string{"result"}),
 		badSigs: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashgate_webhook_signature_failures_total",
 			Help: "Webhooks refused for a bad or stale signature."}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashgate_payment_oldest_unsettled_seconds",
+			Help: "Age of the oldest payment not yet settled (in flight, or a step under way), as the leader's reconciliation last read it; 0 when none."}),
 	}
 	var err error
 	if m.results, err = promreg.Register(reg, m.results); err != nil {
 		return nil, err
 	}
 	if m.badSigs, err = promreg.Register(reg, m.badSigs); err != nil {
+		return nil, err
+	}
+	if m.oldest, err = promreg.Register(reg, m.oldest); err != nil {
 		return nil, err
 	}
 	for _, r := range []string{"succeeded", "failed", "late_honoured", "late_refunded"} {
