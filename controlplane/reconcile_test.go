@@ -104,4 +104,3 @@ func (f *fakeProvider) totalAsked() int {
 	}
 	return n
 }
-
