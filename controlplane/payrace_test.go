@@ -231,6 +231,8 @@ func TestCanceledEventAsksProvider(t *testing.T) {
 				t.Fatalf("after a canceled event about a succeeded intent: payment %s/%q, order %s; want succeeded/paid, paid",
 					p.Status, p.Outcome, pe.order(o.ID).Status)
 			}
+			// An intent the provider does not know: acknowledged, nothing applied.
+			pe.hook(flashgate.EventIntentCanceled, "pi_unknown", flashgate.IntentCanceled)
 		})
 	}
 }

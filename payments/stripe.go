@@ -104,9 +104,14 @@ func (s *Stripe) Checkout(ctx context.Context, o flashgate.Order, amount int64, 
 	return intent(pi), nil
 }
 
-// Intent reads an intent's current state.
+// Intent reads an intent's current state; one the provider does not know
+// is flashgate.ErrNotFound.
 func (s *Stripe) Intent(ctx context.Context, id string) (flashgate.Intent, error) {
 	pi, err := s.sc.V1PaymentIntents.Retrieve(ctx, id, nil)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+		return flashgate.Intent{}, fmt.Errorf("reading payment intent %s: %w", id, flashgate.ErrNotFound)
+	}
 	if err != nil {
 		return flashgate.Intent{}, fmt.Errorf("reading payment intent: %w", unavailable(err))
 	}

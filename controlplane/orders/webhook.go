@@ -38,10 +38,13 @@ func (s *Service) Webhook(ctx context.Context, payload []byte, signature string)
 		// since). A provider that cannot be reached is
 		// flashgate.ErrUnavailable: nothing is stored, the event comes again.
 		in, err := s.provider.Intent(ctx, ev.IntentID)
-		if err != nil {
+		switch {
+		case err == nil:
+			status = in.Status
+		case !errors.Is(err, flashgate.ErrNotFound):
 			return fmt.Errorf("webhook: reading intent %s: %w", ev.IntentID, err)
 		}
-		status = in.Status
+		// An intent the provider does not know: stored, nothing applied.
 	}
 	now := s.clock.Now()
 	fresh, err := s.paymentStore.RecordEvent(ctx, ev.ID, ev.Type, ev.IntentID, ev.OrderID, status, now)
