@@ -208,7 +208,9 @@ type Payment struct {
 	Status string `json:"status"`
 	// Outcome is what flashgate made of a success: "" (none yet), "paid",
 	// "honoured_late" (succeeded after the order expired, a unit taken
-	// again) or "refunded_late" (no unit left: refunded).
+	// again), "refunded_late" (no unit left: refunded) or "refunded" (an
+	// admin refund); "late_pending", "refunding_late" and "refunding" are
+	// steps under way (controlplane/orders).
 	Outcome     string    `json:"outcome,omitempty"`
 	AmountCents int64     `json:"amount_cents"`
 	Currency    string    `json:"currency"`
@@ -217,6 +219,9 @@ type Payment struct {
 	Disputed    bool      `json:"disputed,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Checks counts the reconciliation's looks at the payment so far
+	// (its backoff); set by the store's list of due payments only.
+	Checks int `json:"-"`
 }
 
 // InFlight reports whether p still holds its order's units against the

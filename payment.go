@@ -62,3 +62,31 @@ func ValidCurrency(c string) bool {
 	}
 	return true
 }
+
+// PaymentStep is one owned step of a payment's life (settle, retake,
+// honour, refund, admin refund, cancel): a compare-and-set on the payment's
+// outcome and, when ToStatus is set, on its order's status, applied in one
+// transaction, so that of actors racing for the step exactly one wins and
+// the others read its result.
+type PaymentStep struct {
+	OrderID string
+	// FromOutcome are the outcomes the step starts from; ToOutcome is the
+	// outcome it records.
+	FromOutcome []string
+	ToOutcome   string
+	// FromStatus and ToStatus move the order in the same transaction
+	// (ToStatus "" leaves the order alone).
+	FromStatus []OrderStatus
+	ToStatus   OrderStatus
+	// Retake records that a late payment took the order's units again in
+	// Redis, where they were counted as reserved and not yet persisted:
+	// from this transaction the database counts them among the persisted
+	// units too, so that a re-sync counts them once (docs/internals.md,
+	// "Late payments").
+	Retake bool
+	// Refunded and RefundID set the payment's refund; IntentStatus, when
+	// not "", its intent's status.
+	Refunded     bool
+	RefundID     string
+	IntentStatus string
+}

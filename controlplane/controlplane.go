@@ -167,6 +167,14 @@ type Config struct {
 	// for a payment's webhook before asking the provider; zero means
 	// DefaultPaymentGrace.
 	PaymentGrace time.Duration
+	// PaymentYield, when not nil, is called at the named points between two
+	// steps of a payment's settlement (orders.Config.Yield), so that a test
+	// can run another actor there. Nil (the default) in production.
+	PaymentYield func(ctx context.Context, point string)
+	// PaymentReconcileRate is how many calls a second the reconciliation
+	// makes to the payment provider at most; zero means
+	// orders.DefaultReconcileRate (10).
+	PaymentReconcileRate float64
 }
 
 // The defaults of Config's fields, the one source of them: withDefaults
@@ -349,7 +357,8 @@ func New(cfg Config) (*Service, error) {
 	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
 		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
 		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
-		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds})
+		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds, Yield: cfg.PaymentYield,
+		ReconcileRate: cfg.PaymentReconcileRate})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

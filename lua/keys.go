@@ -194,10 +194,15 @@ func ReleaseKeys(tag string) []string {
 // (lua.Retake).
 func RetakenKey(sale string) string { return "fg:{" + sale + "}:retaken" }
 
+// RetakeRefusedKey is the hash of orders whose late payment Retake
+// refused, order id → the refusal's code, so that it answers each order
+// the same however often and by whomever it is asked.
+func RetakeRefusedKey(sale string) string { return "fg:{" + sale + "}:retakerefused" }
+
 // RetakeKeys is Retake's KEYS: sale hash, buyers hash, released set,
-// retaken set.
+// retaken set, refusals hash.
 func RetakeKeys(tag string) []string {
-	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag), RetakenKey(tag)}
+	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
 }
 
 // RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash.
@@ -291,6 +296,7 @@ const (
 	FieldQueueMaxNumber        = "queue_maxnumber"         // the proof-of-work's maxnumber now
 	FieldQueueWindow           = "queue_window"            // admit_seconds
 	FieldQueueFence            = "queue_fence"             // the fencing token of the last frontier write
+	FieldQueuePromised         = "queue_promised"          // admitted buyers still promised a unit at the last advance
 )
 
 // QueueEnterKeys is QueueEnter's KEYS: sale hash, queue hash, late list,

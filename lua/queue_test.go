@@ -110,6 +110,9 @@ func TestQueueScripts(t *testing.T) {
 		wantAdv("admit up to 3", adv(6, 1, 0, 2000, 5, []string{"bob"}, "t2"), []int64{1, 3, 0})
 		// Both are promised a unit: nothing is free.
 		wantAdv("every unit promised", adv(6, 3, 0, 3000, 5, []string{"bob", "alice", "carol"}), []int64{1, 3, 0})
+		if got := hget(t, ctx, rdb, lua.SaleKey(sale), lua.FieldQueuePromised); got != "2" {
+			t.Errorf("queue_promised with alice and carol admitted and unserved: got %q, want 2", got)
+		}
 		// Bob's window (from 1000, 60 s) ends; alice's and carol's not yet.
 		wantAdv("bob's window ends", adv(6, 3, 0, 61000, 5, []string{"bob", "alice", "carol"}), []int64{1, 3, 1})
 		// Theirs end: 2 units free, dave (position 4) is the last.

@@ -8,7 +8,9 @@
 -- so a reserve between the leader's reads cannot make it promise more
 -- units than exist. Both frontiers only grow, and only the leader with the
 -- newest fencing token moves them (a compare-and-set on queue_admitted and queue_expired keeps
--- a second writer from skipping positions).
+-- a second writer from skipping positions). It records how many admitted
+-- buyers are promised a unit (queue_promised), which a late payment's
+-- retake keeps for them.
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
@@ -121,5 +123,9 @@ for i = #tail, 1, -1 do
 end
 table.insert(fields, 'queue_rate')
 table.insert(fields, rate)
+-- queue_promised: the admitted buyers promised a unit now, which a late
+-- payment's retake (lua/retake.lua) leaves to them.
+table.insert(fields, 'queue_promised')
+table.insert(fields, pending + math.max(nk - k, 0))
 redis.call('HSET', KEYS[1], unpack(fields))
 return {1, nk, ne}

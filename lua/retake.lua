@@ -1,13 +1,16 @@
--- Retake takes an expired (or cancelled) order's units again for a payment
--- that succeeded after the order left its live status, when the sale can
--- still give them to that buyer: the late payment is then honoured, else
--- refunded. It is idempotent: a second call for the same order answers 0
--- and changes nothing.
+-- Retake decides, once per order, whether a payment that succeeded after
+-- its order left its live status (expired or cancelled) takes the order's
+-- units again, and takes them when it does: the late payment is then
+-- honoured, else refunded. The decision is recorded (the retaken set, or
+-- the refusals hash), so every later call about the order, by any settler,
+-- answers the same and changes nothing: two settlers of one payment never
+-- decide differently.
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] released set  fg:{<sale>}:released
 -- KEYS[4] retaken set   fg:{<sale>}:retaken
+-- KEYS[5] refusals hash fg:{<sale>}:retakerefused (order id -> code)
 -- ARGV[1] order id
 -- ARGV[2] user id
 -- ARGV[3] quantity
@@ -15,18 +18,23 @@
 --         need the variant's stock too (variant booked + qty <= its total)
 --
 -- When the order's release reached Redis (it is in the released set) the
--- units are taken anew, booked += qty, if booked + qty <= total; the order
--- stays in the released set, so that a redelivered release of it stays a
--- no-op. When the release has not reached Redis yet (a re-sync delivers
--- it later) the units are still booked: the order joins the released set,
--- which makes that delivery a no-op. Either way the buyer entry names the
--- order again.
+-- units are taken anew, booked += qty, if booked + qty <= total and, on a
+-- fair sale, the units the fair queue promised its admitted buyers
+-- (queue_promised x per_user, as of the leader's last advance) stay free;
+-- the order stays in the released set, so that a redelivered release of it
+-- stays a no-op. When the release has not reached Redis yet (a re-sync
+-- delivers it later) the units are still booked: the order joins the
+-- released set, which makes that delivery a no-op. Either way the buyer
+-- entry names the order again, and reserved += qty (the variant's too): the
+-- units count as reserved and not yet persisted, so a re-sync before the
+-- database records the honour (its retakes row, counted among the
+-- persisted units) counts them, and one after counts them once.
 --
 -- Returns:
 --   0  taken (or taken by an earlier call)
---   1  no such sale in Redis (no total; retry after the re-sync)
---   2  the buyer holds another order of the sale
---   3  sold out: no unit left for the order
+--   1  no such sale in Redis (no total; retry after the re-sync; not recorded)
+--   2  the buyer holds another order of the sale (recorded)
+--   3  sold out: no unit left for the order (recorded)
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR retake: bad quantity')
@@ -34,23 +42,35 @@ end
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
   return 0
 end
+local decided = redis.call('HGET', KEYS[5], ARGV[1])
+if decided then
+  return tonumber(decided)
+end
 if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return 1
 end
 local cur = redis.call('HGET', KEYS[2], ARGV[2])
 if cur and cur ~= ARGV[1] then
+  redis.call('HSET', KEYS[5], ARGV[1], 2)
   return 2
 end
+local v = ARGV[4] or ''
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
-  local total = tonumber(redis.call('HGET', KEYS[1], 'total') or '0') or 0
-  local booked = tonumber(redis.call('HGET', KEYS[1], 'booked') or '0') or 0
-  if booked + n > total then
+  local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'queue', 'queue_promised', 'per_user')
+  local total = tonumber(f[1] or '0') or 0
+  local booked = tonumber(f[2] or '0') or 0
+  local promised = 0
+  if f[3] == 'fair' then
+    promised = (tonumber(f[4] or '0') or 0) * math.max(tonumber(f[5] or '1') or 1, 1)
+  end
+  if booked + n + promised > total then
+    redis.call('HSET', KEYS[5], ARGV[1], 3)
     return 3
   end
-  local v = ARGV[4] or ''
   if v ~= '' then
     local vf = redis.call('HMGET', KEYS[1], 'variant:' .. v .. ':total', 'variant:' .. v .. ':booked')
     if (tonumber(vf[2] or '0') or 0) + n > (tonumber(vf[1] or '0') or 0) then
+      redis.call('HSET', KEYS[5], ARGV[1], 3)
       return 3
     end
     redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':booked', n)
@@ -58,6 +78,10 @@ if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'booked', n)
 else
   redis.call('SADD', KEYS[3], ARGV[1])
+end
+redis.call('HINCRBY', KEYS[1], 'reserved', n)
+if v ~= '' then
+  redis.call('HINCRBY', KEYS[1], 'variant:' .. v .. ':reserved', n)
 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])

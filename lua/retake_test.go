@@ -12,7 +12,11 @@ import (
 // TestRetake: a late payment takes its order's unit again when the sale
 // has one and the buyer holds no other order, once however often it is
 // asked; a release not yet delivered becomes a no-op; a sold-out sale or a
-// buyer with another order is refused without a write.
+// buyer with another order is refused without a write to the stock. Each
+// order's decision is recorded: asked again, whoever asks and whatever
+// changed meanwhile, it answers the same. A taken unit counts as reserved
+// (not yet persisted), so a re-sync before the database records it keeps
+// it booked.
 func TestRetake(t *testing.T) {
 	forEach(t, backends(t), "retake", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		keys := lua.RetakeKeys(saleID)
@@ -25,42 +29,73 @@ func TestRetake(t *testing.T) {
 			return n
 		}
 		booked := func() string { return hget(t, ctx, rdb, lua.SaleKey(saleID), "booked") }
+		reserved := func() string { return hget(t, ctx, rdb, lua.SaleKey(saleID), "reserved") }
 		if got := retake("o1", "u1"); got != lua.RetakeNoSale {
 			t.Errorf("no sale: got %d, want %d", got, lua.RetakeNoSale)
 		}
-		rdb.HSet(ctx, lua.SaleKey(saleID), "total", 2, "booked", 2)
+		rdb.HSet(ctx, lua.SaleKey(saleID), "total", 2, "booked", 2, "reserved", 4)
 		// o1's release was delivered (in the released set, unit back);
-		// the unit was sold again meanwhile: sold out.
-		rdb.SAdd(ctx, lua.ReleasedKey(saleID), "o1")
+		// the unit was sold again meanwhile: sold out, and so it stays
+		// when a unit is freed later.
+		rdb.SAdd(ctx, lua.ReleasedKey(saleID), "o1", "o3", "o4")
 		if got := retake("o1", "u1"); got != lua.RetakeSoldOut || booked() != "2" {
 			t.Errorf("sold out: got %d booked %s, want %d and 2", got, booked(), lua.RetakeSoldOut)
 		}
 		rdb.HSet(ctx, lua.SaleKey(saleID), "booked", 1)
-		rdb.HSet(ctx, lua.BuyersKey(saleID), "u1", "o9")
-		if got := retake("o1", "u1"); got != lua.RetakeHolds || booked() != "1" {
+		if got := retake("o1", "u1"); got != lua.RetakeSoldOut || booked() != "1" {
+			t.Errorf("sold out, asked again with a unit free: got %d booked %s, want %d and 1 (the decision recorded)", got, booked(), lua.RetakeSoldOut)
+		}
+		rdb.HSet(ctx, lua.BuyersKey(saleID), "u3", "o9")
+		if got := retake("o3", "u3"); got != lua.RetakeHolds || booked() != "1" {
 			t.Errorf("buyer holds another order: got %d booked %s, want %d and 1", got, booked(), lua.RetakeHolds)
 		}
-		rdb.HDel(ctx, lua.BuyersKey(saleID), "u1")
+		rdb.HDel(ctx, lua.BuyersKey(saleID), "u3")
+		if got := retake("o3", "u3"); got != lua.RetakeHolds {
+			t.Errorf("buyer holds another order, asked again after it left: got %d, want %d", got, lua.RetakeHolds)
+		}
 		for range 3 {
-			if got := retake("o1", "u1"); got != lua.RetakeOK {
+			if got := retake("o4", "u4"); got != lua.RetakeOK {
 				t.Errorf("unit free: got %d, want %d", got, lua.RetakeOK)
 			}
 		}
-		if booked() != "2" || hget(t, ctx, rdb, lua.BuyersKey(saleID), "u1") != "o1" {
-			t.Errorf("after three retakes: booked %s buyer %q, want 2 and o1", booked(), hget(t, ctx, rdb, lua.BuyersKey(saleID), "u1"))
+		if booked() != "2" || reserved() != "5" || hget(t, ctx, rdb, lua.BuyersKey(saleID), "u4") != "o4" {
+			t.Errorf("after three retakes: booked %s reserved %s buyer %q, want 2, 5 and o4", booked(), reserved(), hget(t, ctx, rdb, lua.BuyersKey(saleID), "u4"))
 		}
-		// A release of o1 delivered late is a no-op.
-		if n, _ := lua.Release.Run(ctx, rdb, lua.ReleaseKeys(saleID), "o1", "u1", 1).Int64(); n != 0 || booked() != "2" {
+		// A release of o4 delivered late is a no-op.
+		if n, _ := lua.Release.Run(ctx, rdb, lua.ReleaseKeys(saleID), "o4", "u4", 1).Int64(); n != 0 || booked() != "2" {
 			t.Errorf("late release: got %d booked %s, want 0 and 2", n, booked())
 		}
 		// o2's release was never delivered: its unit is still booked; the
-		// retake keeps it and makes the pending release a no-op.
+		// retake keeps it, counts it as reserved, and makes the pending
+		// release a no-op.
 		rdb.HSet(ctx, lua.BuyersKey(saleID), "u2", "o2")
-		if got := retake("o2", "u2"); got != lua.RetakeOK || booked() != "2" {
-			t.Errorf("undelivered release: got %d booked %s, want %d and 2", got, booked(), lua.RetakeOK)
+		if got := retake("o2", "u2"); got != lua.RetakeOK || booked() != "2" || reserved() != "6" {
+			t.Errorf("undelivered release: got %d booked %s reserved %s, want %d, 2 and 6", got, booked(), reserved(), lua.RetakeOK)
 		}
 		if n, _ := lua.Release.Run(ctx, rdb, lua.ReleaseKeys(saleID), "o2", "u2", 1).Int64(); n != 0 || booked() != "2" {
 			t.Errorf("the pending release delivered: got %d booked %s, want 0 and 2", n, booked())
+		}
+	})
+}
+
+// TestRetakeKeepsQueuePromises: on a fair sale, a late payment takes a
+// unit only when the units promised to the admitted buyers
+// (queue_promised × per_user) stay free.
+func TestRetakeKeepsQueuePromises(t *testing.T) {
+	forEach(t, backends(t), "retake-fair", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		keys := lua.RetakeKeys(saleID)
+		rdb.HSet(ctx, lua.SaleKey(saleID), "total", 3, "booked", 1, "reserved", 2, "per_user", 1,
+			lua.FieldQueue, "fair", lua.FieldQueuePromised, 2)
+		rdb.SAdd(ctx, lua.ReleasedKey(saleID), "o1", "o2")
+		if got, _ := lua.Retake.Run(ctx, rdb, keys, "o1", "u1", 1).Int64(); got != lua.RetakeSoldOut {
+			t.Errorf("two units free, both promised: got %d, want %d", got, lua.RetakeSoldOut)
+		}
+		rdb.HSet(ctx, lua.SaleKey(saleID), lua.FieldQueuePromised, 1)
+		if got, _ := lua.Retake.Run(ctx, rdb, keys, "o2", "u2", 1).Int64(); got != lua.RetakeOK {
+			t.Errorf("two units free, one promised: got %d, want %d", got, lua.RetakeOK)
+		}
+		if b := hget(t, ctx, rdb, lua.SaleKey(saleID), "booked"); b != "2" {
+			t.Errorf("booked: got %s, want 2", b)
 		}
 	})
 }

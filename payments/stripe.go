@@ -61,6 +61,15 @@ func NewStripe(cfg StripeConfig) (*Stripe, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: cfg.Timeout}
 	}
+	// A 429 is tried again after its Retry-After when that fits in the
+	// call's deadline (ratelimit.go).
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	rc := *hc
+	rc.Transport = retryTransport{next: next, now: time.Now}
+	hc = &rc
 	bc := &stripe.BackendConfig{
 		HTTPClient:        hc,
 		MaxNetworkRetries: stripe.Int64(1),
@@ -95,9 +104,14 @@ func (s *Stripe) Checkout(ctx context.Context, o flashgate.Order, amount int64, 
 	return intent(pi), nil
 }
 
-// Intent reads an intent's current state.
+// Intent reads an intent's current state; one the provider does not know
+// is flashgate.ErrNotFound.
 func (s *Stripe) Intent(ctx context.Context, id string) (flashgate.Intent, error) {
 	pi, err := s.sc.V1PaymentIntents.Retrieve(ctx, id, nil)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+		return flashgate.Intent{}, fmt.Errorf("reading payment intent %s: %w", id, flashgate.ErrNotFound)
+	}
 	if err != nil {
 		return flashgate.Intent{}, fmt.Errorf("reading payment intent: %w", unavailable(err))
 	}
@@ -184,6 +198,13 @@ func intent(pi *stripe.PaymentIntent) flashgate.Intent {
 // same intent.
 func unavailable(err error) error {
 	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusTooManyRequests {
+		after := defaultRetryAfter
+		if se.LastResponse != nil {
+			after = retryAfter(se.LastResponse.Header.Get("Retry-After"))
+		}
+		return fmt.Errorf("%w: %w", flashgate.ErrUnavailable, &RateLimitedError{After: after})
+	}
 	if errors.As(err, &se) && se.HTTPStatusCode > 0 && se.HTTPStatusCode < 500 && se.HTTPStatusCode != http.StatusTooManyRequests {
 		return err
 	}

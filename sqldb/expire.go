@@ -10,8 +10,8 @@ import (
 
 // ExpireDue moves up to limit pending_payment orders created before
 // createdBefore, and without a payment in flight at the provider (a
-// payments row neither settled nor canceled: the reconciliation asks the
-// provider about those first), to expired (updated_at = now) and returns them, oldest first.
+// payments row neither settled nor canceled, or one an admin refund owns:
+// the reconciliation asks the provider about those first), to expired (updated_at = now) and returns them, oldest first.
 // Every returned order was moved by this call: on PostgreSQL the rows are
 // picked with FOR UPDATE SKIP LOCKED, so two control planes never expire the
 // same row; SQLite serialises writers. A limit below 1 means 100. It runs
@@ -61,7 +61,7 @@ func (d *DB) expireDueSQL() string {
 		WHERE order_id IN (SELECT order_id FROM orders
 			WHERE status = ? AND created_at < ?
 			AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.order_id
-				AND p.outcome = '' AND p.status <> 'canceled')
+				AND ((p.outcome = '' AND p.status <> 'canceled') OR p.outcome = 'refunding'))
 			ORDER BY created_at, order_id LIMIT ?` + lock + `)
 		AND ` + outer + ` = ? RETURNING ` + orderColsB)
 }

@@ -13,7 +13,8 @@ import (
 // counters that triggers keep in the transaction of every row change
 // (order_counts), so it costs the same for ten orders as for a million.
 func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?`), saleID)
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?
+		UNION ALL `+retakenUnits+` WHERE sale_id = ?`), saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
 	}
@@ -30,7 +31,9 @@ func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures,
 // sale's re-sync pass costs a scan of its orders_sale_status_id index.
 func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM orders WHERE sale_id = ? GROUP BY bucket, status`), saleID)
+		FROM orders WHERE sale_id = ? GROUP BY bucket, status
+		UNION ALL SELECT bucket, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM retakes WHERE sale_id = ? GROUP BY bucket`), saleID, saleID)
 	if err != nil {
 		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
 	}
@@ -61,7 +64,9 @@ func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashga
 // snapshot. Rows whose variant is "" count in their bucket's figures only.
 func (d *DB) BucketVariantFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM orders WHERE sale_id = ? GROUP BY bucket, variant, status`), saleID)
+		FROM orders WHERE sale_id = ? GROUP BY bucket, variant, status
+		UNION ALL SELECT bucket, variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM retakes WHERE sale_id = ? GROUP BY bucket, variant`), saleID, saleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
 	}
@@ -127,8 +132,21 @@ func scanFigures(rows *sql.Rows) (flashgate.SaleFigures, error) {
 	return f, rows.Err()
 }
 
+// statusRetaken is the status figures queries give the units of retakes,
+// and retakenUnits the query that reads a sale's (a row even when none).
+const (
+	statusRetaken = "retaken"
+	retakenUnits  = `SELECT '` + statusRetaken + `', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes`
+)
+
 // addFigures adds orders rows of status st holding units to f.
 func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, units int64) {
+	if st == statusRetaken {
+		// Units a late payment took again: persisted once more (Redis
+		// counted them as reserved when it took them), no row of their own.
+		f.PersistedUnits += units
+		return
+	}
 	f.Persisted += orders
 	f.PersistedUnits += units
 	switch st {
@@ -156,7 +174,10 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 // in the whole sale's figures only.
 func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT '', status, orders, units FROM order_counts WHERE sale_id = ?
-		UNION ALL SELECT variant, status, orders, units FROM variant_counts WHERE sale_id = ?`), saleID, saleID)
+		UNION ALL SELECT variant, status, orders, units FROM variant_counts WHERE sale_id = ?
+		UNION ALL SELECT '', '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes WHERE sale_id = ?
+		UNION ALL SELECT variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+		FROM retakes WHERE sale_id = ? AND variant <> '' GROUP BY variant`), saleID, saleID, saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
 	}

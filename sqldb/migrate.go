@@ -235,6 +235,28 @@ var migrations = []migration{
 		postgres: variantCountsPostgres,
 		sqlite:   variantCountsSQLite,
 	},
+	{
+		// Version 12 makes a payment's steps owned and its reconciliation
+		// scale (docs/internals.md, "Late payments"): retakes holds the
+		// units each late payment took again in Redis, which the figures
+		// count among the persisted units (Redis counts them as reserved);
+		// a payment's next_check_at and checks are the reconciliation's
+		// backoff (NULL: due now).
+		version: 12,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS retakes (
+				order_id   TEXT PRIMARY KEY,
+				sale_id    TEXT NOT NULL,
+				bucket     {int} NOT NULL DEFAULT 0,
+				variant    TEXT NOT NULL DEFAULT '',
+				quantity   {int} NOT NULL,
+				created_at {time} NOT NULL
+			)`,
+			`CREATE INDEX IF NOT EXISTS retakes_sale ON retakes (sale_id)`,
+			`ALTER TABLE payments ADD COLUMN next_check_at {time}`,
+			`ALTER TABLE payments ADD COLUMN checks {int} NOT NULL DEFAULT 0`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

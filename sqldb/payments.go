@@ -28,11 +28,18 @@ func scanPayment(r rowScanner) (flashgate.Payment, error) {
 
 // InsertPayment stores p unless its order already has a payment, and
 // returns the order's payment as stored: a second checkout of one order
-// gets the first one's.
+// gets the first one's. The refunded and disputed flags of events stored
+// before the row (a charge.refunded or a dispute that came first) are set
+// in the same statement.
 func (d *DB) InsertPayment(ctx context.Context, p flashgate.Payment, now time.Time) (flashgate.Payment, error) {
 	if _, err := d.w.ExecContext(ctx, d.q(`INSERT INTO payments (`+paymentCols+`)
-		VALUES (?, ?, ?, '', ?, ?, '', 0, 0, ?, ?) ON CONFLICT (order_id) DO NOTHING`),
-		p.OrderID, p.IntentID, p.Status, p.AmountCents, p.Currency, d.ts(now), d.ts(now)); err != nil {
+		VALUES (?, ?, ?, '', ?, ?, '',
+		CASE WHEN EXISTS (SELECT 1 FROM payment_events WHERE intent_id = ? AND type = ?) THEN 1 ELSE 0 END,
+		CASE WHEN EXISTS (SELECT 1 FROM payment_events WHERE intent_id = ? AND type = ?) THEN 1 ELSE 0 END,
+		?, ?) ON CONFLICT (order_id) DO NOTHING`),
+		p.OrderID, p.IntentID, p.Status, p.AmountCents, p.Currency,
+		p.IntentID, flashgate.EventChargeRefunded, p.IntentID, flashgate.EventDisputeCreated,
+		d.ts(now), d.ts(now)); err != nil {
 		return flashgate.Payment{}, fmt.Errorf("storing payment of %s: %w", p.OrderID, err)
 	}
 	return d.paymentWhere(ctx, d.w, `order_id = ?`, p.OrderID)
@@ -103,8 +110,12 @@ func (d *DB) SettlePayment(ctx context.Context, orderID string, from []string, t
 }
 
 // RecordEvent stores a webhook event id once, and with it the intent's
-// status the event tells (status "" leaves it), in one transaction. It
-// reports false, changing nothing, for an id stored before.
+// status the event tells (status "" leaves it) and the flag a
+// charge.refunded (refunded) or charge.dispute.created (disputed) sets, in
+// one transaction: a flag is never lost to a redelivery deduplicated after
+// a failed write. An event before its payment row sets the flag when the
+// row is stored (InsertPayment). It reports false, changing nothing, for an
+// id stored before.
 func (d *DB) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error) {
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -128,6 +139,19 @@ func (d *DB) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, s
 			return false, fmt.Errorf("recording event: %w", err)
 		}
 	}
+	flag := ""
+	switch typ {
+	case flashgate.EventChargeRefunded:
+		flag = "refunded"
+	case flashgate.EventDisputeCreated:
+		flag = "disputed"
+	}
+	if flag != "" && intentID != "" {
+		if _, err := tx.ExecContext(ctx, d.q(`UPDATE payments SET `+flag+` = 1, updated_at = ? WHERE intent_id = ?`),
+			d.ts(now), intentID); err != nil {
+			return false, fmt.Errorf("recording event: %w", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("recording event: %w", err)
 	}
@@ -141,8 +165,7 @@ func (d *DB) OpenPayments(ctx context.Context, createdBefore time.Time, limit in
 	rows, err := d.w.QueryContext(ctx, d.q(`SELECT p.order_id, p.intent_id, p.status, p.outcome, p.amount_cents,
 		p.currency, p.refund_id, p.refunded, p.disputed, p.created_at, p.updated_at
 		FROM payments p JOIN orders o ON o.order_id = p.order_id
-		WHERE p.outcome NOT IN ('paid', 'honoured_late', 'refunded_late')
-		AND (p.status = 'succeeded' OR p.outcome <> '' OR (p.status <> 'canceled' AND o.created_at < ?))
+		WHERE `+openPayment+`
 		ORDER BY p.created_at LIMIT ?`), d.ts(createdBefore), limit)
 	if err != nil {
 		return nil, fmt.Errorf("open payments: %w", err)

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/buckets"
@@ -62,6 +64,14 @@ type Config struct {
 	// Refunds count expired and refunded orders.
 	Metrics          prometheus.Registerer
 	Expired, Refunds prometheus.Counter
+	// Yield, when not nil, is called at named points between two steps
+	// of a payment's settlement ("settle:read", "retake:done",
+	// "refund:owned"), so that a test can run another actor there. Nil in
+	// production.
+	Yield func(ctx context.Context, point string)
+	// ReconcileRate is how many calls a second the reconciliation makes to
+	// the payment provider at most; zero means DefaultReconcileRate.
+	ReconcileRate float64
 }
 
 // Service runs the order actions. Its methods are safe for concurrent use.
@@ -84,6 +94,12 @@ type Service struct {
 	currency     string
 	paymentGrace time.Duration
 	pm           *paymentMetrics
+	hook         func(ctx context.Context, point string) // Config.Yield
+	// reconcileLimit paces the reconciliation's calls to the provider;
+	// pausedUntil, guarded by pmu, is when a 429's Retry-After ends.
+	reconcileLimit *rate.Limiter
+	pmu            sync.Mutex
+	pausedUntil    time.Time
 }
 
 // New returns a Service and registers its payment counters.
@@ -91,7 +107,12 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{rdb: cfg.Redis, store: cfg.Store, releaser: cfg.Releaser, clock: cfg.Clock, log: cfg.Logger,
 		auditLogger: cfg.AuditLogger, paymentWindow: cfg.PaymentWindow, persistWait: cfg.PersistWait,
 		expired: cfg.Expired, refunds: cfg.Refunds, provider: cfg.Payments, paymentStore: cfg.PaymentStore,
-		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace}
+		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield}
+	r := cfg.ReconcileRate
+	if r <= 0 {
+		r = DefaultReconcileRate
+	}
+	s.reconcileLimit = rate.NewLimiter(rate.Limit(r), max(int(r), 1))
 	var err error
 	if s.pm, err = newPaymentMetrics(cfg.Metrics); err != nil {
 		return nil, err
@@ -250,23 +271,25 @@ func (s *Service) Pay(ctx context.Context, orderID, userID string) (flashgate.Or
 
 // Cancel cancels userID's unpaid order and gives its units back. Cancelling
 // a cancelled order again returns it; a paid, expired or refunded one is
-// flashgate.ErrNotPayable.
+// flashgate.ErrNotPayable. With a provider, a payment in flight is canceled
+// at the provider first (refund.go, cancelIntent), so that the buyer's page
+// can no longer confirm it.
 func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
-	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled)
-}
-
-// Refund refunds a pending or paid order (an admin action: any owner) and
-// gives its units back. Refunding a refunded order again returns it; a
-// cancelled or expired one is flashgate.ErrNotPayable.
-//
-// With a payment provider, a payment that succeeded is refunded at the
-// provider first (idempotency key flashgate-refund-<order>); a provider
-// that cannot be reached is flashgate.ErrUnavailable and nothing changed.
-func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, error) {
-	if err := s.refundPayment(ctx, orderID); err != nil {
-		return flashgate.Order{}, err
+	if s.provider != nil && flashgate.ValidOrderID(orderID) {
+		o, err := s.persistedOrder(ctx, orderID, userID)
+		if err != nil {
+			return flashgate.Order{}, err
+		}
+		if o.UserID != userID {
+			return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+		}
+		if o.Status == flashgate.StatusPendingPayment {
+			if err := s.cancelIntent(ctx, orderID); err != nil {
+				return o, err
+			}
+		}
 	}
-	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
+	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled)
 }
 
 // transition moves an order from one of from to to in one conditional

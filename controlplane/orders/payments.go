@@ -9,9 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/internal/promreg"
-	"github.com/flashgate/flashgate/lua"
 )
 
 // PaymentProvider takes the money of an order at a payment provider;
@@ -40,9 +38,16 @@ type PaymentStore interface {
 	PaymentByIntent(ctx context.Context, intentID string) (flashgate.Payment, error)
 	SetPaymentStatus(ctx context.Context, orderID, status string, now time.Time) error
 	MarkPayment(ctx context.Context, orderID string, refunded, disputed bool, refundID string, now time.Time) error
-	SettlePayment(ctx context.Context, orderID string, from []string, to string, now time.Time) (bool, error)
+	// StepPayment applies one owned step of a payment's life and reports
+	// whether this caller won it (flashgate.PaymentStep).
+	StepPayment(ctx context.Context, st flashgate.PaymentStep, now time.Time) (bool, error)
 	RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error)
-	OpenPayments(ctx context.Context, createdBefore time.Time, limit int) ([]flashgate.Payment, error)
+	// DuePayments are the open payments whose next look is due, longest
+	// due first; DeferPayment counts a look and sets the next.
+	DuePayments(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Payment, error)
+	DeferPayment(ctx context.Context, orderID string, next time.Time) error
+	// OldestOpenPayment is when the oldest payment not settled was made.
+	OldestOpenPayment(ctx context.Context) (time.Time, bool, error)
 	SalePayments(ctx context.Context, saleID string) (map[string]flashgate.Payment, error)
 	UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error)
 }
@@ -51,12 +56,16 @@ type PaymentStore interface {
 // refundingLate are the steps of a late payment's decision, recorded
 // before each is acted on, so that a decider that stops half way is
 // finished by the reconciliation the same way: never both, never neither.
+// refunding is an admin refund that owns the payment (no settler pays or
+// honours its order from then on), refunded its end.
 const (
 	outcomePaid          = "paid"
 	outcomeHonouredLate  = "honoured_late"
 	outcomeRefundedLate  = "refunded_late"
 	outcomeLatePending   = "late_pending"
 	outcomeRefundingLate = "refunding_late"
+	outcomeRefunding     = "refunding"
+	outcomeRefunded      = "refunded"
 )
 
 // adoptFor is how long an event about an intent no payment names is
@@ -70,6 +79,7 @@ const reconcileBatch = 200
 type paymentMetrics struct {
 	results *prometheus.CounterVec
 	badSigs prometheus.Counter
+	oldest  prometheus.Gauge
 }
 
 func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
@@ -78,12 +88,17 @@ func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
 			Help: "Payments by result: succeeded (order paid in time), failed, late_honoured, late_refunded."}, []string{"result"}),
 		badSigs: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashgate_webhook_signature_failures_total",
 			Help: "Webhooks refused for a bad or stale signature."}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashgate_payment_oldest_unsettled_seconds",
+			Help: "Age of the oldest payment not yet settled (in flight, or a step under way), as the leader's reconciliation last read it; 0 when none."}),
 	}
 	var err error
 	if m.results, err = promreg.Register(reg, m.results); err != nil {
 		return nil, err
 	}
 	if m.badSigs, err = promreg.Register(reg, m.badSigs); err != nil {
+		return nil, err
+	}
+	if m.oldest, err = promreg.Register(reg, m.oldest); err != nil {
 		return nil, err
 	}
 	for _, r := range []string{"succeeded", "failed", "late_honoured", "late_refunded"} {
@@ -166,289 +181,6 @@ func (s *Service) clientSecret(ctx context.Context, o flashgate.Order) flashgate
 	return o
 }
 
-// Webhook handles one webhook delivery of the provider: it verifies the
-// signature (flashgate.ErrBadSignature, nothing changed), stores the event
-// id once with the status it tells (a redelivery changes nothing) and then
-// applies it. An event the database cannot apply yet (an order not yet
-// stored) is applied by the reconciliation, which reads the intent.
-func (s *Service) Webhook(ctx context.Context, payload []byte, signature string) error {
-	if s.provider == nil {
-		return fmt.Errorf("webhook: no payment provider: %w", flashgate.ErrNotFound)
-	}
-	ev, err := s.provider.ParseEvent(payload, signature)
-	if err != nil {
-		if errors.Is(err, flashgate.ErrBadSignature) {
-			s.pm.badSigs.Inc()
-		}
-		return err
-	}
-	if ev.ID == "" {
-		return fmt.Errorf("webhook: event without id: %w", flashgate.ErrBadRequest)
-	}
-	now := s.clock.Now()
-	status := ""
-	switch ev.Type {
-	case flashgate.EventIntentSucceeded, flashgate.EventIntentFailed, flashgate.EventIntentCanceled:
-		status = ev.Status
-	}
-	fresh, err := s.paymentStore.RecordEvent(ctx, ev.ID, ev.Type, ev.IntentID, ev.OrderID, status, now)
-	if err != nil || !fresh {
-		return err
-	}
-	if ev.IntentID == "" {
-		return nil
-	}
-	p, err := s.paymentStore.PaymentByIntent(ctx, ev.IntentID)
-	if errors.Is(err, flashgate.ErrNotFound) {
-		// Before the row: the checkout's insert has not happened yet (or
-		// its answer was lost). Adopt the intent from its metadata when
-		// the order is stored; else the reconciliation's next pass does.
-		p, err = s.adopt(ctx, ev)
-	}
-	if err != nil {
-		s.log.Info("webhook stored; applied later", "event", ev.ID, "type", ev.Type, "err", err)
-		return nil
-	}
-	switch ev.Type {
-	case flashgate.EventIntentFailed:
-		s.pm.results.WithLabelValues("failed").Inc()
-	case flashgate.EventChargeRefunded:
-		if err := s.paymentStore.MarkPayment(ctx, p.OrderID, true, false, "", now); err != nil {
-			return err
-		}
-	case flashgate.EventDisputeCreated:
-		if err := s.paymentStore.MarkPayment(ctx, p.OrderID, false, true, "", now); err != nil {
-			return err
-		}
-		s.audit("payment disputed", p, "dispute opened at the provider")
-	}
-	if err := s.settlePayment(ctx, p.OrderID); err != nil {
-		s.log.Warn("payment not settled yet; the reconciliation retries", "order", p.OrderID, "err", err)
-	}
-	return nil
-}
-
-// adopt stores the payment of an intent an event names before its
-// checkout stored it, reading the intent's current state.
-func (s *Service) adopt(ctx context.Context, ev flashgate.PaymentEvent) (flashgate.Payment, error) {
-	in, err := s.provider.Intent(ctx, ev.IntentID)
-	if err != nil {
-		return flashgate.Payment{}, err
-	}
-	if in.OrderID == "" {
-		return flashgate.Payment{}, fmt.Errorf("intent %s names no order: %w", in.ID, flashgate.ErrNotFound)
-	}
-	if _, err := s.store.Order(ctx, in.OrderID); err != nil {
-		return flashgate.Payment{}, err
-	}
-	return s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: in.OrderID, IntentID: in.ID, Status: in.Status,
-		AmountCents: in.AmountCents, Currency: in.Currency}, s.clock.Now())
-}
-
-// settlePayment brings an order in line with its payment: a succeeded payment
-// pays a pending order, and after the order expired (or was cancelled) it
-// is honoured when a unit can be taken again for the buyer, else refunded.
-// Every step is recorded before the next, and each is idempotent, so a
-// settle that stops half way is finished by the next one.
-func (s *Service) settlePayment(ctx context.Context, orderID string) error {
-	p, err := s.paymentStore.Payment(ctx, orderID)
-	if err != nil {
-		return err
-	}
-	if p.Status != flashgate.IntentSucceeded && p.Outcome == "" {
-		return nil
-	}
-	o, err := s.store.Order(ctx, orderID)
-	if err != nil {
-		return err
-	}
-	now := s.clock.Now()
-	switch p.Outcome {
-	case outcomePaid, outcomeHonouredLate, outcomeRefundedLate:
-		return nil
-	case outcomeRefundingLate:
-		return s.refundLate(ctx, p, o, "resumed")
-	case "":
-		if o.Status == flashgate.StatusPendingPayment {
-			got, err := s.store.Transition(ctx, orderID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid, now)
-			if err != nil && !(errors.Is(err, flashgate.ErrNotPayable) && got.Status == flashgate.StatusPaid) {
-				if errors.Is(err, flashgate.ErrNotPayable) {
-					return s.settlePayment(ctx, orderID) // it expired meanwhile: late
-				}
-				return err
-			}
-			if ok, err := s.paymentStore.SettlePayment(ctx, orderID, []string{""}, outcomePaid, now); err != nil || !ok {
-				return err
-			}
-			s.pm.results.WithLabelValues("succeeded").Inc()
-			return nil
-		}
-		if o.Status == flashgate.StatusPaid {
-			_, err := s.paymentStore.SettlePayment(ctx, orderID, []string{""}, outcomePaid, now)
-			return err
-		}
-		if o.Status == flashgate.StatusRefunded {
-			// An admin refunded the order before its payment came in.
-			return s.refundLate(ctx, p, o, "order refunded before the payment succeeded")
-		}
-		if _, err := s.paymentStore.SettlePayment(ctx, orderID, []string{""}, outcomeLatePending, now); err != nil {
-			return err
-		}
-	}
-	// late_pending: the payment succeeded after the order released its
-	// units. Take them again if the buyer can have them.
-	sale, err := s.store.Sale(ctx, o.SaleID)
-	if err != nil {
-		return err
-	}
-	l := buckets.Layout(sale)
-	if l.Bucketed() && o.Bucket != l.Home(o.UserID) {
-		// A spilled order's buyer is known to the home bucket only by a
-		// marker; Retake guards one bucket's buyers hash, so it cannot
-		// keep the one-per-user rule here.
-		return s.refundLate(ctx, p, o, "the order was spilled to another bucket of a bucketed sale")
-	}
-	tag := l.Tag(o.Bucket)
-	code, err := lua.Retake.Run(ctx, s.rdb, lua.RetakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant).Int()
-	if err != nil {
-		return fmt.Errorf("retaking units: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	switch code {
-	case lua.RetakeOK:
-		got, err := s.store.Transition(ctx, orderID, []flashgate.OrderStatus{flashgate.StatusExpired, flashgate.StatusCancelled}, flashgate.StatusPaid, now)
-		if err != nil && !(errors.Is(err, flashgate.ErrNotPayable) && got.Status == flashgate.StatusPaid) {
-			return err
-		}
-		ok, err := s.paymentStore.SettlePayment(ctx, orderID, []string{outcomeLatePending}, outcomeHonouredLate, now)
-		if err != nil || !ok {
-			return err
-		}
-		s.pm.results.WithLabelValues("late_honoured").Inc()
-		s.audit("late payment honoured", p, "a unit was free for the buyer; the order is paid")
-		return nil
-	case lua.RetakeNoSale:
-		return fmt.Errorf("sale %s not in Redis: %w", o.SaleID, flashgate.ErrUnavailable)
-	case lua.RetakeHolds:
-		return s.refundLate(ctx, p, o, "the buyer holds another order of the sale")
-	default:
-		return s.refundLate(ctx, p, o, "sold out: no unit left for the order")
-	}
-}
-
-// refundLate refunds a payment that came too late for its order, once:
-// the decision is recorded (refunding_late) before the provider is asked,
-// and the refund's idempotency key is the order's.
-func (s *Service) refundLate(ctx context.Context, p flashgate.Payment, o flashgate.Order, reason string) error {
-	now := s.clock.Now()
-	if p.Outcome != outcomeRefundingLate {
-		ok, err := s.paymentStore.SettlePayment(ctx, p.OrderID, []string{"", outcomeLatePending}, outcomeRefundingLate, now)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return s.settlePayment(ctx, p.OrderID) // another decider moved it
-		}
-	}
-	rid, err := s.provider.Refund(ctx, p.IntentID, "flashgate-late-refund-"+p.OrderID)
-	if err != nil {
-		return err
-	}
-	if err := s.paymentStore.MarkPayment(ctx, p.OrderID, true, false, rid, now); err != nil {
-		return err
-	}
-	ok, err := s.paymentStore.SettlePayment(ctx, p.OrderID, []string{outcomeRefundingLate}, outcomeRefundedLate, now)
-	if err != nil || !ok {
-		return err
-	}
-	s.pm.results.WithLabelValues("late_refunded").Inc()
-	s.audit("late payment refunded", p, reason, "order_status", string(o.Status), "refund", rid)
-	return nil
-}
-
-// audit writes one line of the audit log about a payment.
-func (s *Service) audit(msg string, p flashgate.Payment, reason string, kv ...any) {
-	args := append([]any{"order", p.OrderID, "payment_intent", p.IntentID, "reason", reason}, kv...)
-	l := s.auditLogger
-	if l == nil {
-		l = s.log.With("log", "audit")
-	}
-	l.Info(msg, args...)
-}
-
-// ReconcilePayments asks the provider about the payments the webhooks
-// have not settled: those whose intent succeeded (the order may not have
-// followed), those half way through a late decision, and those still in
-// flight past the payment window plus the grace, which it cancels unless
-// they succeeded (a canceled intent can no longer take money, and the next
-// expiry pass releases the order's units). It returns how many it looked
-// at. The leader calls it every tick.
-func (s *Service) ReconcilePayments(ctx context.Context) (int, error) {
-	if s.provider == nil {
-		return 0, nil
-	}
-	now := s.clock.Now()
-	open, err := s.paymentStore.OpenPayments(ctx, now.Add(-s.paymentWindow-s.paymentGrace), reconcileBatch)
-	if err != nil {
-		return 0, err
-	}
-	var first error
-	// Events that came before their order's payment was stored: adopt
-	// the intent once the order is a row.
-	if ids, err := s.paymentStore.UnadoptedIntents(ctx, now.Add(-adoptFor), reconcileBatch); err != nil {
-		first = err
-	} else {
-		for _, id := range ids {
-			p, err := s.adopt(ctx, flashgate.PaymentEvent{IntentID: id})
-			if err == nil {
-				open = append(open, p)
-			}
-		}
-	}
-	for _, p := range open {
-		if ctx.Err() != nil {
-			break
-		}
-		if err := s.reconcile(ctx, p, now); err != nil {
-			if first == nil {
-				first = err
-			}
-			s.log.Warn("payment reconciliation", "order", p.OrderID, "err", err)
-		}
-	}
-	return len(open), first
-}
-
-func (s *Service) reconcile(ctx context.Context, p flashgate.Payment, now time.Time) error {
-	if p.Status != flashgate.IntentSucceeded && p.Outcome == "" {
-		in, err := s.provider.Intent(ctx, p.IntentID)
-		if err != nil {
-			return err
-		}
-		if in.Status != flashgate.IntentSucceeded {
-			o, err := s.store.Order(ctx, p.OrderID)
-			if err != nil {
-				return err
-			}
-			if o.Status == flashgate.StatusPendingPayment && o.CreatedAt.Add(s.paymentWindow+s.paymentGrace).After(now) {
-				return s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now)
-			}
-			if in.Status == flashgate.IntentProcessing {
-				// The money is on its way: keep the unit until it lands.
-				return s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now)
-			}
-			if in.Status != flashgate.IntentCanceled {
-				if in, err = s.provider.Cancel(ctx, p.IntentID); err != nil {
-					return err
-				}
-			}
-		}
-		if err := s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now); err != nil {
-			return err
-		}
-	}
-	return s.settlePayment(ctx, p.OrderID)
-}
-
 // OrderPayments returns the payments of a sale's orders by order id (none
 // with simulated payments); an unknown sale is flashgate.ErrNotFound.
 func (s *Service) OrderPayments(ctx context.Context, saleID string) (map[string]flashgate.Payment, error) {
@@ -471,27 +203,4 @@ func (s *Service) OrderPayment(ctx context.Context, orderID string) (flashgate.P
 		return flashgate.Payment{}, fmt.Errorf("payment of %q: %w", orderID, flashgate.ErrNotFound)
 	}
 	return s.paymentStore.Payment(ctx, orderID)
-}
-
-// refundPayment refunds at the provider the succeeded payment of an order
-// an admin refunds (nothing without a provider or a succeeded payment).
-func (s *Service) refundPayment(ctx context.Context, orderID string) error {
-	if s.provider == nil || !flashgate.ValidOrderID(orderID) {
-		return nil
-	}
-	p, err := s.paymentStore.Payment(ctx, orderID)
-	if errors.Is(err, flashgate.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading payment: %w", err)
-	}
-	if p.Status != flashgate.IntentSucceeded || p.Outcome == outcomeRefundedLate || p.Outcome == outcomeRefundingLate {
-		return nil
-	}
-	rid, err := s.provider.Refund(ctx, p.IntentID, "flashgate-refund-"+orderID)
-	if err != nil {
-		return fmt.Errorf("refund of %s: %w", orderID, err)
-	}
-	return s.paymentStore.MarkPayment(ctx, orderID, true, false, rid, s.clock.Now())
 }

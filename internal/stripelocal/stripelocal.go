@@ -18,6 +18,7 @@ import (
 
 	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
+	"golang.org/x/time/rate"
 )
 
 // Request is one API request as the stand-in received it.
@@ -69,7 +70,24 @@ type Server struct {
 	fail     int           // answer this many next requests 500
 	stall    time.Duration // hold each request this long first
 	unstall  chan struct{} // closed when the stall ends
+	limit    *rate.Limiter // nil: no rate limit (RateLimit)
+	limited  int           // requests answered 429
 }
+
+// RateLimit makes the stand-in take at most perSecond requests a second
+// (bursts of the same size), answering the others 429 with Retry-After: 1,
+// as Stripe's rate limiter does; 0 removes the limit.
+func (s *Server) RateLimit(perSecond int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = nil
+	if perSecond > 0 {
+		s.limit = rate.NewLimiter(rate.Limit(perSecond), perSecond)
+	}
+}
+
+// Limited returns how many requests were answered 429.
+func (s *Server) Limited() int { s.mu.Lock(); defer s.mu.Unlock(); return s.limited }
 
 // New returns a stand-in with key and webhook secret.
 func New(key, webhookSecret string) *Server {
@@ -172,6 +190,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.limit != nil && !s.limit.Allow() {
+		s.limited++
+		w.Header().Set("Retry-After", "1")
+		apiError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit: too many requests")
+		return
+	}
 	s.requests = append(s.requests, req)
 	if s.fail > 0 {
 		s.fail--

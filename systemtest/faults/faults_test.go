@@ -196,6 +196,7 @@ var scenarios = []scenario{
 	poisonSubjects,
 	pausedLeaderScenario, // leader_test.go
 	paymentsScenario,     // payments_test.go
+	paymentsRaceScenario, // payments_race_test.go
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.

@@ -82,7 +82,7 @@ func QuietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func SQLiteDSN(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "fg.db") }
 
 // OpenDB opens dsn for the test and closes it after.
-func OpenDB(t *testing.T, dsn string) *sqldb.DB {
+func OpenDB(t testing.TB, dsn string) *sqldb.DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,0 +1,144 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+// The reconciliation's pacing (docs/internals.md, "Reconciliation"):
+// each look at a payment that stays open puts its next one off by
+// reconcileBase doubled per look so far, up to reconcileCap; the provider
+// is asked at most Config.ReconcileRate times a second (a token bucket:
+// the per-tick budget), and not at all for as long as a 429 asked.
+const (
+	reconcileBase = time.Second
+	reconcileCap  = 5 * time.Minute
+	// DefaultReconcileRate is Config.ReconcileRate's default: under
+	// Stripe's test-mode limit (25 a second) with room for checkouts.
+	DefaultReconcileRate = 10
+)
+
+// backoff is how long after its checks-th look a payment is looked at
+// again.
+func backoff(checks int) time.Duration {
+	if checks >= 16 {
+		return reconcileCap
+	}
+	return min(reconcileBase<<checks, reconcileCap)
+}
+
+// retryAfter is what a provider's rate-limited error tells (payments'
+// RateLimitedError).
+type retryAfter interface{ RetryAfter() time.Duration }
+
+// ReconcilePayments asks the provider about the payments the webhooks
+// have not settled: those whose intent succeeded (the order may not have
+// followed), those half way through a step (a late decision, an admin
+// refund), and those still in flight past the payment window plus the
+// grace, which it cancels unless they succeeded (a canceled intent can no
+// longer take money, and the next expiry pass releases the order's units).
+// It reads them longest due first and looks at as many as its budget
+// allows, each then put off (backoff), so that every open payment is
+// reached in turn however many there are; a 429 of the provider pauses it
+// for the Retry-After asked. It sets the age of the oldest unsettled
+// payment (flashgate_payment_oldest_unsettled_seconds) and returns how many
+// it looked at. The leader calls it every tick.
+func (s *Service) ReconcilePayments(ctx context.Context) (int, error) {
+	if s.provider == nil {
+		return 0, nil
+	}
+	now := s.clock.Now()
+	if at, ok, err := s.paymentStore.OldestOpenPayment(ctx); err == nil {
+		age := 0.0
+		if ok {
+			age = max(now.Sub(at).Seconds(), 0)
+		}
+		s.pm.oldest.Set(age)
+	}
+	s.pmu.Lock()
+	paused := now.Before(s.pausedUntil)
+	s.pmu.Unlock()
+	if paused {
+		return 0, nil
+	}
+	open, err := s.paymentStore.DuePayments(ctx, now.Add(-s.paymentWindow-s.paymentGrace), now, reconcileBatch)
+	if err != nil {
+		return 0, err
+	}
+	var first error
+	// Events that came before their order's payment was stored: adopt
+	// the intent once the order is a row.
+	if ids, err := s.paymentStore.UnadoptedIntents(ctx, now.Add(-adoptFor), reconcileBatch); err != nil {
+		first = err
+	} else {
+		for _, id := range ids {
+			if !s.reconcileLimit.Allow() {
+				break
+			}
+			p, err := s.adopt(ctx, flashgate.PaymentEvent{IntentID: id})
+			if err == nil {
+				open = append(open, p)
+			}
+		}
+	}
+	n := 0
+	for _, p := range open {
+		if ctx.Err() != nil || !s.reconcileLimit.Allow() {
+			break
+		}
+		n++
+		err := s.reconcile(ctx, p, now)
+		if derr := s.paymentStore.DeferPayment(ctx, p.OrderID, now.Add(backoff(p.Checks))); derr != nil && err == nil {
+			err = derr
+		}
+		var ra retryAfter
+		if errors.As(err, &ra) {
+			s.pmu.Lock()
+			s.pausedUntil = now.Add(ra.RetryAfter())
+			s.pmu.Unlock()
+			s.log.Info("payment reconciliation paused: the provider asked to wait", "retry_after", ra.RetryAfter())
+			break
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			s.log.Warn("payment reconciliation", "order", p.OrderID, "err", err)
+		}
+	}
+	return n, first
+}
+
+func (s *Service) reconcile(ctx context.Context, p flashgate.Payment, now time.Time) error {
+	if p.Status != flashgate.IntentSucceeded && p.Outcome == "" {
+		in, err := s.provider.Intent(ctx, p.IntentID)
+		if err != nil {
+			return err
+		}
+		if in.Status != flashgate.IntentSucceeded {
+			o, err := s.store.Order(ctx, p.OrderID)
+			if err != nil {
+				return err
+			}
+			if o.Status == flashgate.StatusPendingPayment && o.CreatedAt.Add(s.paymentWindow+s.paymentGrace).After(now) {
+				return s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now)
+			}
+			if in.Status == flashgate.IntentProcessing {
+				// The money is on its way: keep the unit until it lands.
+				return s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now)
+			}
+			if in.Status != flashgate.IntentCanceled {
+				if in, err = s.provider.Cancel(ctx, p.IntentID); err != nil {
+					return err
+				}
+			}
+		}
+		if err := s.paymentStore.SetPaymentStatus(ctx, p.OrderID, in.Status, now); err != nil {
+			return err
+		}
+	}
+	return s.settlePayment(ctx, p.OrderID)
+}
