@@ -19,6 +19,9 @@ import (
 // plan spawns the schedule's actors.
 func (w *world) plan() {
 	r := w.rng
+	// Swarm: how often a buyer cancels around paying (each way), in
+	// percent, differs from schedule to schedule.
+	w.cancels = []int{0, 10, 25}[r.IntN(3)]
 	nb := 2 + r.IntN(2)
 	for i := range nb {
 		u := fmt.Sprintf("u%d", i)
@@ -51,7 +54,7 @@ func (w *world) plan() {
 	if w.s.pct {
 		strategy = fmt.Sprintf("PCT, change points %v", w.s.change)
 	}
-	w.notes = append(w.notes, fmt.Sprintf("%d buyers; picks: %s", nb, strategy))
+	w.notes = append(w.notes, fmt.Sprintf("%d buyers, cancelling around a payment %d%%+%d%%; picks: %s", nb, w.cancels, w.cancels, strategy))
 }
 
 // say writes a line about what an actor got into the trace.
@@ -123,14 +126,14 @@ func (w *world) buyer(u string) func(context.Context) {
 				o, err := w.cp.Cancel(ctx, id, u)
 				w.say(ctx, "cancel %s: %s %v", id, o.Status, err)
 			}
-			switch n := r.IntN(8); {
-			case n == 0:
+			switch n := r.IntN(100); {
+			case n < w.cancels:
 				cancel()
 				if w.think(ctx, r.IntN(4)) != nil {
 					return
 				}
 				w.payAtProvider(ctx, intent)
-			case n == 1:
+			case n < 2*w.cancels:
 				w.payAtProvider(ctx, intent)
 				if w.think(ctx, r.IntN(4)) != nil {
 					return
@@ -260,7 +263,14 @@ func (w *world) leader(n int) func(context.Context) {
 // grace after it.
 func (w *world) clockActor() func(context.Context) {
 	return func(ctx context.Context) {
-		if w.rng.IntN(3) > 0 {
+		// The window ends before anyone buys, between a reserve and its
+		// checkout, or after a checkout.
+		switch w.rng.IntN(3) {
+		case 1:
+			if _, err := w.s.Await(ctx, "an order", func() bool { return len(w.orders) > 0 }); err != nil {
+				return
+			}
+		case 2:
 			if _, err := w.s.Await(ctx, "a checkout", func() bool { return len(w.prov.Ledger()) > 0 }); err != nil {
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ var (
 	flagSchedules = flag.Int("schedules", 120, "how many schedules to run on each database (seeds from, from+1, ...)")
 	flagBackends  = flag.String("backends", "sqlite,postgres", "the databases to run on (postgres needs "+pgtest.EnvVar+")")
 	flagTraces    = flag.Int("traces", 3, "how many failing schedules to print in full")
+	flagLog       = flag.String("log", "", "append one line per schedule that broke an invariant to this file: backend, seed, kinds")
 )
 
 // result is one schedule's outcome.
@@ -135,6 +137,9 @@ func explore(t *testing.T, backend string) {
 			t.Logf("%s", strings.ReplaceAll(r.String(), "%s", backend))
 		}
 		tl.add(r)
+		if len(r.findings) > 0 && *flagLog != "" {
+			logFinding(t, backend, r)
+		}
 		if err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, strings.ReplaceAll(r.String(), "%s", backend))
 		}
@@ -180,4 +185,18 @@ func TestReplay(t *testing.T) {
 			t.Errorf("seed %d took other steps the second time:\nfirst:\n%s\nsecond:\n%s", seed, a.trace, b.trace)
 		}
 	}
+}
+
+// logFinding appends r's seed and broken invariants to the -log file.
+func logFinding(t *testing.T, backend string, r result) {
+	f, err := os.OpenFile(*flagLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kinds := map[string]bool{}
+	for _, x := range r.findings {
+		kinds[x.kind] = true
+	}
+	fmt.Fprintf(f, "%s\t%d\t%s\n", backend, r.seed, strings.Join(sortedKeys(kinds), "|"))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,9 @@ func (p *provider) Pay(id, status string) bool {
 	out := *in
 	p.mu.Unlock()
 	p.event(typ, out)
+	if typ == flashgate.EventIntentSucceeded {
+		p.event("charge.succeeded", out) // Stripe tells a success twice
+	}
 	return true
 }
 
@@ -169,8 +173,8 @@ func (p *provider) event(typ string, in flashgate.Intent) {
 	p.mu.Unlock()
 	var obj any = map[string]any{"id": in.ID, "object": "payment_intent", "amount": in.AmountCents, "currency": in.Currency,
 		"status": in.Status, "client_secret": in.ClientSecret, "metadata": map[string]string{"order_id": in.OrderID, "sale_id": sale}}
-	if typ == flashgate.EventChargeRefunded {
-		obj = map[string]any{"id": "ch_" + evID, "object": "charge", "payment_intent": in.ID, "refunded": true}
+	if strings.HasPrefix(typ, "charge.") {
+		obj = map[string]any{"id": "ch_" + evID, "object": "charge", "payment_intent": in.ID, "refunded": typ == flashgate.EventChargeRefunded}
 	}
 	raw, _ := json.Marshal(obj)
 	b, _ := json.Marshal(map[string]any{"id": evID, "object": "event", "type": typ, "api_version": stripe.APIVersion,

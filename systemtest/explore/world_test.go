@@ -154,6 +154,7 @@ type world struct {
 	// orders not yet stored are lost with it, by design.
 	flushed bool
 	moved   bool // the clock passed the payment window
+	cancels int  // how often, in percent, a buyer cancels before (and after) paying
 }
 
 // newWorld builds the schedule of seed on e.
