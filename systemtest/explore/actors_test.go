@@ -23,6 +23,9 @@ func (w *world) plan() {
 	// percent, differs from schedule to schedule.
 	w.cancels = []int{0, 10, 25}[r.IntN(3)]
 	nb := 2 + r.IntN(2)
+	if w.sale.Fair() {
+		nb = fairUsers
+	}
 	for i := range nb {
 		u := fmt.Sprintf("u%d", i)
 		w.users = append(w.users, u)
@@ -41,7 +44,7 @@ func (w *world) plan() {
 	if r.IntN(2) == 0 {
 		w.s.Spawn("admin", w.admin())
 	}
-	if r.IntN(10) == 0 {
+	if r.IntN(10) == 0 && !w.sale.Fair() {
 		w.s.Spawn("flushall", w.flushAll())
 		w.notes = append(w.notes, "a FLUSHALL")
 	}
@@ -80,10 +83,15 @@ func (w *world) buyer(u string) func(context.Context) {
 			v := w.variant()
 			id, err := w.inv.Reserve(ctx, w.sale.ID, u, v, 1)
 			w.say(ctx, "reserve %q: %s %v", v, id, err)
+			if errors.Is(err, flashgate.ErrSoldOut) && w.sale.Fair() {
+				// The reserve script checks the admission before the
+				// stock: this buyer was admitted, and promised a unit.
+				w.refused = append(w.refused, fmt.Sprintf("%s at step %d", u, w.s.steps-1))
+			}
 			if err != nil {
 				var pe *flashgate.PurchasedError
 				if !errors.As(err, &pe) {
-					if errors.Is(err, flashgate.ErrSoldOut) && r.IntN(2) == 0 {
+					if (errors.Is(err, flashgate.ErrSoldOut) || errors.Is(err, flashgate.ErrNotAdmitted)) && r.IntN(2) == 0 {
 						// Back later: units come back when orders expire.
 						if _, err := w.s.Await(ctx, "the clock", func() bool { return w.moved }); err != nil {
 							return
@@ -255,6 +263,13 @@ func (w *world) leader(n int) func(context.Context) {
 			}
 			k, err = cp.ExpireDue(ctx)
 			w.say(ctx, "expired %d %v", k, err)
+			if w.sale.Fair() {
+				sale, err := w.store.Sale(ctx, w.sale.ID)
+				if err == nil {
+					err = cp.QueueStep(ctx, sale, w.token())
+				}
+				w.say(ctx, "queue step: %v", err)
+			}
 		}
 	}
 }

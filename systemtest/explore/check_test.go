@@ -30,6 +30,7 @@ const (
 	kindLost         = "a reserved order never stored"
 	kindStuck        = "schedule stuck"
 	kindOpen         = "payment never settles"
+	kindRefused      = "admitted buyer refused"
 )
 
 // finding is one broken invariant.
@@ -176,6 +177,9 @@ func (w *world) check(ctx context.Context) ([]finding, error) {
 		default:
 			add(kindUnsettled, "%s", desc)
 		}
+	}
+	for _, r := range w.refused {
+		add(kindRefused, "%s", r)
 	}
 	if !w.flushed {
 		for _, id := range w.orders {

@@ -20,6 +20,7 @@ import (
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -153,8 +154,9 @@ type world struct {
 	// flushed is set once a FLUSHALL lost what Redis held: reserved
 	// orders not yet stored are lost with it, by design.
 	flushed bool
-	moved   bool // the clock passed the payment window
-	cancels int  // how often, in percent, a buyer cancels before (and after) paying
+	moved   bool     // the clock passed the payment window
+	cancels int      // how often, in percent, a buyer cancels before (and after) paying
+	refused []string // admitted buyers of a fair sale answered sold out
 }
 
 // newWorld builds the schedule of seed on e.
@@ -184,10 +186,52 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 	if _, err := w.cp.CreateSale(sctx, w.sale); err != nil {
 		return nil, fmt.Errorf("creating sale: %w", err)
 	}
+	if w.sale.Fair() {
+		return w, w.openQueue(sctx)
+	}
 	if err := w.cp.Start(sctx, w.sale.ID); err != nil {
 		return nil, fmt.Errorf("starting sale: %w", err)
 	}
 	return w, nil
+}
+
+// fairUsers is how many buyers a fair sale has: all of them enter its
+// queue before the start.
+const fairUsers = 3
+
+// openQueue takes a fair sale to its start: the queue opens, every buyer
+// enters it, the sale starts and the leader ranks the queue and admits as
+// many positions as there are units.
+func (w *world) openQueue(ctx context.Context) error {
+	w.clock.Set(w.sale.StartsAt.Add(-time.Second))
+	if err := w.queueStep(ctx); err != nil {
+		return fmt.Errorf("opening the queue: %w", err)
+	}
+	for i := range fairUsers {
+		u := fmt.Sprintf("u%d", i)
+		if err := lua.QueueEnter.Run(ctx, w.rdb, lua.QueueEnterKeys(w.sale.ID, "none"), u, 0).Err(); err != nil {
+			return fmt.Errorf("entering the queue: %w", err)
+		}
+	}
+	w.clock.Set(*w.sale.StartsAt)
+	if err := w.cp.Start(ctx, w.sale.ID); err != nil {
+		return fmt.Errorf("starting sale: %w", err)
+	}
+	for range 2 { // the start, then the ranking and the first admissions
+		if err := w.queueStep(ctx); err != nil {
+			return fmt.Errorf("starting the queue: %w", err)
+		}
+	}
+	return nil
+}
+
+// queueStep is one step of the fair queue's leader.
+func (w *world) queueStep(ctx context.Context) error {
+	sale, err := w.store.Sale(ctx, w.sale.ID)
+	if err != nil {
+		return err
+	}
+	return w.cp.QueueStep(ctx, sale, w.token())
 }
 
 // token is the schedule's fencing token: one leader's term.
@@ -214,7 +258,11 @@ func (w *world) newSink() *ordersink.Drainer {
 // two variants.
 func (w *world) pickSale() flashgate.Sale {
 	sale := flashgate.Sale{ID: fmt.Sprintf("x%d", w.seed), Name: "Explore", PriceCents: 1000, Total: 1}
-	switch w.rng.IntN(3) {
+	switch w.rng.IntN(4) {
+	case 3:
+		starts := w.clock.Now().Add(time.Minute)
+		sale.Queue, sale.StartsAt, sale.PrequeueSeconds, sale.AdmitSeconds = flashgate.QueueFair, &starts, 30, 1200
+		w.notes = append(w.notes, "sale: one unit through a fair queue")
 	case 0:
 		sale.Variants = []flashgate.Variant{{ID: "S", Name: "Small", Total: 1}, {ID: "M", Name: "Medium", Total: 1}}
 		sale.Total = 2
