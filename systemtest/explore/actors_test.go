@@ -38,7 +38,7 @@ func (w *world) plan() {
 		w.s.Spawn("leader", w.leader(1+r.IntN(4)))
 	}
 	w.s.Spawn("clock", w.clockActor())
-	for range r.IntN(3) {
+	for range 1 + r.IntN(2) {
 		w.s.Spawn("resync", w.resync(1+r.IntN(3)))
 	}
 	if r.IntN(2) == 0 {
@@ -49,7 +49,7 @@ func (w *world) plan() {
 		w.notes = append(w.notes, "a FLUSHALL")
 	}
 	if r.IntN(3) == 0 {
-		w.s.killAt = r.IntN(80)
+		w.s.killAt = r.IntN(250)
 		w.s.onKill = w.restart
 		w.notes = append(w.notes, fmt.Sprintf("a kill at step %d", w.s.killAt))
 	}
