@@ -41,6 +41,10 @@ type actor struct {
 	// and then gaveUp tells it that it stopped waiting.
 	cond   func() bool
 	gaveUp bool
+	// hold, while above 0, keeps the actor back (steps to go) when others
+	// are ready: set, at random, after it ran a Lua script, so that other
+	// actors act between its Redis step and the database step after it.
+	hold int
 }
 
 // event is what an actor tells the scheduler: it parked before step at,
@@ -163,7 +167,14 @@ func (s *Sched) Run() error {
 			if ev.a != a {
 				return fmt.Errorf("harness: %s moved while %s ran", ev.a.name, a.name)
 			}
+			ran := a.at
 			a.at, a.done = ev.at, ev.done
+			for _, b := range s.actors {
+				b.hold = max(b.hold-1, 0)
+			}
+			if strings.HasPrefix(ran, "redis eval") && s.rng.IntN(2) == 0 {
+				a.hold = 4 + s.rng.IntN(24)
+			}
 		case <-timer.C:
 			return fmt.Errorf("stuck: %s did not reach a yield point within %v after %q", a.name, stuckAfter, a.at)
 		}
@@ -191,6 +202,15 @@ func (s *Sched) pick() *actor {
 		a := live[s.rng.IntN(len(live))]
 		a.cond, a.gaveUp = nil, true
 		return a
+	}
+	var free []*actor
+	for _, a := range ready {
+		if a.hold == 0 {
+			free = append(free, a)
+		}
+	}
+	if len(free) > 0 {
+		ready = free
 	}
 	a := s.choose(ready)
 	a.cond = nil
