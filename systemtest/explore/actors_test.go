@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // The actors. Each is a bounded script of real calls (a buyer's reserve,
@@ -91,9 +93,14 @@ func (w *world) buyer(u string) func(context.Context) {
 			if err != nil {
 				var pe *flashgate.PurchasedError
 				if !errors.As(err, &pe) {
-					if (errors.Is(err, flashgate.ErrSoldOut) || errors.Is(err, flashgate.ErrNotAdmitted)) && r.IntN(2) == 0 {
-						// Back later: units come back when orders expire.
-						if _, err := w.s.Await(ctx, "the clock", func() bool { return w.moved }); err != nil {
+					if errors.Is(err, flashgate.ErrSoldOut) || errors.Is(err, flashgate.ErrNotAdmitted) {
+						// Back later: units come back when orders expire,
+						// and the item page shows when one is free.
+						what, cond := "the clock", func() bool { return w.moved }
+						if r.IntN(2) == 0 {
+							what, cond = "a unit shown free", func() bool { return w.unitFree(v) }
+						}
+						if _, err := w.s.Await(ctx, what, cond); err != nil {
 							return
 						}
 					}
@@ -355,6 +362,22 @@ func (w *world) flushAll() func(context.Context) {
 		w.flushed = w.flushed || err == nil
 		w.say(ctx, "FLUSHALL: %v", err)
 	}
+}
+
+// unitFree reports whether the sale's hash in Redis shows a unit free (of
+// variant v, when not ""), as the item page does.
+func (w *world) unitFree(v string) bool {
+	booked, total := lua.FieldBooked, lua.FieldTotal
+	if v != "" {
+		booked, total = lua.VariantField(v, booked), lua.VariantField(v, total)
+	}
+	f, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(w.sale.ID), booked, total).Result()
+	if err != nil || f[0] == nil || f[1] == nil {
+		return false
+	}
+	b, _ := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
+	t, _ := strconv.ParseInt(fmt.Sprint(f[1]), 10, 64)
+	return b < t
 }
 
 // stored reports whether order id is a row.

@@ -16,7 +16,7 @@ import (
 var (
 	flagSeed      = flag.Uint64("seed", 0, "replay exactly the schedule of this seed (its trace printed)")
 	flagFrom      = flag.Uint64("from", 1, "the seed of the first schedule")
-	flagSchedules = flag.Int("schedules", 120, "how many schedules to run on each database (seeds from, from+1, ...)")
+	flagSchedules = flag.Int("schedules", 100, "how many schedules to run on each database (seeds from, from+1, ...)")
 	flagBackends  = flag.String("backends", "sqlite,postgres", "the databases to run on (postgres needs "+pgtest.EnvVar+")")
 	flagTraces    = flag.Int("traces", 3, "how many failing schedules to print in full")
 	flagLog       = flag.String("log", "", "append one line per schedule that broke an invariant to this file: backend, seed, kinds")
