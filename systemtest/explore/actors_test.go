@@ -54,6 +54,11 @@ func (w *world) plan() {
 		w.s.killAt = r.IntN(250)
 		w.s.onKill = w.restart
 		w.notes = append(w.notes, fmt.Sprintf("a kill at step %d", w.s.killAt))
+		if r.IntN(2) == 0 {
+			w.s.killAt = r.IntN(150)
+			w.s.killDual = true
+			w.notes[len(w.notes)-1] = fmt.Sprintf("a kill from step %d, between a script and the database call after it", w.s.killAt)
+		}
 	}
 	strategy := "uniform"
 	if w.s.pct {

@@ -33,6 +33,7 @@ type actor struct {
 	run    func(ctx context.Context)
 	wake   chan struct{}
 	at     string // the step it is parked before
+	prev   string // the step it took last
 	prio   int    // its priority under the PCT strategy
 	done   bool
 	killed bool // read by its goroutine only after a wake
@@ -63,12 +64,15 @@ type Sched struct {
 	pct    bool  // PCT (priorities with change points) instead of uniform picks
 	change []int // the steps at which the running actor's priority drops (PCT)
 	killAt int   // the step at which the picked actor is killed (-1: none)
-	onKill func(a *actor)
-	actors []*actor
-	back   chan event
-	trace  []string
-	steps  int
-	low    int // the lowest priority handed out (PCT)
+	// killDual delays the kill to an actor parked between a Lua script it
+	// ran and the database call after it (a dual write half done).
+	killDual bool
+	onKill   func(a *actor)
+	actors   []*actor
+	back     chan event
+	trace    []string
+	steps    int
+	low      int // the lowest priority handed out (PCT)
 }
 
 // newSched returns a scheduler whose every choice derives from rng.
@@ -151,7 +155,8 @@ func (s *Sched) Run() error {
 		if a == nil {
 			return nil
 		}
-		if s.killAt >= 0 && s.steps >= s.killAt && a.at != "start" && s.onKill != nil {
+		dual := strings.HasPrefix(a.prev, "redis eval") && strings.HasPrefix(a.at, "db ")
+		if s.killAt >= 0 && s.steps >= s.killAt && a.at != "start" && s.onKill != nil && (dual || !s.killDual) {
 			s.killAt, a.killed = -1, true
 			s.trace = append(s.trace, fmt.Sprintf("%4d %-14s KILLED before %s", s.steps, a.name, a.at))
 			s.onKill(a)
@@ -168,7 +173,7 @@ func (s *Sched) Run() error {
 				return fmt.Errorf("harness: %s moved while %s ran", ev.a.name, a.name)
 			}
 			ran := a.at
-			a.at, a.done = ev.at, ev.done
+			a.prev, a.at, a.done = ran, ev.at, ev.done
 			for _, b := range s.actors {
 				b.hold = max(b.hold-1, 0)
 			}
