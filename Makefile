@@ -72,7 +72,7 @@ faults: ## Fault suite: the split deployment as real processes under faults, int
 
 .PHONY: explore
 explore: ## The interleaving explorer's long run: COUNT schedules (5000) from seed SEED (1) on SQLite and PostgreSQL (make explore SEED=7 COUNT=10000); each broken invariant is printed with its seed and schedule.
-	scripts/with-testenv.sh $(GO) test -count=1 -timeout 120m -v -run '^TestExplore$$' ./systemtest/explore -from=$(SEED) -schedules=$(COUNT)
+	scripts/with-testenv.sh $(GO) test -count=1 -timeout 120m -v -run '^TestExplore$$' ./systemtest/explore -from=$(SEED) -schedules=$(COUNT) -corpus=false
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ without a cluster: NetworkPolicy flows (cyclonus), strict Kubernetes 1.32 schemas, nginx (tokens, Debian's stock layout), Redis and Sentinel configs, Prometheus rules and scrape job, scripts.

@@ -16,11 +16,23 @@ import (
 var (
 	flagSeed      = flag.Uint64("seed", 0, "replay exactly the schedule of this seed (its trace printed)")
 	flagFrom      = flag.Uint64("from", 1, "the seed of the first schedule")
-	flagSchedules = flag.Int("schedules", 100, "how many schedules to run on each database (seeds from, from+1, ...)")
+	flagSchedules = flag.Int("schedules", 90, "how many schedules to run on each database (seeds from, from+1, ...)")
 	flagBackends  = flag.String("backends", "sqlite,postgres", "the databases to run on (postgres needs "+pgtest.EnvVar+")")
 	flagTraces    = flag.Int("traces", 3, "how many failing schedules to print in full")
+	flagCorpus    = flag.Bool("corpus", true, "run the corpus's seeds before the range")
 	flagLog       = flag.String("log", "", "append one line per schedule that broke an invariant to this file: backend, seed, kinds")
 )
+
+// corpus holds seeds whose schedules broke an invariant on the code they
+// were found on, run before the range in every run (as a fuzzer keeps its
+// corpus): 1803 and 6269 oversell (a retake the re-sync did not count),
+// 701 and 2116 honour and refund one payment (two settlers), 766 and 4056
+// keep the money of an order an admin refunded, 490 honours a payment an
+// admin refunded, 400 leaves a payment refunding forever, 624 refuses an
+// admitted buyer. A schedule is a function of its seed and of the code:
+// once the code under test changes its steps, a seed is one more random
+// schedule.
+var corpus = []uint64{1803, 6269, 701, 2116, 766, 4056, 490, 400, 624}
 
 // result is one schedule's outcome.
 type result struct {
@@ -97,7 +109,11 @@ func (t *tally) add(r result) {
 
 func (t *tally) summary(name string, from uint64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "explore %s: %d schedules from seed %d, %d broke an invariant\n", name, t.schedules, from, len(t.failing))
+	fmt.Fprintf(&b, "explore %s: %d schedules (seeds from %d", name, t.schedules, from)
+	if *flagCorpus && *flagSeed == 0 {
+		fmt.Fprintf(&b, ", after the corpus's %d", len(corpus))
+	}
+	fmt.Fprintf(&b, "), %d broke an invariant\n", len(t.failing))
 	kinds := make([]string, 0, len(t.count))
 	for k := range t.count {
 		kinds = append(kinds, k)
@@ -128,6 +144,8 @@ func explore(t *testing.T, backend string) {
 	}
 	if *flagSeed != 0 {
 		seeds = []uint64{*flagSeed}
+	} else if *flagCorpus {
+		seeds = append(append([]uint64(nil), corpus...), seeds...)
 	}
 	tl := &tally{count: map[string]int{}, first: map[string]result{}, firstAt: map[string]int{}}
 	start := time.Now()
@@ -144,7 +162,7 @@ func explore(t *testing.T, backend string) {
 			t.Fatalf("seed %d: %v\n%s", seed, err, strings.ReplaceAll(r.String(), "%s", backend))
 		}
 	}
-	sum := tl.summary(backend, seeds[0])
+	sum := tl.summary(backend, *flagFrom)
 	t.Logf("%s  took %v", sum, time.Since(start).Round(time.Millisecond))
 	if len(tl.failing) == 0 {
 		return
