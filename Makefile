@@ -9,6 +9,9 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDINFO := github.com/flashgate/flashgate/internal/buildinfo
 # FUZZTIME is how long make test and make fuzz run each fuzz target.
 FUZZTIME ?= 10s
+# SEED and COUNT are make explore's first seed and number of schedules.
+SEED  ?= 1
+COUNT ?= 5000
 
 .DEFAULT_GOAL := help
 
@@ -66,6 +69,10 @@ faults: ## Fault suite: the split deployment as real processes under faults, int
 	@mkdir -p bin/faults
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(if $(FAULTS),$(CURDIR)/bin/RELIABILITY.md,$(CURDIR)/docs/RELIABILITY.md)) \
 		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./systemtest/faults
+
+.PHONY: explore
+explore: ## The interleaving explorer's long run: COUNT schedules (5000) from seed SEED (1) on SQLite and PostgreSQL (make explore SEED=7 COUNT=10000); each broken invariant is printed with its seed and schedule.
+	scripts/with-testenv.sh $(GO) test -count=1 -timeout 120m -v -run '^TestExplore$$' ./systemtest/explore -from=$(SEED) -schedules=$(COUNT) -corpus=false
 
 .PHONY: deploy-check
 deploy-check: ## Validate deploy/ without a cluster: NetworkPolicy flows (cyclonus), strict Kubernetes 1.32 schemas, nginx (tokens, Debian's stock layout), Redis and Sentinel configs, Prometheus rules and scrape job, scripts.

@@ -1,0 +1,294 @@
+package explore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/ordersink"
+)
+
+// The yield points are the boundaries the code already has: every Redis
+// command (a go-redis hook), every call of the database interfaces the
+// control plane and the order sink consume, and every call to the payment
+// provider (before and after it). The wrappers embed the interfaces they
+// wrap, so a method added later passes through unchanged (without a yield)
+// and the harness still compiles.
+
+// scriptNames names the Lua scripts by their SHA1, for the trace.
+var scriptNames = func() map[string]string {
+	m := map[string]string{}
+	for name, s := range map[string]*redis.Script{"reserve": lua.Reserve, "release": lua.Release, "prepare": lua.Prepare,
+		"setstate": lua.SetState, "resync": lua.Resync, "releasebatch": lua.ReleaseBatch, "restore": lua.Restore,
+		"retake": lua.Retake, "takefence": lua.TakeFence, "mark": lua.Mark, "reservemany": lua.ReserveMany,
+		"acktrim": lua.AckTrim, "extend": lua.Extend, "unlock": lua.Unlock} {
+		m[s.Hash()] = name
+	}
+	return m
+}()
+
+// redisHook yields before every command and pipeline of an actor.
+type redisHook struct{ s *Sched }
+
+func (h redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "hello", "client", "auth", "select":
+			return next(ctx, cmd) // a new connection's set-up
+		}
+		if err := h.s.Yield(ctx, "redis "+cmdLabel(cmd)); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = cmdLabel(c)
+		}
+		if err := h.s.Yield(ctx, "redis pipeline "+strings.Join(names, ",")); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// cmdLabel is a command's name, a script's name for EVAL and EVALSHA.
+func cmdLabel(cmd redis.Cmder) string {
+	args := cmd.Args()
+	switch cmd.Name() {
+	case "evalsha", "evalsha_ro":
+		if len(args) > 1 {
+			if n, ok := scriptNames[fmt.Sprint(args[1])]; ok {
+				return "evalsha " + n
+			}
+		}
+	case "eval", "eval_ro":
+		if len(args) > 1 {
+			sum := sha1.Sum([]byte(fmt.Sprint(args[1])))
+			if n, ok := scriptNames[hex.EncodeToString(sum[:])]; ok {
+				return "eval " + n
+			}
+		}
+	}
+	return cmd.Name()
+}
+
+// call yields before f, the call what of an actor.
+func call[T any](ctx context.Context, s *Sched, what string, f func() (T, error)) (T, error) {
+	if err := s.Yield(ctx, what); err != nil {
+		var zero T
+		return zero, err
+	}
+	return f()
+}
+
+// cpStore is the control plane's database with a yield before each call
+// the order actions, the expiry and the re-sync make.
+type cpStore struct {
+	controlplane.Store
+	s *Sched
+}
+
+func (w cpStore) Sale(ctx context.Context, id string) (flashgate.Sale, error) {
+	return call(ctx, w.s, "db Sale", func() (flashgate.Sale, error) { return w.Store.Sale(ctx, id) })
+}
+
+func (w cpStore) LiveSales(ctx context.Context) ([]flashgate.Sale, error) {
+	return call(ctx, w.s, "db LiveSales", func() ([]flashgate.Sale, error) { return w.Store.LiveSales(ctx) })
+}
+
+func (w cpStore) Order(ctx context.Context, id string) (flashgate.Order, error) {
+	return call(ctx, w.s, "db Order", func() (flashgate.Order, error) { return w.Store.Order(ctx, id) })
+}
+
+func (w cpStore) Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error) {
+	return call(ctx, w.s, fmt.Sprintf("db Transition %v→%s", from, to), func() (flashgate.Order, error) {
+		return w.Store.Transition(ctx, id, from, to, now)
+	})
+}
+
+func (w cpStore) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit int, fence int64) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db ExpireDue", func() ([]flashgate.Order, error) {
+		return w.Store.ExpireDue(ctx, createdBefore, now, limit, fence)
+	})
+}
+
+func (w cpStore) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
+	return call(ctx, w.s, "db Figures", func() (flashgate.SaleFigures, error) { return w.Store.Figures(ctx, saleID) })
+}
+
+func (w cpStore) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
+	var per map[string]flashgate.SaleFigures
+	fig, err := call(ctx, w.s, "db VariantFigures", func() (flashgate.SaleFigures, error) {
+		f, p, err := w.Store.VariantFigures(ctx, saleID)
+		per = p
+		return f, err
+	})
+	return fig, per, err
+}
+
+func (w cpStore) OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db OrdersPage", func() ([]flashgate.Order, error) {
+		return w.Store.OrdersPage(ctx, saleID, st, afterID, limit)
+	})
+}
+
+func (w cpStore) PendingReleases(ctx context.Context, saleID string, limit int) ([]flashgate.Order, int64, error) {
+	var delivered int64
+	q, err := call(ctx, w.s, "db PendingReleases", func() ([]flashgate.Order, error) {
+		q, d, err := w.Store.PendingReleases(ctx, saleID, limit)
+		delivered = d
+		return q, err
+	})
+	return q, delivered, err
+}
+
+func (w cpStore) ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (int64, error) {
+	return call(ctx, w.s, "db ReleasesDelivered", func() (int64, error) {
+		return w.Store.ReleasesDelivered(ctx, saleID, orderIDs, fence)
+	})
+}
+
+// payStore is the payments' database with a yield before each call.
+type payStore struct {
+	controlplane.PaymentStore
+	s *Sched
+}
+
+func (w payStore) InsertPayment(ctx context.Context, p flashgate.Payment, now time.Time) (flashgate.Payment, error) {
+	return call(ctx, w.s, "db InsertPayment", func() (flashgate.Payment, error) { return w.PaymentStore.InsertPayment(ctx, p, now) })
+}
+
+func (w payStore) Payment(ctx context.Context, orderID string) (flashgate.Payment, error) {
+	return call(ctx, w.s, "db Payment", func() (flashgate.Payment, error) { return w.PaymentStore.Payment(ctx, orderID) })
+}
+
+func (w payStore) PaymentByIntent(ctx context.Context, intentID string) (flashgate.Payment, error) {
+	return call(ctx, w.s, "db PaymentByIntent", func() (flashgate.Payment, error) { return w.PaymentStore.PaymentByIntent(ctx, intentID) })
+}
+
+func (w payStore) SetPaymentStatus(ctx context.Context, orderID, status string, now time.Time) error {
+	_, err := call(ctx, w.s, "db SetPaymentStatus "+status, func() (struct{}, error) {
+		return struct{}{}, w.PaymentStore.SetPaymentStatus(ctx, orderID, status, now)
+	})
+	return err
+}
+
+func (w payStore) MarkPayment(ctx context.Context, orderID string, refunded, disputed bool, refundID string, now time.Time) error {
+	_, err := call(ctx, w.s, "db MarkPayment", func() (struct{}, error) {
+		return struct{}{}, w.PaymentStore.MarkPayment(ctx, orderID, refunded, disputed, refundID, now)
+	})
+	return err
+}
+
+func (w payStore) SettlePayment(ctx context.Context, orderID string, from []string, to string, now time.Time) (bool, error) {
+	return call(ctx, w.s, fmt.Sprintf("db SettlePayment %q→%s", from, to), func() (bool, error) {
+		return w.PaymentStore.SettlePayment(ctx, orderID, from, to, now)
+	})
+}
+
+func (w payStore) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error) {
+	return call(ctx, w.s, "db RecordEvent "+typ, func() (bool, error) {
+		return w.PaymentStore.RecordEvent(ctx, eventID, typ, intentID, orderID, status, now)
+	})
+}
+
+func (w payStore) OpenPayments(ctx context.Context, createdBefore time.Time, limit int) ([]flashgate.Payment, error) {
+	return call(ctx, w.s, "db OpenPayments", func() ([]flashgate.Payment, error) {
+		return w.PaymentStore.OpenPayments(ctx, createdBefore, limit)
+	})
+}
+
+func (w payStore) UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error) {
+	return call(ctx, w.s, "db UnadoptedIntents", func() ([]string, error) { return w.PaymentStore.UnadoptedIntents(ctx, since, limit) })
+}
+
+// sinkStore is the order sink's database with a yield before each insert.
+type sinkStore struct {
+	ordersink.Store
+	s *Sched
+}
+
+func (w sinkStore) InsertOrders(ctx context.Context, orders []flashgate.Order) (int, error) {
+	return call(ctx, w.s, fmt.Sprintf("db InsertOrders ×%d", len(orders)), func() (int, error) { return w.Store.InsertOrders(ctx, orders) })
+}
+
+// gated is the provider as the control plane reaches it: a yield before
+// and after each call, and, drawn from the schedule's generator, a
+// failure before the call (429, 500: nothing happened) or after it (the
+// provider acted, the answer was lost).
+type gated struct {
+	controlplane.PaymentProvider
+	s   *Sched
+	rng *rand.Rand
+}
+
+// fault draws the fate of one call: "" goes through.
+func (g gated) fault() string {
+	switch n := g.rng.IntN(20); {
+	case n == 0:
+		return "429 before"
+	case n == 1:
+		return "500 before"
+	case n == 2:
+		return "timeout after"
+	}
+	return ""
+}
+
+func gate[T any](ctx context.Context, g gated, what string, f func() (T, error)) (T, error) {
+	var zero T
+	if _, ok := ctx.Value(actorKey{}).(*actor); !ok {
+		return f() // the quiet phase: no faults
+	}
+	if err := g.s.Yield(ctx, "provider "+what); err != nil {
+		return zero, err
+	}
+	fault := g.fault()
+	if strings.HasSuffix(fault, "before") {
+		return zero, fmt.Errorf("provider %s: %s: %w", what, fault, flashgate.ErrUnavailable)
+	}
+	v, err := f()
+	if yerr := g.s.Yield(ctx, "provider answered "+what); yerr != nil {
+		return zero, yerr
+	}
+	if fault != "" {
+		return zero, fmt.Errorf("provider %s: %s: %w", what, fault, flashgate.ErrUnavailable)
+	}
+	return v, err
+}
+
+func (g gated) Checkout(ctx context.Context, o flashgate.Order, amount int64, currency string) (flashgate.Intent, error) {
+	return gate(ctx, g, "Checkout", func() (flashgate.Intent, error) { return g.PaymentProvider.Checkout(ctx, o, amount, currency) })
+}
+
+func (g gated) Intent(ctx context.Context, id string) (flashgate.Intent, error) {
+	return gate(ctx, g, "Intent", func() (flashgate.Intent, error) { return g.PaymentProvider.Intent(ctx, id) })
+}
+
+func (g gated) Cancel(ctx context.Context, id string) (flashgate.Intent, error) {
+	return gate(ctx, g, "Cancel", func() (flashgate.Intent, error) { return g.PaymentProvider.Cancel(ctx, id) })
+}
+
+func (g gated) Refund(ctx context.Context, id, key string) (string, error) {
+	return gate(ctx, g, "Refund", func() (string, error) { return g.PaymentProvider.Refund(ctx, id, key) })
+}
