@@ -200,9 +200,9 @@ func (w payStore) MarkPayment(ctx context.Context, orderID string, refunded, dis
 	return err
 }
 
-func (w payStore) SettlePayment(ctx context.Context, orderID string, from []string, to string, now time.Time) (bool, error) {
-	return call(ctx, w.s, fmt.Sprintf("db SettlePayment %q→%s", from, to), func() (bool, error) {
-		return w.PaymentStore.SettlePayment(ctx, orderID, from, to, now)
+func (w payStore) StepPayment(ctx context.Context, st flashgate.PaymentStep, now time.Time) (bool, error) {
+	return call(ctx, w.s, fmt.Sprintf("db StepPayment %s %q→%s %q→%s", st.OrderID, st.FromOutcome, st.ToOutcome, st.FromStatus, st.ToStatus), func() (bool, error) {
+		return w.PaymentStore.StepPayment(ctx, st, now)
 	})
 }
 
@@ -212,10 +212,17 @@ func (w payStore) RecordEvent(ctx context.Context, eventID, typ, intentID, order
 	})
 }
 
-func (w payStore) OpenPayments(ctx context.Context, createdBefore time.Time, limit int) ([]flashgate.Payment, error) {
-	return call(ctx, w.s, "db OpenPayments", func() ([]flashgate.Payment, error) {
-		return w.PaymentStore.OpenPayments(ctx, createdBefore, limit)
+func (w payStore) DuePayments(ctx context.Context, createdBefore, now time.Time, limit int) ([]flashgate.Payment, error) {
+	return call(ctx, w.s, "db DuePayments", func() ([]flashgate.Payment, error) {
+		return w.PaymentStore.DuePayments(ctx, createdBefore, now, limit)
 	})
+}
+
+func (w payStore) DeferPayment(ctx context.Context, orderID string, next time.Time) error {
+	_, err := call(ctx, w.s, "db DeferPayment", func() (struct{}, error) {
+		return struct{}{}, w.PaymentStore.DeferPayment(ctx, orderID, next)
+	})
+	return err
 }
 
 func (w payStore) UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error) {
