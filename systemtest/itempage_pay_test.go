@@ -1,6 +1,7 @@
 package systemtest
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func newPagePay(t *testing.T) pagePay {
 // payingPage opens a one-unit sale's item page with a publishable key in
 // Chromium, buys, presses pay and waits for the stand-in's Payment Element:
 // the page, the order id, and the system.
-func payingPage(t *testing.T) (*pageSystem, pagePay, string, func(string) string) {
+func payingPage(t *testing.T) (*pageSystem, pagePay, context.Context, string, func(string) string) {
 	t.Helper()
 	pay := newPagePay(t)
 	s := startPageSystemPaying(t, nil, pay)
@@ -124,7 +125,7 @@ func payingPage(t *testing.T) (*pageSystem, pagePay, string, func(string) string
 		return waitJS(t, ctx, "the payment's answer", `(function(){ var s = document.getElementById('status');
 			return s.textContent.indexOf("Paid:") === 0 || s.className === "status err" ? s.className + " | " + s.textContent : ""; })()`, 20*time.Second)
 	}
-	return s, pay, m[1], payWith
+	return s, pay, ctx, m[1], payWith
 }
 
 // TestItemPagePays drives the item page with a publishable key in headless
@@ -137,7 +138,7 @@ func TestItemPagePays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	s, pay, orderID, payWith := payingPage(t)
+	s, pay, ctx, orderID, payWith := payingPage(t)
 	if got := payWith("4242 4242 4242 4242"); got != "status ok | Paid: thank you! Order "+orderID+"." {
 		t.Fatalf("after paying: page says %q, want paid", got)
 	}
@@ -152,6 +153,22 @@ func TestItemPagePays(t *testing.T) {
 	if in, ok := pay.stand.Intent(p.IntentID); !ok || in.Status != "succeeded" || in.Metadata["order_id"] != orderID {
 		t.Errorf("intent at the provider: %+v, want the order's, succeeded", in)
 	}
+	// Back from a payment method that left the page (Stripe appends the
+	// intent, its client secret and redirect_status to return_url): the
+	// page takes them out of the address and follows the order it was
+	// paying.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`sessionStorage.setItem("flashgate-paying-paid-drop", "`+orderID+`"), true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/sales/paid-drop?payment_intent="+p.IntentID+"&payment_intent_client_secret=pi_secret_x&redirect_status=succeeded"),
+	); err != nil {
+		t.Fatalf("coming back from the provider: %v", err)
+	}
+	waitJS(t, ctx, "the order followed after the return", `document.getElementById('status').textContent === "Paid: thank you! Order `+orderID+`."`, 10*time.Second)
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "secret") || strings.Contains(loc, "?") {
+		t.Errorf("address bar %q (%v): the provider's parameters should be taken out of it", loc, err)
+	}
 }
 
 // TestItemPageCardDeclined: the same with Stripe's declined test card: the
@@ -162,7 +179,7 @@ func TestItemPageCardDeclined(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test")
 	}
-	s, pay, orderID, payWith := payingPage(t)
+	s, pay, _, orderID, payWith := payingPage(t)
 	if got := payWith(stripelocal.DeclinedCard); got != "status err | Your card was declined." {
 		t.Fatalf("after a declined card: page says %q, want the decline's message", got)
 	}
