@@ -72,4 +72,5 @@ func (p payPage) headers() [][]byte {
 	return [][]byte{hCSP, p.csp}
 }
 
+// hCSP is the policy header's name.
 var hCSP = []byte("Content-Security-Policy")
