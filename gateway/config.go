@@ -137,6 +137,18 @@ type Config struct {
 	// (Provider events run to a few KB: give MaxBodySize room, as
 	// cmd/flashgate does with --payments stripe.)
 	Webhooks Webhooks
+	// StripePublishableKey, when set (pk_…), gives the item page a payment
+	// form: it loads StripeJS, mounts Stripe's Payment Element with the
+	// order's client secret (the pay route's answer), confirms the payment
+	// there and follows the order until it is paid; its answers carry a
+	// Content-Security-Policy (pagepay.go). Empty: the page only starts
+	// the payment, as before. The key is published in every page: New
+	// refuses anything but a publishable key.
+	StripePublishableKey string
+	// StripeJS is the address of the Stripe.js the item page loads with
+	// StripePublishableKey (tests point it at a stand-in). Empty means
+	// DefaultStripeJS.
+	StripeJS string
 	// MaxBodySize is the largest request body accepted. Zero means
 	// DefaultMaxBodySize.
 	MaxBodySize int

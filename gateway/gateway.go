@@ -116,6 +116,8 @@ type Server struct {
 
 	pageCacheControl []byte
 	userRetryAfter   []byte
+	// pay is the item page's payment form, if any (pagepay.go).
+	pay payPage
 
 	share shareState // this gateway's part of SaleRate (share.go)
 
@@ -173,6 +175,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
 	}
 	if err := s.loadAssets(); err != nil {
+		return nil, err
+	}
+	if s.pay, err = newPayPage(cfg.StripePublishableKey, cfg.StripeJS); err != nil {
 		return nil, err
 	}
 	maxAge := int(math.Ceil(cfg.CacheWindow.Seconds()))

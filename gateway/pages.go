@@ -65,8 +65,9 @@ func (s *Server) loadAssets() error {
 	return nil
 }
 
-// newPage compresses body once and computes both ETags.
-func newPage(body, contentType, cacheControl []byte) *page {
+// newPage compresses body once and computes both ETags; extra are more
+// headers (name, value, ...) of every answer.
+func newPage(body, contentType, cacheControl []byte, extra ...[]byte) *page {
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	_, _ = zw.Write(body)
@@ -81,13 +82,13 @@ func newPage(body, contentType, cacheControl []byte) *page {
 		gzEtag: []byte(`"` + sum + `-gz"`),
 	}
 	p.head = newHead(fasthttp.StatusOK, contentType,
-		hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc)
+		append([][]byte{hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc}, extra...)...)
 	p.gzHead = newHead(fasthttp.StatusOK, contentType,
-		hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc, hEncoding, vGzip)
+		append([][]byte{hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc, hEncoding, vGzip}, extra...)...)
 	p.head304 = newHead(fasthttp.StatusNotModified, nil,
-		hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc)
+		append([][]byte{hCacheControl, cacheControl, hETag, p.etag, hVary, vAcceptEnc}, extra...)...)
 	p.gzHead304 = newHead(fasthttp.StatusNotModified, nil,
-		hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc)
+		append([][]byte{hCacheControl, cacheControl, hETag, p.gzEtag, hVary, vAcceptEnc}, extra...)...)
 	return p
 }
 
@@ -118,14 +119,17 @@ func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
 	s.writePage(ctx, p)
 }
 
-// itemData is what item.html shows.
+// itemData is what item.html shows. StripeKey and StripeJS, when set,
+// give the page its payment form (pagepay.go).
 type itemData struct {
 	ID, Name, Price, StartsAt string
 	Total                     int64
+	StripeKey, StripeJS       string
 }
 
 func (s *Server) render(id string, m *saleMeta) (*page, error) {
-	d := itemData{ID: id, Name: m.sale.Name, Total: m.sale.Total, Price: formatPrice(m.sale.PriceCents)}
+	d := itemData{ID: id, Name: m.sale.Name, Total: m.sale.Total, Price: formatPrice(m.sale.PriceCents),
+		StripeKey: s.pay.key, StripeJS: s.pay.js}
 	if t := m.sale.StartsAt; t != nil {
 		d.StartsAt = t.UTC().Format(time.RFC3339)
 	}
@@ -133,7 +137,7 @@ func (s *Server) render(id string, m *saleMeta) (*page, error) {
 	if err := itemTmpl.ExecuteTemplate(&buf, "item.html", d); err != nil {
 		return nil, fmt.Errorf("rendering: %w", err)
 	}
-	p := newPage(buf.Bytes(), ctHTML, s.pageCacheControl)
+	p := newPage(buf.Bytes(), ctHTML, s.pageCacheControl, s.pay.headers()...)
 	p.meta = m
 	return p, nil
 }

@@ -56,6 +56,13 @@ func randomHex(t *testing.T, n int) string {
 // Config before it is built.
 func startPageSystem(t *testing.T, mod func(*controlplane.Config)) *pageSystem {
 	t.Helper()
+	return startPageSystemPaying(t, mod, pagePay{})
+}
+
+// startPageSystemPaying starts it with the payments of pay
+// (itempage_pay_test.go).
+func startPageSystemPaying(t *testing.T, mod func(*controlplane.Config), pay pagePay) *pageSystem {
+	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	sinkReader := rs.Client(t)
@@ -72,14 +79,17 @@ func startPageSystem(t *testing.T, mod func(*controlplane.Config)) *pageSystem {
 	if mod != nil {
 		mod(&cfg)
 	}
+	pay.controlplane(&cfg, db)
 	s.cp, err = controlplane.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Config{
+	gcfg := gateway.Config{
 		Primary: rdb, Replica: rdb, Reserver: inv, Catalog: db, Orders: s.cp,
 		JWTSecret: s.jwtS, Logger: quiet, ShutdownDelay: -1,
-	})
+	}
+	pay.gateway(&gcfg, s.cp)
+	gw, err := gateway.New(gcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,8 @@ type Config struct {
 	StripeKey       string        // Stripe secret API key; required with stripe
 	StripeSecret    string        // Stripe webhook signing secret; required with stripe
 	StripeAPIBase   string        // Stripe API base URL; "" = Stripe's
+	StripePubKey    string        // Stripe publishable key: the item page takes payments itself; "" = it does not
+	StripeJSURL     string        // the Stripe.js the item page loads; gateway.DefaultStripeJS
 	PaymentCurrency string        // currency of payments; controlplane.DefaultCurrency
 	PaymentGrace    time.Duration // wait past the window before asking the provider; controlplane.DefaultPaymentGrace
 
@@ -114,6 +116,8 @@ var flagSpecs = []flagSpec{
 	{"stripe-key", "Stripe secret API key (required with --payments stripe)", payCmds, strFlag(func(c *Config) *string { return &c.StripeKey }, "")},
 	{"stripe-webhook-secret", "Stripe webhook signing secret, whsec_… (required with --payments stripe)", payCmds, strFlag(func(c *Config) *string { return &c.StripeSecret }, "")},
 	{"stripe-api-base", "Stripe API base URL (default: Stripe's; tests and demos point it at a local stand-in)", payCmds, strFlag(func(c *Config) *string { return &c.StripeAPIBase }, "")},
+	{"stripe-publishable-key", "Stripe publishable key, pk_…: the item page loads Stripe.js and takes the payment itself (needs --payments stripe; default: the page only starts the payment)", gwLike, strFlag(func(c *Config) *string { return &c.StripePubKey }, "")},
+	{"stripe-js-url", "the Stripe.js the item page loads with --stripe-publishable-key; its origin is the only one the page's Content-Security-Policy lets scripts come from besides the gateway (tests point it at a stand-in)", gwLike, strFlag(func(c *Config) *string { return &c.StripeJSURL }, gateway.DefaultStripeJS)},
 	{"payment-currency", "currency of payments (ISO 4217, lower case)", payCmds, strFlag(func(c *Config) *string { return &c.PaymentCurrency }, controlplane.DefaultCurrency)},
 	{"payment-grace", "how long past the payment window an unsettled payment waits for its webhook before the provider is asked", payCmds, durFlag(func(c *Config) *time.Duration { return &c.PaymentGrace }, controlplane.DefaultPaymentGrace)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, gateway.DefaultStateRefresh)},

@@ -86,6 +86,10 @@ var flagDocs = map[string]flagDoc{
 	"count":              {"", "print this many tokens, one a line, for users `<user-prefix>0…<count-1>`"},
 	"user-prefix":        {"", "with `--count`: user ids are this prefix and a number"},
 	"ttl":                {"", "token lifetime"},
+
+	// The item page's payment form.
+	"stripe-publishable-key": {"none", "Stripe publishable key, `pk_…` (with `--payments stripe`): the item page loads Stripe.js, mounts the Payment Element with the order's `client_secret`, confirms the payment and follows the order until it is paid (see \"Payments\", \"The item page pays\"); unset, the page only starts the payment. Published in every page: never a secret key"},
+	"stripe-js-url":          {"", "the Stripe.js the item page loads with `--stripe-publishable-key`; its origin is the only one besides the gateway the page's `Content-Security-Policy` lets scripts come from (tests point it at a stand-in)"},
 }
 
 // readmeDocs holds README.md's wording of a server flag where it differs

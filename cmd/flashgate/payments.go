@@ -45,8 +45,33 @@ func checkPayments(cmd string, c *Config) error {
 	default:
 		return fmt.Errorf("--payments %q: want simulated or stripe", c.Payments)
 	}
+	if err := checkPageKey(cmd, c); err != nil {
+		return err
+	}
 	if c.PaymentCurrency == "" || !flashgate.ValidCurrency(c.PaymentCurrency) {
 		return fmt.Errorf("--payment-currency %q: want an ISO 4217 code in lower case, such as usd", c.PaymentCurrency)
+	}
+	return nil
+}
+
+// checkPageKey checks --stripe-publishable-key and --stripe-js-url on the
+// commands that serve the item page: a publishable key only (the page
+// publishes it), only with a provider, and a script at an http(s) URL.
+func checkPageKey(cmd string, c *Config) error {
+	if !gwLike.has(cmd) {
+		return nil
+	}
+	if err := checkHTTPURL("--stripe-js-url", c.StripeJSURL); err != nil {
+		return err
+	}
+	if c.StripePubKey == "" {
+		return nil
+	}
+	if !strings.HasPrefix(c.StripePubKey, "pk_") {
+		return fmt.Errorf("--stripe-publishable-key: want a publishable key (pk_…); it is published in every item page, never give a secret one")
+	}
+	if c.Payments != payStripe && c.Payments != payStripeDemo {
+		return fmt.Errorf("--stripe-publishable-key needs --payments stripe")
 	}
 	return nil
 }
@@ -71,8 +96,9 @@ const webhookBodySize = 64 << 10
 
 // startStandIn serves, for demo --payments stripe-local, a local stand-in
 // of Stripe's API on a free loopback port and points the Stripe flags at
-// it (a key and a webhook secret of its own); its webhooks go to the
-// demo's gateway. It returns nil for any other --payments.
+// it (a key, a publishable key and a webhook secret of its own, and its
+// Stripe.js for the item page, which so takes payments); its webhooks go
+// to the demo's gateway. It returns nil for any other --payments.
 func startStandIn(st *stack, cfg *Config) (*stripelocal.Server, error) {
 	if cfg.Payments != payStripeDemo {
 		return nil, nil
@@ -83,7 +109,9 @@ func startStandIn(st *stack, cfg *Config) (*stripelocal.Server, error) {
 	}
 	cfg.StripeKey, cfg.StripeSecret = "sk_test_"+randomSecret(12), "whsec_"+randomSecret(16)
 	cfg.StripeAPIBase = httpURL(ln.Addr())
+	cfg.StripePubKey, cfg.StripeJSURL = "pk_test_"+randomSecret(12), cfg.StripeAPIBase+stripelocal.JSPath
 	stand := stripelocal.New(cfg.StripeKey, cfg.StripeSecret)
+	stand.PublishableKey = cfg.StripePubKey
 	srv := &http.Server{Handler: stand, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	st.onClose(func() {
@@ -159,7 +187,7 @@ func demoCheckout(ctx context.Context, stdout io.Writer, cfg *Config, stand *str
 	pi, _ := pay["payment_intent"].(string)
 	secret, _ := pay["client_secret"].(string)
 	fmt.Fprintf(stdout, "  pay        order %s: %v, intent %s\n", orderID, pay["status"], pi)
-	if _, code, err := call("POST", cfg.StripeAPIBase+"/v1/payment_intents/"+pi+"/confirm", url.Values{"client_secret": {secret}}, ""); err != nil || code != http.StatusOK {
+	if _, code, err := call("POST", cfg.StripeAPIBase+"/v1/payment_intents/"+pi+"/confirm", url.Values{"client_secret": {secret}, "key": {cfg.StripePubKey}}, ""); err != nil || code != http.StatusOK {
 		return fmt.Errorf("checkout: confirming at the stand-in: %d %v", code, err)
 	}
 	fmt.Fprintln(stdout, "  confirm    the buyer's card, at the provider (the stand-in signs and sends payment_intent.succeeded)")

@@ -83,7 +83,7 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		hooks, bodySize = s.cp, webhookBodySize
 	}
 	s.gw, err = gateway.New(gateway.Config{
-		Webhooks: hooks, MaxBodySize: bodySize,
+		Webhooks: hooks, MaxBodySize: bodySize, StripePublishableKey: cfg.StripePubKey, StripeJS: cfg.StripeJSURL,
 		// --sale-rate is the deployment's: the live gateways share it.
 		ShareEvery: time.Second,
 

@@ -3,7 +3,9 @@
 // refunds: create), for tests and the demo. It keeps idempotency keys as
 // Stripe does (the same key answers the first result), records every
 // request, can be told to fail or stall, and builds webhook events signed
-// with stripe-go's own test signer.
+// with stripe-go's own test signer. It also serves a stand-in of Stripe.js
+// (JSPath) that confirms payments here from a browser, and declines
+// Stripe's declined test card (DeclinedCard).
 package stripelocal
 
 import (
@@ -38,6 +40,17 @@ type Intent struct {
 	ClientSecret string            `json:"client_secret"`
 	Metadata     map[string]string `json:"metadata"`
 	Created      int64             `json:"created"`
+	// LastPaymentError is the last declined confirmation's error, as
+	// Stripe's last_payment_error; nil after a success.
+	LastPaymentError *CardError `json:"last_payment_error"`
+}
+
+// CardError is a declined payment's error, as Stripe's API answers it.
+type CardError struct {
+	Type        string `json:"type"`
+	Code        string `json:"code"`
+	DeclineCode string `json:"decline_code"`
+	Message     string `json:"message"`
 }
 
 // Refund is a refund the stand-in made.
@@ -54,6 +67,10 @@ type Server struct {
 	// Key is the secret key requests must carry; WebhookSecret signs
 	// events.
 	Key, WebhookSecret string
+	// PublishableKey, when set, is the key a confirmation made with a
+	// client secret (a browser's, through the stand-in's Stripe.js) must
+	// carry in its form's "key"; empty: any.
+	PublishableKey string
 	// webhookURL, when set (SetWebhookURL), receives a signed
 	// payment_intent.succeeded event after each confirm, as Stripe's
 	// webhook would (Deliveries waits for those in flight).
@@ -167,6 +184,9 @@ func (s *Server) SetStatus(id, status string) bool {
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.serveBrowser(w, r) {
+		return
+	}
 	s.mu.Lock()
 	stall, unstall := s.stall, s.unstall
 	s.mu.Unlock()
@@ -203,7 +223,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Header.Get("Authorization") != "Bearer "+s.Key {
-		if cs := r.PostForm.Get("client_secret"); cs == "" || !strings.HasSuffix(r.URL.Path, "/confirm") {
+		if cs := r.PostForm.Get("client_secret"); cs == "" || !strings.HasSuffix(r.URL.Path, "/confirm") ||
+			(s.PublishableKey != "" && r.PostForm.Get("key") != s.PublishableKey) {
 			apiError(w, http.StatusUnauthorized, "invalid_request_error", "bad key")
 			return
 		}
@@ -263,12 +284,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				apiError(w, http.StatusBadRequest, "invalid_request_error", "payment_intent_unexpected_state")
 				return
 			}
-			in.Status = "succeeded"
+			typ := "payment_intent.succeeded"
+			in.Status, in.LastPaymentError = "succeeded", nil
+			if declined(req.Form) {
+				// As Stripe: 402 with the card error, the intent back to
+				// requires_payment_method (the buyer may try another
+				// card), and a payment_failed event.
+				typ = "payment_intent.payment_failed"
+				in.Status = "requires_payment_method"
+				in.LastPaymentError = &CardError{Type: "card_error", Code: "card_declined", DeclineCode: "generic_decline", Message: declinedMessage}
+			}
 			if s.webhookURL != "" {
 				s.n++
-				ev := s.eventLocked(fmt.Sprintf("evt_local%06d", s.n), "payment_intent.succeeded", *in)
+				ev := s.eventLocked(fmt.Sprintf("evt_local%06d", s.n), typ, *in)
 				s.Deliveries.Add(1)
 				go s.deliver(s.webhookURL, ev)
+			}
+			if in.LastPaymentError != nil {
+				b, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "card_error", "code": "card_declined",
+					"decline_code": "generic_decline", "message": declinedMessage, "payment_intent": in}})
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusPaymentRequired)
+				_, _ = w.Write(b)
+				return
 			}
 		default:
 			apiError(w, http.StatusNotFound, "invalid_request_error", "unknown route")

@@ -68,10 +68,14 @@
   var params = new URLSearchParams(window.location.search);
   var frag = new URLSearchParams(window.location.hash.replace(/^#/, ""));
   var given = frag.get("token") || params.get("token");
-  if (given || params.has("token") || frag.has("token")) {
+  // A payment method that left the page comes back with the intent and
+  // its client secret in the query: they are taken out of the address too.
+  var returned = params.get("redirect_status");
+  if (given || params.has("token") || frag.has("token") || params.has("redirect_status")) {
     if (given) { sessionStorage.setItem("flashgate-token", given); }
     params.delete("token");
     frag.delete("token");
+    ["payment_intent", "payment_intent_client_secret", "redirect_status"].forEach(function (k) { params.delete(k); });
     var q = params.toString(), h = frag.toString();
     history.replaceState(null, "", window.location.pathname + (q ? "?" + q : "") + (h ? "#" + h : ""));
   }
@@ -194,27 +198,89 @@
 
   // The pay button: with simulated payments the order is paid at once;
   // with a payment provider the answer is "paying" with the intent and
-  // its client secret, which a shop's page hands to the provider's
-  // checkout (Stripe.js); the page then follows the order until the
+  // its client secret. With the shop's publishable key (data-stripe-key)
+  // the page mounts Stripe's Payment Element with that secret, and the
+  // next press confirms the payment there (a declined card's message is
+  // shown, and the buyer may try again); without it the page only says
+  // the payment started. Either way it then follows the order until the
   // provider's webhook marks it paid.
+  var stripeKey = root.getAttribute("data-stripe-key") || "";
+  var payBox = document.getElementById("payment");
+  var stripe = null;
+  var elements = null; // the mounted Payment Element's group, once paying
+  var payingKey = "flashgate-paying-" + saleID;
   function offerPay(id) {
     if (!payBtn || !id) { return; }
     orderID = id;
     payBtn.hidden = false;
     payBtn.disabled = false;
   }
-  function follow(n) {
+  // follow looks at the order every second, n times at most, until it is
+  // settled; a newer follow ends the older one.
+  var followGen = 0;
+  function follow(n) { followChain(++followGen, n); }
+  function followChain(gen, n) {
+    if (gen !== followGen) { return; }
+    var again = function () { if (n > 0) { setTimeout(function () { followChain(gen, n - 1); }, 1000); } };
     fetch("/api/orders/" + encodeURIComponent(orderID), { headers: { "Authorization": "Bearer " + token() } })
       .then(function (r) { return r.json(); })
       .then(function (o) {
-        if (o.status === "paid") { payBtn.hidden = true; say("Paid: thank you! Order " + orderID + ".", "ok"); return; }
-        if (o.status === "expired" || o.status === "cancelled" || o.status === "refunded") { payBtn.hidden = true; say("The order is " + o.status + ".", "err"); return; }
-        if (n > 0) { setTimeout(function () { follow(n - 1); }, 2000); }
+        if (o.status === "paid") { payBtn.hidden = true; payBox.hidden = true; sessionStorage.removeItem(payingKey); say("Paid: thank you! Order " + orderID + ".", "ok"); return; }
+        if (o.status === "expired" || o.status === "cancelled" || o.status === "refunded") { payBtn.hidden = true; payBox.hidden = true; say("The order is " + o.status + ".", "err"); return; }
+        again();
       })
-      .catch(function () { /* The next look tries again. */ if (n > 0) { setTimeout(function () { follow(n - 1); }, 2000); } });
+      .catch(again); // The next look tries again.
+  }
+  function mountPayment(secret) {
+    if (!stripeKey || !secret) { return false; }
+    if (typeof window.Stripe !== "function") {
+      say("The payment form could not be loaded: reload the page and press pay again.", "err");
+      payBtn.disabled = false;
+      return true;
+    }
+    try {
+      stripe = stripe || window.Stripe(stripeKey);
+      elements = stripe.elements({ clientSecret: secret });
+      elements.create("payment").mount("#payment-element");
+    } catch (e) {
+      elements = null;
+      say("The payment form could not be loaded: reload the page and press pay again.", "err");
+      payBtn.disabled = false;
+      return true;
+    }
+    sessionStorage.setItem(payingKey, orderID);
+    payBox.hidden = false;
+    payBtn.textContent = "Pay now";
+    payBtn.disabled = false;
+    say("Enter your payment details, then press Pay now.");
+    return true;
+  }
+  function confirmPayment() {
+    payBtn.disabled = true;
+    say("Confirming the payment…");
+    // A payment method that must leave the page (a bank's page) comes
+    // back to this page without the token in its address; the order id
+    // waits in sessionStorage (payingKey).
+    stripe.confirmPayment({ elements: elements, redirect: "if_required",
+      confirmParams: { return_url: window.location.origin + window.location.pathname } })
+      .then(function (res) {
+        if (res && res.error) {
+          payBtn.disabled = false;
+          say(res.error.message || "The payment failed: check the details and press Pay now again.", "err");
+          return;
+        }
+        payBtn.hidden = true;
+        payBox.hidden = true;
+        say("Payment sent: waiting for the shop to confirm it…", "ok");
+        follow(300);
+      }, function () {
+        payBtn.disabled = false;
+        say("The network failed: press Pay now again.", "err");
+      });
   }
   if (payBtn) {
     payBtn.addEventListener("click", function () {
+      if (elements && stripe) { confirmPayment(); return; }
       payBtn.disabled = true;
       say("Paying…");
       fetch("/api/orders/" + encodeURIComponent(orderID) + "/pay", {
@@ -227,9 +293,9 @@
           say("Paid: thank you! Order " + orderID + ".", "ok");
         } else if (res.status === 200 && res.body.status === "paying") {
           payBtn.setAttribute("data-intent", res.body.payment_intent || "");
-          payBtn.setAttribute("data-client-secret", res.body.client_secret || "");
+          if (mountPayment(res.body.client_secret)) { return; }
           say("Payment started (" + res.body.payment_intent + "): complete it at the payment provider; this page shows when it is paid.", "ok");
-          follow(150);
+          follow(300);
         } else {
           payBtn.disabled = false;
           say(messages[res.body.error] || "Payment failed: " + res.body.error, "err");
@@ -239,6 +305,19 @@
         say("The network failed: press pay again.", "err");
       });
     });
+  }
+  // Back from a payment method that left the page: follow the order it
+  // was paying.
+  if (returned && sessionStorage.getItem(payingKey)) {
+    done = true;
+    orderID = sessionStorage.getItem(payingKey);
+    if (returned === "failed") {
+      offerPay(orderID);
+      say("The payment did not go through: press pay to try again.", "err");
+    } else {
+      say("Checking your payment…");
+      follow(300);
+    }
   }
 
   poll();
