@@ -195,6 +195,17 @@ func TestEveryPauseIsReopenedWithinATick(t *testing.T) {
 			for ; ticks < 4 && field(t, e.rdb, "p", lua.FieldStart) != 1; ticks++ {
 				e.persist("p")
 				tick()
+				if field(t, e.rdb, "p", lua.FieldStart) == 1 {
+					break
+				}
+				// Paused: the admin status says why, and since when.
+				st, err := e.svc.SaleStatus(e.ctx, "p")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Paused == nil || st.Paused.Reason == "" || st.Paused.Since == nil {
+					t.Errorf("tick %d: the sale is paused, its admin status's paused: %+v, want a reason and a since", ticks+1, st.Paused)
+				}
 			}
 			if start := field(t, e.rdb, "p", lua.FieldStart); start != 1 {
 				t.Fatalf("after %d ticks: start=%d resume=%d, want the sale open", ticks, start, field(t, e.rdb, "p", lua.FieldResume))
@@ -204,6 +215,9 @@ func TestEveryPauseIsReopenedWithinATick(t *testing.T) {
 			}
 			if _, ok := e.svc.failover.PausedSale("p"); ok {
 				t.Errorf("the watch still notes the sale paused after it reopened")
+			}
+			if st, err := e.svc.SaleStatus(e.ctx, "p"); err != nil || st.Paused != nil {
+				t.Errorf("admin status after the reopening: paused %+v (%v), want none", st.Paused, err)
 			}
 			if got := field(t, e.rdb, "p", lua.FieldBooked); got != 3 {
 				t.Errorf("booked after the reopening: got %d, want 3", got)

@@ -50,6 +50,9 @@ type Status struct {
 	// Variants are each variant's figures, in the sale's order, for a sale
 	// sold in several; Total, Booked and Reserved are their sums.
 	Variants []VariantStatus `json:"variants,omitempty"`
+	// Paused says why an open sale is paused (pausestatus.go); absent while
+	// it sells.
+	Paused *PauseStatus `json:"paused,omitempty"`
 }
 
 // VariantStatus is one variant's live figures in GET /admin/sales/{id}.
@@ -162,6 +165,9 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 		if st.Queue, err = s.queues.Status(ctx, id); err != nil {
 			return Status{}, err
 		}
+	}
+	if st.Paused, err = s.pauseStatus(ctx, sale); err != nil {
+		return Status{}, err
 	}
 	return st, nil
 }
