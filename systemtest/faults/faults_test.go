@@ -440,7 +440,8 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 	rowsSeen.end()
 	fig := x.recoveryOf(outs, rowsSeen)
 	r.sellAgain, r.rowLag = fig.cells(!x.faultEnd().IsZero())
-	t.Logf("recovery: sells again %s after the fault's end; every 201 a row within %s", r.sellAgain, r.rowLag)
+	t.Logf("recovery: sells again %s after the fault's end; every 201 a row within %s of the later of its answer and the fault's end (%v of its answer)",
+		r.sellAgain, r.rowLag, fig.rawLag.Round(10*time.Millisecond))
 	t.Logf("orders drained %v after the crowd", drain.Round(time.Millisecond))
 	if drain > time.Second {
 		x.notef("the last orders reached the database %v after the crowd ended", drain.Round(100*time.Millisecond))

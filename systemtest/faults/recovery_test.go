@@ -138,10 +138,13 @@ type recoveryFigures struct {
 	// sellAgain is from the fault's end to the first 201 answered after it
 	// (-1: no 201 after it).
 	sellAgain time.Duration
-	// rowLag is the longest time from a 201's answer to its row (over the
-	// first crowd), and unseen the 201s never seen as rows.
-	rowLag time.Duration
-	unseen int
+	// rowLag is the longest time, over the first crowd's 201s, from the
+	// later of the 201's answer and the fault's end to its row: how long
+	// after the fault every 201 is a row (a 201 answered while the sinks
+	// were stopped cannot be one sooner). rawLag is the same from the
+	// answer alone, and unseen the 201s never seen as rows.
+	rowLag, rawLag time.Duration
+	unseen         int
 }
 
 // faultEnd is when the fault ended: the last repair done (restart,
@@ -177,7 +180,12 @@ func (x *run) recoveryOf(outs []outcome, w *rowWatch) recoveryFigures {
 				f.unseen++
 				continue
 			}
-			f.rowLag = max(f.rowLag, seen.Sub(a.end))
+			from := a.end
+			if !end.IsZero() && from.Before(end) {
+				from = end
+			}
+			f.rowLag = max(f.rowLag, seen.Sub(from))
+			f.rawLag = max(f.rawLag, seen.Sub(a.end))
 		}
 	}
 	if end.IsZero() {
