@@ -65,7 +65,7 @@ fuzz: ## Every fuzz target (router, token verifier against golang-jwt, bearer sh
 	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: faults
-faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/); drawings of rejected histories go to bin/faults.
+faults: ## Fault suite: the split deployment as real processes under faults, into docs/RELIABILITY.md (FAULTS=name runs one scenario, into bin/; FAULTS_RUNS=N runs each chosen scenario N times); drawings of rejected histories go to bin/faults.
 	@mkdir -p bin/faults
 	FAULTS_REPORT=$(or $(FAULTS_REPORT),$(if $(FAULTS),$(CURDIR)/bin/RELIABILITY.md,$(CURDIR)/docs/RELIABILITY.md)) \
 		$(GO) test -tags faults -count=1 -timeout 20m -v -artifacts -outputdir $(CURDIR)/bin/faults -run 'TestFaults/$(if $(FAULTS),^$(FAULTS)$$,)' ./systemtest/faults

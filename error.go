@@ -36,6 +36,12 @@ var (
 	// higher fencing token (docs/internals.md); a client sees it as
 	// ErrUnavailable and may retry.
 	ErrFenced = fmt.Errorf("flashgate: a newer writer holds the fence: %w", ErrUnavailable)
+	// ErrPaused is a reserve refused, taking nothing, because the sale is
+	// paused while the control plane rebuilds it (after a failover, or the
+	// reserve's failover fence): a client sees it as ErrUnavailable and
+	// retries. A gateway gives back the admission it counted for it, so
+	// that refused attempts never use up the admission cap.
+	ErrPaused = fmt.Errorf("flashgate: paused for a rebuild: %w", ErrUnavailable)
 
 	// ErrBadSignature is a webhook whose signature does not verify (or is
 	// older than the tolerance).

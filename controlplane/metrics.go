@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"time"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
@@ -53,6 +54,14 @@ func (m metricsSource) VariantBooked(ctx context.Context, sale flashgate.Sale) (
 		out[i] = v.Booked
 	}
 	return out, nil
+}
+
+func (m metricsSource) PausedSince() map[string]time.Time {
+	out := map[string]time.Time{}
+	for id, p := range m.s.failover.Paused() {
+		out[id] = p.Since
+	}
+	return out
 }
 
 func (m metricsSource) Settlement(ctx context.Context, id string) (int64, bool, error) {

@@ -49,6 +49,7 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 	tctx, ok := s.leadFor(ctx)
 	if !ok {
+		s.failover.Forget() // the leader's watch owns the pauses now
 		return
 	}
 	ctx = tctx

@@ -23,5 +23,5 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 
 // statusReader reads sales' live figures through s's clients.
 func (s *Service) statusReader() salestatus.Reader {
-	return salestatus.Reader{Redis: s.rdb, Store: s.store, Buckets: s.buckets, Queues: s.queues}
+	return salestatus.Reader{Redis: s.rdb, Store: s.store, Buckets: s.buckets, Queues: s.queues, Paused: s.pauseStatus}
 }

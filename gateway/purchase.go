@@ -150,6 +150,12 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		if errors.Is(err, flashgate.ErrUnavailable) {
 			s.logUnavailable(err)
 		}
+		if errors.Is(err, flashgate.ErrPaused) && st.fairQueue() == nil {
+			// The reserve took nothing (the sale is paused for a rebuild):
+			// the admission it was counted goes back, so that refused
+			// attempts never use up the admission cap.
+			e.admitted.Add(-1)
+		}
 		if vi >= 0 && errors.Is(err, flashgate.ErrSoldOut) {
 			// The variant sold out since the cache's reading.
 			writeJSON(ctx, fasthttp.StatusConflict, m.vs.soldOut[vi])

@@ -190,6 +190,8 @@ type answer struct {
 	OrderID  string `json:"order_id"`
 	Error    string `json:"error"`
 	Released bool   `json:"released"`
+	// Paused marks a reserve refused for a paused sale (flashgate.ErrPaused).
+	Paused bool `json:"paused"`
 }
 
 // Reserve is Service.ReserveOrder over HTTP with an order id minted here,
@@ -316,6 +318,9 @@ func answerError(status int, a *answer) error {
 		// The tiers disagree on the token: a deployment fault, never the
 		// buyer's, so the buyer must not be told "unauthorized".
 		return fmt.Errorf("inventory refused this client's token: %w", flashgate.ErrUnavailable)
+	}
+	if a.Paused && a.Error == "unavailable" {
+		return flashgate.ErrPaused
 	}
 	if err := flashgate.ErrorForCode(a.Error); err != nil {
 		return err

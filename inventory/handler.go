@@ -240,7 +240,8 @@ func ServerErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // writeError answers err's status and {"error":code}, adding the live
-// order id to already_purchased.
+// order id to already_purchased, and "paused":true to a reserve refused
+// for a paused sale (flashgate.ErrPaused: it took nothing).
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, code := flashgate.ErrorStatus(err)
 	var arr [128]byte
@@ -251,6 +252,9 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.As(err, &pe) {
 		buf = append(buf, `,"order_id":`...)
 		buf = jsonstr.Append(buf, pe.OrderID)
+	}
+	if errors.Is(err, flashgate.ErrPaused) {
+		buf = append(buf, `,"paused":true`...)
 	}
 	buf = append(buf, '}')
 	if status == fasthttp.StatusServiceUnavailable {

@@ -35,7 +35,7 @@ var (
 	errNoSale     = fmt.Errorf("reserving: %w", flashgate.ErrNotFound)
 	errNotStarted = fmt.Errorf("reserving: %w", flashgate.ErrNotStarted)
 	errClosed     = fmt.Errorf("reserving: %w", flashgate.ErrClosed)
-	errPaused     = fmt.Errorf("reserving: sale paused for a rebuild: %w", flashgate.ErrUnavailable)
+	errPaused     = fmt.Errorf("reserving: %w", flashgate.ErrPaused)
 	errSoldOut    = fmt.Errorf("reserving: %w", flashgate.ErrSoldOut)
 	errUnadmitted = fmt.Errorf("reserving: %w", flashgate.ErrNotAdmitted)
 	errQtyPerUser = fmt.Errorf("reserving: %w", &flashgate.FieldError{Field: "quantity", Reason: "outside 1..per_user"})

@@ -13,6 +13,20 @@ var pauseSrc string
 // control plane rebuilds it after a failover.
 var Pause = redis.NewScript(pauseSrc)
 
+//go:embed rebuilt.lua
+var rebuiltSrc string
+
+// Rebuilt is lua/rebuilt.lua: after a failover's rebuild it names the new
+// primary in the marker and marks an open sale to reopen, in one step.
+var Rebuilt = redis.NewScript(rebuiltSrc)
+
+// Answers of Rebuilt.
+const (
+	RebuiltDone   = 1
+	RebuiltNoSale = 0
+	RebuiltFenced = -1
+)
+
 //go:embed ledgerrepair.lua
 var ledgerRepairSrc string
 

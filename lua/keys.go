@@ -210,6 +210,10 @@ func RestoreKeys(tag string) []string {
 	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag)}
 }
 
+// RebuiltKeys is the KEYS of Rebuilt: the sale (or bucket) hash and its
+// primary marker.
+func RebuiltKeys(tag string) []string { return []string{SaleKey(tag), PrimaryKey(tag)} }
+
 // FenceKeys is TakeFence's KEYS: the fencing token counter.
 func FenceKeys() []string { return []string{FenceKey()} }
 

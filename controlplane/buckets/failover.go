@@ -148,17 +148,3 @@ func (k *Keeper) MarkForRebuild(ctx context.Context, sale flashgate.Sale, l lua.
 	}
 	return nil
 }
-
-// Resume marks the given rebuilt buckets of an open sale to open again at
-// the next re-sync, as a rebuilt sale does.
-func (k *Keeper) Resume(ctx context.Context, sale flashgate.Sale, l lua.Layout, buckets []int) error {
-	if sale.State != flashgate.StateOpen {
-		return nil
-	}
-	for _, b := range buckets {
-		if err := fencing.Mark(ctx, k.rdb, l.Tag(b), lua.FieldResume, 1); err != nil {
-			return fmt.Errorf("resuming bucket %d after the rebuild: %w", b, err)
-		}
-	}
-	return nil
-}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -43,9 +44,9 @@ import (
 //  4. It sets the sale's reserved below any row count and re-syncs: the
 //     restore path rebuilds the buyers and releases from the rows and
 //     booked from the snapshot, while the hash stays (gateways answer
-//     not_started, never not_found). An open sale is marked to resume and
-//     reopens at the next re-sync. Only then is the marker set to the new
-//     id.
+//     unavailable, never not_found). Then, in one step (lua.Rebuilt), the
+//     marker is set to the new id and an open sale is marked to resume.
+//  5. At its next tick the watch reopens it with a re-sync (paused.go).
 //
 // A bucketed sale keeps a marker per slot it lives in and recovers each
 // bucket alone: see buckets.go.
@@ -66,6 +67,11 @@ type Watcher struct {
 	// replBlind is set once the watch has noted that Redis cannot tell its
 	// replication state, until it can again.
 	replBlind atomic.Bool
+	// now is the wall clock of the pause notes (time.Now).
+	now func() time.Time
+	// mu guards paused: the live sales paused at the last pass (paused.go).
+	mu     sync.Mutex
+	paused map[string]Pause
 }
 
 // ResyncFunc re-syncs one sale under ctx's fencing token, the control
@@ -75,7 +81,7 @@ type ResyncFunc func(ctx context.Context, id string) (before, after resync.Figur
 // New returns a Watcher over rdb: it rebuilds an unbucketed sale with
 // resyncSale and the buckets of a bucketed one with keeper and syncer.
 func New(rdb redis.UniversalClient, log *slog.Logger, keeper *buckets.Keeper, syncer *resync.Syncer, resyncSale ResyncFunc) *Watcher {
-	return &Watcher{rdb: rdb, log: log, buckets: keeper, sync: syncer, resync: resyncSale}
+	return &Watcher{rdb: rdb, log: log, buckets: keeper, sync: syncer, resync: resyncSale, now: time.Now}
 }
 
 // slotMarker is one primary marker a sale keeps: an unbucketed sale one,
@@ -106,49 +112,65 @@ func markersOf(sale flashgate.Sale) []slotMarker {
 
 // Watch checks every live sale (an archived one is checked once
 // reopened) for a new primary and moves the recovery of each affected sale
-// on by one step. It runs on the leader, every tick, with the live sales
-// the tick read.
+// on by one step. It also owns every pause it finds (paused.go): a sale
+// paused with no recovery under way is rebuilt, a rebuilt one reopened. It
+// runs on the leader, every tick, with the live sales the tick read.
 func (s *Watcher) Watch(ctx context.Context, sales []flashgate.Sale) {
 	if len(sales) == 0 {
+		s.notePasses(nil)
 		return
 	}
-	// Every marker in one pipeline (split per node on a cluster); a node
-	// that fails costs only its own sales this tick.
+	// Every marker, and the pause fields of every hash holding stock, in
+	// one pipeline (split per node on a cluster); a node that fails costs
+	// only its own sales this tick.
 	marks := make([][]slotMarker, len(sales))
 	cmds := make([][]*redis.StringCmd, len(sales))
+	states := make([][]*redis.SliceCmd, len(sales))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sale := range sales {
 			marks[i] = markersOf(sale)
 			for _, m := range marks[i] {
 				cmds[i] = append(cmds[i], p.Get(ctx, m.key))
+				var st *redis.SliceCmd
+				if m.holdsStock(sale) {
+					st = p.HMGet(ctx, m.probe, lua.FieldStart, lua.FieldResume)
+				}
+				states[i] = append(states[i], st)
 			}
 		}
 		return nil
 	})
 	ids := map[string]string{} // primary address → replication id, this pass
+	seen := make([]pass, 0, len(sales))
 	for i, sale := range sales {
 		var err error
+		ps := pass{id: sale.ID, paused: pausedOf(states[i])}
 		if sale.Bucketed() {
-			err = s.checkBuckets(ctx, sale, marks[i], cmds[i], ids)
+			ps.note, err = s.checkBuckets(ctx, sale, marks[i], cmds[i], states[i], ids)
 		} else {
 			marker, rerr := cmds[i][0].Result()
 			if rerr != nil && !errors.Is(rerr, redis.Nil) {
 				s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", rerr)
+				seen = append(seen, ps)
 				continue
 			}
-			err = s.checkPrimary(ctx, sale, marker, ids)
+			ps.note, err = s.checkPrimary(ctx, sale, marker, pauseOf(states[i][0]), ids)
 		}
 		if errors.Is(err, errNoReplicationState) {
 			s.noteBlind(err)
+			s.notePasses(nil)
 			return // the same store for every sale: nothing to check
 		}
 		if err != nil {
+			ps.note = fmt.Sprintf("%s (failed this tick: %v)", ps.note, err)
 			if ctx.Err() != nil {
 				return
 			}
 			s.log.Warn("failover watch", "sale", sale.ID, "err", err)
 		}
+		seen = append(seen, ps)
 	}
+	s.notePasses(seen)
 	s.replBlind.Store(false)
 }
 
@@ -172,31 +194,34 @@ func (s *Watcher) noteBlind(err error) {
 
 // checkPrimary compares sale's marker with the replication id of the
 // primary that holds the sale now, and recovers the sale when they differ.
-func (s *Watcher) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, ids map[string]string) error {
+// When they agree it owns the sale's pause, if any (paused.go). It returns
+// what it did, for the sale's pause note.
+func (s *Watcher) checkPrimary(ctx context.Context, sale flashgate.Sale, marker string, paused int, ids map[string]string) (string, error) {
 	replID, err := s.replicationID(ctx, lua.SaleKey(sale.ID), ids)
 	if err != nil {
-		return err
+		return "failover watch: cannot read the primary's replication id", err
 	}
 	switch {
 	case marker == replID:
-		return nil
+		return s.ownPause(ctx, sale, replID, paused)
 	case marker == "":
 		// First look at this sale on this Redis (or Redis lost it all, which
 		// the re-sync's own rebuild covers): remember the primary.
-		return s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()
+		return "", s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()
 	}
 	return s.recoverSale(ctx, sale, marker, replID)
 }
 
 // recoverSale moves the recovery of sale on a new primary on by one step:
-// pause, then, once the stream has drained, rebuild and mark.
-func (s *Watcher) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) error {
+// pause, then, once the stream has drained, rebuild and mark. It returns
+// where the recovery stands.
+func (s *Watcher) recoverSale(ctx context.Context, sale flashgate.Sale, old, replID string) (string, error) {
 	paused, err := lua.Pause.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), fencing.Of(ctx)).Int64()
 	if err != nil {
-		return fmt.Errorf("pausing after a failover: %w", err)
+		return noteNewPrimary, fmt.Errorf("pausing after a failover: %w", err)
 	}
 	if paused == lua.PauseFenced {
-		return fencing.Err("pausing after a failover", fencing.Of(ctx))
+		return noteNewPrimary, fencing.Err("pausing after a failover", fencing.Of(ctx))
 	}
 	if paused == 1 {
 		s.log.Warn("new redis primary: sale paused until rebuilt from the database",
@@ -204,26 +229,44 @@ func (s *Watcher) recoverSale(ctx context.Context, sale flashgate.Sale, old, rep
 	}
 	drained, err := s.streamDrained(ctx, sale.ID)
 	if err != nil || !drained {
-		return err
+		return noteDraining, err
 	}
 	// Reserved below every row sends the re-sync down its restore path
 	// (buyers and releases from the rows, booked from the snapshot) without
 	// deleting the hash, so gateways go on answering from it (paused).
 	if err := fencing.Mark(ctx, s.rdb, sale.ID, lua.FieldReserved, -1); err != nil {
-		return fmt.Errorf("marking the sale for its rebuild: %w", err)
+		return noteRebuilding, fmt.Errorf("marking the sale for its rebuild: %w", err)
 	}
 	_, after, err := s.resync(ctx, sale.ID)
 	if err != nil {
-		return fmt.Errorf("rebuilding after a failover: %w", err)
+		return noteRebuilding, fmt.Errorf("rebuilding after a failover: %w", err)
 	}
-	if sale.State == flashgate.StateOpen {
-		// Open again at the next re-sync, as a rebuilt sale does.
-		if err := fencing.Mark(ctx, s.rdb, sale.ID, lua.FieldResume, 1); err != nil {
-			return fmt.Errorf("resuming after the rebuild: %w", err)
-		}
+	// The marker names the new primary and an open sale is marked to reopen
+	// in one step (lua.Rebuilt): a buyer between two writes would have met
+	// the fence and paused the sale with nobody left to reopen it.
+	if err := s.markRebuilt(ctx, sale.ID, replID, sale.State == flashgate.StateOpen); err != nil {
+		return noteRebuilding, err
 	}
 	s.log.Warn("sale rebuilt from the database after a failover", "sale", sale.ID, "booked", after.Booked)
-	return s.rdb.Set(ctx, lua.PrimaryKey(sale.ID), replID, 0).Err()
+	return noteRebuilt, nil
+}
+
+// markRebuilt names primary replID in the marker of tag (a sale or a
+// bucket) and, when resume is set, marks it to reopen (lua.Rebuilt).
+func (s *Watcher) markRebuilt(ctx context.Context, tag, replID string, resume bool) error {
+	tok := fencing.Of(ctx)
+	flag := "0"
+	if resume {
+		flag = "1"
+	}
+	n, err := lua.Rebuilt.Run(ctx, s.rdb, lua.RebuiltKeys(tag), tok, replID, flag).Int()
+	if err != nil {
+		return fmt.Errorf("marking %s rebuilt: %w: %w", tag, flashgate.ErrUnavailable, err)
+	}
+	if n == lua.RebuiltFenced {
+		return fencing.Err("marking "+tag+" rebuilt", tok)
+	}
+	return nil
 }
 
 // streamDrained reports whether the order sinks have committed every entry

@@ -32,6 +32,9 @@ type Source interface {
 	// VariantBooked reads the booked units of each of a sale's variants,
 	// in the sale's order, in one round trip.
 	VariantBooked(ctx context.Context, sale flashgate.Sale) ([]int64, error)
+	// PausedSince is, for each live sale paused now, since when (the
+	// failover watch's notes).
+	PausedSince() map[string]time.Time
 	// Settlement is a closed sale's settlement difference (booked − live
 	// units − backlog) and whether it has settled (its stream drained).
 	Settlement(ctx context.Context, id string) (difference int64, settled bool, err error)
@@ -81,7 +84,7 @@ func New(src Source, reg prometheus.Registerer, log *slog.Logger) (*Metrics, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for _, c := range []prometheus.Collector{leader, &figuresCollector{src: src, log: log}, &settlementCollector{src: src}} {
+	for _, c := range []prometheus.Collector{leader, &figuresCollector{src: src, log: log}, &settlementCollector{src: src}, &pausedCollector{src: src, now: time.Now}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -44,6 +45,21 @@ type Reader struct {
 	Store   Store
 	Buckets Folder
 	Queues  Queues
+	// Paused, when not nil, says why an open sale is paused (the root's
+	// failover watch owns the pauses); nil reports none.
+	Paused func(ctx context.Context, sale flashgate.Sale) (*PauseStatus, error)
+}
+
+// PauseStatus says why an open sale is paused: the "paused" object of GET
+// /admin/sales/{id}, absent while it sells.
+type PauseStatus struct {
+	// Since is when the leading control plane's failover watch first saw
+	// it paused, and Seconds how long ago; both absent on a control plane
+	// that does not lead (the leader's watch owns the pause).
+	Since   *time.Time `json:"since,omitempty"`
+	Seconds float64    `json:"seconds,omitempty"`
+	// Reason is where its recovery stands.
+	Reason string `json:"reason"`
 }
 
 // Status is a sale's live figures, the body of GET /admin/sales/{id}.
@@ -83,6 +99,9 @@ type Status struct {
 	// Variants are each variant's figures, in the sale's order, for a sale
 	// sold in several; Total, Booked and Reserved are their sums.
 	Variants []VariantStatus `json:"variants,omitempty"`
+	// Paused says why an open sale is paused (Reader.Paused); absent while
+	// it sells.
+	Paused *PauseStatus `json:"paused,omitempty"`
 }
 
 // VariantStatus is one variant's live figures in GET /admin/sales/{id}.
@@ -193,6 +212,11 @@ func (s Reader) Read(ctx context.Context, id string) (Status, error) {
 	}
 	if sale.Fair() {
 		if st.Queue, err = s.Queues.Status(ctx, id); err != nil {
+			return Status{}, err
+		}
+	}
+	if s.Paused != nil {
+		if st.Paused, err = s.Paused(ctx, sale); err != nil {
 			return Status{}, err
 		}
 	}

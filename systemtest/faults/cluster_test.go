@@ -189,7 +189,16 @@ type clusterOpts struct {
 func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster {
 	t.Helper()
 	ctx := context.Background()
-	c := &cluster{t: t, dir: filepath.Join(s.work, name), jwt: []byte(randomHex(32)), admin: randomHex(32), hist: newHistory()}
+	dir := filepath.Join(s.work, name)
+	for i := 2; ; i++ {
+		// A scenario run again (FAULTS_RUNS) starts from empty directories:
+		// its Redis must not load the last run's AOF.
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			break
+		}
+		dir = filepath.Join(s.work, fmt.Sprintf("%s-%d", name, i))
+	}
+	c := &cluster{t: t, dir: dir, jwt: []byte(randomHex(32)), admin: randomHex(32), hist: newHistory()}
 	for _, d := range []string{"logs", "redis-primary", "redis-replica"} {
 		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o700); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,131 @@
+package systemtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// capCatalog is the gateway's catalog of one open sale.
+type capCatalog struct{ sale flashgate.Sale }
+
+func (c capCatalog) Sale(_ context.Context, id string) (flashgate.Sale, error) {
+	if id != c.sale.ID {
+		return flashgate.Sale{}, flashgate.ErrNotFound
+	}
+	return c.sale, nil
+}
+
+// TestFencedAttemptsLeaveTheAdmissionCap (issue 35, part 3): after a
+// failover, before the control plane has rebuilt the sale, the reserve
+// script's failover fence refuses every attempt the gateway admitted
+// (503, retried). Those attempts took nothing, so they must not use up the
+// admission cap (the access counter the gateway counts toward count):
+// once the sale is rebuilt, as many buyers as there are units must get
+// 201, not sold_out with units free. Through the inventory in the process
+// and over HTTP.
+func TestFencedAttemptsLeaveTheAdmissionCap(t *testing.T) {
+	for _, over := range []string{"in-process", "http"} {
+		t.Run(over, func(t *testing.T) { testFencedAttemptsLeaveTheCap(t, over) })
+	}
+}
+
+func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
+	inv := inventory.New(rdb, inventory.Config{Logger: quietLog, MaxReserveBatch: 1})
+	var reserver gateway.Reserver = inv
+	if over == "http" {
+		ln := fasthttputil.NewInmemoryListener()
+		srv := &fasthttp.Server{Handler: inventory.NewHandler(inv, inventory.HandlerConfig{Logger: quietLog}),
+			MaxRequestBodySize: inventory.MaxBodySize, ErrorHandler: inventory.ServerErrorHandler}
+		done := make(chan struct{})
+		go func() { _ = srv.Serve(ln); close(done) }()
+		t.Cleanup(func() { _ = srv.Shutdown(); _ = ln.Close(); <-done })
+		c, err := inventory.NewClient([]string{"http://inventory.test:8080"}, inventory.ClientConfig{
+			Dial: func(string) (net.Conn, error) { return ln.Dial() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reserver = c
+	}
+	const sale, total = "capped", 6
+	// Prepared with an admission cap of total (ratio 1), open.
+	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), total, total, 1, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale), "open").Err(); err != nil {
+		t.Fatal(err)
+	}
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	gw, err := gateway.New(gateway.Config{
+		Primary: rdb, Replica: rdb, Reserver: reserver, Catalog: capCatalog{flashgate.Sale{ID: sale, Name: "Capped", PriceCents: 100, Total: total, State: flashgate.StateOpen}},
+		JWTSecret: secret, Logger: quietLog, Metrics: prometheus.NewRegistry(), ShutdownDelay: -1,
+		StateRefresh: time.Hour, // the cached state stays "open": the fence, not the cache, refuses
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	buy := func(user string) (int, string) {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": user, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rq fasthttp.Request
+		rq.Header.SetMethod("POST")
+		rq.SetRequestURI("/api/sales/" + sale + "/orders")
+		rq.Header.Set("Authorization", "Bearer "+tok)
+		rq.SetBodyString(`{"quantity":1}`)
+		var rc fasthttp.RequestCtx
+		rc.Init(&rq, nil, nil)
+		gw.Handler()(&rc)
+		return rc.Response.StatusCode(), string(rc.Response.Body())
+	}
+
+	// A failover the control plane has not rebuilt yet: the marker names
+	// another primary, so the fence pauses the sale and refuses.
+	if err := rdb.Set(ctx, lua.PrimaryKey(sale), "an-older-primary", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * total {
+		if code, body := buy("early" + strconv.Itoa(i)); code != 503 {
+			t.Fatalf("attempt %d during the failover: %d %s, want 503", i, code, body)
+		}
+	}
+	// The rebuild, as the failover watch and the next re-sync leave it:
+	// the marker names this primary, the sale open again, no unit sold.
+	if err := rdb.Del(ctx, lua.PrimaryKey(sale)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldStart, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, lua.SaleKey(sale), lua.FieldResume).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]int{}
+	for i := range total {
+		code, _ := buy("late" + strconv.Itoa(i))
+		got[code]++
+	}
+	if got[201] != total {
+		t.Errorf("after the rebuild, %d buyers for %d free units: answers %v, want %d × 201 (the fenced attempts used up the admission cap)", total, total, got, total)
+	}
+}

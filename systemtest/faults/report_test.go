@@ -1,0 +1,75 @@
+//go:build faults
+
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// report renders docs/RELIABILITY.md.
+func report(results []result, rev string, at time.Time) string {
+	var b strings.Builder
+	b.WriteString("# Reliability: the fault suite\n\n")
+	fmt.Fprintf(&b, "This run: commit `%s`, %s, %d scenarios, %d failed.\n\n", rev, at.UTC().Format("2006-01-02 15:04 MST"), len(results), failedCount(results))
+	b.WriteString("Written by `make faults` (`systemtest/faults`) from one run on loopback: for each scenario a fresh split\n")
+	b.WriteString("deployment of real processes (Redis primary + replica with AOF, PostgreSQL or SQLite, control plane, 2 order sinks,\n")
+	b.WriteString("2 inventories, 2 gateways), a crowd of 2,000 distinct buyers for 2,500 units arriving over 5 s while the fault is\n")
+	b.WriteString("injected 1.5 s in, buyers retrying as a client behind a load balancer would (no answer or 5xx: back off and try the\n")
+	b.WriteString("other gateway; 429: wait Retry-After; `409 already_purchased` with an order id is the buyer's order). Then the orders\n")
+	b.WriteString("are drained and the sale re-synced, and what the crowd was told is checked against Redis and the database: no\n")
+	b.WriteString("oversell, no user twice, every confirmed order exactly one row, no row without a reservation, booked = live units;\n")
+	b.WriteString("then a second crowd of free + 20 buyers must buy exactly the free units. In the first crowd every tenth buyer pays\n")
+	b.WriteString("and every 25th cancels their order right after buying (retrying as for a purchase).\n\n")
+	b.WriteString("**history**: every purchase attempt, pay, cancel and admin refund with its invocation and answer times, and the\n")
+	b.WriteString("expiries, FLUSHALL losses and final rows read from the database, checked for linearizability (porcupine) against\n")
+	b.WriteString("a model of a sale: per user, at most one live order and the states an order may pass through; per sale, no more\n")
+	b.WriteString("units live than on sale (the model: systemtest/faults/history.go). Unknown: operations without an answer (no answer after\n")
+	b.WriteString("the request was sent, or a 5xx), which may or may not have taken effect.\n\n")
+	b.WriteString("**requests**: HTTP purchase attempts of both crowds; **201s**: answers 201; **rows**: order rows at the end;\n")
+	b.WriteString("**losses**: first-crowd buyers who ended without an order although units remained; **outage**: the longest window in\n")
+	b.WriteString("which buyers' attempts only failed (no answer or 5xx), with the count and span of failed attempts; **recovery**: from\n")
+	b.WriteString("the repair (restart, SIGCONT) until the repaired part was ready and no buyer's attempt failed any more;\n")
+	fmt.Fprintf(&b, "**sells again**: from the fault's end (the repair done, or the FLUSHALL's return) to the first `201` answered after\n")
+	fmt.Fprintf(&b, "it (target %v; over it in bold); **201 → row**: the longest time, over the first crowd's `201`s, from the later of\n", sellAgainTarget)
+	fmt.Fprintf(&b, "the `201` and the fault's end to its order row, the rows polled every 200 ms (target %v; over it in bold). Every\n", rowTarget)
+	b.WriteString("scenario run by the suite's own crowds also fails if its sale\n")
+	fmt.Fprintf(&b, "is still paused (start = 0 with resume set) %v after the fault: a pause nobody ends.\n\n", pausedBound)
+	b.WriteString("| scenario | fault | what happened | requests | 201s | rows | losses | outage | recovery | sells again | 201 → row | history | result | reproduce |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|---|\n")
+	cell := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
+	for _, r := range results {
+		res := "pass"
+		if len(r.problems) > 0 {
+			res = "**FAIL**: " + strings.Join(r.problems, "; ")
+			if len(res) > 600 {
+				res = res[:600] + "…"
+			}
+			if r.needs != "" {
+				res += " (needs the fix for issue " + r.needs + ")"
+			}
+		}
+		hist := r.history
+		if hist == "" {
+			hist = "–"
+		}
+		sellAgain, rowLag := r.sellAgain, r.rowLag
+		if sellAgain == "" {
+			sellAgain, rowLag = "–", "–" // a scenario that runs its own crowds
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s | `make faults FAULTS=%s` |\n",
+			r.name, cell(r.fault), cell(r.happened), r.requests, r.created, r.rows, r.losses, cell(r.outage), cell(r.recovery),
+			cell(sellAgain), cell(rowLag), cell(hist), cell(res), reproduceName(r.name))
+	}
+	return b.String()
+}
+
+// reproduceName is the scenario name a report row's name starts with (a
+// repeated run's carries "(run i of n)").
+func reproduceName(name string) string {
+	if i := strings.Index(name, " ("); i > 0 {
+		return name[:i]
+	}
+	return name
+}
