@@ -13,6 +13,9 @@ type Status = salestatus.Status
 // VariantStatus is one variant's live figures in GET /admin/sales/{id}.
 type VariantStatus = salestatus.VariantStatus
 
+// PauseStatus says why an open sale is paused (controlplane/failover).
+type PauseStatus = salestatus.PauseStatus
+
 // Settlement is the end-of-sale comparison of Redis and the database.
 type Settlement = salestatus.Settlement
 
@@ -23,5 +26,5 @@ func (s *Service) SaleStatus(ctx context.Context, id string) (Status, error) {
 
 // statusReader reads sales' live figures through s's clients.
 func (s *Service) statusReader() salestatus.Reader {
-	return salestatus.Reader{Redis: s.rdb, Store: s.store, Buckets: s.buckets, Queues: s.queues, Paused: s.pauseStatus}
+	return salestatus.Reader{Redis: s.rdb, Store: s.store, Buckets: s.buckets, Queues: s.queues, Paused: s.failover.PauseStatus}
 }

@@ -1,4 +1,4 @@
-package controlplane
+package failover
 
 import (
 	"context"
@@ -11,18 +11,14 @@ import (
 	"github.com/flashgate/flashgate/lua"
 )
 
-// PauseStatus says why an open sale is paused: the "paused" object of GET
-// /admin/sales/{id} (controlplane/salestatus).
-type PauseStatus = salestatus.PauseStatus
-
-// pauseStatus reads whether an open sale is paused (start = 0 with resume
+// PauseStatus reads whether an open sale is paused (start = 0 with resume
 // set; for a bucketed sale, in one of its buckets, as the watch saw it)
-// and why, for SaleStatus.
-func (s *Service) pauseStatus(ctx context.Context, sale flashgate.Sale) (*PauseStatus, error) {
+// and why, for GET /admin/sales/{id} (salestatus.Reader.Paused).
+func (s *Watcher) PauseStatus(ctx context.Context, sale flashgate.Sale) (*salestatus.PauseStatus, error) {
 	if sale.State != flashgate.StateOpen {
 		return nil, nil
 	}
-	note, noted := s.failover.PausedSale(sale.ID)
+	note, noted := s.PausedSale(sale.ID)
 	resume := 0
 	if !sale.Bucketed() {
 		v, err := s.rdb.HMGet(ctx, lua.SaleKey(sale.ID), lua.FieldStart, lua.FieldResume).Result()
@@ -38,7 +34,7 @@ func (s *Service) pauseStatus(ctx context.Context, sale flashgate.Sale) (*PauseS
 	if !noted && resume == 0 {
 		return nil, nil
 	}
-	p := &PauseStatus{Reason: note.Reason}
+	p := &salestatus.PauseStatus{Reason: note.Reason}
 	if noted {
 		since := note.Since.UTC()
 		p.Since, p.Seconds = &since, max(time.Since(since).Seconds(), 0)
