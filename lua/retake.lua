@@ -10,7 +10,7 @@
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
 -- KEYS[3] released set  fg:{<sale>}:released
 -- KEYS[4] retaken set   fg:{<sale>}:retaken
--- KEYS[5] refusals hash fg:{<sale>}:retakerefused (order id -> code)
+-- KEYS[5] refusals hash (order id -> code) fg:{<sale>}:retakerefused
 -- ARGV[1] order id
 -- ARGV[2] user id
 -- ARGV[3] quantity
