@@ -71,6 +71,11 @@ const (
 	// FieldDelivered counts the releases re-syncs delivered from the
 	// database's pending releases; below the database's count, Redis lost some.
 	FieldDelivered = "delivered"
+	// FieldReleases counts the orders whose units Release and ReleaseBatch
+	// gave back (each order once, by the released set): the re-sync reads
+	// it before its database snapshot, and its script compares, to know
+	// whether a release reached the hash meanwhile (lua/resync.lua).
+	FieldReleases = "releases"
 	// FieldLayout lists a bucketed sale's buckets' salts ("17,4,233"),
 	// absent on an unbucketed sale (buckets.go).
 	FieldLayout = "layout"

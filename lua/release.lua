@@ -12,7 +12,8 @@
 --
 -- Returns:
 --   1  released: booked -= qty (never below 0), the buyer entry removed if it
---      still names this order, the order id remembered
+--      still names this order, the order id remembered, and the hash's
+--      releases counter (lua.FieldReleases) raised by 1
 --   0  this order was released before; nothing changed
 --  -1  no such sale in Redis (no total; a re-sync from the database
 --      rebuilds it)
@@ -28,6 +29,7 @@ end
 if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
   return 0
 end
+redis.call('HINCRBY', KEYS[1], 'releases', 1)
 -- give_back: fragments/giveback.lua
 give_back(KEYS[1], 'booked', n)
 local v = ARGV[4] or ''

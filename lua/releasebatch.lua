@@ -17,7 +17,8 @@
 --
 -- Returns {code, released, units}:
 --   {0, n, u}  done: n orders released now (booked -= their units, never
---              below 0, u units in all), the others were released before
+--              below 0, u units in all; the hash's releases counter,
+--              lua.FieldReleases, += n), the others were released before
 --   {-1, 0, 0} no such sale in Redis (no total); nothing changed
 --   {-2, 0, 0} the hash's delivered is below ARGV[1]; nothing changed
 --   {-3, 0, 0} refused: a newer writer's token is in the hash; nothing
@@ -80,6 +81,9 @@ for i = 2, #ARGV, 4 do
 end
 if units > 0 then
   redis.call('HINCRBY', KEYS[1], 'booked', -units)
+end
+if released > 0 then
+  redis.call('HINCRBY', KEYS[1], 'releases', released)
 end
 for _, v in ipairs(vorder) do
   give_back(KEYS[1], 'variant:' .. v .. ':booked', vgive[v]) -- fragments/giveback.lua

@@ -26,6 +26,9 @@
 --         order, "id:total:L:P,..." with L and P the variant's live units
 --         and all-rows units from the same snapshot as ARGV[1] and ARGV[2]
 --         ('' none); ARGV[3] is then the sum of their totals
+-- ARGV[13] optional: the hash's releases counter (lua.FieldReleases) as the
+--         caller read it before the snapshot of ARGV[1], ARGV[2] and
+--         ARGV[12] were taken ('' or absent: not read, nothing compared)
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -40,7 +43,14 @@
 -- Otherwise booked := L + max(0, reserved - P), clamped to [0, total]. With
 -- variants, each variant's booked := L_v + max(0, reserved_v - P_v), clamped
 -- to [0, total_v], its reserved := max(reserved_v, P_v), and the sale's
--- booked is the sum of its variants' booked (clamped to [0, total]). If
+-- booked is the sum of its variants' booked (clamped to [0, total]).
+-- When the hash existed, ARGV[9] is "0" and its releases counter is no
+-- longer ARGV[13], a release reached Redis after the caller read it: it may
+-- be missing from the snapshot, which would count its units as live, while
+-- the hash's booked has given them back. Then booked (and each variant's)
+-- is the lesser of that figure and the hash's own: both count every live
+-- unit, so neither hides a freed one nor sells a held one (see "Re-sync
+-- without races" in docs/internals.md). If
 -- remaining = total - booked > 0, count := max(count, access +
 -- ceil(remaining * ratio)); with nothing remaining count is never raised.
 -- delivered := max(delivered, D). Returns {rebuilt, before booked, before
@@ -109,7 +119,7 @@ elseif redis.call('HGET', KEYS[1], 'resume') == '1' then
   redis.call('HDEL', KEYS[1], 'resume')
 end
 
-local f = redis.call('HMGET', KEYS[1], 'booked', 'reserved', 'count', 'access', 'total', 'delivered')
+local f = redis.call('HMGET', KEYS[1], 'booked', 'reserved', 'count', 'access', 'total', 'delivered', 'releases')
 local bBooked = tonumber(f[1] or '0') or 0
 local bReserved = tonumber(f[2] or '0') or 0
 local bCount = tonumber(f[3] or '0') or 0
@@ -119,6 +129,12 @@ if f[5] then
 end
 if (tonumber(f[6] or '0') or 0) < D then
   redis.call('HSET', KEYS[1], 'delivered', D)
+end
+-- raced: a release reached the hash since the caller read its counter, so
+-- the snapshot may count its units as live where the hash does not.
+local raced = false
+if rebuilt == 0 and not restored and ARGV[13] and ARGV[13] ~= '' then
+  raced = (tonumber(f[7] or '0') or 0) ~= (tonumber(ARGV[13]) or 0)
 end
 
 -- Units reserved in Redis but not yet persisted. A Redis older than the
@@ -132,6 +148,9 @@ if pending < 0 then
   redis.call('HSET', KEYS[1], 'reserved', reserved)
 end
 local booked = L + pending
+if raced and booked > bBooked then
+  booked = bBooked
+end
 local variants = parse_variants(ARGV[12]) -- fragments/salestatic.lua
 if #variants > 0 then
   booked = 0
@@ -139,7 +158,8 @@ if #variants > 0 then
     local id = v[1]
     local lv = tonumber(v[3][3]) or 0
     local pv = tonumber(v[3][4]) or 0
-    local vf = redis.call('HMGET', KEYS[1], 'variant:' .. id .. ':total', 'variant:' .. id .. ':reserved')
+    local vf = redis.call('HMGET', KEYS[1], 'variant:' .. id .. ':total', 'variant:' .. id .. ':reserved',
+      'variant:' .. id .. ':booked')
     local vtotal = tonumber(vf[1] or '') or v[2]
     local vreserved = tonumber(vf[2] or '0') or 0
     local vpending = vreserved - pv
@@ -148,6 +168,10 @@ if #variants > 0 then
       vreserved = pv
     end
     local vbooked = lv + vpending
+    local vcur = tonumber(vf[3] or '')
+    if raced and vcur and vbooked > vcur then
+      vbooked = vcur
+    end
     if vbooked < 0 then
       vbooked = 0
     end

@@ -17,7 +17,8 @@ import (
 // Resync is controlplane's Resync for a bucketed sale, whose id and bucket
 // tags the caller has added to the set the order sinks drain: releases go
 // back to their orders' buckets, then each bucket runs lua.Resync from one database
-// snapshot grouped by bucket (FigureStore), and the sale's own hash gets
+// snapshot grouped by bucket (FigureStore; each bucket's releases counter
+// read before it), and the sale's own hash gets
 // its admission cap raised while units remain. A bucket Redis lost is
 // rebuilt with its share (after its buyers and released orders are
 // restored from every row); a lost sale hash is prepared again with the
@@ -34,6 +35,13 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	l := Layout(sale)
 	tags := l.Tags()
 	variants := variantIDs(sale)
+	// Each bucket's releases counter comes before the snapshot, so that
+	// its script knows whether a release reached the bucket after the
+	// snapshot may have been taken (lua/resync.lua's ARGV[13]).
+	rels, err := salehash.Releases(ctx, k.rdb, tags)
+	if err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w", err)
+	}
 	figs, vfigs, err := bucketFigures(ctx, bs, sale, l.N())
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
@@ -93,9 +101,11 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 			args := []any{figs[b].LiveUnits, figs[b].PersistedUnits,
 				rebuild[b], salehash.PerUser(sale), sale.PriceCents,
 				string(sale.State), ratio, 0, restore, fencing.Of(ctx)}
+			spec := ""
 			if len(variants) > 0 {
-				args = append(args, "", salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b]))
+				spec = salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b])
 			}
+			args = append(args, "", spec, rels[b])
 			return lua.Resync.Run(ctx, k.rdb, keys, args...).Int64Slice()
 		}
 		v, err := run("0")

@@ -97,7 +97,15 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	if err := s.joinSalesUnlessArchived(ctx, sale, nil); err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	// The snapshot comes first: every order released in it is then in the
+	// The hash's releases counter comes before the snapshot: a release that
+	// reaches Redis after it changes the counter by the script, which then
+	// never sets booked above the hash's own (the release may be missing
+	// from the snapshot; see lua/resync.lua's ARGV[13]).
+	rels, err := salehash.Releases(ctx, s.rdb, []string{id})
+	if err != nil {
+		return before, after, fmt.Errorf("re-syncing: %w", err)
+	}
+	// The snapshot comes next: every order released in it is then in the
 	// pending releases read below, or was delivered by an earlier pass.
 	fig, spec, err := s.figures(ctx, sale)
 	if err != nil {
@@ -111,7 +119,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	tok := fencing.Of(ctx)
 	resync := func(restored string) ([]int64, error) {
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue, spec).Int64Slice()
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue, spec, rels[0]).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {

@@ -63,6 +63,27 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	return out, nil
 }
 
+// Releases reads the releases counter (lua.FieldReleases) of many sales'
+// or bucket tags' hashes in one pipelined round trip, as Resync's ARGV[13]:
+// "0" for a hash without it. A re-sync reads it before its database
+// snapshot, so that its script knows whether a release reached the hash
+// after the snapshot may have been taken.
+func Releases(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]string, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(tags))
+	for i, t := range tags {
+		cmds[i] = pipe.HGet(ctx, lua.SaleKey(t), lua.FieldReleases)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading releases counters: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	out := make([]string, len(tags))
+	for i, c := range cmds {
+		out[i] = strconv.FormatInt(lua.Int(c.Val()), 10)
+	}
+	return out, nil
+}
+
 // PerUser is a sale's per-user limit as the scripts take it: 1 when unset.
 func PerUser(s flashgate.Sale) int64 {
 	if s.PerUser <= 0 {
