@@ -148,3 +148,46 @@ func TestPollAfterBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestLocate: where a ticket stands in a cached queue, from the queue's
+// figures alone: a closed sale, a ticket of a queue gone or being
+// restored, a purchased ticket, before the start, a late arrival on each
+// side of the frontiers.
+func TestLocate(t *testing.T) {
+	clock := testclock.New(time.Now())
+	var c Cache
+	c.Init(NewKeys([]byte("queue secret")), "fq")
+	sha := strings.Repeat("3f", 32)
+	started := &View{qtag: Tag(sha)}
+	started.SeedSHA, started.Started, started.Prequeued, started.Admitted, started.Expired, started.Rate = sha, true, 10, 15, 12, 60
+	restoring := &View{qtag: Tag("")}
+	before := &View{qtag: Tag(sha)}
+	before.SeedSHA = sha
+	late := func(n int64) Ticket { return Ticket{kind: 'l', n: n, queue: Tag(sha)} }
+	for _, tc := range []struct {
+		name     string
+		q        *View
+		closed   bool
+		tk       Ticket
+		state    string
+		position int64
+		noPlace  bool
+		admitted bool
+	}{
+		{"closed", started, true, late(1), qsClosed, 0, false, false},
+		{"queue being restored", restoring, false, late(1), qsRestoring, 0, true, false},
+		{"queue gone", started, false, Ticket{kind: 'l', n: 1, queue: Tag(strings.Repeat("cd", 32))}, qsReset, 0, true, false},
+		{"purchased", started, false, Ticket{kind: 'l', n: 1, queue: Tag(sha), purchased: true, order: []byte("o-1")}, qsBought, 0, false, true},
+		{"before the start", before, false, late(1), qsPrequeue, 0, false, false},
+		{"late, expired", started, false, late(2), qsExpired, 12, false, false},
+		{"late, admitted", started, false, late(5), qsAdmitted, 15, false, true},
+		{"late, waiting", started, false, late(6), qsWaiting, 16, false, false},
+	} {
+		tk := tc.tk
+		p := Locate(&c, tc.q, tc.closed, nil, clock, &tk, "bob")
+		if p.state != tc.state || p.position != tc.position || p.NoPlace() != tc.noPlace || p.Admitted() != tc.admitted {
+			t.Errorf("%s: got %s at %d (no place %v, admitted %v), want %s at %d (%v, %v)",
+				tc.name, p.state, p.position, p.NoPlace(), p.Admitted(), tc.state, tc.position, tc.noPlace, tc.admitted)
+		}
+	}
+}
