@@ -52,10 +52,10 @@ type Place struct {
 	ahead    int64
 	eta      int64 // seconds; -1 unknown
 	pollMS   int64
-	// rankComputed: locate computed the buyer's rank key (and stored it
+	// rankComputed: Locate computed the buyer's rank key (and stored it
 	// in the ticket): the ticket's "k" form is worth issuing.
 	rankComputed bool
-	// needUser: locate was given no user id and needed one to compute
+	// needUser: Locate was given no user id and needed one to compute
 	// the rank key; nothing else is set.
 	needUser bool
 	// order is the order a purchased ticket bought.

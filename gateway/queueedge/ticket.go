@@ -235,9 +235,10 @@ type Ticket struct {
 
 // The "k" form of a pre-start entry, "k<base64url(seed tag ‖ rank key
 // prefix)>", is issued once the seed is revealed (the status poll and a
-// not-admitted purchase send it in X-Queue-Ticket), so that judging the ticket needs
-// no rank HMAC: the ticket's MAC vouches for the rank key it carries. A
-// prefix equal to a threshold's is judged from the full rank key.
+// not-admitted purchase send it in X-Queue-Ticket), so that judging the
+// ticket needs no rank HMAC: the ticket's MAC vouches for the rank key it
+// carries. A prefix equal to a threshold's is judged from the full rank
+// key.
 const (
 	rankLen      = 16
 	seedTagLen   = 5

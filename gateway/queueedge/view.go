@@ -7,9 +7,10 @@
 // It owns the ticket's format and MACs, the queue's states and the bodies of
 // its answers. It may not touch the gateway's root: not its sale cache, its
 // router, its rate limits, its metrics or its error answers. The root reads
-// the sale state, routes the request, and writes the status and headers of
-// an answer whose body this package formats; nothing here reads Redis but
-// the entry (Entrant.Run).
+// the sale state, routes the request, and writes the status of an answer
+// whose body this package formats; the one header set here is the queue's
+// own, X-Queue-Ticket (Keys.Reissue, Keys.SetBought). Nothing here reads
+// Redis but the entry (Entrant.Run).
 package queueedge
 
 import (
