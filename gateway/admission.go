@@ -34,7 +34,7 @@ func judge(st *saleState, admitted int64) int {
 	case st.booked >= st.total:
 		return verdictSoldOut
 	case st.q == nil && st.access+admitted-st.base >= st.count:
-		// A fair queue's frontier is its cap (queue.go).
+		// A fair queue's frontier is its cap (package queueedge).
 		return verdictSoldOut
 	}
 	return verdictAdmit

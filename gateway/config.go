@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/queueedge"
 )
 
 // Config configures a Server. The zero value works once the required fields
@@ -53,7 +54,7 @@ type Config struct {
 	// JWTSecret is the HS256 secret of buyer tokens. Required.
 	JWTSecret []byte
 	// QueueSecret keys the fair queue's tickets and proof-of-work
-	// challenges (queue.go); every gateway of a deployment needs the same.
+	// challenges (package queueedge); every gateway of a deployment needs the same.
 	// Empty means DeriveQueueSecret(JWTSecret).
 	QueueSecret []byte
 	// Logger receives errors and notable events. Nil means slog.Default().
@@ -183,6 +184,15 @@ type Config struct {
 	// DefaultReadyCache.
 	ReadyCache time.Duration
 }
+
+// Values of Config.WaitReplicas besides a count.
+const (
+	// WaitAuto waits for the replicas the sale's primary has online (per
+	// shard on a cluster); a primary without any is not waited on.
+	WaitAuto = queueedge.WaitAuto
+	// WaitOff never waits for replicas.
+	WaitOff = queueedge.WaitOff
+)
 
 // The defaults of Config's fields, the one source of them: withDefaults
 // fills them in, and cmd/flashgate's flags default to them.

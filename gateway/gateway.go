@@ -28,7 +28,7 @@ import (
 	"github.com/flashgate/flashgate/gateway/bearer"
 	"github.com/flashgate/flashgate/gateway/conns"
 	"github.com/flashgate/flashgate/gateway/limits"
-	"github.com/flashgate/flashgate/internal/replwait"
+	"github.com/flashgate/flashgate/gateway/queueedge"
 )
 
 // Reserver takes units of a sale for a user on the Redis primary; the
@@ -104,7 +104,7 @@ type Server struct {
 	pages *lru.Cache[string, *page]
 	seed  maphash.Seed
 	jwt   *bearer.Verifier
-	qkeys *queueKeys // queue.go
+	qkeys *queueedge.Keys // the fair queue's tickets and challenges
 
 	// unavail counts purchases answered 503 for the Reserver's failure.
 	unavail unavailableLog
@@ -121,7 +121,7 @@ type Server struct {
 
 	share shareState // this gateway's part of SaleRate (share.go)
 
-	entryWait replwait.Counts // queue entries' WAIT (queue_wait.go)
+	entrant *queueedge.Entrant // queue entries and their WAIT
 
 	replicaFailed atomic.Bool
 	// replicaRetry is when (unix nanoseconds) a failed replica is tried
@@ -170,7 +170,8 @@ func New(cfg Config) (*Server, error) {
 		s.users = limits.New(cfg.UserRate, cfg.UserBurst, cfg.MaxUsers)
 	}
 	s.jwt = bearer.NewVerifier(cfg.JWTSecret)
-	s.qkeys = newQueueKeys(cfg.QueueSecret)
+	s.qkeys = queueedge.NewKeys(cfg.QueueSecret)
+	s.entrant = &queueedge.Entrant{Primary: cfg.Primary, WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Log: cfg.Logger}
 	if s.pages, err = lru.New[string, *page](cfg.MaxPages); err != nil {
 		return nil, fmt.Errorf("gateway: page cache: %w", err)
 	}

@@ -60,7 +60,7 @@ func BenchmarkQueueStatus(b *testing.B) {
 // the token): the token's claims read and the user MAC checked, the bound
 // form reissued. Its ratio to BenchmarkQueueStatus is what the bound form
 // saves, its ratio to BenchmarkQueueStatusFirst what carrying the rank key
-// saves (queue_ticket.go's header).
+// saves (queueedge/ticket.go's header).
 func BenchmarkQueueStatusShort(b *testing.B) {
 	e, tok, ticket := waitingEnv(b)
 	bound := rankTicket(b, e, tok, ticket)

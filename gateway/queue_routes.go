@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,8 +12,15 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/fairqueue"
 	"github.com/flashgate/flashgate/gateway/bearer"
+	"github.com/flashgate/flashgate/gateway/queueedge"
 	"github.com/flashgate/flashgate/lua"
 )
+
+// The fair queue's routes: each reads the cached sale and its queue, and
+// hands tickets, places and proofs of work to package queueedge, which
+// formats the bodies; the answers' status and the sale's counters stay
+// here. The sale state's queue part is read by queueReads and applyQueue
+// (queue_state.go).
 
 // routeQueue serves /api/sales/{id}/queue and /api/sales/{id}/challenge;
 // ok is false for another path.
@@ -59,7 +65,7 @@ var (
 
 // queueSale looks a fair sale up for a queue route and answers the request
 // itself (and returns nil) when the sale has no fair queue to use.
-func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleState, *queueView) {
+func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleState, *queueedge.View) {
 	e, st, q := s.fairLookup(id)
 	if q == nil {
 		s.noQueue(ctx, e, st)
@@ -70,7 +76,7 @@ func (s *Server) queueSale(ctx *fasthttp.RequestCtx, id []byte) (*sale, *saleSta
 
 // fairLookup looks a sale up for a queue route without answering: q is
 // nil when it has no fair queue to use (noQueue says why).
-func (s *Server) fairLookup(id []byte) (*sale, *saleState, *queueView) {
+func (s *Server) fairLookup(id []byte) (*sale, *saleState, *queueedge.View) {
 	e := s.lookup(id)
 	st := e.state.Load()
 	if v := judge(st, 0); v == verdictUnavailable || v == verdictNotFound || !e.fairSale() {
@@ -109,7 +115,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	now := s.secondsNow()
-	t := ctx.Request.Header.PeekCanonical(hTicket)
+	t := ctx.Request.Header.PeekCanonical(queueedge.Header)
 	e, st, q := s.fairLookup(id)
 	if q != nil && s.boundStatus(ctx, e, st, q, tok, t, now) {
 		return
@@ -127,7 +133,7 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		s.noQueue(ctx, e, st)
 		return
 	}
-	tk, ok := s.qkeys.readTicket(t, e.id, user)
+	tk, ok := s.qkeys.ReadTicket(t, e.id, user)
 	if !ok {
 		if !verified {
 			if _, ok := s.jwt.Verify(tok, now); !ok {
@@ -141,33 +147,31 @@ func (s *Server) queueStatus(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	p := s.locate(e, st, q, &tk, user)
-	writePlace(ctx, p, q)
-	if !p.noPlace() {
-		s.reissue(ctx, e, user, t, &tk, &p, bearer.Sig(tok), exp)
-	}
+	writePlace(ctx, &p, q)
+	s.qkeys.Reissue(ctx, &e.fair, user, t, &tk, &p, bearer.Sig(tok), exp)
 }
 
 // boundStatus answers a status poll whose ticket is bound to the
-// request's token (queueKeys.readBound) and whose place needs no user id
+// request's token (queueedge.Keys.ReadBound) and whose place needs no user id
 // to judge; it reports whether it answered. Anything else (no such
 // ticket, a rank key to compute) is left to queueStatus's full path.
-func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, tok, t []byte, now int64) bool {
-	tk, ok := s.qkeys.readBound(t, bearer.Sig(tok), e, now/1e9)
+func (s *Server) boundStatus(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueedge.View, tok, t []byte, now int64) bool {
+	tk, ok := s.qkeys.ReadBound(t, bearer.Sig(tok), &e.fair, now/1e9)
 	if !ok {
 		return false
 	}
 	p := s.locate(e, st, q, &tk, "")
-	if p.needUser {
+	if p.NeedUser() {
 		return false
 	}
-	writePlace(ctx, p, q)
+	writePlace(ctx, &p, q)
 	return true
 }
 
 // writeNoPlace answers a place without one: 409 queue_reset, or 503
 // unavailable while the sale's queue is being restored.
-func writeNoPlace(ctx *fasthttp.RequestCtx, p *place) {
-	if p.state == qsRestoring {
+func writeNoPlace(ctx *fasthttp.RequestCtx, p *queueedge.Place) {
+	if p.Restoring() {
 		writeAnswer(ctx, ansUnavail)
 		return
 	}
@@ -175,14 +179,14 @@ func writeNoPlace(ctx *fasthttp.RequestCtx, p *place) {
 }
 
 // writePlace answers 200 with the status JSON of p, or 409 queue_reset.
-func writePlace(ctx *fasthttp.RequestCtx, p place, q *queueView) {
-	if p.noPlace() {
-		writeNoPlace(ctx, &p)
+func writePlace(ctx *fasthttp.RequestCtx, p *queueedge.Place, q *queueedge.View) {
+	if p.NoPlace() {
+		writeNoPlace(ctx, p)
 		return
 	}
 	writeJSONHead(ctx, fasthttp.StatusOK)
 	b := ctx.Response.SwapBody(nil)
-	b = append(appendPlace(b[:0], p, q), '}')
+	b = append(p.AppendJSON(b[:0], q), '}')
 	ctx.Response.SwapBody(b)
 }
 
@@ -223,15 +227,15 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	challenge, ttl := "none", time.Duration(0)
 	if floor := powFloor(e, q); floor > 0 {
 		var err error
-		if challenge, ttl, err = s.verifyPoW(body.Payload, e.id, floor, now); err != nil {
+		if challenge, ttl, err = s.qkeys.VerifyPoW(body.Payload, e.id, floor, now); err != nil {
 			s.writeError(ctx, err)
 			return
 		}
 	}
 	rctx, cancel := context.WithTimeout(s.base, s.cfg.RedisTimeout)
 	defer cancel()
-	v, err := s.runEnter(rctx, e.id, lua.QueueEnterKeys(e.id, challenge), user, fairqueue.MarkLife(ttl))
-	if errors.Is(err, errEntryShort) {
+	v, err := s.entrant.Run(rctx, e.id, lua.QueueEnterKeys(e.id, challenge), user, fairqueue.MarkLife(ttl))
+	if errors.Is(err, queueedge.ErrShort) {
 		// The entry stands on the primary but its replicas do not hold
 		// it: no 201 a failover could take back. Entering again answers
 		// it once they do.
@@ -272,27 +276,16 @@ func (s *Server) queueEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansNotFound)
 		return
 	}
-	tk := ticket{queue: q.qtag} // the entry's queue: its commitment is the cache's (above)
-	switch {
-	case entry == "p" || len(entry) > 1 && entry[0] == 'r':
-		tk.kind = 'p'
-	case len(entry) > 1 && entry[0] == 'l':
-		tk.kind = 'l'
-		tk.n, _ = strconv.ParseInt(entry[1:], 10, 64)
-	}
-	if fresh == 1 && !q.Started && tk.kind == 'l' {
-		// The cache has not seen the start yet; the entry has.
-		q = &queueView{View: fairqueue.View{Started: true, Prequeued: q.Prequeued, Admitted: q.Admitted, Expired: q.Expired, Rate: q.Rate}, qtag: q.qtag}
-	}
+	tk, q := queueedge.Entered(q, entry, fresh == 1) // its queue's commitment is the cache's (above)
 	p := s.locate(e, st, q, &tk, user)
 	status := fasthttp.StatusOK
 	if fresh == 1 {
 		status = fasthttp.StatusCreated
 	}
 	writeJSONHead(ctx, status)
-	b := appendPlace(nil, p, q)
+	b := p.AppendJSON(nil, q)
 	b = append(b, `,"ticket":"`...)
-	b = s.qkeys.appendTicket(b, e.id, user, appendEntry(nil, &tk))
+	b = s.qkeys.AppendEntered(b, e.id, user, &tk)
 	b = append(b, `"}`...)
 	ctx.Response.SetBodyRaw(b)
 }
@@ -311,10 +304,10 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 	if q == nil {
 		return false
 	}
-	t := ctx.Request.Header.PeekCanonical(hTicket)
-	if tk, ok := s.qkeys.readBound(t, bearer.Sig(tok), e, now/1e9); ok {
-		if p := s.locate(e, st, q, &tk, ""); !p.needUser {
-			if p.state == qsAdmitted || p.state == qsBought {
+	t := ctx.Request.Header.PeekCanonical(queueedge.Header)
+	if tk, ok := s.qkeys.ReadBound(t, bearer.Sig(tok), &e.fair, now/1e9); ok {
+		if p := s.locate(e, st, q, &tk, ""); !p.NeedUser() {
+			if p.Admitted() {
 				return false
 			}
 			s.notAdmitted(ctx, e, q, &p)
@@ -325,27 +318,25 @@ func (s *Server) fairRejected(ctx *fasthttp.RequestCtx, e *sale, tok []byte, now
 	if !ok {
 		return false
 	}
-	tk, ok := s.qkeys.readTicket(t, e.id, user)
+	tk, ok := s.qkeys.ReadTicket(t, e.id, user)
 	if !ok {
 		return false
 	}
 	p := s.locate(e, st, q, &tk, user)
-	if p.state == qsAdmitted || p.state == qsBought {
+	if p.Admitted() {
 		return false
 	}
 	s.notAdmitted(ctx, e, q, &p)
-	if !p.noPlace() {
-		s.reissue(ctx, e, user, t, &tk, &p, bearer.Sig(tok), exp)
-	}
+	s.qkeys.Reissue(ctx, &e.fair, user, t, &tk, &p, bearer.Sig(tok), exp)
 	return true
 }
 
 // fairAdmit judges a purchase in a fair queue from the cache: true lets it
 // through to the reserve (which checks again); false has answered 409
 // not_admitted with the buyer's position, or closed.
-func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueView, user string) bool {
-	t := ctx.Request.Header.PeekCanonical(hTicket)
-	tk, ok := s.qkeys.readTicket(t, e.id, user)
+func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *queueedge.View, user string) bool {
+	t := ctx.Request.Header.PeekCanonical(queueedge.Header)
+	tk, ok := s.qkeys.ReadTicket(t, e.id, user)
 	if !ok {
 		s.m.decision(ctx, decNotAdmitted)
 		e.rejected.Add(1)
@@ -353,37 +344,29 @@ func (s *Server) fairAdmit(ctx *fasthttp.RequestCtx, e *sale, st *saleState, q *
 		return false
 	}
 	p := s.locate(e, st, q, &tk, user)
-	if p.state == qsAdmitted || p.state == qsBought {
+	if p.Admitted() {
 		e.admitted.Add(1)
 		return true
 	}
 	s.notAdmitted(ctx, e, q, &p)
 	// The token was verified, its claims not kept: a new rank key is
 	// reissued in the short form.
-	if !p.noPlace() {
-		s.reissue(ctx, e, user, t, &tk, &p, nil, 0)
-	}
+	s.qkeys.Reissue(ctx, &e.fair, user, t, &tk, &p, nil, 0)
 	return false
 }
 
 // notAdmitted answers 409 not_admitted with the buyer's place (409
 // queue_reset for a ticket of a queue that is gone).
-func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueView, p *place) {
+func (s *Server) notAdmitted(ctx *fasthttp.RequestCtx, e *sale, q *queueedge.View, p *queueedge.Place) {
 	s.m.decision(ctx, decNotAdmitted)
 	e.rejected.Add(1)
-	if p.noPlace() {
+	if p.NoPlace() {
 		writeNoPlace(ctx, p)
 		return
 	}
 	writeJSONHead(ctx, fasthttp.StatusConflict)
 	b := ctx.Response.SwapBody(nil)
-	b = append(b[:0], `{"error":"not_admitted","state":"`...)
-	b = append(b, p.state...)
-	b = append(b, `","position":`...)
-	b = appendOptInt(b, p.position, p.position > 0)
-	b = append(b, `,"admitted_position":`...)
-	b = strconv.AppendInt(b, q.Admitted, 10)
-	ctx.Response.SwapBody(append(b, '}'))
+	ctx.Response.SwapBody(p.AppendNotAdmitted(b[:0], q))
 }
 
 var (

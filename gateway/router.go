@@ -76,7 +76,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 
 	case bytes.HasPrefix(path, pAPISales):
 		rest := path[len(pAPISales):]
-		if r, ok := s.routeQueue(ctx, rest, get, post); ok { // queue.go
+		if r, ok := s.routeQueue(ctx, rest, get, post); ok { // queue_routes.go
 			return r
 		}
 		if bytes.HasSuffix(rest, sOrders) {

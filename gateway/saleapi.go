@@ -94,7 +94,7 @@ func saleJSON(id string, st *saleState, m *saleMeta) []byte {
 	} else {
 		b = append(b, "null"...)
 	}
-	b = appendQueueJSON(b, st, m) // queue.go
+	b = appendQueueJSON(b, st, m) // queue_state.go
 	b = appendVariantsJSON(b, st, m)
 	return append(b, '}')
 }

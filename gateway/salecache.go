@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/queueedge"
 	"github.com/flashgate/flashgate/internal/jsonstr"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -73,7 +74,7 @@ type sale struct {
 	meta   atomic.Pointer[saleMeta]
 	api    atomic.Pointer[apiDoc]
 
-	fair fairCache // queue.go
+	fair queueedge.Cache // the fair queue's keys and rank keys (queue_state.go)
 
 	asked   atomic.Bool // someone asked since the last refresh
 	limiter *rate.Limiter
@@ -186,7 +187,8 @@ func (s *Server) unlist(e *sale) {
 }
 
 func (s *Server) newSale(id string) *sale {
-	e := &sale{id: id, ready: make(chan struct{}), fair: fairCache{tokenKey: s.qkeys.saleTokenKey(id)}}
+	e := &sale{id: id, ready: make(chan struct{})}
+	e.fair.Init(s.qkeys, id)
 	if s.cfg.SaleRate > 0 {
 		e.limiter = rate.NewLimiter(s.saleShare())
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/gateway/queueedge"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -26,8 +27,8 @@ type saleState struct {
 	// base is sale.flushed when the reading started: admissions counted
 	// locally after it are not in access yet.
 	base int64
-	// q is a fair queue's reading (queue.go); nil for a first-come sale.
-	q *queueView
+	// q is a fair queue's reading (queue_state.go); nil for a first-come sale.
+	q *queueedge.View
 	// vs is the variants (of the sale's catalog entry) whose figures were
 	// read, nil for none; vtotal and vbooked hold each one's, in vs's order.
 	vs              *variantSet
@@ -111,7 +112,7 @@ func (s *Server) readFrom(ctx context.Context, c redis.UniversalClient, list []*
 				vcmds[i] = p.HMGet(ctx, lua.SaleKey(e.id), m.vs.fields...)
 			}
 		}
-		qcmds = queueReads(ctx, p, list) // queue.go
+		qcmds = queueReads(ctx, p, list) // queue_state.go
 		return nil
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package gateway
+package queueedge
 
 import (
 	"bytes"
@@ -31,9 +31,9 @@ import (
 // BenchmarkQueueStatusShort; fastest runs 667 and 1,715 ns). Their format
 // rests on fairqueue's rank key; their MACs on Config.QueueSecret.
 
-// queueKeys are the gateway's keys for tickets and challenges, derived from
-// Config.QueueSecret.
-type queueKeys struct {
+// Keys are the gateway's keys for tickets and challenges, derived from
+// its queue secret (gateway.Config.QueueSecret).
+type Keys struct {
 	ticket, token, pow []byte
 	tickets            sync.Pool // of *macBuf keyed with ticket
 }
@@ -68,17 +68,18 @@ func hmacSum(key []byte, msg string) []byte {
 	return m.Sum(nil)
 }
 
-func newQueueKeys(secret []byte) *queueKeys {
-	k := &queueKeys{ticket: hmacSum(secret, "ticket"), token: hmacSum(secret, "ticket token"), pow: hmacSum(secret, "pow")}
+// NewKeys derives the keys of tickets and challenges from secret.
+func NewKeys(secret []byte) *Keys {
+	k := &Keys{ticket: hmacSum(secret, "ticket"), token: hmacSum(secret, "ticket token"), pow: hmacSum(secret, "pow")}
 	k.tickets.New = func() any { return &macBuf{h: hmac.New(sha256.New, k.ticket)} }
 	return k
 }
 
-// DeriveQueueSecret is the queue secret a gateway uses when
-// Config.QueueSecret is empty: HMAC-SHA256(key = the JWT secret, message =
+// DeriveSecret is the queue secret a gateway uses when
+// gateway.Config.QueueSecret is empty: HMAC-SHA256(key = the JWT secret, message =
 // "flashgate fair queue v1"). Every gateway of a deployment derives the
 // same.
-func DeriveQueueSecret(jwtSecret []byte) []byte {
+func DeriveSecret(jwtSecret []byte) []byte {
 	return hmacSum(jwtSecret, "flashgate fair queue v1")
 }
 
@@ -89,16 +90,16 @@ const (
 	ticketMACB64 = 22
 )
 
-// appendTicket appends the ticket of user's entry in sale to b:
+// AppendTicket appends the ticket of user's entry in sale to b:
 // "<entry>.<base64url HMAC(sale 0 user 0 entry)[:16]>".
-func (k *queueKeys) appendTicket(b []byte, sale, user string, entry []byte) []byte {
+func (k *Keys) AppendTicket(b []byte, sale, user string, entry []byte) []byte {
 	sum := k.ticketMAC(sale, user, entry)
 	b = append(b, entry...)
 	b = append(b, '.')
 	return base64.RawURLEncoding.AppendEncode(b, sum[:ticketMACLen])
 }
 
-func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte {
+func (k *Keys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte {
 	m := k.tickets.Get().(*macBuf)
 	m.msg = append(append(append(append(m.msg[:0], sale...), 0), user...), 0)
 	m.msg = append(m.msg, entry...)
@@ -134,20 +135,20 @@ func (k *queueKeys) ticketMAC(sale, user string, entry []byte) [sha256.Size]byte
 const boundSigLen = 22
 
 // saleTokenKey is the SipHash key of the token MACs of sale id: the first
-// 16 bytes of HMAC-SHA256(token key, id). newSale stores it in the sale.
-func (k *queueKeys) saleTokenKey(id string) [2]uint64 {
+// 16 bytes of HMAC-SHA256(token key, id). Cache.Init stores it.
+func (k *Keys) saleTokenKey(id string) [2]uint64 {
 	sum := hmacSum(k.token, id)
 	return [2]uint64{binary.LittleEndian.Uint64(sum), binary.LittleEndian.Uint64(sum[8:])}
 }
 
-// tokenMAC is the token MAC of a bound ticket of e, in base64url.
-func (e *sale) tokenMAC(sig, entry, exp []byte) [ticketMACB64]byte {
+// tokenMAC is the token MAC of a bound ticket of c's sale, in base64url.
+func (c *Cache) tokenMAC(sig, entry, exp []byte) [ticketMACB64]byte {
 	// A well-formed message is at most boundSigLen+maxEntryLen+1+20
 	// bytes: it stays on the stack.
 	var buf [boundSigLen + maxEntryLen + 1 + 20]byte
 	msg := append(append(buf[:0], sig[:boundSigLen]...), entry...)
 	msg = append(append(msg, '.'), exp...)
-	lo, hi := siphash.Hash128(e.fair.tokenKey[0], e.fair.tokenKey[1], msg)
+	lo, hi := siphash.Hash128(c.tokenKey[0], c.tokenKey[1], msg)
 	var sum [ticketMACLen]byte
 	binary.LittleEndian.PutUint64(sum[:], lo)
 	binary.LittleEndian.PutUint64(sum[8:], hi)
@@ -159,10 +160,10 @@ func (e *sale) tokenMAC(sig, entry, exp []byte) [ticketMACB64]byte {
 // appendBound appends to b the bound form of a ticket whose entry and
 // user MAC (base64url) are given, for the token with signature segment sig
 // and exp.
-func (k *queueKeys) appendBound(b []byte, e *sale, entry, umac, sig []byte, exp int64) []byte {
+func (k *Keys) appendBound(b []byte, c *Cache, entry, umac, sig []byte, exp int64) []byte {
 	var eb [20]byte
 	expB := strconv.AppendInt(eb[:0], exp, 10)
-	tmac := e.tokenMAC(sig, entry, expB)
+	tmac := c.tokenMAC(sig, entry, expB)
 	b = append(append(append(b, entry...), '.'), umac...)
 	b = append(append(append(b, '.'), expB...), '.')
 	return append(b, tmac[:]...)
@@ -198,33 +199,33 @@ func ticketParts(t []byte) (tt ticketText, ok bool) {
 	return tt, true
 }
 
-// readBound verifies a bound ticket for the token whose signature segment
-// is sig at now (unix seconds) in e: its token MAC must name e, sig,
-// entry and exp, and exp must not have passed. The caller still needs the
-// user whenever judging the entry does (locate's needUser).
-func (k *queueKeys) readBound(t, sig []byte, e *sale, now int64) (ticket, bool) {
+// ReadBound verifies a bound ticket for the token whose signature segment
+// is sig at now (unix seconds) in c's sale: its token MAC must name the
+// sale, sig, entry and exp, and exp must not have passed. The caller still needs the
+// user whenever judging the entry does (Place.NeedUser).
+func (k *Keys) ReadBound(t, sig []byte, c *Cache, now int64) (Ticket, bool) {
 	tt, ok := ticketParts(t)
 	if !ok || tt.exp == nil || now >= tt.expAt {
-		return ticket{}, false
+		return Ticket{}, false
 	}
-	mac := e.tokenMAC(sig, tt.entry, tt.exp)
+	mac := c.tokenMAC(sig, tt.entry, tt.exp)
 	if !hmac.Equal(tt.tmac, mac[:]) {
-		return ticket{}, false
+		return Ticket{}, false
 	}
 	return parseEntry(tt.entry)
 }
 
-// ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
+// Ticket is a verified entry: kind 'p' (before the start), 'l' (arrival
 // n after it); purchased when the buyer bought through it. A pre-start
 // entry may carry the buyer's rank key (hasRank: the "k" form, below).
-// queue names the queue it was given in (queueView.qtag); order is the
+// queue names the queue it was given in (View.qtag); order is the
 // order a purchased ticket bought (a slice of the ticket's text).
-type ticket struct {
+type Ticket struct {
 	kind      byte
 	n         int64
 	purchased bool
 	hasRank   bool
-	queue     [queueTagLen]byte
+	queue     [TagLen]byte
 	order     []byte
 	// rank is the first rankLen bytes of the buyer's rank key under the
 	// seed that tag names.
@@ -233,34 +234,35 @@ type ticket struct {
 }
 
 // The "k" form of a pre-start entry, "k<base64url(seed tag ‖ rank key
-// prefix)>", is issued once the seed is revealed (queueStatus and
-// fairAdmit send it in X-Queue-Ticket), so that judging the ticket needs
-// no rank HMAC: the ticket's MAC vouches for the rank key it carries. A
-// prefix equal to a threshold's is judged from the full rank key.
+// prefix)>", is issued once the seed is revealed (the status poll and a
+// not-admitted purchase send it in X-Queue-Ticket), so that judging the
+// ticket needs no rank HMAC: the ticket's MAC vouches for the rank key it
+// carries. A prefix equal to a threshold's is judged from the full rank
+// key.
 const (
 	rankLen      = 16
 	seedTagLen   = 5
 	rankEntryB64 = (rankLen + seedTagLen + 2) / 3 * 4 // 28: no padding at 21 bytes
 )
 
-// Every entry ends with ":<queue tag>", the first queueTagLen hex digits
+// Every entry ends with ":<queue tag>", the first TagLen hex digits
 // of the queue's seed_sha256 (the commitment published at the opening), so
 // that the ticket's MACs cover the queue it was given in: a ticket of a
 // queue that is gone (a lost Redis whose queue was not restored) is told
 // apart from a forged one and answered 409 queue_reset, never a made-up
 // place. A restored queue keeps its commitment, and so its tickets.
-const queueTagLen = 8
+const TagLen = 8
 
 // maxEntryLen is the longest entry: "b<order id>~", a "k" entry, and the
 // queue tag.
-const maxEntryLen = 1 + 64 + 1 + 1 + rankEntryB64 + 1 + queueTagLen
+const maxEntryLen = 1 + 64 + 1 + 1 + rankEntryB64 + 1 + TagLen
 
-// readTicket verifies a ticket, short or bound, for (sale, user) by its
+// ReadTicket verifies a ticket, short or bound, for (sale, user) by its
 // user MAC.
-func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
+func (k *Keys) ReadTicket(t []byte, sale, user string) (Ticket, bool) {
 	tt, ok := ticketParts(t)
 	if !ok {
-		return ticket{}, false
+		return Ticket{}, false
 	}
 	// The MAC is compared in its (canonical) base64url form: encoding the
 	// computed one costs less than decoding the one sent.
@@ -268,28 +270,28 @@ func (k *queueKeys) readTicket(t []byte, sale, user string) (ticket, bool) {
 	var mac [ticketMACB64]byte
 	base64.RawURLEncoding.Encode(mac[:], sum[:ticketMACLen])
 	if !hmac.Equal(tt.umac, mac[:]) {
-		return ticket{}, false
+		return Ticket{}, false
 	}
 	return parseEntry(tt.entry)
 }
 
 // parseEntry reads a ticket's entry.
-func parseEntry(entry []byte) (ticket, bool) {
-	var tk ticket
-	if len(entry) < 2+queueTagLen || entry[len(entry)-queueTagLen-1] != ':' {
-		return ticket{}, false
+func parseEntry(entry []byte) (Ticket, bool) {
+	var tk Ticket
+	if len(entry) < 2+TagLen || entry[len(entry)-TagLen-1] != ':' {
+		return Ticket{}, false
 	}
-	copy(tk.queue[:], entry[len(entry)-queueTagLen:])
-	entry = entry[:len(entry)-queueTagLen-1]
+	copy(tk.queue[:], entry[len(entry)-TagLen:])
+	entry = entry[:len(entry)-TagLen-1]
 	if entry[0] == 'b' {
 		i := bytes.IndexByte(entry, '~')
 		if i < 0 || !flashgate.ValidID(entry[1:i]) {
-			return ticket{}, false
+			return Ticket{}, false
 		}
 		tk.purchased, tk.order = true, entry[1:i]
 		entry = entry[i+1:]
 		if len(entry) == 0 {
-			return ticket{}, false
+			return Ticket{}, false
 		}
 	}
 	switch {
@@ -298,7 +300,7 @@ func parseEntry(entry []byte) (ticket, bool) {
 	case len(entry) == 1+rankEntryB64 && entry[0] == 'k':
 		var raw [seedTagLen + rankLen]byte
 		if n, err := base64.RawURLEncoding.Decode(raw[:], entry[1:]); err != nil || n != len(raw) {
-			return ticket{}, false
+			return Ticket{}, false
 		}
 		tk.kind, tk.hasRank = 'p', true
 		copy(tk.tag[:], raw[:seedTagLen])
@@ -306,18 +308,18 @@ func parseEntry(entry []byte) (ticket, bool) {
 	case len(entry) > 1 && entry[0] == 'l':
 		n, err := strconv.ParseInt(string(entry[1:]), 10, 64)
 		if err != nil || n < 1 {
-			return ticket{}, false
+			return Ticket{}, false
 		}
 		tk.kind, tk.n = 'l', n
 	default:
-		return ticket{}, false
+		return Ticket{}, false
 	}
 	return tk, true
 }
 
 // appendEntry appends tk's entry in its canonical form ("k" for a
 // pre-start entry with a rank key) to b.
-func appendEntry(b []byte, tk *ticket) []byte {
+func appendEntry(b []byte, tk *Ticket) []byte {
 	if tk.purchased {
 		b = append(append(append(b, 'b'), tk.order...), '~')
 	}
@@ -337,13 +339,17 @@ func appendEntry(b []byte, tk *ticket) []byte {
 	return append(append(b, ':'), tk.queue[:]...)
 }
 
-// reissue sends in X-Queue-Ticket the canonical ticket of tk for the
+// Reissue sends in X-Queue-Ticket the canonical ticket of tk for the
 // request's token, when it differs from t, the ticket the request sent and
-// that was judged by its user MAC: its "k" form once locate has computed
+// that was judged by its user MAC: its "k" form once Locate has computed
 // the rank key (t had none, or one of another seed), bound to the token
 // whose signature segment is sig and exp claim exp. exp 0 (the token was
-// verified, its claims not kept): the short form.
-func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byte, tk *ticket, p *place, sig []byte, exp int64) {
+// verified, its claims not kept): the short form. Nothing is sent for a
+// place without one (Place.NoPlace).
+func (k *Keys) Reissue(ctx *fasthttp.RequestCtx, c *Cache, user string, t []byte, tk *Ticket, p *Place, sig []byte, exp int64) {
+	if p.NoPlace() {
+		return
+	}
 	sent, _ := ticketParts(t)
 	entry, umac := sent.entry, sent.umac
 	var eb [maxEntryLen]byte
@@ -352,19 +358,19 @@ func (s *Server) reissue(ctx *fasthttp.RequestCtx, e *sale, user string, t []byt
 	}
 	var mb [ticketMACB64]byte
 	if !bytes.Equal(entry, sent.entry) {
-		sum := s.qkeys.ticketMAC(e.id, user, entry)
+		sum := k.ticketMAC(c.id, user, entry)
 		base64.RawURLEncoding.Encode(mb[:], sum[:ticketMACLen])
 		umac = mb[:]
 	}
 	var tb [maxEntryLen + 1 + ticketMACB64 + 1 + 20 + 1 + ticketMACB64]byte
 	var out []byte
 	if exp > 0 {
-		out = s.qkeys.appendBound(tb[:0], e, entry, umac, sig, exp)
+		out = k.appendBound(tb[:0], c, entry, umac, sig, exp)
 	} else {
 		out = append(append(append(tb[:0], entry...), '.'), umac...)
 	}
 	if !bytes.Equal(out, t) {
-		ctx.Response.Header.SetCanonical(hTicket, out)
+		ctx.Response.Header.SetCanonical(Header, out)
 	}
 }
 
@@ -374,37 +380,44 @@ type rankMacs struct {
 	pool sync.Pool
 }
 
-// fairCache is what a sale keeps for its fair queue between refreshes.
-type fairCache struct {
+// Cache is what a sale keeps for its fair queue between refreshes. Init
+// it before the sale is shared; it must not be copied after.
+type Cache struct {
+	id       string
 	macs     atomic.Pointer[rankMacs]
-	tokenKey [2]uint64 // the SipHash key of token MACs (saleTokenKey); set before the sale is shared
+	tokenKey [2]uint64 // the SipHash key of token MACs (saleTokenKey)
+}
+
+// Init readies c for sale id under k.
+func (c *Cache) Init(k *Keys, id string) {
+	c.id, c.tokenKey = id, k.saleTokenKey(id)
 }
 
 // rankKey computes user's rank key (fairqueue.Ranker) under q's seed.
-func (e *sale) rankKey(q *queueView, user string, out *[sha256.Size]byte) {
-	rm := e.fair.macs.Load()
+func (c *Cache) rankKey(q *View, user string, out *[sha256.Size]byte) {
+	rm := c.macs.Load()
 	if rm == nil || rm.seed != q.SeedHex {
 		seed := q.Seed
 		rm = &rankMacs{seed: q.SeedHex}
 		rm.pool.New = func() any { return fairqueue.NewRanker(seed) }
-		e.fair.macs.Store(rm)
+		c.macs.Store(rm)
 	}
 	r := rm.pool.Get().(*fairqueue.Ranker)
-	r.Key(e.id, user, out)
+	r.Key(c.id, user, out)
 	rm.pool.Put(r)
 }
 
-// setBoughtTicket gives a buyer who reserved order through a ticket its
-// purchased form, "b<order>~<entry>", so that their status answers
+// SetBought gives a buyer who reserved order through the request's ticket
+// its purchased form, "b<order>~<entry>", so that their status answers
 // "purchased" with the order's id (whose own status tells whether it
 // still holds the unit: docs/api.md).
-func (s *Server) setBoughtTicket(ctx *fasthttp.RequestCtx, e *sale, user, order string) {
-	t := ctx.Request.Header.PeekCanonical(hTicket)
-	tk, ok := s.qkeys.readTicket(t, e.id, user)
+func (k *Keys) SetBought(ctx *fasthttp.RequestCtx, sale, user, order string) {
+	t := ctx.Request.Header.PeekCanonical(Header)
+	tk, ok := k.ReadTicket(t, sale, user)
 	if !ok || !flashgate.ValidID(order) {
 		return
 	}
 	tk.purchased, tk.order = true, []byte(order)
 	var buf [maxEntryLen]byte
-	ctx.Response.Header.SetCanonical(hTicket, s.qkeys.appendTicket(nil, e.id, user, appendEntry(buf[:0], &tk)))
+	ctx.Response.Header.SetCanonical(Header, k.AppendTicket(nil, sale, user, appendEntry(buf[:0], &tk)))
 }

@@ -1,4 +1,4 @@
-package gateway
+package queueedge
 
 import (
 	"bytes"
@@ -6,6 +6,9 @@ import (
 	"encoding/binary"
 	mrand "math/rand/v2"
 	"strconv"
+	"time"
+
+	"github.com/flashgate/flashgate"
 )
 
 // Queue states of docs/api.md.
@@ -26,35 +29,49 @@ const (
 	qsRestoring = "restoring"
 )
 
-// noPlace reports whether p is an answer without a place (queue_reset or
+// NoPlace reports whether p is an answer without a place (queue_reset or
 // a queue being restored): such an answer reissues no ticket.
-func (p *place) noPlace() bool { return p.state == qsReset || p.state == qsRestoring }
+func (p *Place) NoPlace() bool { return p.state == qsReset || p.state == qsRestoring }
 
-// place is where a ticket stands in the cached queue.
-type place struct {
+// Restoring reports whether p is the answer of a queue being restored (503
+// unavailable; NoPlace's other answer is 409 queue_reset).
+func (p *Place) Restoring() bool { return p.state == qsRestoring }
+
+// Admitted reports whether p lets a purchase through to the reserve: the
+// buyer is admitted, or bought through the ticket already (the reserve
+// answers that).
+func (p *Place) Admitted() bool { return p.state == qsAdmitted || p.state == qsBought }
+
+// NeedUser reports whether Locate was given no user id and needed one.
+func (p *Place) NeedUser() bool { return p.needUser }
+
+// Place is where a ticket stands in the cached queue.
+type Place struct {
 	state    string
 	position int64 // 0: not known yet
 	ahead    int64
 	eta      int64 // seconds; -1 unknown
 	pollMS   int64
-	// rankComputed: locate computed the buyer's rank key (and stored it
+	// rankComputed: Locate computed the buyer's rank key (and stored it
 	// in the ticket): the ticket's "k" form is worth issuing.
 	rankComputed bool
-	// needUser: locate was given no user id and needed one to compute
+	// needUser: Locate was given no user id and needed one to compute
 	// the rank key; nothing else is set.
 	needUser bool
 	// order is the order a purchased ticket bought.
 	order []byte
 }
 
-// locate judges a ticket against the cached queue: no Redis. For a
-// pre-start entry it uses the rank key the ticket carries, when it carries
-// one of the revealed seed, and otherwise computes it and stores it in tk;
-// with user "" (not read) it then answers needUser instead.
-func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user string) place {
-	p := place{eta: -1}
+// Locate judges a ticket against the cached queue q of c's sale: no
+// Redis. closed is the sale's cached state, startsAt its catalog start (nil:
+// none), clock read only for a pre-start place. For a pre-start entry it
+// uses the rank key the ticket carries, when it carries one of the
+// revealed seed, and otherwise computes it and stores it in tk; with user
+// "" (not read) it then answers NeedUser instead.
+func Locate(c *Cache, q *View, closed bool, startsAt *time.Time, clock flashgate.Clock, tk *Ticket, user string) Place {
+	p := Place{eta: -1}
 	switch {
-	case st.closed:
+	case closed:
 		p.state = qsClosed
 	case tk.queue != q.qtag && q.SeedSHA == "":
 		p.state = qsRestoring
@@ -75,11 +92,11 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 			admitted, expired, ok = q.judgeRank(tk.rank[:])
 		}
 		if !ok && user == "" {
-			return place{needUser: true}
+			return Place{needUser: true}
 		}
 		if !ok {
 			var h [sha256.Size]byte
-			e.rankKey(q, user, &h)
+			c.rankKey(q, user, &h)
 			admitted, expired, _ = q.judgeRank(h[:])
 			copy(tk.rank[:], h[:])
 			tk.tag, tk.hasRank, p.rankComputed = q.seedTag, true, true
@@ -103,14 +120,14 @@ func (s *Server) locate(e *sale, st *saleState, q *queueView, tk *ticket, user s
 			p.eta = (p.ahead + 1) * 60 / q.Rate
 		}
 	}
-	p.pollMS = s.pollAfter(p, st, e)
+	p.pollMS = pollAfter(p, startsAt, clock)
 	return p
 }
 
 // judgeRank compares a rank key, or a prefix of one, with the thresholds:
 // admitted iff ≤ theta, expired iff ≤ etheta. ok is false when a prefix
 // equals a threshold's and so cannot decide.
-func (q *queueView) judgeRank(h []byte) (admitted, expired, ok bool) {
+func (q *View) judgeRank(h []byte) (admitted, expired, ok bool) {
 	if q.Admitted > 0 && q.HasThreshold {
 		c := bytes.Compare(h, q.Threshold[:len(h)])
 		if c == 0 && len(h) < sha256.Size {
@@ -140,7 +157,7 @@ func frontierState(pos, k, e int64) string {
 
 // pollAfter spreads the polls: the further from the frontier (or the
 // start), the longer, jittered by ±20%, and within 1–30 s.
-func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
+func pollAfter(p Place, startsAt *time.Time, clock flashgate.Clock) int64 {
 	ms := int64(0)
 	switch p.state {
 	case qsClosed, qsBought, qsExpired:
@@ -149,8 +166,8 @@ func (s *Server) pollAfter(p place, st *saleState, e *sale) int64 {
 		ms = 5000
 	case qsPrequeue:
 		ms = 30000
-		if m := e.meta.Load(); m != nil && m.sale.StartsAt != nil {
-			ms = m.sale.StartsAt.Sub(s.clock.Now()).Milliseconds() / 3
+		if startsAt != nil {
+			ms = startsAt.Sub(clock.Now()).Milliseconds() / 3
 		}
 	default:
 		if p.eta >= 0 {
@@ -172,8 +189,9 @@ const (
 	maxPollMS = 30000
 )
 
-// appendPlace appends the status JSON of p to b.
-func appendPlace(b []byte, p place, q *queueView) []byte {
+// AppendJSON appends the status JSON of p in q to b, without its closing
+// brace (the entry's answer adds its ticket).
+func (p *Place) AppendJSON(b []byte, q *View) []byte {
 	b = append(b, `{"state":"`...)
 	b = append(b, p.state...)
 	b = append(b, `","position":`...)
@@ -193,6 +211,17 @@ func appendPlace(b []byte, p place, q *queueView) []byte {
 		b = append(b, '"')
 	}
 	return b
+}
+
+// AppendNotAdmitted appends the body of 409 not_admitted at p in q to b.
+func (p *Place) AppendNotAdmitted(b []byte, q *View) []byte {
+	b = append(b, `{"error":"not_admitted","state":"`...)
+	b = append(b, p.state...)
+	b = append(b, `","position":`...)
+	b = appendOptInt(b, p.position, p.position > 0)
+	b = append(b, `,"admitted_position":`...)
+	b = strconv.AppendInt(b, q.Admitted, 10)
+	return append(b, '}')
 }
 
 func appendOptInt(b []byte, n int64, ok bool) []byte {

@@ -1,4 +1,4 @@
-package gateway
+package queueedge
 
 import (
 	"crypto/hmac"
@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-
-	"github.com/valyala/fasthttp"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/fairqueue"
@@ -40,18 +38,18 @@ var (
 
 // challengeSig is the signature of a proof-of-work challenge:
 // HMAC-SHA256(the gateway's proof-of-work key, challenge).
-func (k *queueKeys) challengeSig(challenge string) []byte {
+func (k *Keys) challengeSig(challenge string) []byte {
 	return hmacSum(k.pow, challenge)
 }
 
-// verifyPoW checks an ALTCHA payload for sale at now with one hash and one
+// VerifyPoW checks an ALTCHA payload for sale at now with one hash and one
 // HMAC; it returns the challenge and the solution's remaining life. The
 // salt is the challenge's terms (fairqueue.ChallengeSalt), covered by the
 // signature (challenge is SHA-256 of salt and number, signature the HMAC
 // of challenge). The sale must be
 // sale, the number within 0..max, max at least floor (the difficulty in
 // force now), and expires at least fairqueue.SolutionMinLife away.
-func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
+func (k *Keys) VerifyPoW(payload, sale string, floor int64, now time.Time) (challenge string, ttl time.Duration, err error) {
 	raw, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil {
 		return "", 0, errPoW
@@ -68,7 +66,7 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	if hex.EncodeToString(sum[:]) != p.Challenge {
 		return "", 0, errPoW
 	}
-	want := hex.EncodeToString(s.qkeys.challengeSig(p.Challenge))
+	want := hex.EncodeToString(k.challengeSig(p.Challenge))
 	if !hmac.Equal([]byte(want), []byte(p.Signature)) {
 		return "", 0, errPoW
 	}
@@ -82,32 +80,19 @@ func (s *Server) verifyPoW(payload, sale string, floor int64, now time.Time) (ch
 	return p.Challenge, ttl, nil
 }
 
-// challenge answers GET /api/sales/{id}/challenge with a fresh ALTCHA
-// challenge for the sale at the difficulty in force (powFloor), once the
+// AppendChallenge appends to b the body of GET /api/sales/{id}/challenge
+// for sale: a fresh ALTCHA challenge at difficulty maxnum (Floor), good
+// for fairqueue.ChallengeTTL from now. The caller answers it only once the
 // queue is open: a challenge fetched before could be solved before.
-func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
-	e, st, q := s.queueSale(ctx, id)
-	if e == nil {
-		return
-	}
-	if st.closed {
-		s.rejectLocal(ctx, e, verdictClosed)
-		return
-	}
-	if !q.Open {
-		s.writeError(ctx, flashgate.ErrNotStarted)
-		return
-	}
+func (k *Keys) AppendChallenge(b []byte, sale string, maxnum int64, now time.Time) []byte {
 	// The salt and the secret number come from crypto/rand: a number a
 	// client could predict would cost it no work.
 	var rnd [20]byte
 	_, _ = rand.Read(rnd[:])
-	maxnum := powFloor(e, q)
 	number := int64(binary.BigEndian.Uint64(rnd[12:]) % uint64(maxnum+1))
-	salt := fairqueue.ChallengeSalt(hex.EncodeToString(rnd[:12]), e.id, maxnum, s.clock.Now().Add(fairqueue.ChallengeTTL))
+	salt := fairqueue.ChallengeSalt(hex.EncodeToString(rnd[:12]), sale, maxnum, now.Add(fairqueue.ChallengeTTL))
 	sum := sha256.Sum256([]byte(salt + strconv.FormatInt(number, 10)))
 	chal := hex.EncodeToString(sum[:])
-	b := make([]byte, 0, 256)
 	b = append(b, `{"algorithm":"SHA-256","challenge":"`...)
 	b = append(b, chal...)
 	b = append(b, `","maxnumber":`...)
@@ -115,19 +100,13 @@ func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
 	b = append(b, `,"salt":`...)
 	b = jsonstr.Append(b, salt)
 	b = append(b, `,"signature":"`...)
-	b = hex.AppendEncode(b, s.qkeys.challengeSig(chal))
-	b = append(b, `"}`...)
-	writeJSONHead(ctx, fasthttp.StatusOK)
-	ctx.Response.SetBodyRaw(b)
+	b = hex.AppendEncode(b, k.challengeSig(chal))
+	return append(b, `"}`...)
 }
 
-// powFloor is the proof of work's difficulty in force for e: the queue's
+// Floor is the proof of work's difficulty in force in q: the queue's
 // maxnumber now (challenge_auto raises it), never below the sale's
-// challenge_maxnumber.
-func powFloor(e *sale, q *queueView) int64 {
-	floor := max(q.MaxNumber, 0)
-	if m := e.meta.Load(); m != nil {
-		floor = max(floor, m.sale.ChallengeMaxNumber)
-	}
-	return floor
+// challenge_maxnumber (saleMax, from the catalog).
+func Floor(q *View, saleMax int64) int64 {
+	return max(q.MaxNumber, 0, saleMax)
 }
