@@ -134,6 +134,11 @@ const (
 	RetakeNoSale  = 1
 	RetakeHolds   = 2
 	RetakeSoldOut = 3
+	// RetakeRetry: the sale is paused or being rebuilt (or a fair sale's
+	// promises are unknown); nothing taken or recorded, ask again later.
+	RetakeRetry = 4
+	// RetakeClosed: the sale has closed; the late payment is refunded.
+	RetakeClosed = 5
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's
