@@ -136,3 +136,30 @@ func TestLatePaymentOnClosedSale(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminRefundOfHonouredLate: an admin refund of an order a late
+// payment honoured gives its unit back and releases its buyer, who can buy
+// in the sale again (the retaken order's own release was a no-op).
+func TestAdminRefundOfHonouredLate(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 1, 3)
+			o := pe.buy("s1", "u1")
+			intent := pe.latePayment(o)
+			pe.hook(flashgate.EventIntentSucceeded, intent, flashgate.IntentSucceeded)
+			if p := pe.payment(o.ID); p.Outcome != "honoured_late" {
+				t.Fatalf("late payment: outcome %q, want honoured_late", p.Outcome)
+			}
+			if _, err := pe.svc.Refund(pe.ctx, o.ID); err != nil {
+				t.Fatalf("Refund: %v", err)
+			}
+			if got, want := field(t, pe.rdb, "s1", "booked"), pe.liveUnits("s1"); got != want || want != 0 {
+				t.Errorf("booked after the refund: got %d, want %d = 0 live units", got, want)
+			}
+			if code, _ := pe.reserve("s1", "u1"); code != 0 {
+				t.Fatalf("the refunded buyer buys again: got code %d, want 0", code)
+			}
+		})
+	}
+}

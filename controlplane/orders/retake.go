@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/internal/replwait"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -72,4 +73,20 @@ func (s *Service) primaryOf(ctx context.Context, key string) (*redis.Client, err
 		return r.MasterForKey(ctx, key)
 	}
 	return nil, nil
+}
+
+// unretake gives back the units of a refunded order that a late payment
+// took again (lua.Unretake; a no-op for any other order): Release leaves
+// them, the order being in the released set. A failure is logged; the
+// next re-sync sets booked from the rows (the buyer entry stays until the
+// sale's next rebuild).
+func (s *Service) unretake(ctx context.Context, o flashgate.Order) {
+	sale, err := s.store.Sale(ctx, o.SaleID)
+	if err == nil {
+		tag := buckets.Layout(sale).Tag(o.Bucket)
+		err = lua.Unretake.Run(ctx, s.rdb, lua.UnretakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant).Err()
+	}
+	if err != nil {
+		s.log.Warn("giving back a retaken order's units failed; the next re-sync counts them", "order", o.ID, "sale", o.SaleID, "err", err)
+	}
 }
