@@ -156,8 +156,12 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	// The order may have left pending between the read and the insert (a
 	// cancel that found no payment to cancel, the expiry, an admin refund):
 	// its intent is then canceled before the page can confirm it.
+	// A concurrent checkout of the same order whose payment already paid
+	// it gets the paid order, as paying a paid order does.
 	if now, err := s.store.Order(ctx, orderID); err != nil {
 		return flashgate.Order{}, fmt.Errorf("reading order: %w", err)
+	} else if now.Status == flashgate.StatusPaid {
+		return s.withPayment(now, p), nil
 	} else if now.Status != flashgate.StatusPendingPayment {
 		return s.orphanIntent(ctx, now, p)
 	}
