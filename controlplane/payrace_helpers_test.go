@@ -73,7 +73,9 @@ func (f *fakeProvider) Cancel(_ context.Context, id string) (flashgate.Intent, e
 	if !ok {
 		return flashgate.Intent{}, fmt.Errorf("intent %s: %w", id, flashgate.ErrNotFound)
 	}
-	if in.Status != flashgate.IntentSucceeded {
+	// Like Stripe, a processing intent (a debit under way) is not
+	// canceled: it is answered as it stands.
+	if in.Status != flashgate.IntentSucceeded && in.Status != flashgate.IntentProcessing {
 		in.Status = flashgate.IntentCanceled
 		f.cancels++
 	}

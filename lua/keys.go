@@ -210,6 +210,12 @@ func RetakeKeys(tag string) []string {
 	return []string{SaleKey(tag), BuyersKey(tag), ReleasedKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
 }
 
+// UnretakeKeys is Unretake's KEYS: sale hash, buyers hash, retaken set,
+// refusals hash.
+func UnretakeKeys(tag string) []string {
+	return []string{SaleKey(tag), BuyersKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
+}
+
 // RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash.
 func RestoreKeys(tag string) []string {
 	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag)}

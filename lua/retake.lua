@@ -35,6 +35,13 @@
 --   1  no such sale in Redis (no total; retry after the re-sync; not recorded)
 --   2  the buyer holds another order of the sale (recorded)
 --   3  sold out: no unit left for the order (recorded)
+--   4  retry later (not recorded, nothing taken): the sale's hash cannot be
+--      trusted to decide now: it is paused for a rebuild (start = 0 with
+--      resume = 1 after a Redis loss, resume = 2 after a failover), marked
+--      for the restore path (reserved < 0, the sale's or the variant's), or
+--      a fair sale whose queue_promised is unknown (lost with the hash, not
+--      yet written by the leader's next advance)
+--   5  the sale has closed: nothing is taken after the close (recorded)
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR retake: bad quantity')
@@ -49,12 +56,25 @@ end
 if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return 1
 end
+local v = ARGV[4] or ''
+local g = redis.call('HMGET', KEYS[1], 'start', 'resume', 'reserved', 'queue', 'queue_promised',
+  'variant:' .. v .. ':reserved', 'closed')
+if (g[1] ~= '1' and (g[2] == '1' or g[2] == '2')) or (tonumber(g[3] or '0') or 0) < 0
+  or (v ~= '' and (tonumber(g[6] or '0') or 0) < 0) then
+  return 4
+end
+if g[7] == '1' then
+  redis.call('HSET', KEYS[5], ARGV[1], 5)
+  return 5
+end
+if g[4] == 'fair' and not g[5] then
+  return 4
+end
 local cur = redis.call('HGET', KEYS[2], ARGV[2])
 if cur and cur ~= ARGV[1] then
   redis.call('HSET', KEYS[5], ARGV[1], 2)
   return 2
 end
-local v = ARGV[4] or ''
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
   local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'queue', 'queue_promised', 'per_user')
   local total = tonumber(f[1] or '0') or 0

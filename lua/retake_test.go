@@ -99,3 +99,52 @@ func TestRetakeKeepsQueuePromises(t *testing.T) {
 		}
 	})
 }
+
+// TestRetakeRetriesWhilePaused: a retake takes nothing and records
+// nothing (retry later) while the sale's hash cannot be trusted to decide:
+// paused for a rebuild after a Redis loss or a failover, marked for the
+// restore path (the sale's or the variant's reserved below zero), or a
+// fair sale whose promises are unknown (queue_promised lost with the hash).
+// An open sale decides; a closed one (rebuilt or not) refuses, recorded.
+func TestRetakeRetriesWhilePaused(t *testing.T) {
+	tests := []struct {
+		name    string
+		fields  []any
+		variant string
+		want    int64
+	}{
+		{"open", []any{"start", 1}, "", lua.RetakeOK},
+		{"paused after a loss", []any{"start", 0, "resume", 1}, "", lua.RetakeRetry},
+		{"paused by a failover", []any{"start", 0, "resume", 2}, "", lua.RetakeRetry},
+		{"rebuilt closed", []any{"start", 0, "resume", 0, "closed", 1}, "", lua.RetakeClosed},
+		{"closed", []any{"start", 0, "closed", 1}, "", lua.RetakeClosed},
+		{"closed fair, promises unknown", []any{"start", 0, "closed", 1, lua.FieldQueue, "fair"}, "", lua.RetakeClosed},
+		{"marked for the restore", []any{"start", 0, "reserved", -1}, "", lua.RetakeRetry},
+		{"variant marked for the restore", []any{"start", 1, "variant:M:total", 2, "variant:M:reserved", -1}, "M", lua.RetakeRetry},
+		{"fair, promises unknown", []any{"start", 1, lua.FieldQueue, "fair", "per_user", 1}, "", lua.RetakeRetry},
+		{"fair, promises known", []any{"start", 1, lua.FieldQueue, "fair", "per_user", 1, lua.FieldQueuePromised, 0}, "", lua.RetakeOK},
+	}
+	for _, tt := range tests {
+		forEach(t, backends(t), tt.name, func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+			key := lua.SaleKey(saleID)
+			rdb.HSet(ctx, key, "total", 2, "booked", 0, "reserved", 0)
+			rdb.HSet(ctx, key, tt.fields...)
+			rdb.SAdd(ctx, lua.ReleasedKey(saleID), "o1")
+			before := rdb.HGetAll(ctx, key).Val()
+			got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(saleID), "o1", "u1", 1, tt.variant).Int64()
+			if err != nil || got != tt.want {
+				t.Fatalf("got %d, %v, want %d", got, err, tt.want)
+			}
+			if got != lua.RetakeRetry {
+				return
+			}
+			after := rdb.HGetAll(ctx, key).Val()
+			if len(after) != len(before) || after["booked"] != before["booked"] || after["reserved"] != before["reserved"] {
+				t.Errorf("hash changed: %v, was %v", after, before)
+			}
+			if n := rdb.Exists(ctx, lua.RetakenKey(saleID), lua.RetakeRefusedKey(saleID), lua.BuyersKey(saleID)).Val(); n != 0 {
+				t.Errorf("%d of the retaken set, refusals and buyers written, want none", n)
+			}
+		})
+	}
+}

@@ -14,7 +14,7 @@ var (
 	saleStaticSrc string
 	// giveBackSrc defines give_back, how a booked figure goes down; it is
 	// put in front of the scripts that give units back (Release,
-	// ReleaseBatch).
+	// ReleaseBatch, Unretake).
 	//go:embed fragments/giveback.lua
 	giveBackSrc string
 	//go:embed reserve.lua
@@ -75,6 +75,8 @@ var (
 	queueRestoreSrc string
 	//go:embed retake.lua
 	retakeSrc string
+	//go:embed unretake.lua
+	unretakeSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -126,6 +128,9 @@ var (
 
 	// Retake takes an expired order's units again for a late payment.
 	Retake = redis.NewScript(retakeSrc)
+	// Unretake gives back the units a late payment took again when its
+	// honoured order is refunded.
+	Unretake = redis.NewScript(giveBackSrc + unretakeSrc)
 )
 
 // Return codes of Retake.
@@ -134,6 +139,11 @@ const (
 	RetakeNoSale  = 1
 	RetakeHolds   = 2
 	RetakeSoldOut = 3
+	// RetakeRetry: the sale is paused or being rebuilt (or a fair sale's
+	// promises are unknown); nothing taken or recorded, ask again later.
+	RetakeRetry = 4
+	// RetakeClosed: the sale has closed; the late payment is refunded.
+	RetakeClosed = 5
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's

@@ -30,9 +30,20 @@ func scanPayment(r rowScanner) (flashgate.Payment, error) {
 // returns the order's payment as stored: a second checkout of one order
 // gets the first one's. The refunded and disputed flags of events stored
 // before the row (a charge.refunded or a dispute that came first) are set
-// in the same statement.
+// in the same statement. On PostgreSQL the insert holds the intent's flag
+// lock (lockFlags) as RecordEvent does, so that under READ COMMITTED a flag
+// event recorded meanwhile is seen by one of the two: either the row's
+// EXISTS sees the event, or the event's UPDATE sees the row.
 func (d *DB) InsertPayment(ctx context.Context, p flashgate.Payment, now time.Time) (flashgate.Payment, error) {
-	if _, err := d.w.ExecContext(ctx, d.q(`INSERT INTO payments (`+paymentCols+`)
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return flashgate.Payment{}, fmt.Errorf("storing payment of %s: %w", p.OrderID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := d.lockFlags(ctx, tx, p.IntentID); err != nil {
+		return flashgate.Payment{}, fmt.Errorf("storing payment of %s: %w", p.OrderID, err)
+	}
+	if _, err := tx.ExecContext(ctx, d.q(`INSERT INTO payments (`+paymentCols+`)
 		VALUES (?, ?, ?, '', ?, ?, '',
 		CASE WHEN EXISTS (SELECT 1 FROM payment_events WHERE intent_id = ? AND type = ?) THEN 1 ELSE 0 END,
 		CASE WHEN EXISTS (SELECT 1 FROM payment_events WHERE intent_id = ? AND type = ?) THEN 1 ELSE 0 END,
@@ -42,7 +53,25 @@ func (d *DB) InsertPayment(ctx context.Context, p flashgate.Payment, now time.Ti
 		d.ts(now), d.ts(now)); err != nil {
 		return flashgate.Payment{}, fmt.Errorf("storing payment of %s: %w", p.OrderID, err)
 	}
+	if err := tx.Commit(); err != nil {
+		return flashgate.Payment{}, fmt.Errorf("storing payment of %s: %w", p.OrderID, err)
+	}
 	return d.paymentWhere(ctx, d.w, `order_id = ?`, p.OrderID)
+}
+
+// flagLockSpace is the first key of the advisory locks of lockFlags.
+const flagLockSpace = 36
+
+// lockFlags takes, on PostgreSQL, a transaction-scoped advisory lock on an
+// intent's flags, held by InsertPayment and by RecordEvent for a flag
+// event until they commit: each then reads what the other committed. A
+// SQLite database serializes its writers already.
+func (d *DB) lockFlags(ctx context.Context, tx *sql.Tx, intentID string) error {
+	if d.dialect != DialectPostgres || intentID == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, flagLockSpace, intentID)
+	return err
 }
 
 // Payment returns the payment of order orderID, or flashgate.ErrNotFound.
@@ -122,6 +151,11 @@ func (d *DB) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, s
 		return false, fmt.Errorf("recording event: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if typ == flashgate.EventChargeRefunded || typ == flashgate.EventDisputeCreated {
+		if err := d.lockFlags(ctx, tx, intentID); err != nil {
+			return false, fmt.Errorf("recording event: %w", err)
+		}
+	}
 	res, err := tx.ExecContext(ctx, d.q(`INSERT INTO payment_events (event_id, type, intent_id, order_id, received_at)
 		VALUES (?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING`), eventID, typ, intentID, orderID, d.ts(now))
 	if err != nil {

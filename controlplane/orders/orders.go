@@ -66,8 +66,8 @@ type Config struct {
 	Expired, Refunds prometheus.Counter
 	// Yield, when not nil, is called at named points between two steps
 	// of a payment's settlement ("settle:read", "retake:done",
-	// "refund:owned"), so that a test can run another actor there. Nil in
-	// production.
+	// "refund:owned", "refund:nopayment", "checkout:intent"), so that a
+	// test can run another actor there. Nil in production.
 	Yield func(ctx context.Context, point string)
 	// ReconcileRate is how many calls a second the reconciliation makes to
 	// the payment provider at most; zero means DefaultReconcileRate.

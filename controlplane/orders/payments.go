@@ -146,17 +146,48 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("checkout of %s: %w", orderID, err)
 	}
+	s.yield(ctx, "checkout:intent")
 	p, err = s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: o.ID, IntentID: in.ID, Status: in.Status,
 		AmountCents: o.PriceCents * o.Quantity, Currency: currency}, s.clock.Now())
 	if err != nil {
 		return flashgate.Order{}, err
 	}
 	p.Status = in.Status
+	// The order may have left pending between the read and the insert (a
+	// cancel that found no payment to cancel, the expiry, an admin refund):
+	// its intent is then canceled before the page can confirm it.
+	// A concurrent checkout of the same order whose payment already paid
+	// it gets the paid order, as paying a paid order does.
+	if now, err := s.store.Order(ctx, orderID); err != nil {
+		return flashgate.Order{}, fmt.Errorf("reading order: %w", err)
+	} else if now.Status == flashgate.StatusPaid {
+		return s.withPayment(now, p), nil
+	} else if now.Status != flashgate.StatusPendingPayment {
+		return s.orphanIntent(ctx, now, p)
+	}
 	o2 := s.withPayment(o, p)
 	o2.ClientSecret = in.ClientSecret
-	// The order may have expired between the read and the insert; the
-	// payment then settles as a late one if it succeeds.
 	return o2, nil
+}
+
+// orphanIntent cancels the intent of a checkout whose order left pending
+// while the intent was created, and answers the order as it is now
+// (flashgate.ErrNotPayable). An intent the provider will not cancel
+// (it succeeded or is processing) settles as a late payment.
+func (s *Service) orphanIntent(ctx context.Context, o flashgate.Order, p flashgate.Payment) (flashgate.Order, error) {
+	in, err := s.provider.Cancel(ctx, p.IntentID)
+	if err != nil {
+		return flashgate.Order{}, fmt.Errorf("canceling the payment of %s: %w", o.ID, err)
+	}
+	if err := s.paymentStore.SetPaymentStatus(ctx, o.ID, in.Status, s.clock.Now()); err != nil {
+		return flashgate.Order{}, err
+	}
+	if in.Status == flashgate.IntentSucceeded {
+		if err := s.settlePayment(ctx, o.ID); err != nil {
+			s.log.Warn("payment not settled yet; the reconciliation retries", "order", o.ID, "err", err)
+		}
+	}
+	return o, fmt.Errorf("order %q is %s: %w", o.ID, o.Status, flashgate.ErrNotPayable)
 }
 
 // withPayment is o as the order routes answer it with payment p: paying

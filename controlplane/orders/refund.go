@@ -31,8 +31,35 @@ func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, 
 		case !errors.Is(err, flashgate.ErrNotFound):
 			return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
 		}
+		s.yield(ctx, "refund:nopayment")
+		return s.refundUnpaid(ctx, orderID)
 	}
 	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
+}
+
+// refundUnpaid is Refund, with a provider, of an order that had no payment
+// when it was read. Only a pending order moves to refunded in one step: a
+// payment stored since then is refunded through the provider later (a
+// success of a refunded order is a late one, refunded; the checkout cancels
+// an intent whose order left pending). An order found paid instead is
+// refunded as the owner of its payment when it has one now (a checkout and
+// its success landed meanwhile), and with no payment (paid before payments
+// were taken at a provider) with no money to give back: an order is paid
+// through a payment only once that payment's row is stored, so a paid order
+// read before its payment is read as missing has none.
+func (s *Service) refundUnpaid(ctx context.Context, orderID string) (flashgate.Order, error) {
+	o, err := s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusRefunded)
+	if err == nil || !errors.Is(err, flashgate.ErrNotPayable) || o.Status != flashgate.StatusPaid {
+		return o, err
+	}
+	p, err := s.paymentStore.Payment(ctx, orderID)
+	switch {
+	case err == nil:
+		return s.refundOwned(ctx, p)
+	case !errors.Is(err, flashgate.ErrNotFound):
+		return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
+	}
+	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPaid}, flashgate.StatusRefunded)
 }
 
 // refundOwned is Refund of an order with a payment.
@@ -94,6 +121,14 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 			}
 			status = in.Status
 		}
+		if status != flashgate.IntentSucceeded && status != flashgate.IntentCanceled {
+			// The provider would not cancel it (a debit processing):
+			// the money may still come. The refund keeps owning the
+			// payment, and the reconciliation finishes it once the
+			// payment lands (refunded if it succeeds, done if not).
+			return flashgate.Order{}, fmt.Errorf("refund of %s: the payment is %s, the refund finishes once it lands: %w",
+				p.OrderID, status, flashgate.ErrUnavailable)
+		}
 		if status == flashgate.IntentSucceeded {
 			var err error
 			if rid, err = s.provider.Refund(ctx, p.IntentID, "flashgate-refund-"+p.OrderID); err != nil {
@@ -113,6 +148,7 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 				return flashgate.Order{}, err
 			}
 			s.release(ctx, o)
+			s.unretake(ctx, o)
 			s.refunds.Inc()
 			s.audit("payment refunded", p, "an admin refunded the order", "intent_status", status, "refund", rid)
 			return o, nil
@@ -163,11 +199,16 @@ func (s *Service) cancelIntent(ctx context.Context, orderID string) error {
 	if err := s.paymentStore.SetPaymentStatus(ctx, orderID, in.Status, s.clock.Now()); err != nil {
 		return err
 	}
-	if in.Status == flashgate.IntentSucceeded {
+	switch in.Status {
+	case flashgate.IntentSucceeded:
 		if err := s.settlePayment(ctx, orderID); err != nil {
 			s.log.Warn("payment not settled yet; the reconciliation retries", "order", orderID, "err", err)
 		}
 		return fmt.Errorf("order %q was paid: %w", orderID, flashgate.ErrNotPayable)
+	case flashgate.IntentCanceled:
+		return nil
 	}
-	return nil
+	// The provider would not cancel it (a debit processing): the money is
+	// coming, so the order keeps its unit until the payment lands.
+	return fmt.Errorf("order %q: payment in progress (%s): %w", orderID, in.Status, flashgate.ErrNotPayable)
 }

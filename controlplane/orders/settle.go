@@ -112,6 +112,11 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 	if err != nil {
 		return false, err
 	}
+	if sale.Archived || sale.State == flashgate.StateClosed {
+		// Nothing is sold after the close; an archived sale's Redis state
+		// is gone for good (no re-sync rebuilds it).
+		return s.startRefundLate(ctx, p, "the sale has closed")
+	}
 	l := buckets.Layout(sale)
 	if l.Bucketed() && o.Bucket != l.Home(o.UserID) {
 		// A spilled order's buyer is known to the home bucket only by a
@@ -119,7 +124,7 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 		// keep the one-per-user rule here.
 		return s.startRefundLate(ctx, p, "the order was spilled to another bucket of a bucketed sale")
 	}
-	code, err := lua.Retake.Run(ctx, s.rdb, lua.RetakeKeys(l.Tag(o.Bucket)), o.ID, o.UserID, o.Quantity, o.Variant).Int()
+	code, err := s.retake(ctx, l.Tag(o.Bucket), o.ID, o.UserID, o.Quantity, o.Variant)
 	if err != nil {
 		return false, fmt.Errorf("retaking units: %w: %w", flashgate.ErrUnavailable, err)
 	}
@@ -136,6 +141,10 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 		return false, nil
 	case lua.RetakeNoSale:
 		return false, fmt.Errorf("sale %s not in Redis: %w", o.SaleID, flashgate.ErrUnavailable)
+	case lua.RetakeRetry:
+		return false, fmt.Errorf("sale %s paused or being rebuilt: %w", o.SaleID, flashgate.ErrUnavailable)
+	case lua.RetakeClosed:
+		return s.startRefundLate(ctx, p, "the sale has closed")
 	case lua.RetakeHolds:
 		return s.startRefundLate(ctx, p, "the buyer holds another order of the sale")
 	default:

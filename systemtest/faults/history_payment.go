@@ -11,7 +11,9 @@ import (
 // The payments' model: what must hold once every payment settled. A
 // payment that succeeded at the provider ends in exactly one of two
 // ways: its order paid and holding its units (in time, or honoured late),
-// or refunded with the order released. Checked on the final state: the
+// or refunded with the order released. A payment still processing at the
+// provider (a debit under way, which the provider will not cancel) may
+// yet take the money: its order must still be pending and hold its units. Checked on the final state: the
 // order rows, the buyers hash in Redis, and the provider's own ledger of
 // intents and refunds (the stand-in's).
 
@@ -36,6 +38,7 @@ type payVerdict struct {
 	UnitsHeldByUnpaid    int // an expired or cancelled order still holding a unit
 	SucceededUnsettled   int // a succeeded payment neither honoured (paid) nor refunded
 	RefundedButHonoured  int // a refund of an order that is paid
+	ProcessingOrderGone  int // a payment still processing whose order no longer holds its unit
 	BookedDiffersFromDB  int64
 	Paid, Refunded, Late int
 	problems             []string
@@ -43,13 +46,14 @@ type payVerdict struct {
 
 func (v payVerdict) String() string {
 	return fmt.Sprintf("%d paid (%d late-honoured), %d refunded; paid without a unit %d, units held by unpaid expired orders %d, "+
-		"succeeded payments neither honoured nor refunded %d, refunds of honoured orders %d, Redis booked - DB live units %d",
-		v.Paid, v.Late, v.Refunded, v.PaidWithoutUnit, v.UnitsHeldByUnpaid, v.SucceededUnsettled, v.RefundedButHonoured, v.BookedDiffersFromDB)
+		"succeeded payments neither honoured nor refunded %d, refunds of honoured orders %d, processing payments of released orders %d, Redis booked - DB live units %d",
+		v.Paid, v.Late, v.Refunded, v.PaidWithoutUnit, v.UnitsHeldByUnpaid, v.SucceededUnsettled, v.RefundedButHonoured, v.ProcessingOrderGone, v.BookedDiffersFromDB)
 }
 
 // ok reports whether every promise held.
 func (v payVerdict) ok() bool {
-	return v.PaidWithoutUnit == 0 && v.UnitsHeldByUnpaid == 0 && v.SucceededUnsettled == 0 && v.RefundedButHonoured == 0 && v.BookedDiffersFromDB == 0
+	return v.PaidWithoutUnit == 0 && v.UnitsHeldByUnpaid == 0 && v.SucceededUnsettled == 0 && v.RefundedButHonoured == 0 && v.ProcessingOrderGone == 0 &&
+		v.BookedDiffersFromDB == 0
 }
 
 // checkPayments judges the final state f.
@@ -92,6 +96,9 @@ func checkPayments(f payFinal, lateHonoured map[string]bool) payVerdict {
 		case in.Status == "succeeded" && !paid && in.Refunds == 0:
 			v.SucceededUnsettled++
 			v.problems = append(v.problems, fmt.Sprintf("intent %s of order %s (%s) succeeded: neither honoured nor refunded", in.ID, in.OrderID, o.Status))
+		case in.Status == flashgate.IntentProcessing && (!known || o.Status != flashgate.StatusPendingPayment):
+			v.ProcessingOrderGone++
+			v.problems = append(v.problems, fmt.Sprintf("intent %s is processing, yet order %s is %s: the money may still come", in.ID, in.OrderID, o.Status))
 		case in.Refunds > 0 && paid:
 			v.RefundedButHonoured++
 			v.problems = append(v.problems, fmt.Sprintf("intent %s refunded, yet order %s is paid", in.ID, in.OrderID))

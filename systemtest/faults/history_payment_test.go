@@ -15,10 +15,12 @@ func TestCheckPayments(t *testing.T) {
 		return flashgate.Order{ID: id, UserID: user, Quantity: 1, Status: st}
 	}
 	sound := func() payFinal {
-		return payFinal{Total: 2, Booked: 1,
-			Orders:  map[string]flashgate.Order{"o1": ord("o1", "u1", flashgate.StatusPaid), "o2": ord("o2", "u2", flashgate.StatusExpired)},
-			Buyers:  map[string]string{"u1": "o1"},
-			Intents: []payIntent{{ID: "pi1", OrderID: "o1", Status: "succeeded"}, {ID: "pi2", OrderID: "o2", Status: "succeeded", Refunds: 1}}}
+		return payFinal{Total: 3, Booked: 2,
+			Orders: map[string]flashgate.Order{"o1": ord("o1", "u1", flashgate.StatusPaid), "o2": ord("o2", "u2", flashgate.StatusExpired),
+				"o4": ord("o4", "u4", flashgate.StatusPendingPayment)},
+			Buyers: map[string]string{"u1": "o1", "u4": "o4"},
+			Intents: []payIntent{{ID: "pi1", OrderID: "o1", Status: "succeeded"}, {ID: "pi2", OrderID: "o2", Status: "succeeded", Refunds: 1},
+				{ID: "pi4", OrderID: "o4", Status: flashgate.IntentProcessing}}}
 	}
 	cases := []struct {
 		name   string
@@ -31,7 +33,11 @@ func TestCheckPayments(t *testing.T) {
 		{"success neither honoured nor refunded", func(f *payFinal) { f.Intents[1].Refunds = 0 }, func(v payVerdict) int { return v.SucceededUnsettled }},
 		{"refund of an honoured order", func(f *payFinal) { f.Intents[0].Refunds = 1 }, func(v payVerdict) int { return v.RefundedButHonoured }},
 		{"refunded twice", func(f *payFinal) { f.Intents[1].Refunds = 2 }, func(v payVerdict) int { return v.RefundedButHonoured }},
-		{"booked differs", func(f *payFinal) { f.Booked = 0 }, func(v payVerdict) int { return int(v.BookedDiffersFromDB * -1) }},
+		{"processing payment of a cancelled order", func(f *payFinal) {
+			f.Orders["o3"] = ord("o3", "u3", flashgate.StatusCancelled)
+			f.Intents = append(f.Intents, payIntent{ID: "pi3", OrderID: "o3", Status: flashgate.IntentProcessing})
+		}, func(v payVerdict) int { return v.ProcessingOrderGone }},
+		{"booked differs", func(f *payFinal) { f.Booked = 1 }, func(v payVerdict) int { return int(v.BookedDiffersFromDB * -1) }},
 	}
 	for _, tc := range cases {
 		f := sound()

@@ -1,0 +1,47 @@
+-- Unretake gives back the units a late payment took again (lua/retake.lua)
+-- when an admin refunds its honoured order: the order is in the released
+-- set (the retake keeps it there so that its own release stays a no-op),
+-- so Release cannot give them back, and the buyer entry that names the
+-- order would keep its buyer from buying in the sale again.
+--
+-- KEYS[1] sale hash     fg:{<sale>}:sale
+-- KEYS[2] buyers hash   fg:{<sale>}:buyers
+-- KEYS[3] retaken set   fg:{<sale>}:retaken
+-- KEYS[4] refusals hash (order id -> code) fg:{<sale>}:retakerefused
+-- ARGV[1] order id
+-- ARGV[2] user id
+-- ARGV[3] quantity
+-- ARGV[4] optional: the order's variant id ("" none): its booked is given
+--         back too (never below 0)
+--
+-- The order leaves the retaken set and its refusal is recorded as sold out
+-- (3), so a retake asked about it again takes nothing.
+--
+-- Returns:
+--   1  given back: booked -= qty (never below 0), the buyer entry removed
+--      if it still names this order
+--   0  the order was not retaken here (or was given back before); nothing
+--      changed
+--  -1  no such sale in Redis (no total; a re-sync from the database
+--      rebuilds it without the order)
+local n = tonumber(ARGV[3])
+if not n or n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('ERR unretake: bad quantity')
+end
+if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
+  return -1
+end
+if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
+  return 0
+end
+-- give_back: fragments/giveback.lua
+give_back(KEYS[1], 'booked', n)
+local v = ARGV[4] or ''
+if v ~= '' then
+  give_back(KEYS[1], 'variant:' .. v .. ':booked', n)
+end
+if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+end
+redis.call('HSET', KEYS[4], ARGV[1], 3)
+return 1
