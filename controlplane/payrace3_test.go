@@ -151,8 +151,14 @@ func TestAdminRefundOfHonouredLate(t *testing.T) {
 			if p := pe.payment(o.ID); p.Outcome != "honoured_late" {
 				t.Fatalf("late payment: outcome %q, want honoured_late", p.Outcome)
 			}
+			releases := field(t, pe.rdb, "s1", "releases")
 			if _, err := pe.svc.Refund(pe.ctx, o.ID); err != nil {
 				t.Fatalf("Refund: %v", err)
+			}
+			// The give-back counts as a release, so that a re-sync whose
+			// snapshot still held the order live does not hide the unit.
+			if got := field(t, pe.rdb, "s1", "releases"); got <= releases {
+				t.Errorf("releases counter after the refund: got %d, want above %d", got, releases)
 			}
 			if got, want := field(t, pe.rdb, "s1", "booked"), pe.liveUnits("s1"); got != want || want != 0 {
 				t.Errorf("booked after the refund: got %d, want %d = 0 live units", got, want)

@@ -19,7 +19,9 @@
 --
 -- Returns:
 --   1  given back: booked -= qty (never below 0), the buyer entry removed
---      if it still names this order
+--      if it still names this order, the releases counter raised by 1 (a
+--      re-sync whose snapshot still counts the order live keeps the lower
+--      figure, as after a Release)
 --   0  the order was not retaken here (or was given back before); nothing
 --      changed
 --  -1  no such sale in Redis (no total; a re-sync from the database
@@ -44,4 +46,5 @@ if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
 redis.call('HSET', KEYS[4], ARGV[1], 3)
+redis.call('HINCRBY', KEYS[1], 'releases', 1)
 return 1
