@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,7 +85,8 @@ func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
 // TestRefusedAttemptsLeaveTheAdmissionCap (issue 35, part 3; found by a
 // scalper's attack on a running server): buyers who hold an order already
 // keep sending purchases (409 already_purchased), or ask for more than
-// per_user (400 bad_request). Those attempts could not buy, so they must
+// per_user (400 bad_request), or one user sends many purchases at once.
+// Those attempts could not buy, so they must
 // not use up the admission cap and keep the last unit from a new buyer.
 // Through the inventory in the process and over HTTP.
 func TestRefusedAttemptsLeaveTheAdmissionCap(t *testing.T) {
@@ -96,8 +98,29 @@ func TestRefusedAttemptsLeaveTheAdmissionCap(t *testing.T) {
 func testRefusedAttemptsLeaveTheCap(t *testing.T, over string) {
 	const sale, total, resends = "refused", 6, 4
 	_, buy := capGateway(t, over, sale, total)
-	// All units but one sold, one to each holder.
-	for i := range total - 1 {
+	// One user sends many purchases at once: one buys, the others are
+	// refused (already_purchased, or sold_out while the cap is full of
+	// the user's own attempts in flight).
+	const rush = 24
+	codes := make(chan int, rush)
+	var wg sync.WaitGroup
+	for range rush {
+		wg.Go(func() {
+			code, _ := buy("rusher", `{"quantity":1}`)
+			codes <- code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[201] != 1 || got[409] != rush-1 {
+		t.Fatalf("%d parallel purchases of one user: answers %v, want one 201 and the rest 409", rush, got)
+	}
+	// All units but one sold, one to each holder (the rusher holds one).
+	for i := range total - 2 {
 		if code, body := buy("holder"+strconv.Itoa(i), `{"quantity":1}`); code != 201 {
 			t.Fatalf("holder %d's purchase: %d %s, want 201", i, code, body)
 		}
@@ -105,7 +128,7 @@ func testRefusedAttemptsLeaveTheCap(t *testing.T, over string) {
 	// The holders send again: each attempt reaches the reserve and is
 	// refused, as is one asking for more than per_user.
 	for r := range resends {
-		for i := range total - 1 {
+		for i := range total - 2 {
 			if code, body := buy("holder"+strconv.Itoa(i), `{"quantity":1}`); code != 409 {
 				t.Fatalf("holder %d's resend %d: %d %s, want 409 already_purchased", i, r, code, body)
 			}
