@@ -1,5 +1,7 @@
 package flashgate
 
+import "fmt"
+
 // Intent is a payment at the provider (a Stripe PaymentIntent): its id,
 // the secret the buyer's page confirms it with, its status, and the order
 // it pays (from its metadata).
@@ -89,4 +91,19 @@ type PaymentStep struct {
 	Refunded     bool
 	RefundID     string
 	IntentStatus string
+}
+
+// MaxAmountCents is the largest amount a payment carries, in the
+// currency's minor unit: the 12 digits a Stripe amount takes at most.
+const MaxAmountCents = 999_999_999_999
+
+// OrderAmount is qty units at priceCents each, the amount a payment
+// charges. An amount outside 0..MaxAmountCents (an overflowing product
+// among them: it is checked, never wrapped) is an error wrapping
+// ErrNotPayable.
+func OrderAmount(priceCents, qty int64) (int64, error) {
+	if priceCents < 0 || qty < 0 || qty > 0 && priceCents > MaxAmountCents/qty {
+		return 0, fmt.Errorf("an amount of %d units at %d cents is outside 0..%d: %w", qty, priceCents, int64(MaxAmountCents), ErrNotPayable)
+	}
+	return priceCents * qty, nil
 }

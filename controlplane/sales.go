@@ -50,6 +50,9 @@ func validateSale(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "admit_ratio", Reason: "0 or 1..100"}
 	case s.PerUser < 0 || s.PerUser > s.Total:
 		return &flashgate.FieldError{Field: "per_user", Reason: "outside 0..total"}
+	case s.PriceCents > flashgate.MaxAmountCents/salehash.PerUser(s):
+		// The most one order can charge must fit a payment's amount.
+		return &flashgate.FieldError{Field: "price_cents", Reason: "price_cents × per_user over 999999999999"}
 	case s.Buckets < 0 || s.Buckets > flashgate.MaxBuckets:
 		return &flashgate.FieldError{Field: "buckets", Reason: "outside 1..64"}
 	case int64(s.Buckets) > s.Total:

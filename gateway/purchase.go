@@ -142,6 +142,14 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	s.m.decision(ctx, decAdmitted)
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, vid, qty)
 	if err != nil {
+		if st.fairQueue() == nil && couldNotBuy(err) {
+			// The reserve took nothing and no retry of this attempt could
+			// (the buyer holds an order already, the quantity or variant
+			// is refused, the sale is paused for a rebuild): the admission
+			// it was counted goes back, so that the admission cap counts
+			// only attempts that could buy.
+			e.admitted.Add(-1)
+		}
 		var pe *flashgate.PurchasedError
 		if errors.As(err, &pe) {
 			writePurchased(ctx, pe.OrderID)
@@ -149,12 +157,6 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		}
 		if errors.Is(err, flashgate.ErrUnavailable) {
 			s.logUnavailable(err)
-		}
-		if errors.Is(err, flashgate.ErrPaused) && st.fairQueue() == nil {
-			// The reserve took nothing (the sale is paused for a rebuild):
-			// the admission it was counted goes back, so that refused
-			// attempts never use up the admission cap.
-			e.admitted.Add(-1)
 		}
 		if vi >= 0 && errors.Is(err, flashgate.ErrSoldOut) {
 			// The variant sold out since the cache's reading.
@@ -168,6 +170,15 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.setBoughtTicket(ctx, e, user, orderID)
 	}
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Variant: vid, Status: flashgate.StatusReserved})
+}
+
+// couldNotBuy reports whether err, a Reserver's refusal, is one of an
+// attempt that took no unit and could not have: the buyer's live order
+// (ErrAlreadyPurchased), a quantity or variant the sale refuses
+// (ErrBadRequest) or a sale paused for a rebuild (ErrPaused). Sold out and
+// unavailable are not: a timed-out reserve may have taken its units.
+func couldNotBuy(err error) bool {
+	return errors.Is(err, flashgate.ErrAlreadyPurchased) || errors.Is(err, flashgate.ErrBadRequest) || errors.Is(err, flashgate.ErrPaused)
 }
 
 // rejectVariant answers a purchase of vs's variant i, which the cached

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
@@ -47,6 +49,108 @@ func TestFencedAttemptsLeaveTheAdmissionCap(t *testing.T) {
 
 func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
 	ctx := context.Background()
+	const sale, total = "capped", 6
+	rdb, buy := capGateway(t, over, sale, total)
+	// A failover the control plane has not rebuilt yet: the marker names
+	// another primary, so the fence pauses the sale and refuses.
+	if err := rdb.Set(ctx, lua.PrimaryKey(sale), "an-older-primary", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * total {
+		if code, body := buy("early"+strconv.Itoa(i), `{"quantity":1}`); code != 503 {
+			t.Fatalf("attempt %d during the failover: %d %s, want 503", i, code, body)
+		}
+	}
+	// The rebuild, as the failover watch and the next re-sync leave it:
+	// the marker names this primary, the sale open again, no unit sold.
+	if err := rdb.Del(ctx, lua.PrimaryKey(sale)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldStart, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, lua.SaleKey(sale), lua.FieldResume).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]int{}
+	for i := range total {
+		code, _ := buy("late"+strconv.Itoa(i), `{"quantity":1}`)
+		got[code]++
+	}
+	if got[201] != total {
+		t.Errorf("after the rebuild, %d buyers for %d free units: answers %v, want %d × 201 (the fenced attempts used up the admission cap)", total, total, got, total)
+	}
+}
+
+// TestRefusedAttemptsLeaveTheAdmissionCap (issue 35, part 3; found by a
+// scalper's attack on a running server): buyers who hold an order already
+// keep sending purchases (409 already_purchased), or ask for more than
+// per_user (400 bad_request), or one user sends many purchases at once.
+// Those attempts could not buy, so they must
+// not use up the admission cap and keep the last unit from a new buyer.
+// Through the inventory in the process and over HTTP.
+func TestRefusedAttemptsLeaveTheAdmissionCap(t *testing.T) {
+	for _, over := range []string{"in-process", "http"} {
+		t.Run(over, func(t *testing.T) { testRefusedAttemptsLeaveTheCap(t, over) })
+	}
+}
+
+func testRefusedAttemptsLeaveTheCap(t *testing.T, over string) {
+	const sale, total, resends = "refused", 6, 4
+	_, buy := capGateway(t, over, sale, total)
+	// One user sends many purchases at once: one buys, the others are
+	// refused (already_purchased, or sold_out while the cap is full of
+	// the user's own attempts in flight).
+	const rush = 24
+	codes := make(chan int, rush)
+	var wg sync.WaitGroup
+	for range rush {
+		wg.Go(func() {
+			code, _ := buy("rusher", `{"quantity":1}`)
+			codes <- code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[201] != 1 || got[409] != rush-1 {
+		t.Fatalf("%d parallel purchases of one user: answers %v, want one 201 and the rest 409", rush, got)
+	}
+	// All units but one sold, one to each holder (the rusher holds one).
+	for i := range total - 2 {
+		if code, body := buy("holder"+strconv.Itoa(i), `{"quantity":1}`); code != 201 {
+			t.Fatalf("holder %d's purchase: %d %s, want 201", i, code, body)
+		}
+	}
+	// The holders send again: each attempt reaches the reserve and is
+	// refused, as is one asking for more than per_user.
+	for r := range resends {
+		for i := range total - 2 {
+			if code, body := buy("holder"+strconv.Itoa(i), `{"quantity":1}`); code != 409 {
+				t.Fatalf("holder %d's resend %d: %d %s, want 409 already_purchased", i, r, code, body)
+			}
+		}
+		if code, body := buy("greedy", `{"quantity":2}`); code != 400 {
+			t.Fatalf("a purchase over per_user: %d %s, want 400 bad_request", code, body)
+		}
+	}
+	// The last unit goes to the first new buyer.
+	if code, body := buy("newcomer", `{"quantity":1}`); code != 201 {
+		t.Errorf("a new buyer for the last unit: %d %s, want 201 (the refused attempts used up the admission cap)", code, body)
+	}
+}
+
+// capGateway starts a gateway over a fresh Redis selling sale, prepared
+// with total units, an admission cap of total (ratio 1) and per_user 1,
+// open; the reserver is the inventory in the process or over HTTP (over).
+// It returns the Redis client and a buyer: buy(user, body) answers the
+// purchase's status and body.
+func capGateway(t *testing.T, over, sale string, total int64) (*redis.Client, func(user, body string) (int, string)) {
+	t.Helper()
+	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
 	inv := inventory.New(rdb, inventory.Config{Logger: quietLog, MaxReserveBatch: 1})
@@ -65,7 +169,6 @@ func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
 		}
 		reserver = c
 	}
-	const sale, total = "capped", 6
 	// Prepared with an admission cap of total (ratio 1), open.
 	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), total, total, 1, 100).Err(); err != nil {
 		t.Fatal(err)
@@ -77,13 +180,14 @@ func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
 	gw, err := gateway.New(gateway.Config{
 		Primary: rdb, Replica: rdb, Reserver: reserver, Catalog: capCatalog{flashgate.Sale{ID: sale, Name: "Capped", PriceCents: 100, Total: total, State: flashgate.StateOpen}},
 		JWTSecret: secret, Logger: quietLog, Metrics: prometheus.NewRegistry(), ShutdownDelay: -1,
-		StateRefresh: time.Hour, // the cached state stays "open": the fence, not the cache, refuses
+		StateRefresh: time.Hour, // the cached state stays "open": the Reserver, not the cache, refuses
+		UserRate:     -1,        // no per-user limit: every attempt reaches admission
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gw.Close() })
-	buy := func(user string) (int, string) {
+	buy := func(user, body string) (int, string) {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": user, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
 		if err != nil {
 			t.Fatal(err)
@@ -92,40 +196,11 @@ func testFencedAttemptsLeaveTheCap(t *testing.T, over string) {
 		rq.Header.SetMethod("POST")
 		rq.SetRequestURI("/api/sales/" + sale + "/orders")
 		rq.Header.Set("Authorization", "Bearer "+tok)
-		rq.SetBodyString(`{"quantity":1}`)
+		rq.SetBodyString(body)
 		var rc fasthttp.RequestCtx
 		rc.Init(&rq, nil, nil)
 		gw.Handler()(&rc)
 		return rc.Response.StatusCode(), string(rc.Response.Body())
 	}
-
-	// A failover the control plane has not rebuilt yet: the marker names
-	// another primary, so the fence pauses the sale and refuses.
-	if err := rdb.Set(ctx, lua.PrimaryKey(sale), "an-older-primary", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 * total {
-		if code, body := buy("early" + strconv.Itoa(i)); code != 503 {
-			t.Fatalf("attempt %d during the failover: %d %s, want 503", i, code, body)
-		}
-	}
-	// The rebuild, as the failover watch and the next re-sync leave it:
-	// the marker names this primary, the sale open again, no unit sold.
-	if err := rdb.Del(ctx, lua.PrimaryKey(sale)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldStart, 1).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HDel(ctx, lua.SaleKey(sale), lua.FieldResume).Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[int]int{}
-	for i := range total {
-		code, _ := buy("late" + strconv.Itoa(i))
-		got[code]++
-	}
-	if got[201] != total {
-		t.Errorf("after the rebuild, %d buyers for %d free units: answers %v, want %d × 201 (the fenced attempts used up the admission cap)", total, total, got, total)
-	}
+	return rdb, buy
 }

@@ -73,9 +73,13 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 		return nil, err
 	}
 	// clients holds one client per source address (one in all without
-	// --source-addrs), and request i goes through clients[i mod n]: the
-	// requests, not only the connections, take the addresses in turn, so
-	// every address is used however few connections a slow rate needs.
+	// --source-addrs). With at least as many workers as addresses, worker
+	// w keeps to clients[w mod n], whose MaxConns covers the workers it
+	// serves: an address is never asked for more requests at once than it
+	// has connections (request i mod n could ask one for more: "no free
+	// connections" errors in a closed loop). With fewer workers, request i
+	// goes through clients[i mod n], each with a connection per worker, so
+	// that every address is used.
 	newClient := func(conns int) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
 			Addr:                          u.Host,
@@ -92,8 +96,13 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	if len(sources) == 0 {
 		clients = []*fasthttp.HostClient{newClient(s.Concurrency)}
 	}
+	perWorker := len(sources) > 0 && s.Concurrency >= len(sources)
 	for _, a := range sources {
-		c := newClient(s.Concurrency/len(sources) + 1)
+		conns := s.Concurrency
+		if perWorker {
+			conns = (s.Concurrency + len(sources) - 1) / len(sources)
+		}
+		c := newClient(conns)
 		c.Dial = sourceDialer([]netip.Addr{a}, s.Timeout)
 		clients = append(clients, c)
 	}
@@ -120,6 +129,12 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 	for w := 0; w < s.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
+			client := func(i int) *fasthttp.HostClient {
+				if perWorker {
+					return clients[w%len(clients)]
+				}
+				return clients[i%len(clients)]
+			}
 			defer wg.Done()
 			req := fasthttp.AcquireRequest()
 			resp := fasthttp.AcquireResponse()
@@ -157,7 +172,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 				if !due.IsZero() && due.Before(t0) {
 					t0 = due
 				}
-				err := clients[i%len(clients)].DoTimeout(req, resp, s.Timeout)
+				err := client(i).DoTimeout(req, resp, s.Timeout)
 				lat[i] = time.Since(t0)
 				done.Add(1)
 				if err != nil {

@@ -111,6 +111,8 @@ func TestAdminRoutes(t *testing.T) {
 		{"no name", "POST", "/admin/sales", `{"id":"s2","total":3}`, 400, "error,field", errField("name")},
 		{"long name", "POST", "/admin/sales", `{"id":"s2","name":"` + strings.Repeat("n", 201) + `","total":3}`, 400, "error,field", errField("name")},
 		{"negative price", "POST", "/admin/sales", `{"id":"s2","name":"x","price_cents":-1,"total":3}`, 400, "error,field", errField("price_cents")},
+		{"price over a payment's amount", "POST", "/admin/sales", `{"id":"s2","name":"x","price_cents":4611686018427387917,"total":4,"per_user":4}`, 400, "error,field", errField("price_cents")},
+		{"price × per_user over a payment's amount", "POST", "/admin/sales", `{"id":"s2","name":"x","price_cents":250000000000,"total":4,"per_user":4}`, 400, "error,field", errField("price_cents")},
 		{"zero total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":0}`, 400, "error,field", errField("total")},
 		{"huge total", "POST", "/admin/sales", `{"id":"s2","name":"x","total":1000001}`, 400, "error,field", errField("total")},
 		{"total as text", "POST", "/admin/sales", `{"id":"s2","name":"x","total":"3"}`, 400, "error,field", errField("total")},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -44,15 +43,8 @@ type saleRequest struct {
 
 func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req saleRequest
-	body := http.MaxBytesReader(w, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields() // the description's additionalProperties: false
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, decodeError(err))
-		return
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, &flashgate.FieldError{Field: "body", Reason: "trailing data"})
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
 		return
 	}
 	startsAt, err := parseTime("starts_at", req.StartsAt)

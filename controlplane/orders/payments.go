@@ -142,13 +142,17 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	if currency == "" {
 		currency = s.currency
 	}
-	in, err := s.provider.Checkout(ctx, o, o.PriceCents*o.Quantity, currency)
+	amount, err := flashgate.OrderAmount(o.PriceCents, o.Quantity)
+	if err != nil {
+		return o, fmt.Errorf("order %q: %w", orderID, err)
+	}
+	in, err := s.provider.Checkout(ctx, o, amount, currency)
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("checkout of %s: %w", orderID, err)
 	}
 	s.yield(ctx, "checkout:intent")
 	p, err = s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: o.ID, IntentID: in.ID, Status: in.Status,
-		AmountCents: o.PriceCents * o.Quantity, Currency: currency}, s.clock.Now())
+		AmountCents: amount, Currency: currency}, s.clock.Now())
 	if err != nil {
 		return flashgate.Order{}, err
 	}
