@@ -126,7 +126,7 @@ const (
 	DefaultClaimIdle    = 30 * time.Second
 	DefaultRefreshSales = time.Second
 	DefaultBackoffMin   = 50 * time.Millisecond
-	DefaultBackoffMax   = 2 * time.Second
+	DefaultBackoffMax   = 500 * time.Millisecond
 	DefaultWaitTimeout  = 500 * time.Millisecond
 )
 
