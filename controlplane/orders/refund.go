@@ -148,7 +148,7 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 				return flashgate.Order{}, err
 			}
 			s.release(ctx, o)
-			s.unretake(ctx, o)
+			s.unretakeOrLog(ctx, o)
 			s.refunds.Inc()
 			s.audit("payment refunded", p, "an admin refunded the order", "intent_status", status, "refund", rid)
 			return o, nil
