@@ -115,3 +115,41 @@ func (pe *payEnv) stoppedRetake(ctx context.Context, intent, order string) {
 		pe.t.Fatalf("settler stopped after its retake: %s not in the retaken set", order)
 	}
 }
+
+// TestAdminRefundRetriedAfterCrash: an admin refund of an order a late
+// payment honoured that stops after its refund step, before giving the
+// retaken unit back, leaves the buyer blocked only until the refund is
+// asked again: the retry gives the unit back (lua.Unretake is idempotent),
+// and the buyer buys in the sale again.
+func TestAdminRefundRetriedAfterCrash(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 1, 3)
+			o := pe.buy("s1", "u1")
+			intent := pe.latePayment(o)
+			pe.hook(flashgate.EventIntentSucceeded, intent, flashgate.IntentSucceeded)
+			if p := pe.payment(o.ID); p.Outcome != "honoured_late" {
+				t.Fatalf("late payment: outcome %q, want honoured_late", p.Outcome)
+			}
+			actx, stop := context.WithCancel(pe.ctx)
+			defer stop()
+			pe.on("refund:done", func(context.Context) { stop() })
+			if _, err := pe.svc.Refund(actx, o.ID); err == nil {
+				t.Fatalf("Refund stopped after its step: want an error")
+			}
+			if st := pe.order(o.ID).Status; st != flashgate.StatusRefunded {
+				t.Fatalf("after the stopped refund: order %s, want refunded", st)
+			}
+			if _, err := pe.svc.Refund(pe.ctx, o.ID); err != nil {
+				t.Fatalf("Refund again: %v", err)
+			}
+			if got := field(t, pe.rdb, "s1", "booked"); got != 0 {
+				t.Errorf("booked after the retried refund: got %d, want 0", got)
+			}
+			if code, _ := pe.reserve("s1", "u1"); code != 0 {
+				t.Fatalf("the refunded buyer buys again: got code %d, want 0", code)
+			}
+		})
+	}
+}
