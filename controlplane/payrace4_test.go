@@ -153,3 +153,38 @@ func TestAdminRefundRetriedAfterCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckoutInsideCancel: a checkout that stores its payment after a
+// cancel read none, and finds the order still pending, gets its client
+// secret; the cancel that then commits cancels that intent, so the buyer's
+// page cannot pay a cancelled order (before, the intent stayed live until
+// the reconciliation's window passed, and a payment settled late).
+func TestCheckoutInsideCancel(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 2, 3)
+			o := pe.buy("s1", "u1")
+			var intent string
+			pe.on("cancel:intent", func(ctx context.Context) {
+				paying, err := pe.svc.Pay(ctx, o.ID, "u1")
+				if err != nil || paying.ClientSecret == "" {
+					t.Errorf("checkout during the cancel: %v (secret %q), want a client secret", err, paying.ClientSecret)
+				}
+				intent = paying.PaymentIntent
+			})
+			if _, err := pe.svc.Cancel(pe.ctx, o.ID, "u1"); err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			if st := pe.order(o.ID).Status; st != flashgate.StatusCancelled {
+				t.Fatalf("order %s, want cancelled", st)
+			}
+			if intent == "" {
+				t.Fatal("no checkout ran during the cancel")
+			}
+			if got := pe.prov.status(intent); got != flashgate.IntentCanceled {
+				t.Errorf("intent of the cancelled order: %s, want %s", got, flashgate.IntentCanceled)
+			}
+		})
+	}
+}
