@@ -216,9 +216,10 @@ func UnretakeKeys(tag string) []string {
 	return []string{SaleKey(tag), BuyersKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
 }
 
-// RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash.
+// RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash,
+// retaken set.
 func RestoreKeys(tag string) []string {
-	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag)}
+	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag), RetakenKey(tag)}
 }
 
 // RebuiltKeys is the KEYS of Rebuilt: the sale (or bucket) hash and its

@@ -6,14 +6,19 @@
 -- KEYS[1] buyers hash   fg:{<sale>}:buyers
 -- KEYS[2] released set  fg:{<sale>}:released
 -- KEYS[3] sale hash (only its fence field)  fg:{<sale>}:sale
+-- KEYS[4] retaken set   fg:{<sale>}:retaken
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
 --         field, which it raises (creating the field when Redis lost the
 --         hash: a stale restore then stops at its next page)
 -- ARGV[2] r: how many released pairs follow
 -- ARGV[3 .. 2+2r] pairs user id, order id of released rows (cancelled,
 --         expired, refunded): the order joins the released set, so that a
---         late Release of it changes nothing, and the buyer entry goes if it
---         names that order
+--         late Release of it changes nothing, the buyer entry goes if it
+--         names that order, and the order leaves the retaken set: the
+--         database has not honoured a retake of it (a late payment's honour
+--         makes the order paid), and the stock rebuilt after the restore
+--         counts none of its units, so a retake asked about it again
+--         decides anew (lua/retake.lua)
 -- ARGV[3+2r ..] pairs user id, order id of live rows (pending_payment,
 --         paid): the buyer entry is set if the user has none and the order
 --         was not released
@@ -33,6 +38,7 @@ local i = 3
 for _ = 1, r do
   local user, order = ARGV[i], ARGV[i + 1]
   redis.call('SADD', KEYS[2], order)
+  redis.call('SREM', KEYS[4], order)
   if redis.call('HGET', KEYS[1], user) == order then
     redis.call('HDEL', KEYS[1], user)
   end

@@ -4,7 +4,11 @@
 -- honoured, else refunded. The decision is recorded (the retaken set, or
 -- the refusals hash), so every later call about the order, by any settler,
 -- answers the same and changes nothing: two settlers of one payment never
--- decide differently.
+-- decide differently. A recorded take is answered only once the pause and
+-- restore checks pass: a rebuild (lua/restore.lua) drops the take of an
+-- order the database holds released, so a retake asked after it decides
+-- anew against the rebuilt stock. A recorded refusal is answered at once
+-- (it only ever leads to a refund).
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] buyers hash   fg:{<sale>}:buyers
@@ -31,7 +35,7 @@
 -- persisted units) counts them, and one after counts them once.
 --
 -- Returns:
---   0  taken (or taken by an earlier call)
+--   0  taken (or taken by an earlier call still in the retaken set)
 --   1  no such sale in Redis (no total; retry after the re-sync; not recorded)
 --   2  the buyer holds another order of the sale (recorded)
 --   3  sold out: no unit left for the order (recorded)
@@ -46,9 +50,6 @@ local n = tonumber(ARGV[3])
 if not n or n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR retake: bad quantity')
 end
-if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
-  return 0
-end
 local decided = redis.call('HGET', KEYS[5], ARGV[1])
 if decided then
   return tonumber(decided)
@@ -62,6 +63,9 @@ local g = redis.call('HMGET', KEYS[1], 'start', 'resume', 'reserved', 'queue', '
 if (g[1] ~= '1' and (g[2] == '1' or g[2] == '2')) or (tonumber(g[3] or '0') or 0) < 0
   or (v ~= '' and (tonumber(g[6] or '0') or 0) < 0) then
   return 4
+end
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 1 then
+  return 0
 end
 if g[7] == '1' then
   redis.call('HSET', KEYS[5], ARGV[1], 5)

@@ -1,5 +1,8 @@
 -- Unretake gives back the units a late payment took again (lua/retake.lua)
--- when an admin refunds its honoured order: the order is in the released
+-- when an admin refunds its honoured order, or when the late payment is
+-- refunded after its retake was recorded (the sale closed in the database
+-- before the honour step, or a settler stopped between the retake and the
+-- honour step): the order is in the released
 -- set (the retake keeps it there so that its own release stays a no-op),
 -- so Release cannot give them back, and the buyer entry that names the
 -- order would keep its buyer from buying in the sale again.
@@ -13,12 +16,18 @@
 -- ARGV[3] quantity
 -- ARGV[4] optional: the order's variant id ("" none): its booked is given
 --         back too (never below 0)
+-- ARGV[5] optional: "1" when the retake was never honoured (the late
+--         payment is refunded: no retakes row will ever count the units
+--         among the persisted ones), so reserved (the variant's too) is
+--         given back as well (never below 0); "" or absent after an honour,
+--         whose retakes row counts them
 --
 -- The order leaves the retaken set and its refusal is recorded as sold out
 -- (3), so a retake asked about it again takes nothing.
 --
 -- Returns:
---   1  given back: booked -= qty (never below 0), the buyer entry removed
+--   1  given back: booked -= qty (never below 0), reserved -= qty with
+--      ARGV[5] = "1", the buyer entry removed
 --      if it still names this order, the releases counter raised by 1 (a
 --      re-sync whose snapshot still counts the order live keeps the lower
 --      figure, as after a Release)
@@ -41,6 +50,12 @@ give_back(KEYS[1], 'booked', n)
 local v = ARGV[4] or ''
 if v ~= '' then
   give_back(KEYS[1], 'variant:' .. v .. ':booked', n)
+end
+if ARGV[5] == '1' then
+  give_back(KEYS[1], 'reserved', n)
+  if v ~= '' then
+    give_back(KEYS[1], 'variant:' .. v .. ':reserved', n)
+  end
 end
 if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])

@@ -288,8 +288,22 @@ func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate
 				return o, err
 			}
 		}
+		s.yield(ctx, "cancel:intent")
 	}
-	return s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled)
+	o, err := s.transition(ctx, orderID, userID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusCancelled)
+	if err != nil || s.provider == nil {
+		return o, err
+	}
+	// A checkout between the payment read and the cancel may have stored
+	// an intent and found the order still pending: cancel it now, so that
+	// the buyer's page cannot confirm it (a success that landed first
+	// settles as a late payment).
+	if p, perr := s.paymentStore.Payment(ctx, orderID); perr == nil && p.InFlight() {
+		if _, cerr := s.orphanIntent(ctx, o, p); !errors.Is(cerr, flashgate.ErrNotPayable) {
+			s.log.Warn("canceling the payment of a cancelled order failed; the reconciliation cancels it", "order", orderID, "err", cerr)
+		}
+	}
+	return o, nil
 }
 
 // transition moves an order from one of from to to in one conditional

@@ -143,12 +143,13 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 			return flashgate.Order{}, err
 		}
 		if won {
+			s.yield(ctx, "refund:done")
 			o, err := s.store.Order(ctx, p.OrderID)
 			if err != nil {
 				return flashgate.Order{}, err
 			}
 			s.release(ctx, o)
-			s.unretake(ctx, o)
+			s.unretakeOrLog(ctx, o)
 			s.refunds.Inc()
 			s.audit("payment refunded", p, "an admin refunded the order", "intent_status", status, "refund", rid)
 			return o, nil
@@ -167,6 +168,10 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 	if o.Status != flashgate.StatusRefunded {
 		return o, fmt.Errorf("order %q is %s: %w", o.ID, o.Status, flashgate.ErrNotPayable)
 	}
+	// The finisher that won the last step may have stopped before its
+	// unretake: every later one (an admin's retry, a settler) gives the
+	// units back too (lua.Unretake answers 0 once they are).
+	s.unretakeOrLog(ctx, o)
 	return o, nil
 }
 

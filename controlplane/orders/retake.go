@@ -77,16 +77,28 @@ func (s *Service) primaryOf(ctx context.Context, key string) (*redis.Client, err
 
 // unretake gives back the units of a refunded order that a late payment
 // took again (lua.Unretake; a no-op for any other order): Release leaves
-// them, the order being in the released set. A failure is logged; the
-// next re-sync sets booked from the rows (the buyer entry stays until the
-// sale's next rebuild).
-func (s *Service) unretake(ctx context.Context, o flashgate.Order) {
+// them, the order being in the released set. unhonoured says no honour
+// step recorded the retake (the late payment is refunded), so the units
+// leave reserved too: no retakes row will ever count them. It returns
+// what failed; the callers that only log it leave the units to the next
+// re-sync (the buyer entry stays until the sale's next rebuild).
+func (s *Service) unretake(ctx context.Context, o flashgate.Order, unhonoured bool) error {
 	sale, err := s.store.Sale(ctx, o.SaleID)
-	if err == nil {
-		tag := buckets.Layout(sale).Tag(o.Bucket)
-		err = lua.Unretake.Run(ctx, s.rdb, lua.UnretakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant).Err()
-	}
 	if err != nil {
+		return err
+	}
+	flag := ""
+	if unhonoured {
+		flag = "1"
+	}
+	tag := buckets.Layout(sale).Tag(o.Bucket)
+	return lua.Unretake.Run(ctx, s.rdb, lua.UnretakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant, flag).Err()
+}
+
+// unretakeOrLog is unretake after an admin refund of an honoured order,
+// whose failure is only logged: the next re-sync sets booked from the rows.
+func (s *Service) unretakeOrLog(ctx context.Context, o flashgate.Order) {
+	if err := s.unretake(ctx, o, false); err != nil {
 		s.log.Warn("giving back a retaken order's units failed; the next re-sync counts them", "order", o.ID, "sale", o.SaleID, "err", err)
 	}
 }

@@ -133,8 +133,11 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 	case lua.RetakeOK:
 		won, err := s.step(ctx, flashgate.PaymentStep{OrderID: p.OrderID, FromOutcome: []string{outcomeLatePending}, ToOutcome: outcomeHonouredLate,
 			FromStatus: []flashgate.OrderStatus{flashgate.StatusExpired, flashgate.StatusCancelled}, ToStatus: flashgate.StatusPaid, Retake: true})
-		if err != nil || !won {
-			return !won, err
+		if err != nil {
+			return false, err
+		}
+		if !won {
+			return true, s.unretakeRefunded(ctx, o)
 		}
 		s.pm.results.WithLabelValues("late_honoured").Inc()
 		s.audit("late payment honoured", p, "a unit was free for the buyer; the order is paid")
@@ -152,6 +155,18 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 	}
 }
 
+// unretakeRefunded gives back the units this settler's retake took when
+// the honour step was lost to a refund that already finished (outcome
+// refunded_late): that refund's unretake may have run before this retake.
+// A refund still under way (refunding_late) gives them back itself.
+func (s *Service) unretakeRefunded(ctx context.Context, o flashgate.Order) error {
+	p, err := s.paymentStore.Payment(ctx, o.ID)
+	if err != nil || p.Outcome != outcomeRefundedLate {
+		return err
+	}
+	return s.unretake(ctx, o, true)
+}
+
 // startRefundLate records the decision to refund a late payment
 // (refunding_late) and, when this actor won that step, refunds it. It
 // reports whether another actor moved the payment first.
@@ -166,7 +181,21 @@ func (s *Service) startRefundLate(ctx context.Context, p flashgate.Payment, reas
 // finishRefundLate refunds a payment whose late decision is refunding_late,
 // once: the refund's idempotency key is the order's, and the last step
 // (refunded_late) is won by one actor.
+//
+// Before the refund it gives back the units a retake of the order took
+// (lua.Unretake, a no-op when none was recorded): the refund may follow a
+// recorded retake (the sale closed in the database after it, or a settler
+// stopped between the retake and its honour step), and no retakes row will
+// count those units. A failure leaves the payment refunding_late, for the
+// next settle (the reconciliation) to finish.
 func (s *Service) finishRefundLate(ctx context.Context, p flashgate.Payment, reason string) error {
+	o, err := s.store.Order(ctx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	if err := s.unretake(ctx, o, true); err != nil {
+		return fmt.Errorf("giving back the units of %s: %w: %w", p.OrderID, flashgate.ErrUnavailable, err)
+	}
 	rid, err := s.provider.Refund(ctx, p.IntentID, "flashgate-late-refund-"+p.OrderID)
 	if err != nil {
 		return err
