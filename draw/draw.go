@@ -33,6 +33,9 @@ type Entry struct {
 	// Won is the published result of the entry in an entries file
 	// (Write, Read); Winners ignores it.
 	Won bool
+	// IntentID is the entry's card hold at the provider, for Settle;
+	// never written to an entries file.
+	IntentID string
 }
 
 // ErrInvalid is a draw's input that breaks its rules (a malformed entry, a
