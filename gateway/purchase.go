@@ -143,11 +143,12 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, vid, qty)
 	if err != nil {
 		if st.fairQueue() == nil && couldNotBuy(err) {
-			// The reserve took nothing and no retry of this attempt could
-			// (the buyer holds an order already, the quantity or variant
-			// is refused, the sale is paused for a rebuild): the admission
-			// it was counted goes back, so that the admission cap counts
-			// only attempts that could buy.
+			// The attempt did not buy (the buyer holds an order already,
+			// the quantity or variant is refused, the sale is paused or
+			// fenced for a rebuild, Redis or the inventory is
+			// unreachable): the admission it was counted goes back, so
+			// that the admission cap counts only attempts that bought or
+			// could still buy.
 			e.admitted.Add(-1)
 		}
 		var pe *flashgate.PurchasedError
@@ -173,12 +174,17 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 }
 
 // couldNotBuy reports whether err, a Reserver's refusal, is one of an
-// attempt that took no unit and could not have: the buyer's live order
-// (ErrAlreadyPurchased), a quantity or variant the sale refuses
-// (ErrBadRequest) or a sale paused for a rebuild (ErrPaused). Sold out and
-// unavailable are not: a timed-out reserve may have taken its units.
+// attempt that gets no 201: the buyer's live order (ErrAlreadyPurchased), a
+// quantity or variant the sale refuses (ErrBadRequest), or a 503
+// (ErrUnavailable: a sale paused or fenced for a rebuild, Redis or the
+// inventory unreachable, a WAIT short of replicas). A 503 gives its
+// admission back even though a timed-out reserve may have taken its units:
+// the cap then admits a few attempts more than it counts, which the reserve
+// script's stock check refuses, while keeping the admission of every
+// refused attempt left units unsold behind a full cap after a failover.
+// Sold out keeps its admission.
 func couldNotBuy(err error) bool {
-	return errors.Is(err, flashgate.ErrAlreadyPurchased) || errors.Is(err, flashgate.ErrBadRequest) || errors.Is(err, flashgate.ErrPaused)
+	return errors.Is(err, flashgate.ErrAlreadyPurchased) || errors.Is(err, flashgate.ErrBadRequest) || errors.Is(err, flashgate.ErrUnavailable)
 }
 
 // rejectVariant answers a purchase of vs's variant i, which the cached
