@@ -76,6 +76,10 @@ type Adaptive struct {
 	mins        [baseBuckets]int64
 	bucket      int   // mins' current bucket; guarded by mu
 	bucketStart int64 // unix nanoseconds it opened; guarded by mu
+	// shrinks counts the windows in a row that shrank the limit, and
+	// before is the highest mean latency among them; guarded by mu.
+	shrinks int
+	before  int64
 
 	min, max   int64
 	tolerance  float64
@@ -173,19 +177,42 @@ func (a *Adaptive) close(now int64) {
 	}
 	mean := max(sum/n, 1)
 	base := a.baseline(mean, now)
-	a.mean.Store(mean)
 	a.base.Store(base)
 	limit := a.limit.Load()
 	next := limit
 	switch bound := a.tolerance * float64(base); {
+	case float64(mean) > bound && a.shrinks >= futileShrinks && 5*mean > 4*a.before:
+		// The limit fell futileShrinks windows in a row and the latency
+		// stayed above four fifths of the highest among them: it is not the reserves in flight that
+		// make it (a process short of CPU answers everything late). This
+		// latency is the best there is for now: it becomes the baseline,
+		// and the limit holds instead of falling to its min while the
+		// answers stay as slow.
+		a.mins = [baseBuckets]int64{}
+		a.mins[a.bucket] = mean
+		a.base.Store(mean)
+		a.shrinks = 0
 	case float64(mean) > bound:
+		if a.shrinks == 0 {
+			a.before = 0
+		}
+		a.before = max(a.before, mean)
+		a.shrinks++
 		g := max(bound/float64(mean), 0.5)
 		next = min(int64(float64(limit)*g), limit-1)
-	case 2*peak >= limit:
-		next = limit + max(int64(math.Sqrt(float64(limit))), 1)
+	default:
+		a.shrinks = 0
+		if 2*peak >= limit {
+			next = limit + max(int64(math.Sqrt(float64(limit))), 1)
+		}
 	}
+	a.mean.Store(mean)
 	a.limit.Store(min(max(next, a.min), a.max))
 }
+
+// futileShrinks is how many windows in a row may shrink the limit without
+// the latency falling before the latency is taken as the baseline.
+const futileShrinks = 3
 
 // baseline records a window's mean at now and returns the lowest of the
 // last BaselineAge. Its caller holds mu.

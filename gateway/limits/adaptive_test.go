@@ -8,13 +8,14 @@ import (
 
 // fakeLoad drives an Adaptive with a fake clock: each step fills the limit
 // (or takes want places, when want > 0), then releases them all, each
-// having taken took, and moves the clock on by a tenth of a window.
+// having taken took(n) with n taken, and moves the clock on by a tenth of
+// a window.
 type fakeLoad struct {
 	a   *Adaptive
 	now int64
 }
 
-func (f *fakeLoad) run(d time.Duration, took time.Duration, want int) {
+func (f *fakeLoad) run(d time.Duration, took func(n int) time.Duration, want int) {
 	end := f.now + int64(d)
 	for f.now < end {
 		n := 0
@@ -23,9 +24,18 @@ func (f *fakeLoad) run(d time.Duration, took time.Duration, want int) {
 		}
 		f.now += int64(DefaultAdaptiveWindow / 10)
 		for range n {
-			f.a.Release(took, f.now)
+			f.a.Release(took(n), f.now)
 		}
 	}
+}
+
+// fixed is a latency that does not depend on the places taken.
+func fixed(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// queued is the latency of a server that answers c at once in base:
+// beyond c, the rest wait their turn.
+func queued(base time.Duration, c int) func(int) time.Duration {
+	return func(n int) time.Duration { return base * time.Duration(max(n, c)) / time.Duration(c) }
 }
 
 func newFake(c AdaptiveConfig) *fakeLoad {
@@ -34,7 +44,7 @@ func newFake(c AdaptiveConfig) *fakeLoad {
 
 func TestAdaptiveGrowsUnderFastAnswers(t *testing.T) {
 	f := newFake(AdaptiveConfig{Min: 4, Max: 256, Initial: 4})
-	f.run(5*time.Second, time.Millisecond, 0)
+	f.run(5*time.Second, fixed(time.Millisecond), 0)
 	if got := f.a.Limit(); got != 256 {
 		t.Errorf("got limit %d after 5 s of answers at the baseline, want the max 256", got)
 	}
@@ -45,76 +55,97 @@ func TestAdaptiveGrowsUnderFastAnswers(t *testing.T) {
 
 func TestAdaptiveHoldsWhenUnused(t *testing.T) {
 	f := newFake(AdaptiveConfig{Min: 4, Max: 256, Initial: 64})
-	f.run(5*time.Second, time.Millisecond, 10) // 10 in flight, below half the limit
+	f.run(5*time.Second, fixed(time.Millisecond), 10) // 10 in flight, below half the limit
 	if got := f.a.Limit(); got != 64 {
 		t.Errorf("got limit %d with 10 of 64 in use, want it held at 64", got)
 	}
 }
 
-func TestAdaptiveShrinksUnderSlowAnswersNeverBelowMin(t *testing.T) {
+// TestAdaptiveShrinksUnderSlowAnswers: answers that slow down with the
+// places taken (a server that answers 32 at once) shrink the limit to
+// where the latency is back within the tolerance.
+func TestAdaptiveShrinksUnderSlowAnswers(t *testing.T) {
 	f := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 512})
-	f.run(time.Second, time.Millisecond, 0)
-	if got := f.a.Limit(); got != 512 {
-		t.Fatalf("got limit %d, want 512 before the slow answers", got)
+	f.run(time.Second, fixed(time.Millisecond), 20)
+	if got := f.a.Baseline(); got != time.Millisecond {
+		t.Fatalf("got baseline %v, want 1ms", got)
 	}
-	// Three times the baseline, above the tolerance of 2: the limit falls,
-	// window after window, and stops at the min.
-	var last int64 = 512
-	for range 20 {
-		f.run(DefaultAdaptiveWindow, 3*time.Millisecond, 0)
-		got := f.a.Limit()
-		if got > last {
-			t.Fatalf("got limit %d after %d, want it never growing while answers are slow", got, last)
-		}
-		if got < 8 {
-			t.Fatalf("got limit %d, below the min 8", got)
-		}
-		last = got
+	f.run(3*time.Second, queued(time.Millisecond, 32), 0)
+	if got := f.a.Limit(); got < 32 || got > 64+8 {
+		t.Errorf("got limit %d, want about 32–64 (32 answered at once, a tolerance of 2)", got)
 	}
-	if last != 8 {
-		t.Errorf("got limit %d after 2 s of slow answers, want the min 8", last)
-	}
-	if got := f.a.Latency(); got != 3*time.Millisecond {
-		t.Errorf("got latency %v, want 3ms", got)
+	if got := f.a.Baseline(); got != time.Millisecond {
+		t.Errorf("got baseline %v, want 1ms kept", got)
 	}
 	// Within the tolerance it does not shrink.
 	f2 := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 100})
-	f2.run(time.Second, time.Millisecond, 30)
-	f2.run(time.Second, 1900*time.Microsecond, 30)
+	f2.run(time.Second, fixed(time.Millisecond), 30)
+	f2.run(time.Second, fixed(1900*time.Microsecond), 30)
 	if got := f2.a.Limit(); got != 100 {
 		t.Errorf("got limit %d with answers at 1.9 × the baseline, want 100 kept", got)
 	}
 }
 
+// TestAdaptiveNeverBelowMin: answers slow even one at a time push the
+// limit to its min and no further.
+func TestAdaptiveNeverBelowMin(t *testing.T) {
+	f := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 512})
+	f.run(time.Second, fixed(time.Millisecond), 20)
+	low := f.a.Limit()
+	for range 30 {
+		f.run(DefaultAdaptiveWindow, queued(time.Millisecond, 1), 0) // n ms for n at once
+		low = min(low, f.a.Limit())
+	}
+	if low != 8 {
+		t.Errorf("got a lowest limit of %d, want the min 8", low)
+	}
+}
+
+// TestAdaptiveFutileShrinks: when the latency stays as high whatever the
+// limit (a process short of CPU), the limit stops falling after a few
+// windows and that latency becomes the baseline, instead of the limit
+// sinking to its min with the answers no faster.
+func TestAdaptiveFutileShrinks(t *testing.T) {
+	f := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 512})
+	f.run(time.Second, fixed(time.Millisecond), 0)
+	f.run(3*time.Second, fixed(10*time.Millisecond), 0)
+	if got := f.a.Limit(); got < 512/8 {
+		t.Errorf("got limit %d, want at least %d (three halvings at most)", got, 512/8)
+	}
+	if got := f.a.Baseline(); got != 10*time.Millisecond {
+		t.Errorf("got baseline %v, want 10ms taken as the baseline", got)
+	}
+}
+
 func TestAdaptiveRecovers(t *testing.T) {
 	f := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 512})
-	f.run(time.Second, time.Millisecond, 0)
-	f.run(2*time.Second, 10*time.Millisecond, 0)
-	if got := f.a.Limit(); got != 8 {
-		t.Fatalf("got limit %d, want the min 8 after slow answers", got)
+	f.run(time.Second, fixed(time.Millisecond), 20)
+	f.run(2*time.Second, queued(time.Millisecond, 8), 0)
+	if got := f.a.Limit(); got > 16+4 {
+		t.Fatalf("got limit %d, want at most about 16 while 8 are answered at once", got)
 	}
-	f.run(5*time.Second, time.Millisecond, 0)
+	f.run(5*time.Second, fixed(time.Millisecond), 0)
 	if got := f.a.Limit(); got != 512 {
 		t.Errorf("got limit %d 5 s after answers were fast again, want 512", got)
 	}
 }
 
 // TestAdaptiveBaselineAgesOut checks that a lasting rise in latency
-// becomes the new baseline once the old minima have aged out, with no
-// window that sheds everything to find it.
+// within the tolerance becomes the new baseline once the old minima have
+// aged out, with no window that sheds everything to find it.
 func TestAdaptiveBaselineAgesOut(t *testing.T) {
 	f := newFake(AdaptiveConfig{Min: 8, Max: 512, Initial: 512, BaselineAge: 10 * time.Second})
-	f.run(time.Second, time.Millisecond, 0)
-	f.run(5*time.Second, 5*time.Millisecond, 0)
-	if got := f.a.Limit(); got != 8 {
-		t.Fatalf("got limit %d, want the min 8 while the old baseline holds", got)
+	f.run(time.Second, fixed(time.Millisecond), 0)
+	f.run(5*time.Second, fixed(1500*time.Microsecond), 0)
+	if got := f.a.Baseline(); got != time.Millisecond {
+		t.Fatalf("got baseline %v 5 s on, want 1ms still", got)
 	}
-	f.run(10*time.Second, 5*time.Millisecond, 0)
-	if got := f.a.Baseline(); got != 5*time.Millisecond {
-		t.Errorf("got baseline %v 15 s on, want 5ms (the 1ms minima aged out)", got)
+	f.run(10*time.Second, fixed(1500*time.Microsecond), 0)
+	if got := f.a.Baseline(); got != 1500*time.Microsecond {
+		t.Errorf("got baseline %v 15 s on, want 1.5ms (the 1ms minima aged out)", got)
 	}
 	if got := f.a.Limit(); got != 512 {
-		t.Errorf("got limit %d, want 512 once 5ms is the baseline", got)
+		t.Errorf("got limit %d, want 512 kept", got)
 	}
 }
 
