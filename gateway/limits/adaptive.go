@@ -55,6 +55,9 @@ const baseBuckets = 10
 // the lowest window mean of the last BaselineAge: it follows a lasting
 // change in latency once the old minima age out, and no window is ever
 // spent shedding everything to measure it afresh (Envoy's minRTT probe).
+// When futileShrinks windows in a row shrink it and the latency stays
+// above four fifths of their highest, that latency becomes the baseline:
+// it is not the places taken that make it.
 //
 // Acquire and Release are a few atomic operations and allocate nothing;
 // the Release that closes a window takes a mutex with TryLock, so no
