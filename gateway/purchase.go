@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -139,8 +141,26 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
+	if s.reserves != nil && !s.reserves.Acquire() {
+		// Over the adaptive limit: more reserves in flight would only
+		// queue. Answered at once, and the admission goes back as for an
+		// attempt that could not buy (a fair queue's ticket stays good).
+		if st.fairQueue() == nil {
+			e.admitted.Add(-1)
+		}
+		s.shed(ctx, e)
+		return
+	}
 	s.m.decision(ctx, decAdmitted)
+	var began time.Time
+	if s.reserves != nil {
+		began = s.clock.Now()
+	}
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, vid, qty)
+	if s.reserves != nil {
+		end := s.clock.Now()
+		s.reserves.Release(end.Sub(began), end.UnixNano())
+	}
 	if err != nil {
 		if st.fairQueue() == nil && couldNotBuy(err) {
 			// The attempt did not buy (the buyer holds an order already,
@@ -171,6 +191,20 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.setBoughtTicket(ctx, e, user, orderID)
 	}
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Variant: vid, Status: flashgate.StatusReserved})
+}
+
+// shedRetryAfter are the Retry-After values of a shed purchase, one
+// picked at random so that the buyers turned away together do not all
+// come back in the same second.
+var shedRetryAfter = [...][]byte{[]byte("1"), []byte("2"), []byte("3")}
+
+// shed answers a purchase the adaptive reserve limit turns away: 503
+// unavailable with a jittered Retry-After.
+func (s *Server) shed(ctx *fasthttp.RequestCtx, e *sale) {
+	s.m.decision(ctx, decShed)
+	e.rejected.Add(1)
+	writeAnswer(ctx, verdictAnswers[verdictUnavailable])
+	ctx.Response.Header.SetCanonical(hRetryAfter, shedRetryAfter[rand.IntN(len(shedRetryAfter))])
 }
 
 // couldNotBuy reports whether err, a Reserver's refusal, is one of an
