@@ -28,9 +28,11 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // pending_payment; a zero CreatedAt as now; a zero UpdatedAt as CreatedAt.
 // An order without id, sale or user, or with a quantity below 1, fails the
 // batch with flashgate.ErrBadRequest, and so does a value the database
-// refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint);
-// other errors (the database unreachable, say) are not ErrBadRequest and
-// may pass when tried again.
+// refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint).
+// The database out of reach (see isUnavailable: refused or lost
+// connections, a server starting up or shutting down) fails it with
+// flashgate.ErrUnavailable: the same batch passes once the database is
+// back. Other errors are neither and may pass when tried again.
 //
 // The rows are inserted grouped by (sale, status, variant, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
@@ -43,7 +45,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	if len(orders) == 0 {
 		return 0, nil
 	}
-	defer func() { err = refused(err) }()
+	defer func() { err = unavailable(refused(err)) }()
 	for i := range orders {
 		o := &orders[i]
 		switch {

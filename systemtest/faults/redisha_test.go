@@ -95,6 +95,7 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	var killed string
 	done := make(chan []outcome, 1)
 	start := time.Now()
+	rowsSeen := startRowWatch(ctx, db, sale) // recovery_test.go
 	go func() { done <- cr.run(ctx) }()
 	select {
 	case <-time.After(1500 * time.Millisecond):
@@ -120,6 +121,13 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	}); !ok {
 		r.problems = append(r.problems, fmt.Sprintf("the sale's stream never drained (%+v)", backlog))
 	}
+	// The recovery figures as for the suite's own crowds, the fault ending
+	// with the kill: the failover that follows is the system's own repair.
+	rowsSeen.end()
+	fig := recoveryAt(killedAt, outs, rowsSeen)
+	r.sellAgain, r.rowLag = fig.cells(true)
+	t.Logf("recovery: sells again %s after the kill; every 201 a row within %s of the later of its answer and the kill (%v of its answer)",
+		r.sellAgain, r.rowLag, fig.rawLag.Round(10*time.Millisecond))
 	readCall := time.Now()
 	live, err := db.LiveOrders(ctx, sale)
 	if err != nil {
