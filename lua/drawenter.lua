@@ -10,14 +10,14 @@
 -- journal stream (KEYS[4]) in the same step.
 --
 -- KEYS[1] sale hash        fg:{<sale>}:sale
--- KEYS[2] entries hash     fg:{<sale>}:draw (lua.DrawKey: user id → entry,
---         "<state> <entry id> <quantity> <variant>", variant "" for a sale
---         of one stock)
--- KEYS[3] solution marker  fg:{<sale>}:pow:<challenge> (any key of the
---         sale when ARGV[6] is "0")
--- KEYS[4] journal stream   fg:{<sale>}:djournal (lua.DrawJournalKey): one
---         field "e" = "<state> <entry id> <quantity> <variant> <user id>"
---         per change of an entry
+-- KEYS[2] entries hash     fg:{<sale>}:draw
+--         (lua.DrawKey: user id → entry, "<state> <entry id> <quantity>
+--         <variant>", variant "" for a sale of one stock)
+-- KEYS[3] solution marker  fg:{<sale>}:pow:<challenge>
+--         (any key of the sale when ARGV[6] is "0")
+-- KEYS[4] journal stream   fg:{<sale>}:djournal
+--         (lua.DrawJournalKey): one field "e" = "<state> <entry id>
+--         <quantity> <variant> <user id>" per change of an entry
 -- ARGV[1] user id
 -- ARGV[2] entry id (minted by the caller; flashgate.ValidID)
 -- ARGV[3] variant id ("" on a sale of one stock)

@@ -7,8 +7,8 @@
 -- is in answers it, changing nothing, so steps may be retried.
 --
 -- KEYS[1] sale hash       fg:{<sale>}:sale
--- KEYS[2] entries hash    fg:{<sale>}:draw (lua.DrawKey)
--- KEYS[3] journal stream  fg:{<sale>}:djournal (lua.DrawJournalKey)
+-- KEYS[2] entries hash    fg:{<sale>}:draw
+-- KEYS[3] journal stream  fg:{<sale>}:djournal
 -- ARGV[1] user id
 -- ARGV[2] entry id
 -- ARGV[3] the new state (flashgate.DrawEntryState)

@@ -2,7 +2,7 @@
 -- so that one call answers "where do I stand".
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
--- KEYS[2] entries hash  fg:{<sale>}:draw (lua.DrawKey)
+-- KEYS[2] entries hash  fg:{<sale>}:draw
 -- ARGV[1] user id
 --
 -- Returns {code, entry, open ms, close ms}:

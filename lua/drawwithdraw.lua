@@ -3,8 +3,8 @@
 -- release. Withdrawing again answers the withdrawn entry, changing nothing.
 --
 -- KEYS[1] sale hash       fg:{<sale>}:sale
--- KEYS[2] entries hash    fg:{<sale>}:draw (lua.DrawKey)
--- KEYS[3] journal stream  fg:{<sale>}:djournal (lua.DrawJournalKey)
+-- KEYS[2] entries hash    fg:{<sale>}:draw
+-- KEYS[3] journal stream  fg:{<sale>}:djournal
 -- ARGV[1] user id
 -- ARGV[2] now, unix milliseconds
 --
