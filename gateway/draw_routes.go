@@ -169,6 +169,16 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansUnauth)
 		return
 	}
+	// A malformed body is 400 whatever the sale.
+	var body entryRequest
+	if b := bytes.TrimSpace(ctx.PostBody()); len(b) > 0 {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&body); err != nil {
+			s.writeError(ctx, errEntryBody)
+			return
+		}
+	}
 	e, sl, ok := s.drawSale(ctx, id)
 	if !ok {
 		return
@@ -182,15 +192,6 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.userRetryAfter)
 		return
-	}
-	var body entryRequest
-	if b := bytes.TrimSpace(ctx.PostBody()); len(b) > 0 {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&body); err != nil {
-			s.writeError(ctx, errEntryBody)
-			return
-		}
 	}
 	qty := int64(1)
 	if body.Quantity != nil {

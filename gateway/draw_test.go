@@ -12,8 +12,8 @@ import (
 )
 
 // drawEnv is a gateway with draw sale "dr" (sizes S and M, per_user 2,
-// proof of work of difficulty maxnum) whose window is open for an hour
-// from the clock's now.
+// proof of work of difficulty maxnum) whose window is open for ten minutes
+// from the clock's now (within the test tokens' hour).
 func drawEnv(t *testing.T, maxnum int64) (*env, *testclock.Clock) {
 	t.Helper()
 	clock := testclock.New(time.Now().Truncate(time.Millisecond))
@@ -22,7 +22,7 @@ func drawEnv(t *testing.T, maxnum int64) (*env, *testclock.Clock) {
 		c.Clock = clock
 	})
 	ctx := context.Background()
-	open, closeAt := clock.Now(), clock.Now().Add(time.Hour)
+	open, closeAt := clock.Now(), clock.Now().Add(10*time.Minute)
 	if err := lua.Prepare.Run(ctx, e.primary, lua.SaleKeys("dr"), 5, 8, 2, 100, "", lua.DrawWindowArg(open, closeAt), "S:3,M:2").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestDrawEntryRoutes(t *testing.T) {
 		t.Errorf("purchase of a draw: got %d %s, want 409 not_started", r.StatusCode(), r.Body())
 	}
 	// After the close: no entry, no withdrawal; the entry reads as it was.
-	clock.Set(clock.Now().Add(time.Hour))
+	clock.Set(clock.Now().Add(10 * time.Minute))
 	if code, _, raw := call("POST", "cat", `{"variant":"S"}`); code != 409 || errCodeOf(raw) != "closed" {
 		t.Errorf("entry after the close: got %d %s, want 409 closed", code, raw)
 	}
