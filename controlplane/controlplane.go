@@ -33,6 +33,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
 	"github.com/flashgate/flashgate/controlplane/orders"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/queueleader"
 	"github.com/flashgate/flashgate/controlplane/resync"
 )
@@ -71,6 +72,8 @@ type Store interface {
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
+	// The draws' entries (controlplane/drawjournal).
+	drawjournal.Store
 	Ping(ctx context.Context) error
 }
 

@@ -10,7 +10,8 @@ import (
 // PutDrawEntries stores draw entries, each as its row's latest word: a new
 // entry id is inserted, a known one takes the entry's state and updated_at
 // (and its payment intent and order id once they are set; an empty one
-// keeps the row's). One transaction; at most one live entry (pending or
+// keeps the row's) unless the row's updated_at is later (a stale writer's
+// change, written after a newer one, changes nothing). One transaction; at most one live entry (pending or
 // entered) per (sale, user), so entries of one user go in the order they
 // happened. A bad state is ErrBadRequest.
 func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
@@ -28,7 +29,8 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (entry_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at,
 			payment_intent = CASE WHEN excluded.payment_intent <> '' THEN excluded.payment_intent ELSE draw_entries.payment_intent END,
-			order_id = CASE WHEN excluded.order_id <> '' THEN excluded.order_id ELSE draw_entries.order_id END`)
+			order_id = CASE WHEN excluded.order_id <> '' THEN excluded.order_id ELSE draw_entries.order_id END
+		WHERE draw_entries.updated_at <= excluded.updated_at`)
 	now := nowUTC()
 	for _, e := range entries {
 		created, updated := e.CreatedAt, e.UpdatedAt

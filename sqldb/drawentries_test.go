@@ -60,6 +60,15 @@ func TestDrawEntries(t *testing.T) {
 		if want := []flashgate.DrawEntry{e1, e2, e3}; !reflect.DeepEqual(got, want) {
 			t.Errorf("DrawEntries: got %+v, want %+v", got, want)
 		}
+		// A stale change (older than the row's) changes nothing.
+		stale := e1
+		stale.State, stale.UpdatedAt = flashgate.DrawPending, t0
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{stale}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
+			t.Errorf("after a stale change: got %+v, want e1 entered", got)
+		}
 		// A second live entry of bob's is refused, and nothing of its
 		// transaction stays.
 		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}

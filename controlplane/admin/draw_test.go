@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -105,4 +106,11 @@ func TestAdminDrawSale(t *testing.T) {
 	if len(vs) != 2 || fmt.Sprint(vs[0]) != "map[id:S made:3]" {
 		t.Errorf("variants' entries: got %v", d["variants"])
 	}
+
+	// The leader journals the entries to the database.
+	e.lead()
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		got, err := e.db.DrawEntries(e.ctx, "drop")
+		return err == nil && len(got) == 3 && got[0].State == flashgate.DrawEntered
+	}, "the draw's entries in the database")
 }
