@@ -30,10 +30,10 @@ import (
 	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
 	"github.com/flashgate/flashgate/controlplane/orders"
-	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/queueleader"
 	"github.com/flashgate/flashgate/controlplane/resync"
 )
