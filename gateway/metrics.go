@@ -29,12 +29,13 @@ const (
 	routeQueue
 	routeChallenge
 	routeWebhook
+	routeEntry
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "webhook", "other",
+	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "webhook", "entry", "other",
 }
 
 // The status codes the gateway answers with; anything else counts as

@@ -77,6 +77,14 @@ var (
 	retakeSrc string
 	//go:embed unretake.lua
 	unretakeSrc string
+	//go:embed drawenter.lua
+	drawEnterSrc string
+	//go:embed drawwithdraw.lua
+	drawWithdrawSrc string
+	//go:embed drawstate.lua
+	drawStateSrc string
+	//go:embed drawset.lua
+	drawSetSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -131,6 +139,12 @@ var (
 	// Unretake gives back the units a late payment took again when its
 	// honoured order is refunded.
 	Unretake = redis.NewScript(giveBackSrc + unretakeSrc)
+
+	// A draw sale's entries (their keys, fields and codes in draw.go).
+	DrawEnter    = redis.NewScript(drawEnterSrc)
+	DrawWithdraw = redis.NewScript(drawWithdrawSrc)
+	DrawState    = redis.NewScript(drawStateSrc)
+	DrawSet      = redis.NewScript(drawSetSrc)
 )
 
 // Return codes of Retake.

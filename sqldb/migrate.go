@@ -257,6 +257,32 @@ var migrations = []migration{
 			`ALTER TABLE payments ADD COLUMN checks {int} NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		// Version 13 keeps draws (docs/api.md, "Draws"): a draw sale's
+		// entry window (NULL for other sales; its queue column is 'draw')
+		// and draw_entries, one row per entry (flashgate.DrawEntry), at
+		// most one live one (pending or entered) per (sale, user).
+		version: 13,
+		both: []string{
+			`ALTER TABLE sales ADD COLUMN entries_open_at {time}`,
+			`ALTER TABLE sales ADD COLUMN entries_close_at {time}`,
+			`CREATE TABLE IF NOT EXISTS draw_entries (
+				entry_id       TEXT PRIMARY KEY,
+				sale_id        TEXT NOT NULL,
+				user_id        TEXT NOT NULL,
+				variant        TEXT NOT NULL DEFAULT '',
+				quantity       {int} NOT NULL,
+				state          TEXT NOT NULL,
+				payment_intent TEXT NOT NULL DEFAULT '',
+				order_id       TEXT NOT NULL DEFAULT '',
+				created_at     {time} NOT NULL,
+				updated_at     {time} NOT NULL
+			)`,
+			`CREATE INDEX IF NOT EXISTS draw_entries_sale ON draw_entries (sale_id, state)`,
+			`CREATE UNIQUE INDEX IF NOT EXISTS draw_entries_live ON draw_entries (sale_id, user_id)
+				WHERE state IN ('pending', 'entered')`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.
