@@ -54,9 +54,11 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		t.Fatal(err)
 	}
 	const sale = "ha"
-	var redisURL string
+	var redisURL, sentinelAddr, sentinelName string
 	var kill func() string // kills the sale's primary, returns what it killed
 	var heir string        // the killed primary's replica, the one promoted
+	// announced, on Sentinel, notes when the Sentinel names heir the primary.
+	announced := func() time.Time { return time.Time{} }
 	var data redis.UniversalClient
 	if onCluster {
 		cl := redistest.StartCluster(t)
@@ -75,6 +77,7 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		}
 	} else {
 		st := redistest.StartSentinel(t)
+		sentinelAddr, sentinelName = st.Addr, st.Name
 		redisURL = st.URL()
 		data = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: []string{st.Addr}})
 		kill = func() string { heir = st.Replica.Addr; st.Primary.Stop(); return st.Primary.Addr }
@@ -109,6 +112,9 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	}
 	killed, killedAt = kill(), time.Now()
 	promoted := watchPromotion(ctx, heir, time.Minute)
+	if !onCluster {
+		announced = watchAnnounce(ctx, sentinelAddr, sentinelName, heir, time.Minute)
+	}
 	outs := <-done
 	// The fault ends with the promotion: the detection before it (Sentinel's
 	// down-after-milliseconds, the Cluster's node timeout) is time no tier
@@ -200,6 +206,10 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		promotion = fmt.Sprintf("at t=%v (detection and election took %v)", promotedAt.Sub(start).Round(10*time.Millisecond),
 			promotedAt.Sub(killedAt).Round(10*time.Millisecond))
 	}
+	if at := announced(); !at.IsZero() {
+		promotion += fmt.Sprintf(", named by the Sentinel at t=%v (%v after the promotion)", at.Sub(start).Round(10*time.Millisecond),
+			at.Sub(promotedAt).Round(10*time.Millisecond))
+	}
 	r.happened = fmt.Sprintf("in %v: primary %s killed at t=%v into the crowd (%d rows then), its replica %s promoted %s; %d 201s, %d live orders for %d units, %d confirmed orders without a row; the crowd ended with %s",
 		time.Since(began).Round(time.Second), killed, killedAt.Sub(start).Round(10*time.Millisecond), before, heir, promotion,
 		created, len(live), haUnits, r.losses, countList(stats(outs).finals))
@@ -238,22 +248,41 @@ func replicaOf(ctx context.Context, addr string) string {
 	return a
 }
 
-// watchPromotion polls the ROLE of the replica at addr from now until it
-// says master, for at most limit; the returned func waits for the end and
-// gives when it first said so (zero: never, or addr is "").
+// watchPromotion notes when the replica at addr first says role:master,
+// polling its ROLE from now for at most limit; the returned func waits for
+// the end and gives that moment (zero: never, or addr is "").
 func watchPromotion(ctx context.Context, addr string, limit time.Duration) func() time.Time {
+	if addr == "" {
+		return func() time.Time { return time.Time{} }
+	}
+	n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	return watchUntil(ctx, limit, func() bool {
+		role, err := n.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	}, n.Close)
+}
+
+// watchAnnounce notes when the Sentinel at sentinel first names addr as
+// master's primary (SENTINEL get-master-addr-by-name): when a client asking
+// it can find the promoted replica.
+func watchAnnounce(ctx context.Context, sentinel, master, addr string, limit time.Duration) func() time.Time {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	return watchUntil(ctx, limit, func() bool {
+		a, err := sc.GetMasterAddrByName(ctx, master).Result()
+		return err == nil && len(a) == 2 && a[0]+":"+a[1] == addr
+	}, sc.Close)
+}
+
+// watchUntil calls cond in a goroutine until it holds, for at most limit
+// (testwait's pace), then calls done; the returned func waits for the end
+// and gives when cond first held (zero: never).
+func watchUntil(ctx context.Context, limit time.Duration, cond func() bool, done func() error) func() time.Time {
 	res := make(chan time.Time, 1)
 	go func() {
-		if addr == "" {
-			res <- time.Time{}
-			return
-		}
-		n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
-		defer n.Close()
+		defer func() { _ = done() }()
 		var at time.Time
 		testwait.For(limit, func() bool {
-			role, err := n.Do(ctx, "ROLE").Slice()
-			if err == nil && len(role) > 0 && role[0] == "master" {
+			if cond() {
 				at = time.Now()
 				return true
 			}
