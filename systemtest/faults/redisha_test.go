@@ -49,7 +49,7 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	dir := filepath.Join(s.work, sc.name)
+	dir := s.freshDir(sc.name)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		t.Fatal(err)
 	}
