@@ -114,8 +114,9 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 		case errors.Is(err, flashgate.ErrBadRequest):
 			// The store refused the batch for some order's sake.
 		case errors.Is(err, flashgate.ErrUnavailable):
-			// The database is out of reach (sqldb: a refused or lost
-			// connection, a server starting up or shutting down): no
+			// The database is out of reach (sqldb: no connection to be
+			// had at BEGIN, before any order was sent; a connection lost
+			// with the batch in flight is not this): no
 			// order of the batch is to blame, so the failure does not
 			// count toward splitting it, and the batch is tried whole
 			// again soon (unreachableBackoff), so that once the database

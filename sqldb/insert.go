@@ -29,10 +29,14 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // An order without id, sale or user, or with a quantity below 1, fails the
 // batch with flashgate.ErrBadRequest, and so does a value the database
 // refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint).
-// The database out of reach (see isUnavailable: refused or lost
-// connections, a server starting up or shutting down) fails it with
-// flashgate.ErrUnavailable: the same batch passes once the database is
-// back. Other errors are neither and may pass when tried again.
+// The database out of reach before any order was sent (see isUnavailable:
+// a connection refused, lost or not to be had, a server starting up or
+// shutting down, met by BEGIN) fails it with flashgate.ErrUnavailable: the
+// same batch passes once the database is back. A connection lost while the
+// batch's statements were in flight is not ErrUnavailable: the batch may
+// be its cause (a record that crashes the server process or makes it end
+// the connection), so a caller that splits batches on failures must count
+// it. Other errors are neither and may pass when tried again.
 //
 // The rows are inserted grouped by (sale, status, variant, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
@@ -45,7 +49,7 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	if len(orders) == 0 {
 		return 0, nil
 	}
-	defer func() { err = unavailable(refused(err)) }()
+	defer func() { err = refused(err) }()
 	for i := range orders {
 		o := &orders[i]
 		switch {
@@ -77,7 +81,9 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	now := nowUTC()
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("inserting orders: %w", err)
+		// No order was sent yet: a connection that could not be had is
+		// the database's doing, never the batch's.
+		return 0, unavailable(fmt.Errorf("inserting orders: %w", err))
 	}
 	defer func() { _ = tx.Rollback() }()
 	var counts []orderCount

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testenv/dbfault"
 	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 )
@@ -126,4 +127,29 @@ func pgAddr(t *testing.T, dsn string) string {
 		t.Fatal(err)
 	}
 	return u.Host
+}
+
+// TestInsertOrdersConnectionLostByARecord (review of issue 35): an order
+// whose insert makes PostgreSQL end the connection (a trigger terminates
+// its backend: FATAL 57P01, as a record that crashes the server process
+// would) while the database stays up. The connection was lost while the
+// batch was in flight, so the batch may be the cause: InsertOrders must
+// not call that the database out of reach (flashgate.ErrUnavailable, which
+// the order sink never splits a batch for), or that one record stalls its
+// sale forever. An ordinary order is stored right after.
+func TestInsertOrdersConnectionLostByARecord(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.New(t)
+	db := open(t, dsn)
+	dbfault.Disconnect(t, dsn, "crash-")
+	_, err := db.InsertOrders(ctx, []flashgate.Order{order("o1", "s", "u1", 1, t0), order("o2", "s", "crash-1", 1, t0)})
+	if err == nil {
+		t.Fatal("InsertOrders with an order that ends the connection: got nil error")
+	}
+	if errors.Is(err, flashgate.ErrUnavailable) {
+		t.Errorf("InsertOrders with an order that ends the connection: got %v, want an error that is not flashgate.ErrUnavailable (the database is up)", err)
+	}
+	if _, err := db.InsertOrders(ctx, []flashgate.Order{order("o3", "s", "u3", 1, t0)}); err != nil {
+		t.Errorf("InsertOrders of an ordinary order after it: %v", err)
+	}
 }

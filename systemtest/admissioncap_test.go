@@ -202,6 +202,13 @@ func capGateway(t *testing.T, over, sale string, total int64) (*redis.Client, fu
 // own client dialling with dial (nil: the test's client).
 func capGatewayDial(t *testing.T, over, sale string, total int64, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*redis.Client, func(user, body string) (int, string)) {
 	t.Helper()
+	return capGatewayWith(t, over, sale, total, dial, nil)
+}
+
+// capGatewayWith is capGatewayDial whose gateway reserves through
+// wrap(reserver) (nil: the reserver itself).
+func capGatewayWith(t *testing.T, over, sale string, total int64, dial func(ctx context.Context, network, addr string) (net.Conn, error), wrap func(gateway.Reserver) gateway.Reserver) (*redis.Client, func(user, body string) (int, string)) {
+	t.Helper()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -227,6 +234,9 @@ func capGatewayDial(t *testing.T, over, sale string, total int64, dial func(ctx 
 			t.Fatal(err)
 		}
 		reserver = c
+	}
+	if wrap != nil {
+		reserver = wrap(reserver)
 	}
 	// Prepared with an admission cap of total (ratio 1), open.
 	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), total, total, 1, 100).Err(); err != nil {

@@ -221,11 +221,13 @@ func (f recoveryFigures) cells(hasFault bool) (sellAgain, rows string) {
 		}
 	}
 	rows = f.rowLag.Round(10 * time.Millisecond).String()
-	if f.rowLag > rowTarget {
+	switch {
+	case f.unseen > 0:
+		// rowLag covers the 201s seen as rows only: a 201 never a row is
+		// over any target, however small the others' lag.
+		rows = fmt.Sprintf("**%s (%d never a row: over %s)**", rows, f.unseen, rowTarget)
+	case f.rowLag > rowTarget:
 		rows = "**" + rows + " (over " + rowTarget.String() + ")**"
-	}
-	if f.unseen > 0 {
-		rows += fmt.Sprintf(" (%d never a row)", f.unseen)
 	}
 	return sellAgain, rows
 }
