@@ -150,6 +150,9 @@ func (s *Watcher) Watch(ctx context.Context, sales []flashgate.Sale) {
 		} else {
 			marker, rerr := cmds[i][0].Result()
 			if rerr != nil && !errors.Is(rerr, redis.Nil) {
+				if ctx.Err() != nil {
+					return // shutting down: not a failure of the store
+				}
 				s.log.Warn("failover watch: reading the primary marker", "sale", sale.ID, "err", rerr)
 				seen = append(seen, ps)
 				continue
