@@ -723,3 +723,29 @@ func TestLostDeliveryReadAgain(t *testing.T) {
 	<-done
 	e.check(t, ids)
 }
+
+// TestClaimSoonerWhilePaused: while a sale is paused for a rebuild (which
+// waits for its stream to drain), entries a frozen or dead sink holds are
+// claimed after PausedClaimIdle, not ClaimIdle: the paused sale waits for
+// them a bounded time (issue 35).
+func TestClaimSoonerWhilePaused(t *testing.T) {
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ids := e.reserve(t, "u", 5)
+	if got := e.readAsDead(t, "frozen", 5); got != 5 {
+		t.Fatalf("frozen consumer read %d, want 5", got)
+	}
+	if n, err := lua.Pause.Run(context.Background(), e.rdb, lua.SaleKeys(sale), 1).Int(); err != nil || n != 1 {
+		t.Fatalf("pause: got %d, %v, want 1", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := drainer(e, nil, ordersink.Config{Consumer: "alive", Block: 20 * time.Millisecond, ClaimIdle: 10 * time.Minute})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == int64(len(ids))
+	}, "the frozen sink's entries claimed while the sale is paused (ClaimIdle is 10 min)")
+	cancel()
+	<-done
+	e.check(t, ids)
+}
