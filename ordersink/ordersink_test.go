@@ -678,3 +678,74 @@ func TestEntryVariant(t *testing.T) {
 		}
 	})
 }
+
+// TestLostDeliveryReadAgain: entries delivered to the running sink's own
+// consumer without the sink knowing (a read whose reply was lost, which
+// the Redis client sends again on a new connection: the second read finds
+// nothing new and no error tells the sink) are stored within a sweep, not
+// left for another sink's claim after ClaimIdle (issue 35: a sink frozen
+// in the middle of its read across a Redis restart held a failover's
+// rebuild, and its sale, paused for 26 s).
+func TestLostDeliveryReadAgain(t *testing.T) {
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ctx, cancel := context.WithCancel(context.Background())
+	d := drainer(e, nil, ordersink.Config{Consumer: "c1", Block: 20 * time.Millisecond, ClaimIdle: 10 * time.Minute})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	ids := e.reserve(t, "u", 1)
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == 1
+	}, "the first row")
+	// A reserve and a read as c1 in one MULTI, so that the running sink
+	// cannot read the entry first: what a lost reply leaves behind.
+	id := ulid.Make().String()
+	var read *redis.XStreamSliceCmd
+	_, err := e.rdb.TxPipelined(context.Background(), func(p redis.Pipeliner) error {
+		lua.Reserve.Eval(context.Background(), p, lua.ReserveKeys(sale), id, "lost0", 1, time.Now().UnixMilli(), sale)
+		read = p.XReadGroup(context.Background(), &redis.XReadGroupArgs{
+			Group: lua.SinkGroup, Consumer: "c1", Streams: []string{lua.OrdersKey(sale), ">"}, Count: 10, Block: -1,
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := read.Val(); len(res) != 1 || len(res[0].Messages) != 1 {
+		t.Fatalf("the read behind the sink's back: got %v, want the one entry", res)
+	}
+	ids = append(ids, id)
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == 2
+	}, "the row of the entry delivered behind the sink's back (ClaimIdle is 10 min)")
+	cancel()
+	<-done
+	e.check(t, ids)
+}
+
+// TestClaimSoonerWhilePaused: while a sale is paused for a rebuild (which
+// waits for its stream to drain), entries a frozen or dead sink holds are
+// claimed after PausedClaimIdle, not ClaimIdle: the paused sale waits for
+// them a bounded time (issue 35).
+func TestClaimSoonerWhilePaused(t *testing.T) {
+	e := newEnv(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
+	ids := e.reserve(t, "u", 5)
+	if got := e.readAsDead(t, "frozen", 5); got != 5 {
+		t.Fatalf("frozen consumer read %d, want 5", got)
+	}
+	if n, err := lua.Pause.Run(context.Background(), e.rdb, lua.SaleKeys(sale), 1).Int(); err != nil || n != 1 {
+		t.Fatalf("pause: got %d, %v, want 1", n, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := drainer(e, nil, ordersink.Config{Consumer: "alive", Block: 20 * time.Millisecond, ClaimIdle: 10 * time.Minute})
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		f, _ := e.db.Figures(context.Background(), sale)
+		return f.Persisted == int64(len(ids))
+	}, "the frozen sink's entries claimed while the sale is paused (ClaimIdle is 10 min)")
+	cancel()
+	<-done
+	e.check(t, ids)
+}

@@ -66,6 +66,22 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 			}
 		}
 	}
+	// Every sweep (claimEvery) a blocking pass re-reads each sale's own
+	// pending list as well as claiming others': an entry can be delivered to
+	// this consumer without the sink knowing. A read whose reply was lost (a
+	// read timeout, the process frozen past its deadline, the primary killed
+	// with the reply on the wire) is sent again by the Redis client on a new
+	// connection and answers what is left, nothing: what the first read
+	// delivered sits in this consumer's pending list, and no error said so.
+	// Left there it waited for another sink's claim (ClaimIdle, 30 s), and a
+	// failover's rebuild, which waits for the stream to drain, with it.
+	now := time.Now()
+	sweep := !blocking || now.Sub(d.claimedAt) >= d.claimEvery()
+	if blocking && sweep {
+		for _, s := range d.sales {
+			d.needPending[s] = true
+		}
+	}
 	for _, s := range d.sales {
 		if blocking && (!d.needPending[s] || skip[s]) {
 			continue
@@ -81,8 +97,7 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		}
 		delete(d.needPending, s)
 	}
-	now := time.Now()
-	if !blocking || now.Sub(d.claimedAt) >= min(d.cfg.ClaimIdle/2, time.Second) {
+	if sweep {
 		for _, s := range d.sales {
 			if skip[s] {
 				continue
@@ -132,6 +147,12 @@ func (d *Drainer) pass(ctx context.Context, blocking bool) (total int, err error
 		}
 	}
 	return total, nil
+}
+
+// claimEvery is how often a blocking pass sweeps: claims the entries idle
+// in other consumers and re-reads its own pending lists.
+func (d *Drainer) claimEvery() time.Duration {
+	return min(d.cfg.ClaimIdle/2, time.Second)
 }
 
 // refresh re-reads the set of sales when RefreshSales has passed, or always

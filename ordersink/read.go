@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,15 +47,35 @@ func (d *Drainer) drainPending(ctx context.Context, sale string) (int, error) {
 	return total, nil
 }
 
+// PausedClaimIdle is how long an entry must have sat unacknowledged in
+// another consumer before it is claimed while its sale is paused for a
+// rebuild (start = 0 with resume set, lua.Pause): the rebuild waits for the
+// stream to drain, so a sink frozen or cut off with entries in its pending
+// list would hold the paused sale for ClaimIdle. A live sink holds an entry
+// for its WAIT's bound and a commit; one claimed from a live sink is stored
+// twice at worst, which the inserts make harmless.
+const PausedClaimIdle = 3 * time.Second
+
 // claim takes over entries idle for longer than ClaimIdle in other
-// consumers (dead ones, presumably) and stores them.
+// consumers (dead ones, presumably), or PausedClaimIdle while the sale is
+// paused for a rebuild, and stores them.
 func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 	key := lua.OrdersKey(sale)
+	idle := d.cfg.ClaimIdle
+	if idle > PausedClaimIdle {
+		st, err := d.rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldStart, lua.FieldResume).Result()
+		if err != nil {
+			return 0, fmt.Errorf("ordersink: reading the state of %s: %w", sale, err)
+		}
+		if len(st) == 2 && st[0] != "1" && st[1] != nil {
+			idle = PausedClaimIdle
+		}
+	}
 	total, start := 0, "0-0"
 	for round := 0; round < 1000; round++ {
 		msgs, next, err := d.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
 			Stream: key, Group: lua.SinkGroup, Consumer: d.cfg.Consumer,
-			MinIdle: d.cfg.ClaimIdle, Start: start, Count: int64(d.cfg.Batch),
+			MinIdle: idle, Start: start, Count: int64(d.cfg.Batch),
 		}).Result()
 		if err != nil {
 			return total, fmt.Errorf("ordersink: claiming entries of %s: %w", key, err)
