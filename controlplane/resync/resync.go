@@ -37,6 +37,10 @@ type Store interface {
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// PendingRetakes are the orders whose late payment's retake the
+	// database records as pending (written before the retake in Redis,
+	// not yet honoured or dropped).
+	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -107,7 +111,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	}
 	// The snapshot comes next: every order released in it is then in the
 	// pending releases read below, or was delivered by an earlier pass.
-	fig, spec, err := s.figures(ctx, sale)
+	fig, per, err := s.figures(ctx, sale)
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
@@ -118,6 +122,10 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	keys := lua.SaleKeys(id)
 	tok := fencing.Of(ctx)
 	resync := func(restored string) ([]int64, error) {
+		spec := ""
+		if sale.HasVariants() {
+			spec = salehash.VariantSpec(sale.Variants, nil, per)
+		}
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
 			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue, spec, rels[0]).Int64Slice()
 	}
@@ -132,6 +140,25 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		ctx = rctx
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
+		}
+		held, err := s.holdRetakes(ctx, id)
+		if err != nil {
+			return before, after, err
+		}
+		// The held units count as live and persisted in the rebuild's
+		// figures: it sets reserved := P + held and booked := L + held,
+		// so they stay taken (reserved and not yet persisted) until the
+		// honour step's row counts them, or the refund's unretake gives
+		// them back.
+		for _, o := range held {
+			fig.LiveUnits += o.Quantity
+			fig.PersistedUnits += o.Quantity
+			if o.Variant != "" {
+				f := per[o.Variant]
+				f.LiveUnits += o.Quantity
+				f.PersistedUnits += o.Quantity
+				per[o.Variant] = f
+			}
 		}
 		v, err = resync("1")
 	}
@@ -156,21 +183,56 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 }
 
 // figures reads a sale's figures from one database snapshot and, for a sale
-// with variants, Resync's ARGV[12] from the same snapshot: "id:total:L:P"
-// per variant, in the sale's order ("" for a sale of one stock).
-func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.SaleFigures, string, error) {
+// with variants, each variant's from the same snapshot (nil for a sale of
+// one stock).
+func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
 	if !sale.HasVariants() {
 		fig, err := s.store.Figures(ctx, sale.ID)
-		return fig, "", err
+		return fig, nil, err
 	}
 	fig, per, err := s.store.VariantFigures(ctx, sale.ID)
 	if err != nil {
-		return fig, "", err
+		return fig, nil, err
 	}
 	if per == nil {
 		per = map[string]flashgate.SaleFigures{}
 	}
-	return fig, salehash.VariantSpec(sale.Variants, nil, per), nil
+	return fig, per, nil
+}
+
+// holdRetakes holds, in a sale being rebuilt (after Restore), the units of
+// the retakes the database records as pending (lua.RetakeHold): a settler
+// past its retake may still honour one, and the units must not sell again
+// meanwhile. It returns the orders held, whose units the caller counts.
+func (s *Syncer) holdRetakes(ctx context.Context, id string) ([]flashgate.Order, error) {
+	pending, err := s.store.PendingRetakes(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading pending retakes: %w", err)
+	}
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	tok := fencing.Of(ctx)
+	args := make([]any, 0, 1+2*len(pending))
+	args = append(args, tok)
+	for _, o := range pending {
+		args = append(args, o.UserID, o.ID)
+	}
+	r, err := lua.RetakeHold.Run(ctx, s.rdb, lua.RetakeHoldKeys(id), args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	res, ok := r.([]any)
+	if !ok {
+		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
+	}
+	var held []flashgate.Order
+	for i, r := range res {
+		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
+			held = append(held, pending[i])
+		}
+	}
+	return held, nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale

@@ -168,6 +168,7 @@ type world struct {
 	stall, retook bool
 	lateTried     bool // the new buyer of a stall schedule tried to reserve
 	rebuilt       bool // redisLoss re-synced the sale twice after its FLUSHALL
+	atLeastOnce   bool // the events emitted now are delivered at least once
 	// online holds what the checks between steps found (afterStep).
 	online []finding
 }
