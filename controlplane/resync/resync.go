@@ -138,10 +138,21 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		rctx, cancel := RestoreContext(ctx)
 		defer cancel()
 		ctx = rctx
+		// The pending retakes are read before a new snapshot of the
+		// figures: a retake honoured in between is counted twice (its unit
+		// hidden, never sold twice), where the other order could count it
+		// in neither and a concurrent rebuild reopen the sale without it.
+		pending, err := s.store.PendingRetakes(ctx, id)
+		if err != nil {
+			return before, after, fmt.Errorf("reading pending retakes: %w", err)
+		}
+		if fig, per, err = s.figures(ctx, sale); err != nil {
+			return before, after, fmt.Errorf("reading figures: %w", err)
+		}
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		held, err := s.holdRetakes(ctx, id)
+		held, err := s.holdRetakes(ctx, id, pending)
 		if err != nil {
 			return before, after, err
 		}
@@ -204,11 +215,7 @@ func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.Sa
 // the retakes the database records as pending (lua.RetakeHold): a settler
 // past its retake may still honour one, and the units must not sell again
 // meanwhile. It returns the orders held, whose units the caller counts.
-func (s *Syncer) holdRetakes(ctx context.Context, id string) ([]flashgate.Order, error) {
-	pending, err := s.store.PendingRetakes(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("reading pending retakes: %w", err)
-	}
+func (s *Syncer) holdRetakes(ctx context.Context, id string, pending []flashgate.Order) ([]flashgate.Order, error) {
 	if len(pending) == 0 {
 		return nil, nil
 	}
