@@ -109,6 +109,16 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
+	// The pending retakes (held if the pass rebuilds the sale) are read
+	// before the snapshot: a retake honoured in between is then counted
+	// twice (its unit hidden until the next rebuild, never sold twice),
+	// where the other order could count it in neither and a concurrent
+	// rebuild reopen the sale without it. One indexed query, empty but
+	// for late payments under way.
+	pending, err := s.store.PendingRetakes(ctx, id)
+	if err != nil {
+		return before, after, fmt.Errorf("reading pending retakes: %w", err)
+	}
 	// The snapshot comes next: every order released in it is then in the
 	// pending releases read below, or was delivered by an earlier pass.
 	fig, per, err := s.figures(ctx, sale)
@@ -138,17 +148,6 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		rctx, cancel := RestoreContext(ctx)
 		defer cancel()
 		ctx = rctx
-		// The pending retakes are read before a new snapshot of the
-		// figures: a retake honoured in between is counted twice (its unit
-		// hidden, never sold twice), where the other order could count it
-		// in neither and a concurrent rebuild reopen the sale without it.
-		pending, err := s.store.PendingRetakes(ctx, id)
-		if err != nil {
-			return before, after, fmt.Errorf("reading pending retakes: %w", err)
-		}
-		if fig, per, err = s.figures(ctx, sale); err != nil {
-			return before, after, fmt.Errorf("reading figures: %w", err)
-		}
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
