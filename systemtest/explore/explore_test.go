@@ -30,8 +30,8 @@ var (
 // keep the money of an order an admin refunded, 490 honours a payment an
 // admin refunded, 400 leaves a payment refunding forever, 624 refuses an
 // admitted buyer, 40 and 222 oversell (stall schedules: a retake honoured
-// after a FLUSHALL and a rebuild freed its unit). 2116 is a stall schedule
-// since those were added, so its schedule changed. A schedule is a function of its seed and of the code:
+// after a FLUSHALL and a rebuild freed its unit, found on the code before
+// pending retakes). A schedule is a function of its seed and of the code:
 // once the code under test changes its steps, a seed is one more random
 // schedule.
 var corpus = []uint64{1803, 6269, 701, 2116, 766, 4056, 490, 400, 624, 40, 222}
