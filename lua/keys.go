@@ -353,7 +353,7 @@ const (
 const ReserveNotAdmitted = 9
 
 // RetakeHoldKeys is RetakeHold's KEYS: buyers hash, sale hash, retaken
-// set, refusals hash.
+// set, refusals hash, released set.
 func RetakeHoldKeys(sale string) []string {
-	return []string{BuyersKey(sale), SaleKey(sale), RetakenKey(sale), RetakeRefusedKey(sale)}
+	return []string{BuyersKey(sale), SaleKey(sale), RetakenKey(sale), RetakeRefusedKey(sale), ReleasedKey(sale)}
 }

@@ -15,6 +15,7 @@
 -- KEYS[2] sale hash (only its fence field)  fg:{<sale>}:sale
 -- KEYS[3] retaken set   fg:{<sale>}:retaken
 -- KEYS[4] refusals hash (order id -> code) fg:{<sale>}:retakerefused
+-- KEYS[5] released set  fg:{<sale>}:released
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
 --         field, which it raises
 -- ARGV[2 ..] pairs user id, order id of the pending retakes
@@ -42,6 +43,7 @@ while i + 1 <= #ARGV do
     out[#out + 1] = 0
   else
     redis.call('SADD', KEYS[3], order)
+    redis.call('SADD', KEYS[5], order)
     redis.call('HSET', KEYS[4], order, 6)
     redis.call('HSETNX', KEYS[1], user, order)
     out[#out + 1] = 1
