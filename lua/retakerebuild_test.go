@@ -82,7 +82,7 @@ func TestUnretakeUnhonoured(t *testing.T) {
 }
 
 // TestRetakeHold: RetakeHold puts a pending retake's order in the retaken
-// set with the refusal "held" (6), so a retake asked again takes nothing
+// and released sets with the refusal "held" (6), so a retake asked again takes nothing
 // (RetakeHeld) and an unretake of it gives its units back; the buyer entry
 // names it unless the buyer holds another order; an order whose refusal
 // another code recorded (given back by an unretake) is not held; a second
@@ -106,6 +106,9 @@ func TestRetakeHold(t *testing.T) {
 		}
 		if got := rdb.SMembers(ctx, lua.RetakenKey(saleID)).Val(); len(got) != 2 {
 			t.Errorf("retaken set: got %v, want o1 and o2", got)
+		}
+		if got := rdb.SMembers(ctx, lua.ReleasedKey(saleID)).Val(); len(got) != 2 {
+			t.Errorf("released set: got %v, want o1 and o2 (a later release of them is a no-op)", got)
 		}
 		if got := rdb.HGet(ctx, lua.BuyersKey(saleID), "u1").Val(); got != "o1" {
 			t.Errorf("buyer u1: got %q, want o1", got)
