@@ -43,6 +43,10 @@ var (
 	// that refused attempts never use up the admission cap.
 	ErrPaused = fmt.Errorf("flashgate: paused for a rebuild: %w", ErrUnavailable)
 
+	// ErrNotCapturable is a capture of a hold that holds nothing any more:
+	// declined at capture, expired, canceled, or never confirmed.
+	ErrNotCapturable = errors.New("flashgate: not capturable")
+
 	// ErrBadSignature is a webhook whose signature does not verify (or is
 	// older than the tolerance).
 	ErrBadSignature = errors.New("flashgate: bad signature")
@@ -94,6 +98,7 @@ var errorTable = []struct {
 	{ErrQueueReset, http.StatusConflict, "queue_reset"},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{ErrBadSignature, http.StatusBadRequest, "bad_signature"},
+	{ErrNotCapturable, http.StatusConflict, "not_capturable"},
 }
 
 // ErrorStatus returns the HTTP status and JSON error code for err. Errors

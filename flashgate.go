@@ -49,9 +49,15 @@ type Sale struct {
 	// it out. Reopening the sale clears it.
 	Archived bool `json:"archived,omitempty"`
 
-	// Queue is "fair" for a sale sold through a fair queue (package fairqueue);
-	// "" (the default) sells first come, first served.
+	// Queue is "fair" for a sale sold through a fair queue (package fairqueue),
+	// "draw" for one sold by a draw (QueueDraw, drawentry.go); "" (the
+	// default) sells first come, first served.
 	Queue string `json:"queue,omitempty"`
+	// EntriesOpenAt and EntriesCloseAt are a draw sale's entry window:
+	// entries are taken from the first until the second (both required for
+	// a draw, nil otherwise).
+	EntriesOpenAt  *time.Time `json:"entries_open_at,omitempty"`
+	EntriesCloseAt *time.Time `json:"entries_close_at,omitempty"`
 	// PrequeueSeconds is how long before StartsAt a fair queue opens;
 	// 0 means fairqueue.DefaultPrequeueSeconds.
 	PrequeueSeconds int `json:"prequeue_seconds,omitempty"`

@@ -25,6 +25,7 @@ func TestErrorStatus(t *testing.T) {
 		{flashgate.ErrUnauthorized, 401, "unauthorized"},
 		{flashgate.ErrNotPayable, 409, "not_payable"},
 		{flashgate.ErrMethodNotAllowed, 405, "method_not_allowed"},
+		{fmt.Errorf("capturing: %w", flashgate.ErrNotCapturable), 409, "not_capturable"},
 		{errors.New("dial tcp 10.0.0.1:6379: connection refused"), 500, "internal"},
 	}
 	for _, tt := range tests {

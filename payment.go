@@ -4,14 +4,28 @@ import "fmt"
 
 // Intent is a payment at the provider (a Stripe PaymentIntent): its id,
 // the secret the buyer's page confirms it with, its status, and the order
-// it pays (from its metadata).
+// it pays or the draw entry it holds for (from its metadata).
 type Intent struct {
 	ID           string
 	ClientSecret string
 	Status       string
 	OrderID      string
-	AmountCents  int64
-	Currency     string
+	// EntryID is the draw entry a hold (Hold) was made for; "" for an
+	// order's payment.
+	EntryID     string
+	AmountCents int64
+	Currency    string
+}
+
+// Hold is a card hold a draw entry asks of the provider: AmountCents of
+// Currency authorised when the buyer confirms, not charged, until it is
+// captured (the entry won) or canceled (it lost, or was withdrawn). The
+// entry id is its idempotency key, so an entry holds at most once.
+type Hold struct {
+	EntryID     string
+	SaleID      string
+	AmountCents int64
+	Currency    string
 }
 
 // The intent statuses flashgate acts on (Stripe's names); any other is a
@@ -20,6 +34,9 @@ const (
 	IntentSucceeded  = "succeeded"
 	IntentCanceled   = "canceled"
 	IntentProcessing = "processing"
+	// IntentRequiresCapture is a hold the buyer confirmed: the amount is
+	// authorised on the card, to be captured or canceled.
+	IntentRequiresCapture = "requires_capture"
 	// IntentFailed is what a payment_intent.payment_failed event records:
 	// the intent itself goes back to requires_payment_method, and the
 	// buyer may try again.
@@ -28,12 +45,14 @@ const (
 
 // PaymentEvent is a verified webhook event of the provider, reduced to what
 // flashgate reads: its id (stored once), its type, the intent it concerns
-// and, for intent events, the intent's status and order.
+// and, for intent events, the intent's status and order (or, for a hold,
+// its draw entry).
 type PaymentEvent struct {
 	ID       string
 	Type     string
 	IntentID string
 	OrderID  string
+	EntryID  string
 	Status   string
 }
 
@@ -43,8 +62,11 @@ const (
 	EventIntentSucceeded = "payment_intent.succeeded"
 	EventIntentFailed    = "payment_intent.payment_failed"
 	EventIntentCanceled  = "payment_intent.canceled"
-	EventChargeRefunded  = "charge.refunded"
-	EventDisputeCreated  = "charge.dispute.created"
+	// EventIntentHeld is a hold confirmed by the buyer: the intent is
+	// requires_capture.
+	EventIntentHeld     = "payment_intent.amount_capturable_updated"
+	EventChargeRefunded = "charge.refunded"
+	EventDisputeCreated = "charge.dispute.created"
 )
 
 // ValidCurrency reports whether c is "" (the deployment's currency) or

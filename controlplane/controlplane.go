@@ -30,6 +30,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
 	"github.com/flashgate/flashgate/controlplane/orders"
@@ -74,6 +75,8 @@ type Store interface {
 	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
+	// The draws' entries (controlplane/drawjournal).
+	drawjournal.Store
 	Ping(ctx context.Context) error
 }
 

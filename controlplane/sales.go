@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/flashgate/flashgate"
@@ -59,6 +60,17 @@ func validateSale(s flashgate.Sale) error {
 		return &flashgate.FieldError{Field: "buckets", Reason: "more buckets than units"}
 	case s.StartsAt != nil && s.EndsAt != nil && !s.EndsAt.After(*s.StartsAt):
 		return &flashgate.FieldError{Field: "ends_at", Reason: "not after starts_at"}
+	}
+	if err := s.ValidateDraw(); err != nil {
+		return err
+	}
+	if s.Draw() {
+		// A draw's entries pay the fair queue's proof of work, at a fixed
+		// difficulty.
+		if s.ChallengeMaxNumber < 0 || s.ChallengeMaxNumber > fairqueue.MaxChallengeNumber {
+			return &flashgate.FieldError{Field: "challenge_maxnumber", Reason: "outside 0.." + strconv.Itoa(fairqueue.MaxChallengeNumber)}
+		}
+		return nil
 	}
 	return fairqueue.Validate(s)
 }
@@ -127,6 +139,14 @@ func (s *Service) CreateSale(ctx context.Context, sale flashgate.Sale) (flashgat
 		t := sale.EndsAt.UTC()
 		sale.EndsAt = &t
 	}
+	if sale.EntriesOpenAt != nil {
+		t := sale.EntriesOpenAt.UTC()
+		sale.EntriesOpenAt = &t
+	}
+	if sale.EntriesCloseAt != nil {
+		t := sale.EntriesCloseAt.UTC()
+		sale.EntriesCloseAt = &t
+	}
 	sale.BucketSalts = nil
 	if sale.Buckets <= 1 {
 		sale.Buckets = 0
@@ -172,12 +192,10 @@ func (s *Service) prepare(ctx context.Context, sale flashgate.Sale) error {
 	args := []any{sale.Total, flashgate.AdmitCap(sale.Total, sale.AdmitRatio), salehash.PerUser(sale), sale.PriceCents}
 	if sale.Bucketed() {
 		args = append(args, l.String(), "", salehash.VariantSpec(sale.Variants, nil, nil))
-	} else if sale.Fair() || sale.HasVariants() {
-		queue := ""
-		if sale.Fair() {
-			queue = flashgate.QueueFair
-		}
-		args = append(args, "", queue, salehash.VariantSpec(sale.Variants, nil, nil))
+	} else if sale.Fair() || sale.Draw() || sale.HasVariants() {
+		// The queue argument names a fair queue, or a draw with its entry
+		// window (whose sale refuses every purchase).
+		args = append(args, "", lua.DrawQueueArg(sale), salehash.VariantSpec(sale.Variants, nil, nil))
 	}
 	return lua.Prepare.Run(ctx, s.rdb, lua.SaleKeys(sale.ID), args...).Err()
 }

@@ -184,3 +184,24 @@ func TestMarkLife(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitmentAndOrder: the commitment is the lowercase hex of the
+// seed's SHA-256 (the queue's seed_sha256), and CompareKeys orders rank
+// keys as their published hex sorts.
+func TestCommitmentAndOrder(t *testing.T) {
+	seed := []byte("0123456789abcdef0123456789abcdef")
+	sum := sha256.Sum256(seed)
+	if got, want := fairqueue.Commitment(seed), hex.EncodeToString(sum[:]); got != want {
+		t.Errorf("Commitment: got %s, want %s", got, want)
+	}
+	r := fairqueue.NewRanker(seed)
+	var a, b [fairqueue.RankKeySize]byte
+	for _, users := range [][2]string{{"u1", "u2"}, {"alice", "bob"}, {"x", "x"}} {
+		r.Key("s1", users[0], &a)
+		r.Key("s1", users[1], &b)
+		want := strings.Compare(fairqueue.Rank(seed, "s1", users[0]), fairqueue.Rank(seed, "s1", users[1]))
+		if got := fairqueue.CompareKeys(&a, &b); got != want {
+			t.Errorf("CompareKeys(%s, %s): got %d, want %d", users[0], users[1], got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package fairqueue
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,4 +47,16 @@ func Rank(seed []byte, sale, user string) string {
 	var k [RankKeySize]byte
 	NewRanker(seed).Key(sale, user, &k)
 	return hex.EncodeToString(k[:])
+}
+
+// CompareKeys orders rank keys as the queue admits them: -1 when a comes
+// first (the smaller key), 1 when b does, 0 when they are equal.
+func CompareKeys(a, b *[RankKeySize]byte) int { return bytes.Compare(a[:], b[:]) }
+
+// Commitment is the published commitment of seed: the lowercase hex of
+// its SHA-256 (the queue's seed_sha256), so that once the seed is revealed
+// anyone can check it is the one fixed before the entries.
+func Commitment(seed []byte) string {
+	sum := sha256.Sum256(seed)
+	return hex.EncodeToString(sum[:])
 }

@@ -77,9 +77,16 @@ func TestZeroAllocs(t *testing.T) {
 
 // TestPurchaseAllocs proves an admitted purchase by a new buyer each time,
 // with both rate limits on, allocates only the buyer's id (a string the
-// Reserver keeps): not the token's checks, the limiters, nor the 201's body.
+// Reserver keeps): not the token's checks, the limiters (the adaptive
+// reserve limit too, when on), nor the 201's body.
 func TestPurchaseAllocs(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Reserver = constReserver{} })
+	for _, limit := range []int{0, 1024} {
+		t.Run("reserve-limit="+strconv.Itoa(limit), func(t *testing.T) { testPurchaseAllocs(t, limit) })
+	}
+}
+
+func testPurchaseAllocs(t *testing.T, reserveLimit int) {
+	e := newEnv(t, func(c *Config) { c.Reserver = constReserver{}; c.ReserveLimit = reserveLimit })
 	e.sale(t, "big", 1<<40, 1<<41, true)
 	h := e.s.Handler()
 	const runs = 300

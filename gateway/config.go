@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/gateway/limits"
 	"github.com/flashgate/flashgate/gateway/queueedge"
 )
 
@@ -111,6 +112,19 @@ type Config struct {
 	// SaleBurst is each sale's burst. Zero means SaleRate rounded up, at
 	// least 1.
 	SaleBurst int
+	// ReserveLimit is the ceiling of the adaptive limit on reserves this
+	// gateway has in flight at once (gateway/limits.Adaptive): the limit
+	// grows while reserves answer near their baseline latency and shrinks
+	// when they take over ReserveTolerance times it; a purchase over it is
+	// answered 503 unavailable at once, with a Retry-After of 1–3 s, before
+	// any Reserve. Zero or negative: no adaptive limit, the default
+	// (DefaultReserveLimit; docs/internals.md, "Adaptive admission", has
+	// the measurements behind it).
+	ReserveLimit int
+	// ReserveTolerance is how many times its baseline the reserves' mean
+	// latency may reach before the adaptive limit shrinks. Zero means
+	// DefaultReserveTolerance.
+	ReserveTolerance float64
 	// OrderRate is each user's requests per second to the order routes
 	// (GET, pay and cancel of /api/orders/{id}), a limit of its own apart
 	// from purchases. Zero means DefaultOrderRate; negative: no limit.
@@ -209,6 +223,8 @@ const (
 	DefaultUserRate              = 2.0
 	DefaultUserBurst             = 5
 	DefaultSaleRate              = 50000.0
+	DefaultReserveLimit          = 0 // off
+	DefaultReserveTolerance      = limits.DefaultAdaptiveTolerance
 	DefaultOrderRate             = 5.0
 	DefaultOrderBurst            = 10
 	DefaultOrderTimeout          = 5 * time.Second
@@ -298,6 +314,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SaleBurst < 1 {
 		c.SaleBurst = 1
+	}
+	if c.ReserveTolerance <= 0 {
+		c.ReserveTolerance = DefaultReserveTolerance
 	}
 	if c.OrderRate == 0 {
 		c.OrderRate = DefaultOrderRate

@@ -94,6 +94,9 @@ type Server struct {
 	hot [hotSales]atomic.Pointer[sale]
 
 	users *limits.Users // nil without a per-user limit
+	// reserves is the adaptive limit on reserves in flight (nil without
+	// one, Config.ReserveLimit negative); see purchase.go.
+	reserves *limits.Adaptive
 	// orderUsers limits each user's order-route requests (nil without a
 	// limit); orderRetryAfter is their Retry-After.
 	orderUsers      *limits.Users
@@ -193,7 +196,13 @@ func New(cfg Config) (*Server, error) {
 		s.orderUsers = limits.New(cfg.OrderRate, cfg.OrderBurst, cfg.MaxUsers)
 		s.orderRetryAfter = []byte(strconv.Itoa(max(int(math.Ceil(1/cfg.OrderRate)), 1)))
 	}
+	if cfg.ReserveLimit > 0 {
+		s.reserves = limits.NewAdaptive(limits.AdaptiveConfig{Min: min(limits.DefaultAdaptiveMin, cfg.ReserveLimit), Max: cfg.ReserveLimit, Tolerance: cfg.ReserveTolerance})
+	}
 	if s.m, err = newMetrics(cfg.Metrics); err != nil {
+		return nil, err
+	}
+	if err := registerReserveGauges(cfg.Metrics, s.reserves); err != nil {
 		return nil, err
 	}
 	_, s.sysClock = cfg.Clock.(flashgate.SystemClock)

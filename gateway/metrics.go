@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flashgate/flashgate/gateway/limits"
 	"github.com/flashgate/flashgate/internal/promreg"
 )
 
@@ -28,12 +29,13 @@ const (
 	routeQueue
 	routeChallenge
 	routeWebhook
+	routeEntry
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{
-	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "webhook", "other",
+	"page", "api_sale", "purchase", "order", "pay", "cancel", "healthz", "readyz", "static", "queue", "challenge", "webhook", "entry", "other",
 }
 
 // The status codes the gateway answers with; anything else counts as
@@ -70,11 +72,12 @@ const (
 	decRateLimited
 	decUnavailable
 	decNotAdmitted
+	decShed
 	numDecisions
 )
 
 var decisionNames = [numDecisions]string{
-	"admitted", "not_found", "not_started", "closed", "sold_out", "rate_limited", "unavailable", "not_admitted",
+	"admitted", "not_found", "not_started", "closed", "sold_out", "rate_limited", "unavailable", "not_admitted", "shed",
 }
 
 // metrics counts the gateway's requests, latencies and admission
@@ -213,6 +216,38 @@ func (m *metrics) decision(ctx *fasthttp.RequestCtx, d int) {
 		return
 	}
 	m.shard(ctx).decisions[d].Add(1)
+}
+
+// registerReserveGauges registers the adaptive reserve limit's gauges
+// with reg: nothing without a registry or a limit.
+func registerReserveGauges(reg prometheus.Registerer, a *limits.Adaptive) error {
+	if reg == nil || a == nil {
+		return nil
+	}
+	gauges := []prometheus.GaugeFunc{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_reserve_limit",
+			Help: "The adaptive limit on reserves this gateway has in flight at once; purchases over it are answered 503 (admission decision \"shed\").",
+		}, func() float64 { return float64(a.Limit()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_reserve_inflight",
+			Help: "Reserves this gateway has in flight under the adaptive limit.",
+		}, func() float64 { return float64(a.Inflight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_reserve_latency_seconds",
+			Help: "Mean latency of reserves in the adaptive limit's last window (about 100 ms).",
+		}, func() float64 { return a.Latency().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_reserve_baseline_seconds",
+			Help: "The adaptive limit's baseline: the lowest window mean latency of reserves in the last 30 s.",
+		}, func() float64 { return a.Baseline().Seconds() }),
+	}
+	for _, g := range gauges {
+		if _, err := promreg.Register(reg, prometheus.Collector(g)); err != nil {
+			return fmt.Errorf("gateway: registering metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 func (m *metrics) replicaFallback() {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -139,15 +141,34 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.rejectLocal(ctx, e, v)
 		return
 	}
+	if s.reserves != nil && !s.reserves.Acquire() {
+		// Over the adaptive limit: more reserves in flight would only
+		// queue. Answered at once, and the admission goes back as for an
+		// attempt that could not buy (a fair queue's ticket stays good).
+		if st.fairQueue() == nil {
+			e.admitted.Add(-1)
+		}
+		s.shed(ctx, e)
+		return
+	}
 	s.m.decision(ctx, decAdmitted)
+	var began time.Time
+	if s.reserves != nil {
+		began = s.clock.Now()
+	}
 	orderID, err := s.cfg.Reserver.Reserve(s.base, e.id, user, vid, qty)
+	if s.reserves != nil {
+		end := s.clock.Now()
+		s.reserves.Release(end.Sub(began), end.UnixNano())
+	}
 	if err != nil {
 		if st.fairQueue() == nil && couldNotBuy(err) {
-			// The reserve took nothing and no retry of this attempt could
-			// (the buyer holds an order already, the quantity or variant
-			// is refused, the sale is paused for a rebuild): the admission
-			// it was counted goes back, so that the admission cap counts
-			// only attempts that could buy.
+			// The attempt did not buy (the buyer holds an order already,
+			// the quantity or variant is refused, the sale is paused or
+			// fenced for a rebuild, Redis or the inventory is
+			// unreachable): the admission it was counted goes back, so
+			// that the admission cap counts only attempts that bought or
+			// could still buy.
 			e.admitted.Add(-1)
 		}
 		var pe *flashgate.PurchasedError
@@ -172,13 +193,32 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Variant: vid, Status: flashgate.StatusReserved})
 }
 
+// shedRetryAfter are the Retry-After values of a shed purchase, one
+// picked at random so that the buyers turned away together do not all
+// come back in the same second.
+var shedRetryAfter = [...][]byte{[]byte("1"), []byte("2"), []byte("3")}
+
+// shed answers a purchase the adaptive reserve limit turns away: 503
+// unavailable with a jittered Retry-After.
+func (s *Server) shed(ctx *fasthttp.RequestCtx, e *sale) {
+	s.m.decision(ctx, decShed)
+	e.rejected.Add(1)
+	writeAnswer(ctx, verdictAnswers[verdictUnavailable])
+	ctx.Response.Header.SetCanonical(hRetryAfter, shedRetryAfter[rand.IntN(len(shedRetryAfter))])
+}
+
 // couldNotBuy reports whether err, a Reserver's refusal, is one of an
-// attempt that took no unit and could not have: the buyer's live order
-// (ErrAlreadyPurchased), a quantity or variant the sale refuses
-// (ErrBadRequest) or a sale paused for a rebuild (ErrPaused). Sold out and
-// unavailable are not: a timed-out reserve may have taken its units.
+// attempt that gets no 201: the buyer's live order (ErrAlreadyPurchased), a
+// quantity or variant the sale refuses (ErrBadRequest), or a 503
+// (ErrUnavailable: a sale paused or fenced for a rebuild, Redis or the
+// inventory unreachable, a WAIT short of replicas). A 503 gives its
+// admission back even though a timed-out reserve may have taken its units:
+// the cap then admits a few attempts more than it counts, which the reserve
+// script's stock check refuses, while keeping the admission of every
+// refused attempt left units unsold behind a full cap after a failover.
+// Sold out keeps its admission.
 func couldNotBuy(err error) bool {
-	return errors.Is(err, flashgate.ErrAlreadyPurchased) || errors.Is(err, flashgate.ErrBadRequest) || errors.Is(err, flashgate.ErrPaused)
+	return errors.Is(err, flashgate.ErrAlreadyPurchased) || errors.Is(err, flashgate.ErrBadRequest) || errors.Is(err, flashgate.ErrUnavailable)
 }
 
 // rejectVariant answers a purchase of vs's variant i, which the cached

@@ -83,6 +83,10 @@ func powFloor(e *sale, q *queueedge.View) int64 {
 // challenge for the sale at the difficulty in force (powFloor), once the
 // queue is open: a challenge fetched before could be solved before.
 func (s *Server) challenge(ctx *fasthttp.RequestCtx, id []byte) {
+	if s.drawing(id) {
+		s.drawChallenge(ctx, id) // draw_routes.go
+		return
+	}
 	e, st, q := s.queueSale(ctx, id)
 	if e == nil {
 		return

@@ -52,7 +52,13 @@ func fairEnvTB(t testing.TB, maxnum int64, mods ...func(*Config)) (*env, *testcl
 // before it is encoded.
 func solution(t *testing.T, e *env, edit func(map[string]any)) string {
 	t.Helper()
-	r := do(e.s.Handler(), req{method: "GET", path: "/api/sales/fq/challenge"})
+	return solutionFor(t, e, "fq", edit)
+}
+
+// solutionFor is solution for the challenge of sale.
+func solutionFor(t *testing.T, e *env, sale string, edit func(map[string]any)) string {
+	t.Helper()
+	r := do(e.s.Handler(), req{method: "GET", path: "/api/sales/" + sale + "/challenge"})
 	var c struct {
 		Algorithm, Challenge, Salt, Signature string
 		MaxNumber                             int64 `json:"maxnumber"`

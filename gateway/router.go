@@ -79,6 +79,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) int {
 		if r, ok := s.routeQueue(ctx, rest, get, post); ok { // queue_routes.go
 			return r
 		}
+		if r, ok := s.routeDraw(ctx, rest, get, post); ok { // draw_routes.go
+			return r
+		}
 		if bytes.HasSuffix(rest, sOrders) {
 			id := rest[:len(rest)-len(sOrders)]
 			if !flashgate.ValidID(id) {

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -83,8 +84,8 @@ func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client
 // was written earlier, and replication is in order.
 func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag string, keys []string, args ...any) (res any, acked int64, want int, err error) {
 	var node *redis.Client
+	var c *replwait.Count
 	if s.waitReplicas >= 0 {
-		var c *replwait.Count
 		if node, c, err = s.primaryOf(ctx, keys[0]); err != nil {
 			return nil, 0, 0, err
 		}
@@ -94,6 +95,7 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 	}
 	if want == 0 {
 		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
+		expireOnFailure(c, err)
 		return res, -1, 0, err
 	}
 	// A pinned connection: WAIT counts the writes of its own connection.
@@ -122,6 +124,7 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 			continue
 		}
 		if err != nil {
+			expireOnFailure(c, err)
 			s.m.call(opWait, start)
 			return nil, 0, want, err
 		}
@@ -167,6 +170,18 @@ func (s *Service) rewait(ctx context.Context, node *redis.Client, conn *redis.Co
 		s.log.WarnContext(ctx, "WAIT after a reserve failed", "err", err)
 	}
 	return n, want
+}
+
+// expireOnFailure has c read again by the next reserve (replwait.Count's
+// Expire) when err says the primary did not take the write (no answer, or
+// a reply such as READONLY or LOADING): after a failover behind the same
+// name (a Sentinel's) the first reserve on the promoted replica then
+// waits for the replicas it has, not for its old primary's count.
+func expireOnFailure(c *replwait.Count, err error) {
+	var reply redis.Error
+	if c != nil && err != nil && (!errors.As(err, &reply) || unavailableReply(err)) {
+		c.Expire()
+	}
 }
 
 // foundOnly reports whether a Reserve or ReserveMany answer (code, order id

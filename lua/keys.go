@@ -99,7 +99,7 @@ func VariantField(id, field string) string { return "variant:" + id + ":" + fiel
 // fragments/salestatic.lua): the rest change as the sale sells.
 //
 // With variants, each variant's VariantField(id, FieldTotal) is static too.
-var SaleStaticFields = []string{FieldTotal, FieldPerUser, FieldPrice, FieldLayout, FieldQueue, FieldVariants}
+var SaleStaticFields = []string{FieldTotal, FieldPerUser, FieldPrice, FieldLayout, FieldDrawOpen, FieldDrawClose, FieldQueue, FieldVariants}
 
 // Fields of an order stream entry. reserve.lua and reservemany.lua write one
 // field, EntryCompact; entries older flashgate versions wrote, and tests
@@ -295,7 +295,7 @@ func QueuePowKey(sale, challenge string) string { return "fg:{" + sale + "}:pow:
 // the pre-start entrants in the seed's order, then the later ones in
 // arrival order (position queue_prequeued + n for arrival n).
 const (
-	FieldQueue                 = "queue"                   // "fair" for a fair queue
+	FieldQueue                 = "queue"                   // "fair" for a fair queue, "draw" for a draw (draw.go)
 	FieldQueueOpen             = "queue_open"              // "1" once the queue takes entries
 	FieldQueueEpoch            = "queue_epoch"             // what the control plane derives the seed from, with the sale id
 	FieldQueueSeedSHA          = "queue_seed_sha256"       // hex SHA-256 of the seed bytes

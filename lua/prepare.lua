@@ -10,7 +10,9 @@
 -- ARGV[5] optional: the layout of a bucketed sale (lua.FieldLayout), written
 --         with the rest so that no reader sees the hash without it; "" none
 -- ARGV[6] optional: "fair" for a sale sold through a fair queue
---         (lua.FieldQueue), so that reserves check admission from the start
+--         (lua.FieldQueue), so that reserves check admission from the start;
+--         "draw:<open ms>:<close ms>" for a sale sold by a draw, with its
+--         entry window (lua.DrawQueueArg), so that no purchase is taken
 -- ARGV[7] optional: the variants of a sale sold in several, "id:total,..."
 --         in the sale's order ('' none); ARGV[1] is then their sum
 --

@@ -25,6 +25,11 @@
 --         variants field, lua.FieldVariants); "" none. The units come from
 --         the variant's own stock (variant:<id>:total, :booked) as well as
 --         the sale's, whose figures stay the sums over its variants
+-- ARGV[9] optional: "draw" when the draw's own close path reserves a
+--         winner's order; "" none. A sale sold by a draw (queue = "draw")
+--         answers every other reserve {2, ""} (not started), whatever its
+--         state; with "draw" it needs no start flag (the sale stays shut to
+--         buyers) but is still refused closed {3} and paused {7}
 --
 -- The failover fence: before it takes units the script compares KEYS[4],
 -- the replication id the control plane last checked the sale on, with this
@@ -76,6 +81,11 @@ end
 if not f[1] then
   return {1, ''}
 end
+-- A draw sale (f[8]) sells only through its draw's close path.
+local drawing = f[8] == 'draw'
+if drawing and ARGV[9] ~= 'draw' then
+  return {2, ''}
+end
 if f[3] ~= '1' then
   if f[4] == '1' then
     return {3, ''}
@@ -83,7 +93,9 @@ if f[3] ~= '1' then
   if f[7] then
     return {7, ''}
   end
-  return {2, ''}
+  if not drawing then
+    return {2, ''}
+  end
 end
 if ARGV[7] == 'spill' and redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then
   return {8, ''}

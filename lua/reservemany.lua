@@ -25,6 +25,9 @@
 -- ARGV[4+4i], ARGV[5+4i], ARGV[6+4i], ARGV[7+4i] for i = 0..n-1: order
 --         id, user id, quantity and variant id ("" none: Reserve's ARGV[8])
 --         of the i-th order
+-- ARGV[4+4n] optional (one more than the orders' 4n): "draw" when the
+--         draw's own close path reserves winners' orders (Reserve's
+--         ARGV[9]): a draw sale answers every order of any other call {2, ""}
 --
 -- Returns {code_1, order_1, ..., code_n, order_n}, each pair Reserve's
 -- answer {code, order id} for that order (see reserve.lua); an order
@@ -34,13 +37,22 @@
 -- are read in one HMGET, and those of the variants that sold written in one
 -- HSET at the end, so that a batch naming many variants costs two calls
 -- more than one of a single stock, not three per variant.
-local n = (#ARGV - 3) / 4
+local n = math.floor((#ARGV - 3) / 4)
+local flag = ''
+if #ARGV > 3 + 4 * n then
+  flag = ARGV[#ARGV]
+end
 local out = {}
 local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'per_user', 'price', 'resume', 'queue', 'queue_prequeued', 'queue_admitted', 'queue_expired', 'variants')
-if not f[1] or f[3] ~= '1' then
+-- A draw sale (f[8]) sells only through its draw's close path, which needs
+-- no start flag (reserve.lua's ARGV[9]).
+local drawing = f[8] == 'draw'
+if not f[1] or (drawing and flag ~= 'draw') or (f[3] ~= '1' and (not drawing or f[4] == '1' or f[7])) then
   local code = 1
   if f[1] then
-    if f[4] == '1' then
+    if drawing and flag ~= 'draw' then
+      code = 2
+    elseif f[4] == '1' then
       code = 3
     elseif f[7] then
       code = 7

@@ -21,7 +21,9 @@
 --         refused below the hash's fence field, which it raises
 -- ARGV[11] optional: "fair" for a sale sold through a fair queue
 --         (lua.FieldQueue), written whenever the hash lacks it, so that a
---         rebuilt sale keeps checking admission in every reserve
+--         rebuilt sale keeps checking admission in every reserve;
+--         "draw:<open ms>:<close ms>" for a sale sold by a draw (as
+--         Prepare's ARGV[6]), so that a rebuilt draw sale refuses purchases
 -- ARGV[12] optional: the variants of a sale sold in several, in the sale's
 --         order, "id:total:L:P,..." with L and P the variant's live units
 --         and all-rows units from the same snapshot as ARGV[1] and ARGV[2]

@@ -13,12 +13,13 @@ import (
 // TestSaleStaticFieldsOneWriter: the two scripts that create a sale's
 // hash, Prepare (a new sale) and Resync (a rebuild after Redis lost it),
 // leave the same static fields (lua.SaleStaticFields and each variant's
-// total), for a first-come sale, a fair sale and a sale of variants.
+// total), for a first-come sale, a fair sale, a draw and a sale of variants.
 func TestSaleStaticFieldsOneWriter(t *testing.T) {
 	forEach(t, backends(t), "static", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		for _, c := range []struct{ queue, variants, resync string }{
 			{"", "", ""},
 			{"fair", "", ""},
+			{"draw:1000:2000", "", ""},
 			{"", "S:10,M:25,XL:5", "S:10:0:0,M:25:0:0,XL:5:0:0"},
 		} {
 			queue := c.queue
@@ -53,9 +54,12 @@ func TestSaleStaticFieldsOneWriter(t *testing.T) {
 				t.Errorf("queue %q: static fields %v: prepared %v, rebuilt %v, want the same", queue, lua.SaleStaticFields, p, r)
 			}
 			q := p[len(lua.SaleStaticFields)-2]
-			if want := any(nil); queue == "fair" {
-				if q != "fair" {
-					t.Errorf("prepared fair sale: got queue %v, want fair", q)
+			if want := any(nil); queue == "fair" || queue == "draw:1000:2000" {
+				if q != queue[:4] {
+					t.Errorf("prepared %s sale: got queue %v, want %s", queue[:4], q, queue[:4])
+				}
+				if w := p[len(lua.SaleStaticFields)-4 : len(lua.SaleStaticFields)-2]; queue[:4] == "draw" && !reflect.DeepEqual(w, []any{"1000", "2000"}) {
+					t.Errorf("prepared draw sale: got window %v, want [1000 2000]", w)
 				}
 			} else if q != want {
 				t.Errorf("prepared first-come sale: got queue %v, want none", q)

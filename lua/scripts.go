@@ -79,6 +79,14 @@ var (
 	unretakeSrc string
 	//go:embed retakehold.lua
 	retakeHoldSrc string
+	//go:embed drawenter.lua
+	drawEnterSrc string
+	//go:embed drawwithdraw.lua
+	drawWithdrawSrc string
+	//go:embed drawstate.lua
+	drawStateSrc string
+	//go:embed drawset.lua
+	drawSetSrc string
 )
 
 // The scripts, each wrapped once; see the header of each .lua file for its
@@ -136,6 +144,12 @@ var (
 	// RetakeHold holds, in a rebuilt sale, the units of the retakes the
 	// database records as pending.
 	RetakeHold = redis.NewScript(retakeHoldSrc)
+
+	// A draw sale's entries (their keys, fields and codes in draw.go).
+	DrawEnter    = redis.NewScript(drawEnterSrc)
+	DrawWithdraw = redis.NewScript(drawWithdrawSrc)
+	DrawState    = redis.NewScript(drawStateSrc)
+	DrawSet      = redis.NewScript(drawSetSrc)
 )
 
 // Return codes of Retake.

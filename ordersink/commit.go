@@ -76,9 +76,10 @@ func isStoreError(err error) bool {
 // those the store refuses (flashgate.ErrBadRequest), move to the sale's
 // dead-letter stream at once, so they never block the stream: a batch the
 // store refuses is stored again one order at a time, and so is a batch
-// whose insert failed splitAfter times in a row for another reason. Other
-// failures are returned as a storeError; the batch stays pending and is
-// never dead-lettered for them.
+// whose insert failed splitAfter times in a row for another reason than
+// the store out of reach (flashgate.ErrUnavailable), which never splits a
+// batch. Other failures are returned as a storeError; the batch stays
+// pending and is never dead-lettered for them.
 func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessage) (int, error) {
 	orders := make([]flashgate.Order, 0, len(msgs))
 	kept := make([]redis.XMessage, 0, len(msgs))
@@ -112,6 +113,17 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 			return len(kept), nil
 		case errors.Is(err, flashgate.ErrBadRequest):
 			// The store refused the batch for some order's sake.
+		case errors.Is(err, flashgate.ErrUnavailable):
+			// The database is out of reach (sqldb: no connection to be
+			// had at BEGIN, before any order was sent; a connection lost
+			// with the batch in flight is not this): no
+			// order of the batch is to blame, so the failure does not
+			// count toward splitting it, and the batch is tried whole
+			// again soon (unreachableBackoff), so that once the database
+			// is back the backlog goes in batches, not one order a
+			// commit.
+			d.m.batch("error")
+			return 0, d.backOffUnreachable(sale, fmt.Errorf("ordersink: storing %d orders of sale %s: %w", len(orders), sale, err))
 		default:
 			d.m.batch("error")
 			tries := d.fail(sale, first)
@@ -132,7 +144,11 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 	}
 	if err != nil {
 		d.m.batch("error")
-		return len(stored), d.backOff(sale, fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err))
+		err = fmt.Errorf("ordersink: storing orders of sale %s one at a time: %w", sale, err)
+		if errors.Is(err, flashgate.ErrUnavailable) {
+			return len(stored), d.backOffUnreachable(sale, err)
+		}
+		return len(stored), d.backOff(sale, err)
 	}
 	delete(d.failed[sale], first)
 	d.m.batch("ok")
@@ -145,8 +161,26 @@ func (d *Drainer) process(ctx context.Context, sale string, msgs []redis.XMessag
 // BackoffMax), logs it, and returns err as a storeError. A sale's backoff
 // ends when its pending list is found empty.
 func (d *Drainer) backOff(sale string, err error) error {
+	return d.backOffUpTo(sale, err, d.cfg.BackoffMax)
+}
+
+// unreachableBackoff is the longest wait between retries of a sale while
+// the store is out of reach (flashgate.ErrUnavailable): a retry then costs
+// one refused connection, and the wait is how late the sink may notice the
+// database is back.
+const unreachableBackoff = 200 * time.Millisecond
+
+// backOffUnreachable is backOff for a store out of reach: the wait grows
+// to unreachableBackoff at most (BackoffMax if shorter).
+func (d *Drainer) backOffUnreachable(sale string, err error) error {
+	return d.backOffUpTo(sale, err, max(d.cfg.BackoffMin, min(d.cfg.BackoffMax, unreachableBackoff)))
+}
+
+// backOffUpTo is backOff with the wait capped at most instead of
+// BackoffMax.
+func (d *Drainer) backOffUpTo(sale string, err error, most time.Duration) error {
 	r := d.retry[sale]
-	r.wait = max(d.cfg.BackoffMin, min(2*r.wait, d.cfg.BackoffMax))
+	r.wait = max(d.cfg.BackoffMin, min(2*r.wait, most))
 	r.at = time.Now().Add(r.wait)
 	d.retry[sale] = r
 	d.log.Warn("storing orders failed; retrying the sale later", "sale", sale, "err", err, "wait", r.wait)
@@ -194,7 +228,8 @@ func ids(msgs []redis.XMessage) []string {
 // pending and becomes a suspect, its error is returned, and the others are
 // tried; suspects are tried last, so that orders that fail do not keep the
 // others out. After splitAfter such failures in a row (the store is down,
-// most likely) it stops.
+// most likely) it stops, and at the first failure that says the store is
+// out of reach (flashgate.ErrUnavailable), which makes no suspect.
 func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.Order, msgs []redis.XMessage) (stored []redis.XMessage, dead []deadEntry, inserted int, err error) {
 	sus := d.suspect[sale]
 	if sus == nil {
@@ -225,6 +260,10 @@ func (d *Drainer) oneByOne(ctx context.Context, sale string, orders []flashgate.
 			inARow = 0
 			dead = append(dead, deadEntry{msgs[i], "refused by the database: " + ierr.Error()})
 			delete(sus, msgs[i].ID)
+		case errors.Is(ierr, flashgate.ErrUnavailable):
+			// The database is out of reach: the order is not to blame
+			// (no suspect), and the others would fail alike.
+			return stored, dead, inserted, ierr
 		default:
 			err = ierr
 			inARow++

@@ -35,7 +35,11 @@ import (
 // Store is where orders go; *sqldb.DB satisfies it.
 type Store interface {
 	// InsertOrders stores the orders in one transaction, skipping any that
-	// are stored already, and returns how many rows it inserted.
+	// are stored already, and returns how many rows it inserted. An error
+	// wrapping flashgate.ErrBadRequest is a refusal of some order's values
+	// (the batch is stored again one order at a time, refused orders
+	// dead-lettered); one wrapping flashgate.ErrUnavailable is the store
+	// out of reach (the batch is tried whole again, soon).
 	InsertOrders(ctx context.Context, orders []flashgate.Order) (inserted int, err error)
 }
 

@@ -119,7 +119,8 @@ func (s *Stripe) Intent(ctx context.Context, id string) (flashgate.Intent, error
 }
 
 // Cancel cancels an intent that has not succeeded, so that it never will;
-// one that did (or otherwise cannot be canceled) is returned as it stands.
+// for a hold, that releases the held amount. One that did (or otherwise
+// cannot be canceled) is returned as it stands.
 func (s *Stripe) Cancel(ctx context.Context, id string) (flashgate.Intent, error) {
 	pi, err := s.sc.V1PaymentIntents.Cancel(ctx, id, nil)
 	if err == nil {
@@ -130,6 +131,67 @@ func (s *Stripe) Cancel(ctx context.Context, id string) (flashgate.Intent, error
 		return s.Intent(ctx, id)
 	}
 	return flashgate.Intent{}, fmt.Errorf("canceling payment intent: %w", unavailable(err))
+}
+
+// Hold creates (or, for the same entry, finds again: the entry id is the
+// idempotency key) a PaymentIntent with manual capture for a draw entry:
+// once the buyer confirms it the amount is held on the card
+// (flashgate.IntentRequiresCapture), charged only by Capture and released
+// by Cancel. The entry and sale ids are in its metadata.
+func (s *Stripe) Hold(ctx context.Context, h flashgate.Hold) (flashgate.Intent, error) {
+	p := &stripe.PaymentIntentCreateParams{
+		Amount:        stripe.Int64(h.AmountCents),
+		Currency:      stripe.String(h.Currency),
+		CaptureMethod: stripe.String(string(stripe.PaymentIntentCaptureMethodManual)),
+		AutomaticPaymentMethods: &stripe.PaymentIntentCreateAutomaticPaymentMethodsParams{
+			Enabled: stripe.Bool(true),
+		},
+	}
+	p.SetIdempotencyKey("flashgate-hold-" + h.EntryID)
+	p.AddMetadata("entry_id", h.EntryID)
+	p.AddMetadata("sale_id", h.SaleID)
+	p.Context = ctx
+	pi, err := s.sc.V1PaymentIntents.Create(ctx, p)
+	if err != nil {
+		return flashgate.Intent{}, fmt.Errorf("creating a hold: %w", unavailable(err))
+	}
+	return intent(pi), nil
+}
+
+// Capture charges a hold in full, with key as the idempotency key: a
+// retried capture returns the first answer, and a capture of an intent
+// that has already succeeded returns it as it stands. A hold that holds
+// nothing any more (declined at capture, expired, canceled, not yet
+// confirmed) is flashgate.ErrNotCapturable; a failure of the provider
+// (down, 5xx, 429 past the deadline) is flashgate.ErrUnavailable, and may
+// be tried again with the same key.
+func (s *Stripe) Capture(ctx context.Context, intentID, key string) (flashgate.Intent, error) {
+	p := &stripe.PaymentIntentCaptureParams{}
+	p.SetIdempotencyKey(key)
+	p.Context = ctx
+	pi, err := s.sc.V1PaymentIntents.Capture(ctx, intentID, p)
+	if err == nil {
+		return intent(pi), nil
+	}
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+		return flashgate.Intent{}, fmt.Errorf("capturing payment intent %s: %w", intentID, flashgate.ErrNotFound)
+	}
+	if errors.As(err, &se) && (se.HTTPStatusCode == http.StatusBadRequest || se.HTTPStatusCode == http.StatusPaymentRequired) {
+		// Not capturable as it stands: one already captured is the
+		// answer a retry wants; any other state holds nothing.
+		// Unread, it might be either: the caller tries again, rather
+		// than give the unit to another entrant while this one paid.
+		in, rerr := s.Intent(ctx, intentID)
+		if rerr != nil {
+			return flashgate.Intent{}, fmt.Errorf("capturing payment intent %s: refused (%w), and its state unread: %w", intentID, err, rerr)
+		}
+		if in.Status == flashgate.IntentSucceeded {
+			return in, nil
+		}
+		return in, fmt.Errorf("capturing payment intent %s (%s): %w: %w", intentID, in.Status, flashgate.ErrNotCapturable, err)
+	}
+	return flashgate.Intent{}, fmt.Errorf("capturing payment intent: %w", unavailable(err))
 }
 
 // Refund refunds an intent in full, with key as the idempotency key: a
@@ -170,7 +232,7 @@ func (s *Stripe) ParseEvent(payload []byte, signature string) (flashgate.Payment
 	}
 	switch obj.Object {
 	case "payment_intent":
-		out.IntentID, out.OrderID, out.Status = obj.ID, obj.Metadata["order_id"], obj.Status
+		out.IntentID, out.OrderID, out.EntryID, out.Status = obj.ID, obj.Metadata["order_id"], obj.Metadata["entry_id"], obj.Status
 		if out.Type == flashgate.EventIntentFailed {
 			out.Status = flashgate.IntentFailed
 		}
@@ -190,7 +252,7 @@ func (s *Stripe) ParseEvent(payload []byte, signature string) (flashgate.Payment
 
 func intent(pi *stripe.PaymentIntent) flashgate.Intent {
 	return flashgate.Intent{ID: pi.ID, ClientSecret: pi.ClientSecret, Status: string(pi.Status),
-		OrderID: pi.Metadata["order_id"], AmountCents: pi.Amount, Currency: string(pi.Currency)}
+		OrderID: pi.Metadata["order_id"], EntryID: pi.Metadata["entry_id"], AmountCents: pi.Amount, Currency: string(pi.Currency)}
 }
 
 // unavailable marks a failure of the provider (down, slow, 5xx) as

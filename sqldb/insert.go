@@ -28,9 +28,15 @@ func insertedStatus(st flashgate.OrderStatus) flashgate.OrderStatus {
 // pending_payment; a zero CreatedAt as now; a zero UpdatedAt as CreatedAt.
 // An order without id, sale or user, or with a quantity below 1, fails the
 // batch with flashgate.ErrBadRequest, and so does a value the database
-// refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint);
-// other errors (the database unreachable, say) are not ErrBadRequest and
-// may pass when tried again.
+// refuses (see isRefusal: a NUL byte in a PostgreSQL text, a constraint).
+// The database out of reach before any order was sent (see isUnavailable:
+// a connection refused, lost or not to be had, a server starting up or
+// shutting down, met by BEGIN) fails it with flashgate.ErrUnavailable: the
+// same batch passes once the database is back. A connection lost while the
+// batch's statements were in flight is not ErrUnavailable: the batch may
+// be its cause (a record that crashes the server process or makes it end
+// the connection), so a caller that splits batches on failures must count
+// it. Other errors are neither and may pass when tried again.
 //
 // The rows are inserted grouped by (sale, status, variant, quantity), in the given
 // order within a group, by multi-row INSERTs of up to insertRows rows whose
@@ -75,7 +81,9 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 	now := nowUTC()
 	tx, err := d.w.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("inserting orders: %w", err)
+		// No order was sent yet: a connection that could not be had is
+		// the database's doing, never the batch's.
+		return 0, unavailable(fmt.Errorf("inserting orders: %w", err))
 	}
 	defer func() { _ = tx.Rollback() }()
 	var counts []orderCount
@@ -95,6 +103,13 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 			chunk := orders[start : start+k]
 			start += k
 			args = args[:0]
+			// A chunk is one group: its sale, status, variant and quantity
+			// are boxed once for all its rows, and a row's updated_at
+			// shares created_at's box when they are equal (a new order's),
+			// so that a row costs three boxes (id, user, time), not nine.
+			g := &chunk[0]
+			sale, status, variant, qty := any(g.SaleID), any(string(st)), any(g.Variant), any(g.Quantity)
+			var price, bucket any
 			for i := range chunk {
 				o := &chunk[i]
 				created := o.CreatedAt
@@ -105,7 +120,18 @@ func (d *DB) InsertOrders(ctx context.Context, orders []flashgate.Order) (insert
 				if updated.IsZero() {
 					updated = created
 				}
-				args = append(args, o.ID, o.SaleID, o.UserID, o.Quantity, o.PriceCents, string(st), d.ts(created), d.ts(updated), o.Bucket, o.Variant)
+				if price == nil || price.(int64) != o.PriceCents {
+					price = o.PriceCents
+				}
+				if bucket == nil || bucket.(int) != o.Bucket {
+					bucket = o.Bucket
+				}
+				c := d.ts(created)
+				u := c
+				if !updated.Equal(created) {
+					u = d.ts(updated)
+				}
+				args = append(args, o.ID, sale, o.UserID, qty, price, status, c, u, bucket, variant)
 			}
 			n, err := d.insertChunk(ctx, tx, k, args)
 			if err != nil {

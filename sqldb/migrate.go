@@ -258,13 +258,39 @@ var migrations = []migration{
 		},
 	},
 	{
-		// Version 13 records a late payment's retake before Redis makes
+		// Version 13 keeps draws (docs/api.md, "Draws"): a draw sale's
+		// entry window (NULL for other sales; its queue column is 'draw')
+		// and draw_entries, one row per entry (flashgate.DrawEntry), at
+		// most one live one (pending or entered) per (sale, user).
+		version: 13,
+		both: []string{
+			`ALTER TABLE sales ADD COLUMN entries_open_at {time}`,
+			`ALTER TABLE sales ADD COLUMN entries_close_at {time}`,
+			`CREATE TABLE IF NOT EXISTS draw_entries (
+				entry_id       TEXT PRIMARY KEY,
+				sale_id        TEXT NOT NULL,
+				user_id        TEXT NOT NULL,
+				variant        TEXT NOT NULL DEFAULT '',
+				quantity       {int} NOT NULL,
+				state          TEXT NOT NULL,
+				payment_intent TEXT NOT NULL DEFAULT '',
+				order_id       TEXT NOT NULL DEFAULT '',
+				created_at     {time} NOT NULL,
+				updated_at     {time} NOT NULL
+			)`,
+			`CREATE INDEX IF NOT EXISTS draw_entries_sale ON draw_entries (sale_id, state)`,
+			`CREATE UNIQUE INDEX IF NOT EXISTS draw_entries_live ON draw_entries (sale_id, user_id)
+				WHERE state IN ('pending', 'entered')`,
+		},
+	},
+	{
+		// Version 14 records a late payment's retake before Redis makes
 		// it (docs/internals.md, "A retaken unit survives a rebuild"): a
 		// retakes row with pending = 1 is written before the retake and
 		// becomes 0 in the honour step (or goes in the refund's first
 		// step). The figures count only rows with pending = 0; a rebuild
 		// of the sale in Redis holds the units of the pending ones.
-		version: 13,
+		version: 14,
 		both: []string{
 			`ALTER TABLE retakes ADD COLUMN pending {int} NOT NULL DEFAULT 0`,
 		},

@@ -14,7 +14,8 @@ import (
 func nowUTC() time.Time { return time.Now().UTC() }
 
 const saleCols = `id, name, price_cents, total, starts_at, ends_at, state, admit_ratio, per_user, buckets, bucket_salts,
-	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds, currency, variants`
+	queue, prequeue_seconds, challenge_maxnumber, challenge_auto, admit_per_minute, admit_seconds, currency, variants,
+	entries_open_at, entries_close_at`
 
 // saleReadCols are the columns scanSale reads: saleCols and archived.
 const saleReadCols = saleCols + `, archived`
@@ -28,13 +29,16 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 		s          flashgate.Sale
 		st         string
 		start, end stamp
+		eOpen      stamp
+		eClose     stamp
 		salts      string
 		archived   int64
 		auto       int64
 		variants   string
 	)
 	if err := r.Scan(&s.ID, &s.Name, &s.PriceCents, &s.Total, &start, &end, &st, &s.AdmitRatio, &s.PerUser, &s.Buckets, &salts,
-		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &s.Currency, &variants, &archived); err != nil {
+		&s.Queue, &s.PrequeueSeconds, &s.ChallengeMaxNumber, &auto, &s.AdmitPerMinute, &s.AdmitSeconds, &s.Currency, &variants,
+		&eOpen, &eClose, &archived); err != nil {
 		return flashgate.Sale{}, err
 	}
 	s.Archived = archived != 0
@@ -54,6 +58,7 @@ func scanSale(r rowScanner) (flashgate.Sale, error) {
 	}
 	s.State = flashgate.SaleState(st)
 	s.StartsAt, s.EndsAt = start.ptr(), end.ptr()
+	s.EntriesOpenAt, s.EntriesCloseAt = eOpen.ptr(), eClose.ptr()
 	return s, nil
 }
 
@@ -112,10 +117,11 @@ func (d *DB) CreateSale(ctx context.Context, s flashgate.Sale) error {
 		variants = string(b)
 	}
 	res, err := d.w.ExecContext(ctx, d.q(`INSERT INTO sales (`+saleCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
 		s.ID, s.Name, s.PriceCents, s.Total, d.tsPtr(s.StartsAt), d.tsPtr(s.EndsAt),
 		string(s.State), s.AdmitRatio, s.PerUser, max(s.Buckets, 1), formatSalts(s.BucketSalts),
-		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds, s.Currency, variants)
+		s.Queue, s.PrequeueSeconds, s.ChallengeMaxNumber, boolInt(s.ChallengeAutoOn()), s.AdmitPerMinute, s.AdmitSeconds, s.Currency, variants,
+		d.tsPtr(s.EntriesOpenAt), d.tsPtr(s.EntriesCloseAt))
 	if err != nil {
 		return fmt.Errorf("creating sale %s: %w", s.ID, err)
 	}

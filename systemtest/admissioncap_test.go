@@ -7,6 +7,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +145,49 @@ func testRefusedAttemptsLeaveTheCap(t *testing.T, over string) {
 	}
 }
 
+// TestUnavailableAttemptsLeaveTheAdmissionCap (issue 35, part 3): while
+// the inventory cannot reach Redis, every attempt the gateway admitted is
+// answered 503 unavailable (neither the fence's pause nor a refusal: the
+// reserve never ran). Those attempts did not buy, so they must not use up
+// the admission cap: once Redis is reachable again, as many buyers as there
+// are units must get 201, not sold_out with units free. Through the
+// inventory in the process and over HTTP.
+func TestUnavailableAttemptsLeaveTheAdmissionCap(t *testing.T) {
+	for _, over := range []string{"in-process", "http"} {
+		t.Run(over, func(t *testing.T) { testUnavailableAttemptsLeaveTheCap(t, over) })
+	}
+}
+
+func testUnavailableAttemptsLeaveTheCap(t *testing.T, over string) {
+	const sale, total = "unreachable", 6
+	// The inventory's connections to Redis are refused while down is set;
+	// its pool is empty until the first reserve, which comes while down.
+	var down atomic.Bool
+	down.Store(true)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	_, buy := capGatewayDial(t, over, sale, total, dial)
+	for i := range 2 * total {
+		if code, body := buy("early"+strconv.Itoa(i), `{"quantity":1}`); code != 503 {
+			t.Fatalf("attempt %d while Redis is unreachable: %d %s, want 503 (a sold_out: the unavailable attempts used up the admission cap)", i, code, body)
+		}
+	}
+	down.Store(false)
+	got := map[int]int{}
+	for i := range total {
+		code, _ := buy("late"+strconv.Itoa(i), `{"quantity":1}`)
+		got[code]++
+	}
+	if got[201] != total {
+		t.Errorf("with Redis back, %d buyers for %d free units: answers %v, want %d × 201 (the unavailable attempts used up the admission cap)", total, total, got, total)
+	}
+}
+
 // capGateway starts a gateway over a fresh Redis selling sale, prepared
 // with total units, an admission cap of total (ratio 1) and per_user 1,
 // open; the reserver is the inventory in the process or over HTTP (over).
@@ -150,10 +195,31 @@ func testRefusedAttemptsLeaveTheCap(t *testing.T, over string) {
 // purchase's status and body.
 func capGateway(t *testing.T, over, sale string, total int64) (*redis.Client, func(user, body string) (int, string)) {
 	t.Helper()
+	return capGatewayDial(t, over, sale, total, nil)
+}
+
+// capGatewayDial is capGateway whose inventory reaches Redis through its
+// own client dialling with dial (nil: the test's client).
+func capGatewayDial(t *testing.T, over, sale string, total int64, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*redis.Client, func(user, body string) (int, string)) {
+	t.Helper()
+	return capGatewayWith(t, over, sale, total, dial, nil)
+}
+
+// capGatewayWith is capGatewayDial whose gateway reserves through
+// wrap(reserver) (nil: the reserver itself).
+func capGatewayWith(t *testing.T, over, sale string, total int64, dial func(ctx context.Context, network, addr string) (net.Conn, error), wrap func(gateway.Reserver) gateway.Reserver) (*redis.Client, func(user, body string) (int, string)) {
+	t.Helper()
 	ctx := context.Background()
-	rdb := redistest.Start(t).Client(t)
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	invRDB := rdb
+	if dial != nil {
+		// No retries: each reserve is answered from one try, one dial.
+		invRDB = redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: dial, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { _ = invRDB.Close() })
+	}
 	quietLog := slog.New(slog.NewTextHandler(io.Discard, nil))
-	inv := inventory.New(rdb, inventory.Config{Logger: quietLog, MaxReserveBatch: 1})
+	inv := inventory.New(invRDB, inventory.Config{Logger: quietLog, MaxReserveBatch: 1})
 	var reserver gateway.Reserver = inv
 	if over == "http" {
 		ln := fasthttputil.NewInmemoryListener()
@@ -168,6 +234,9 @@ func capGateway(t *testing.T, over, sale string, total int64) (*redis.Client, fu
 			t.Fatal(err)
 		}
 		reserver = c
+	}
+	if wrap != nil {
+		reserver = wrap(reserver)
 	}
 	// Prepared with an admission cap of total (ratio 1), open.
 	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), total, total, 1, 100).Err(); err != nil {

@@ -35,6 +35,8 @@ type Config struct {
 	UserRate      float64       // per-user attempts per second; gateway.DefaultUserRate
 	UserBurst     int           // per-user burst; gateway.DefaultUserBurst
 	SaleRate      float64       // per-sale attempts per second, whole deployment; gateway.DefaultSaleRate
+	ReserveLimit  int           // gateway: ceiling of the adaptive limit on reserves in flight, 0 = none; gateway.DefaultReserveLimit
+	ReserveTol    float64       // gateway: latency over baseline the adaptive limit tolerates; gateway.DefaultReserveTolerance
 	PaymentWindow time.Duration // unpaid orders expire after this; controlplane.DefaultPaymentWindow
 	StateRefresh  time.Duration // gateway cache window for sale state; gateway.DefaultStateRefresh
 	UserLimiters  int           // gateway: per-user rate limiters held at once; gateway.DefaultMaxUsers
@@ -111,6 +113,8 @@ var flagSpecs = []flagSpec{
 	{"user-rate", "per-user purchase attempts per second reaching admission", gwLike, floatFlag(func(c *Config) *float64 { return &c.UserRate }, gateway.DefaultUserRate)},
 	{"user-burst", "per-user burst of purchase attempts", gwLike, intFlag(func(c *Config) *int { return &c.UserBurst }, gateway.DefaultUserBurst)},
 	{"sale-rate", "per-sale attempts per second the whole deployment lets through, shared by the live gateways (0 = no limit)", gwLike, floatFlag(func(c *Config) *float64 { return &c.SaleRate }, gateway.DefaultSaleRate)},
+	{"reserve-limit", "ceiling of the adaptive limit on reserves a gateway has in flight at once, which follows their latency; purchases over it are answered 503 with Retry-After 1-3 s (0 = no adaptive limit)", gwLike, intFlag(func(c *Config) *int { return &c.ReserveLimit }, gateway.DefaultReserveLimit)},
+	{"reserve-tolerance", "how many times their baseline latency reserves may take before the adaptive limit (--reserve-limit) shrinks", gwLike, floatFlag(func(c *Config) *float64 { return &c.ReserveTol }, gateway.DefaultReserveTolerance)},
 	{"payment-window", "unpaid orders expire after this", cmdServe | cmdGateway | cmdControlplane | cmdDemo, durFlag(func(c *Config) *time.Duration { return &c.PaymentWindow }, controlplane.DefaultPaymentWindow)},
 	{"payments", "payment provider: simulated (pay marks an order paid) or stripe (demo also: stripe-local, a local stand-in of Stripe's API served in process)", payCmds, strFlag(func(c *Config) *string { return &c.Payments }, "simulated")},
 	{"stripe-key", "Stripe secret API key (required with --payments stripe)", payCmds, strFlag(func(c *Config) *string { return &c.StripeKey }, "")},
@@ -306,6 +310,9 @@ func (c *Config) validate(cmd string) error {
 	}
 	if c.UserRate < 0 || c.SaleRate < 0 || c.UserBurst < 0 || c.ArrivalRate < 0 {
 		return fmt.Errorf("rates and bursts must not be negative")
+	}
+	if gwLike.has(cmd) && (c.ReserveLimit < 0 || c.ReserveTol < 1) {
+		return fmt.Errorf("--reserve-limit must not be negative and --reserve-tolerance must be at least 1")
 	}
 	if (cmdServe | cmdInventory).has(cmd) && (c.ReserveBatch < 1 || c.ReserveBatch > 1000) {
 		// A call of 1,000 reserves holds redis-server for a few milliseconds.

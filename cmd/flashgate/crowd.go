@@ -39,13 +39,14 @@ type crowdSpec struct {
 
 // crowdResult is what the crowd saw.
 type crowdResult struct {
-	Requests  int
-	Elapsed   time.Duration
-	ByAnswer  map[string]int    // "201", "409 sold_out", "transport error", …
-	Orders    map[string]string // order id → user id, from the 201 answers
-	Latencies []time.Duration   // sorted
-	Errors    int               // transport errors and timeouts
-	FirstErr  error             // the first transport error, to name the cause
+	Requests   int
+	Elapsed    time.Duration
+	ByAnswer   map[string]int    // "201", "409 sold_out", "transport error", …
+	Orders     map[string]string // order id → user id, from the 201 answers
+	Latencies  []time.Duration   // sorted
+	CreatedLat []time.Duration   // the 201 answers' latencies, sorted
+	Errors     int               // transport errors and timeouts
+	FirstErr   error             // the first transport error, to name the cause
 	// Variants are the crowd's variants in order, with the buyers who
 	// wanted each (Wanted) and the 201s each got (ByVariant).
 	Variants     []string
@@ -218,6 +219,9 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 			}
 		}
 		r.Latencies = append(r.Latencies, lat[i])
+		if a == "201" {
+			r.CreatedLat = append(r.CreatedLat, lat[i])
+		}
 		if a == "transport error" {
 			r.Errors++
 		}
@@ -227,6 +231,7 @@ func runCrowdSpec(ctx context.Context, s crowdSpec) (*crowdResult, error) {
 		r.FirstErr = *e
 	}
 	sort.Slice(r.Latencies, func(i, j int) bool { return r.Latencies[i] < r.Latencies[j] })
+	sort.Slice(r.CreatedLat, func(i, j int) bool { return r.CreatedLat[i] < r.CreatedLat[j] })
 	if r.Requests == 0 && ctx.Err() != nil {
 		return r, ctx.Err()
 	}

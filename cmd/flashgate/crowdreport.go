@@ -89,6 +89,11 @@ func printCrowd(w io.Writer, r *crowdResult) {
 			roundDur(percentile(l, 0.50)), roundDur(percentile(l, 0.99)),
 			roundDur(percentile(l, 0.999)), roundDur(l[len(l)-1]))
 	}
+	if c := r.CreatedLat; len(c) > 0 && len(c) < len(l) {
+		fmt.Fprintf(w, "  of the 201s p50 %s  p99 %s  p999 %s  max %s\n",
+			roundDur(percentile(c, 0.50)), roundDur(percentile(c, 0.99)),
+			roundDur(percentile(c, 0.999)), roundDur(c[len(c)-1]))
+	}
 }
 
 func roundDur(d time.Duration) time.Duration {

@@ -36,6 +36,8 @@ func TestFlagDefaultsAreTierDefaults(t *testing.T) {
 		{"user-rate", cfg.UserRate, float64(gateway.DefaultUserRate)},
 		{"user-burst", cfg.UserBurst, gateway.DefaultUserBurst},
 		{"sale-rate", cfg.SaleRate, float64(gateway.DefaultSaleRate)},
+		{"reserve-limit", cfg.ReserveLimit, gateway.DefaultReserveLimit},
+		{"reserve-tolerance", cfg.ReserveTol, float64(gateway.DefaultReserveTolerance)},
 		{"state-refresh", cfg.StateRefresh, gateway.DefaultStateRefresh},
 		{"user-limiters", cfg.UserLimiters, gateway.DefaultMaxUsers},
 		{"fast-conns", cfg.FastConns, gateway.DefaultFastConns},

@@ -263,7 +263,7 @@ func metricTable(t *testing.T) string {
 	rec("every").MustRegister(buildinfo.Collector())
 	inv := inventory.New(rdb, inventory.Config{Logger: quiet, Metrics: rec("inventory")})
 	if _, err := gateway.New(gateway.Config{Primary: rdb, Replica: rdb, Reserver: inv, Catalog: db,
-		JWTSecret: []byte("x"), Logger: quiet, Metrics: rec("gateway")}); err != nil {
+		JWTSecret: []byte("x"), Logger: quiet, Metrics: rec("gateway"), ReserveLimit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	_ = ordersink.New(rdb, db, ordersink.Config{Logger: quiet, Metrics: rec("ordersink")})

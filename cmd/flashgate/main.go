@@ -1,7 +1,8 @@
 // Command flashgate runs the flash-sale system: all tiers in one process
 // (serve), one tier alone (gateway, inventory, ordersink, controlplane), the
-// zero set-up demo, a load generator (crowd), a token minter (token) and
-// its own build information (version).
+// zero set-up demo, a load generator (crowd), a token minter (token), a
+// draw's verification (draw verify) and its own build information
+// (version).
 package main
 
 import (
@@ -53,6 +54,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		return nil
 	}
+	if args[0] == "draw" { // positional arguments, no flags: not in commands
+		return runDraw(args[1:], stdout, stderr)
+	}
 	for _, c := range commands {
 		if c.name != args[0] {
 			continue
@@ -75,6 +79,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "  %-13s %s\n", "draw", "verify a draw's entries file: flashgate draw verify FILE")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "flashgate <command> -h lists a command's flags.")
 }

@@ -91,6 +91,7 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		JWTSecret: []byte(cfg.JWTSecret), QueueSecret: []byte(cfg.QueueSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
 		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
 		SaleRate: noLimitIfZero(cfg.SaleRate), MaxUsers: cfg.UserLimiters, FastConns: cfg.FastConns,
+		ReserveLimit: cfg.ReserveLimit, ReserveTolerance: cfg.ReserveTol,
 	})
 	if err != nil {
 		return nil, err

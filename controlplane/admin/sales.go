@@ -39,6 +39,41 @@ type saleRequest struct {
 	// Variants are the sale's stocks when it comes in several; absent means
 	// one stock. Total may then be omitted (the sum of theirs).
 	Variants []flashgate.Variant `json:"variants"`
+	// Mode is how the sale sells: "first_come", "fair" (queue "fair") or
+	// "draw" (queue "draw"); absent means what queue says.
+	Mode string `json:"mode"`
+	// The entry window of a draw (RFC 3339), both required with "draw".
+	EntriesOpenAt  *string `json:"entries_open_at"`
+	EntriesCloseAt *string `json:"entries_close_at"`
+}
+
+// The modes of POST /admin/sales' mode field.
+const (
+	modeFirstCome = "first_come"
+	modeFair      = "fair"
+	modeDraw      = "draw"
+)
+
+// saleQueue is the sale's Queue for a request's mode and queue fields: a
+// mode and a queue that disagree, or an unknown mode, is a bad request
+// naming mode.
+func saleQueue(mode, queue string) (string, error) {
+	want := ""
+	switch mode {
+	case "":
+		return queue, nil
+	case modeFirstCome:
+	case modeFair:
+		want = flashgate.QueueFair
+	case modeDraw:
+		want = flashgate.QueueDraw
+	default:
+		return "", &flashgate.FieldError{Field: "mode", Reason: `"first_come", "fair" or "draw"`}
+	}
+	if queue != "" && queue != want {
+		return "", &flashgate.FieldError{Field: "mode", Reason: "disagrees with queue"}
+	}
+	return want, nil
 }
 
 func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -57,13 +92,28 @@ func (s *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	entriesOpen, err := parseTime("entries_open_at", req.EntriesOpenAt)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	entriesClose, err := parseTime("entries_close_at", req.EntriesCloseAt)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	queue, err := saleQueue(req.Mode, req.Queue)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	sale, err := s.svc.CreateSale(r.Context(), flashgate.Sale{
 		ID: req.ID, Name: req.Name, PriceCents: req.PriceCents, Total: req.Total,
 		StartsAt: startsAt, EndsAt: endsAt, AdmitRatio: req.AdmitRatio, PerUser: req.PerUser,
-		Buckets: req.Buckets, Queue: req.Queue, PrequeueSeconds: req.PrequeueSeconds,
+		Buckets: req.Buckets, Queue: queue, PrequeueSeconds: req.PrequeueSeconds,
 		ChallengeMaxNumber: req.ChallengeMaxNumber, ChallengeAuto: req.ChallengeAuto,
 		AdmitPerMinute: req.AdmitPerMinute, AdmitSeconds: req.AdmitSeconds, Currency: req.Currency,
-		Variants: req.Variants,
+		Variants: req.Variants, EntriesOpenAt: entriesOpen, EntriesCloseAt: entriesClose,
 	})
 	if err != nil {
 		s.fail(w, r, err)

@@ -137,7 +137,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, sale.Queue, spec, rels[0]).Int64Slice()
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]).Int64Slice()
 	}
 	v, err := resync("0")
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {

@@ -96,6 +96,9 @@ type Status struct {
 	Archived bool `json:"archived,omitempty"`
 	// Queue is a fair queue's figures (controlplane/queueleader); absent first come.
 	Queue *queueleader.Status `json:"queue,omitempty"`
+	// Draw is a draw sale's window and entries (ReadDraw); absent for
+	// other sales.
+	Draw *DrawStatus `json:"draw,omitempty"`
 	// Variants are each variant's figures, in the sale's order, for a sale
 	// sold in several; Total, Booked and Reserved are their sums.
 	Variants []VariantStatus `json:"variants,omitempty"`
@@ -214,6 +217,9 @@ func (s Reader) Read(ctx context.Context, id string) (Status, error) {
 		if st.Queue, err = s.Queues.Status(ctx, id); err != nil {
 			return Status{}, err
 		}
+	}
+	if st.Draw, err = ReadDraw(ctx, s.Redis, sale); err != nil {
+		return Status{}, err
 	}
 	if s.Paused != nil {
 		if st.Paused, err = s.Paused(ctx, sale); err != nil {

@@ -55,6 +55,13 @@ func (c *Count) Reread(read func(*Count)) int {
 	return c.Online()
 }
 
+// Expire makes the next write read the count again (Want) whatever its
+// age: the primary failed to answer a write, and the server that answers
+// the next one may be another behind the same name (the replica a
+// Sentinel promoted, which has replicas of its own, often none), whose
+// count a WAIT falling short would otherwise learn only after its timeout.
+func (c *Count) Expire() { c.next.Store(0) }
+
 // Store keeps n, good for Every, and returns the count it replaces.
 func (c *Count) Store(n int) (was int) {
 	was = int(c.online.Swap(int64(n)))

@@ -24,9 +24,11 @@ end
 
 -- write_sale_static sets the static fields of the sale hash key: total,
 -- per_user and price always; layout (a bucketed sale's) unless it is '' or
--- nil; queue = 'fair' when queue is 'fair'; with a variants spec ("id:total,
--- ..."; '' or nil none), variants = "id,id" and each variant:<id>:total.
--- It returns the parsed variants (parse_variants).
+-- nil; queue = 'fair' when queue is 'fair'; queue = 'draw' when queue is
+-- "draw:<open ms>:<close ms>" (a sale sold by a draw: its entry window, unix
+-- milliseconds, in draw_open and draw_close); with a variants spec
+-- ("id:total, ..."; '' or nil none), variants = "id,id" and each
+-- variant:<id>:total. It returns the parsed variants (parse_variants).
 local function write_sale_static(key, total, per_user, price, layout, queue, variants)
   redis.call('HSET', key, 'total', total, 'per_user', per_user, 'price', price)
   if layout and layout ~= '' then
@@ -34,6 +36,14 @@ local function write_sale_static(key, total, per_user, price, layout, queue, var
   end
   if queue == 'fair' then
     redis.call('HSET', key, 'queue', 'fair')
+  elseif queue and string.sub(queue, 1, 5) == 'draw:' then
+    -- A malformed window still makes a draw sale (no purchase), one that
+    -- takes no entry (no window).
+    redis.call('HSET', key, 'queue', 'draw')
+    local open, close = string.match(queue, '^draw:(%d+):(%d+)$')
+    if open then
+      redis.call('HSET', key, 'draw_open', open, 'draw_close', close)
+    end
   end
   local vs = parse_variants(variants)
   if #vs > 0 then

@@ -184,20 +184,26 @@ type clusterOpts struct {
 	env []string
 }
 
+// freshDir returns a directory of the suite's named name that does not
+// exist yet (name-2, name-3, … after the first): a scenario run again
+// (FAULTS_RUNS) starts from empty directories, its Redis not loading the
+// last run's AOF nor its SQLite database holding the last run's sale.
+func (s *suite) freshDir(name string) string {
+	dir := filepath.Join(s.work, name)
+	for i := 2; ; i++ {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			return dir
+		}
+		dir = filepath.Join(s.work, fmt.Sprintf("%s-%d", name, i))
+	}
+}
+
 // startCluster starts the whole deployment for t and tears it down in
 // t.Cleanup (keeping the logs in dir).
 func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster {
 	t.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(s.work, name)
-	for i := 2; ; i++ {
-		// A scenario run again (FAULTS_RUNS) starts from empty directories:
-		// its Redis must not load the last run's AOF.
-		if _, err := os.Stat(dir); os.IsNotExist(err) {
-			break
-		}
-		dir = filepath.Join(s.work, fmt.Sprintf("%s-%d", name, i))
-	}
+	dir := s.freshDir(name)
 	c := &cluster{t: t, dir: dir, jwt: []byte(randomHex(32)), admin: randomHex(32), hist: newHistory()}
 	for _, d := range []string{"logs", "redis-primary", "redis-replica"} {
 		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o700); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,6 +154,8 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 	var checked []int // the round of each check
 	var lost, committedEarly, earlyCreated, worstLive int
 	var recoveries []time.Duration
+	// fig is the worst of the rounds' recovery figures.
+	fig := recoveryFigures{}
 	for round := range lagRounds {
 		if ctx.Err() != nil {
 			r.problems = append(r.problems, fmt.Sprintf("out of time after %d of %d rounds", round, lagRounds))
@@ -173,6 +176,14 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 		worstLive = max(worstLive, st.live)
 		if st.recovery > 0 {
 			recoveries = append(recoveries, st.recovery)
+		}
+		if st.checked {
+			if st.fig.sellAgain < 0 || (fig.sellAgain >= 0 && st.fig.sellAgain > fig.sellAgain) {
+				fig.sellAgain = st.fig.sellAgain
+			}
+			fig.rowLag = max(fig.rowLag, st.fig.rowLag)
+			fig.rawLag = max(fig.rawLag, st.fig.rawLag)
+			fig.unseen += st.fig.unseen
 		}
 		if st.live > lagUnits {
 			oversold = append(oversold, fmt.Sprintf("round %d: %d live orders for %d units", round, st.live, lagUnits))
@@ -221,6 +232,11 @@ func lagFailover(t *testing.T, s *suite, sc scenario) (r result) {
 	} else {
 		r.recovery = "–"
 	}
+	// The recovery figures, each round's fault ending with its failover
+	// (the replica promoted, the tiers pointed at it): the worst round's.
+	r.sellAgain, r.rowLag = fig.cells(true)
+	t.Logf("recovery, the worst of %d rounds: sells again %s after the failover; every 201 a row within %s of the later of its answer and the failover",
+		lagRounds, r.sellAgain, r.rowLag)
 	r.happened = fmt.Sprintf("%d rounds in %v: at most %d live orders for %d units (%d oversold rounds); %d early 201s (the held-back replica holds them: 503 instead), %d committed before the kill; %d 201s without a row",
 		lagRounds, time.Since(began).Round(time.Second), worstLive, lagUnits, len(oversold), earlyCreated, committedEarly, lost)
 	if len(unsold) > 0 {
@@ -303,8 +319,9 @@ type lagStats struct {
 	requests, created int
 	live, lost        int
 	committedEarly    int
-	earlyCreated      int           // 201s answered before the kill
-	recovery          time.Duration // from the failover to the first 201 on the new primary
+	earlyCreated      int             // 201s answered before the kill
+	recovery          time.Duration   // from the failover to the first 201 on the new primary
+	fig               recoveryFigures // the round's recovery figures, the fault ending with the failover
 	doubled, problems []string
 	history           hCheck // the round's history check, if checked
 	checked           bool
@@ -338,6 +355,8 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 	// The replica lags: half the stock's buyers try (each WAIT falls short:
 	// 503, retried for 2s); the sink commits what it may.
 	pair.link.Pause()
+	rowsSeen := startRowWatch(ctx, c.db, sale) // recovery_test.go
+	defer rowsSeen.end()
 	early := &crowd{c: c, sale: sale, prefix: sale + "-early-", n: lagUnits / 2, inFlight: 8, budget: 2 * time.Second}
 	earlyOuts := early.run(ctx)
 	confirmed := 0
@@ -383,6 +402,8 @@ func lagRound(ctx context.Context, t *testing.T, c *cluster, front *frontProxy, 
 	}); !ok {
 		st.problems = append(st.problems, fmt.Sprintf("round %d: the new primary's stream never drained", round))
 	}
+	rowsSeen.end()
+	st.fig = recoveryAt(failedOver, slices.Concat(earlyOuts, lateOuts, againOuts), rowsSeen)
 	readCall := time.Now()
 	live, err := c.db.LiveOrders(ctx, sale)
 	if err != nil {

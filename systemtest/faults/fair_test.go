@@ -43,6 +43,9 @@ type fairRun struct {
 	qh       *qHistory
 	startsAt time.Time
 	sold     atomic.Int64
+
+	buysMu sync.Mutex
+	buys   []outcome // the 201s, for the recovery figures (recoveryAt)
 }
 
 // fairScenario runs a fair sale with inject beside its crowd, on the
@@ -79,6 +82,8 @@ func fairScenarioOn(start func(t *testing.T, s *suite, sc scenario) *cluster, ar
 			"price_cents": 4900, "total": fairUnits, "starts_at": f.startsAt.UTC().Format(time.RFC3339), "queue": "fair",
 			"prequeue_seconds": int((fairPrequeue + 2*time.Second) / time.Second), "challenge_maxnumber": 2000, "admit_seconds": 30}, nil))
 		x.start = time.Now()
+		rowsSeen := x.watchRows(ctx) // recovery_test.go
+		defer rowsSeen.end()
 		crowdCtx, stop := context.WithTimeout(ctx, 75*time.Second)
 		defer stop()
 		var bg sync.WaitGroup
@@ -117,6 +122,20 @@ func fairScenarioOn(start func(t *testing.T, s *suite, sc scenario) *cluster, ar
 		}
 		f.fairStock(ctx)
 		r.requests, r.created = len(f.qh.ops), int(f.sold.Load())
+		// The recovery figures as for the suite's own crowds; nobody can
+		// buy before the start, so a fault that ends earlier (in the
+		// pre-queue) is counted from the start.
+		rowsSeen.end()
+		end := x.faultEnd()
+		if !end.IsZero() && end.Before(f.startsAt) {
+			end = f.startsAt
+		}
+		f.buysMu.Lock()
+		fig := recoveryAt(end, f.buys, rowsSeen)
+		f.buysMu.Unlock()
+		r.sellAgain, r.rowLag = fig.cells(!end.IsZero())
+		t.Logf("recovery: sells again %s after the fault's end (or the start); every 201 a row within %s of the later of its answer and the fault's end (%v of its answer)",
+			r.sellAgain, r.rowLag, fig.rawLag.Round(10*time.Millisecond))
 		return r
 	}
 }
@@ -187,8 +206,17 @@ func (f *fairRun) buyer(ctx context.Context, i int, arrive time.Duration) {
 			code, body, _ = f.do(ctx, client, "POST", gw, "/api/sales/"+f.sale+"/orders", tok, ticket, "")
 			switch {
 			case code == 201:
+				end := time.Now()
 				f.sold.Add(1)
-				f.qh.add(qIn{kind: qBuy, user: user}, qOK, call, time.Now())
+				f.qh.add(qIn{kind: qBuy, user: user}, qOK, call, end)
+				var o struct {
+					ID string `json:"order_id"`
+				}
+				_ = json.Unmarshal(body, &o)
+				f.buysMu.Lock()
+				f.buys = append(f.buys, outcome{user: user, final: "201", orderID: o.ID,
+					attempts: []attempt{{gw: gw, start: call, end: end, status: 201}}})
+				f.buysMu.Unlock()
 				return
 			case code == 409 && strings.Contains(string(body), `"sold_out"`):
 				f.qh.add(qIn{kind: qBuy, user: user}, qSoldOut, call, time.Now())
@@ -251,7 +279,11 @@ func fairFlushPrequeue(ctx context.Context, f *fairRun) {
 		f.problem("FLUSHALL: %v", err)
 		return
 	}
-	f.event("FLUSHALL sent at %s, returned at %s", sent.Format("15:04:05.000"), time.Now().Format("15:04:05.000"))
+	done := time.Now()
+	f.mu.Lock()
+	f.flushDone = done // the fault's end, for the recovery figures
+	f.mu.Unlock()
+	f.event("FLUSHALL sent at %s, returned at %s", sent.Format("15:04:05.000"), done.Format("15:04:05.000"))
 	// docs/api.md's failure table: the entries of the leader's last step
 	// before the loss (a tick, 200ms) may be lost; one second is allowed.
 	f.qh.mayLose(sent.Add(-time.Second), time.Now())
@@ -265,11 +297,10 @@ func fairResync(ctx context.Context, f *fairRun) {
 	case <-ctx.Done():
 		return
 	}
-	if err := f.c.adminDo(ctx, http.MethodPost, "/admin/sales/"+f.sale+"/resync", nil, nil); err != nil {
-		f.problem("re-sync: %v", err)
-		return
-	}
-	f.event("admin re-sync during admission")
+	// The re-sync is the fault; its return, its end (repair records it).
+	f.repair("admin re-sync during admission", func() error {
+		return f.c.adminDo(ctx, http.MethodPost, "/admin/sales/"+f.sale+"/resync", nil, nil)
+	})
 	if q, _ := f.c.rdb.HGet(ctx, lua.SaleKey(f.sale), "queue").Result(); q != "fair" {
 		f.problem("after the re-sync the sale's hash says queue=%q, want fair", q)
 	}

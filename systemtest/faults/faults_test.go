@@ -177,7 +177,8 @@ var scenarios = []scenario{
 	laggingReplicaFailover,  // failover_test.go
 	sentinelFailover,        // redisha_test.go
 	clusterPrimaryKill,      // redisha_test.go
-	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started", opts: clusterOpts{postgres: true}, inject: postgresStop},
+	{name: "postgres-stop", fault: "PostgreSQL stopped (fast shutdown) for 3s, then started; buyers keep coming for 10s", needs: "35.2 (sink)",
+		opts: clusterOpts{postgres: true}, spread: 10 * time.Second, inject: postgresStop},
 	{name: "postgres-freeze", fault: "PostgreSQL frozen (SIGSTOP, every process) for 3s", opts: clusterOpts{postgres: true}, inject: postgresFreeze},
 	{name: "replica-freeze", fault: "Redis replica frozen (SIGSTOP) for 3s (SQLite)", inject: replicaFreeze},
 	{name: "replica-kill9", fault: "kill -9 the Redis replica, restart 1s later; the primary's backlog (set to 16 kB meanwhile) no longer covers it, so it full-syncs (PostgreSQL)", needs: "8.4 (edge)", opts: clusterOpts{postgres: true}, inject: replicaKill},

@@ -49,13 +49,16 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	dir := filepath.Join(s.work, sc.name)
+	dir := s.freshDir(sc.name)
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	const sale = "ha"
-	var redisURL string
+	var redisURL, sentinelAddr, sentinelName string
 	var kill func() string // kills the sale's primary, returns what it killed
+	var heir string        // the killed primary's replica, the one promoted
+	// announced, on Sentinel, notes when the Sentinel names heir the primary.
+	announced := func() time.Time { return time.Time{} }
 	var data redis.UniversalClient
 	if onCluster {
 		cl := redistest.StartCluster(t)
@@ -68,14 +71,16 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 				return "no primary: " + err.Error()
 			}
 			addr := m.Options().Addr
+			heir = replicaOf(ctx, addr)
 			cl.Node(addr).Stop()
 			return addr
 		}
 	} else {
 		st := redistest.StartSentinel(t)
+		sentinelAddr, sentinelName = st.Addr, st.Name
 		redisURL = st.URL()
 		data = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: []string{st.Addr}})
-		kill = func() string { st.Primary.Stop(); return st.Primary.Addr }
+		kill = func() string { heir = st.Replica.Addr; st.Primary.Stop(); return st.Primary.Addr }
 	}
 	t.Cleanup(func() { _ = data.Close() })
 
@@ -95,6 +100,7 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	var killed string
 	done := make(chan []outcome, 1)
 	start := time.Now()
+	rowsSeen := startRowWatch(ctx, db, sale) // recovery_test.go
 	go func() { done <- cr.run(ctx) }()
 	select {
 	case <-time.After(1500 * time.Millisecond):
@@ -105,7 +111,22 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		before = int(f.Persisted)
 	}
 	killed, killedAt = kill(), time.Now()
+	promoted := watchPromotion(ctx, heir, time.Minute)
+	if !onCluster {
+		announced = watchAnnounce(ctx, sentinelAddr, sentinelName, heir, time.Minute)
+	}
 	outs := <-done
+	// The fault ends with the promotion: the detection before it (Sentinel's
+	// down-after-milliseconds, the Cluster's node timeout) is time no tier
+	// can act in. Without a promotion seen the kill ends it.
+	promotedAt := promoted()
+	faultEnd := promotedAt
+	if faultEnd.IsZero() {
+		faultEnd = killedAt
+		r.problems = append(r.problems, fmt.Sprintf("the replica %s never said role:master within a minute of the kill", heir))
+	} else {
+		t.Logf("the replica %s said role:master %v after the kill", heir, promotedAt.Sub(killedAt).Round(10*time.Millisecond))
+	}
 	t.Logf("killed the primary %s %v into the crowd (%d rows then); the crowd ended with %s", killed,
 		killedAt.Sub(start).Round(10*time.Millisecond), before, countList(stats(outs).finals))
 
@@ -120,6 +141,13 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	}); !ok {
 		r.problems = append(r.problems, fmt.Sprintf("the sale's stream never drained (%+v)", backlog))
 	}
+	// The recovery figures as for the suite's own crowds, the fault ending
+	// with the promotion (as each round's in lagging-replica-failover).
+	rowsSeen.end()
+	fig := recoveryAt(faultEnd, outs, rowsSeen)
+	r.sellAgain, r.rowLag = fig.cells(true)
+	t.Logf("recovery: sells again %s after the promotion; every 201 a row within %s of the later of its answer and the promotion (%v of its answer)",
+		r.sellAgain, r.rowLag, fig.rawLag.Round(10*time.Millisecond))
 	readCall := time.Now()
 	live, err := db.LiveOrders(ctx, sale)
 	if err != nil {
@@ -173,8 +201,18 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	if recovery > 0 {
 		r.recovery = fmt.Sprintf("%v (first 201 after the kill)", recovery.Round(10*time.Millisecond))
 	}
-	r.happened = fmt.Sprintf("in %v: primary %s killed %v into the crowd (%d rows then); %d 201s, %d live orders for %d units, %d confirmed orders without a row; the crowd ended with %s",
-		time.Since(began).Round(time.Second), killed, killedAt.Sub(start).Round(10*time.Millisecond), before, created, len(live), haUnits, r.losses, countList(stats(outs).finals))
+	promotion := "never seen"
+	if !promotedAt.IsZero() {
+		promotion = fmt.Sprintf("at t=%v (detection and election took %v)", promotedAt.Sub(start).Round(10*time.Millisecond),
+			promotedAt.Sub(killedAt).Round(10*time.Millisecond))
+	}
+	if at := announced(); !at.IsZero() {
+		promotion += fmt.Sprintf(", named by the Sentinel at t=%v (%v after the promotion)", at.Sub(start).Round(10*time.Millisecond),
+			at.Sub(promotedAt).Round(10*time.Millisecond))
+	}
+	r.happened = fmt.Sprintf("in %v: primary %s killed at t=%v into the crowd (%d rows then), its replica %s promoted %s; %d 201s, %d live orders for %d units, %d confirmed orders without a row; the crowd ended with %s",
+		time.Since(began).Round(time.Second), killed, killedAt.Sub(start).Round(10*time.Millisecond), before, heir, promotion,
+		created, len(live), haUnits, r.losses, countList(stats(outs).finals))
 	if len(live) < haUnits {
 		// Not a broken promise of this scenario (sold_out is always allowed):
 		// as in lagging-replica-failover, the attempts the fence turned away
@@ -185,4 +223,72 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		t.Error(p)
 	}
 	return r
+}
+
+// replicaOf returns the address of the Cluster node that replicates the
+// primary at addr ("" when it has none), from the primary's CLUSTER
+// REPLICAS.
+func replicaOf(ctx context.Context, addr string) string {
+	n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer n.Close()
+	id, err := n.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return ""
+	}
+	lines, err := n.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+	if err != nil || len(lines) == 0 {
+		return ""
+	}
+	// "<id> <ip:port@bus[,hostname]> <flags> ...".
+	f := strings.Fields(lines[0])
+	if len(f) < 2 {
+		return ""
+	}
+	a, _, _ := strings.Cut(f[1], "@")
+	return a
+}
+
+// watchPromotion notes when the replica at addr first says role:master,
+// polling its ROLE from now for at most limit; the returned func waits for
+// the end and gives that moment (zero: never, or addr is "").
+func watchPromotion(ctx context.Context, addr string, limit time.Duration) func() time.Time {
+	if addr == "" {
+		return func() time.Time { return time.Time{} }
+	}
+	n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	return watchUntil(ctx, limit, func() bool {
+		role, err := n.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	}, n.Close)
+}
+
+// watchAnnounce notes when the Sentinel at sentinel first names addr as
+// master's primary (SENTINEL get-master-addr-by-name): when a client asking
+// it can find the promoted replica.
+func watchAnnounce(ctx context.Context, sentinel, master, addr string, limit time.Duration) func() time.Time {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	return watchUntil(ctx, limit, func() bool {
+		a, err := sc.GetMasterAddrByName(ctx, master).Result()
+		return err == nil && len(a) == 2 && a[0]+":"+a[1] == addr
+	}, sc.Close)
+}
+
+// watchUntil calls cond in a goroutine until it holds, for at most limit
+// (testwait's pace), then calls done; the returned func waits for the end
+// and gives when cond first held (zero: never).
+func watchUntil(ctx context.Context, limit time.Duration, cond func() bool, done func() error) func() time.Time {
+	res := make(chan time.Time, 1)
+	go func() {
+		defer func() { _ = done() }()
+		var at time.Time
+		testwait.For(limit, func() bool {
+			if cond() {
+				at = time.Now()
+				return true
+			}
+			return ctx.Err() != nil
+		})
+		res <- at
+	}()
+	return func() time.Time { return <-res }
 }

@@ -86,3 +86,29 @@ func init() {
 		return nil, errors.New("dbfault: held")
 	})
 }
+
+// Disconnect makes PostgreSQL end the connection of every insert of an
+// order whose user id starts with prefix (letters, digits and '-' only): a
+// trigger terminates its own backend (FATAL, SQLSTATE 57P01
+// admin_shutdown, the connection closed), as a record that crashes the
+// server process or an extension would. The database stays up and answers
+// every other insert. On SQLite, which has no connection to lose, it does
+// nothing and reports false.
+func Disconnect(tb testing.TB, dsn, prefix string) bool {
+	tb.Helper()
+	if strings.HasPrefix(dsn, "sqlite://") {
+		return false
+	}
+	exec(tb, dsn,
+		[]string{`CREATE FUNCTION dbfault_disconnect() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF NEW.user_id LIKE '` + prefix + `%' THEN
+					PERFORM pg_terminate_backend(pg_backend_pid());
+					PERFORM pg_sleep(5);
+				END IF;
+				RETURN NEW;
+			END $$`,
+			`CREATE TRIGGER dbfault_disconnect BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION dbfault_disconnect()`},
+		nil)
+	return true
+}

@@ -1,0 +1,74 @@
+package drawjournal_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
+	"github.com/flashgate/flashgate/controlplane/internal/cptest"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/lua"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestFlush: the entry scripts' journal reaches draw_entries, each
+// entry's last change winning, and leaves the stream empty.
+func TestFlush(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	db := cptest.OpenDB(t, cptest.SQLiteDSN(t))
+	open := time.UnixMilli(1_000)
+	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys("dr"), 3, 5, 2, 500, "", lua.DrawWindowArg(open, open.Add(time.Hour)), "S:2,M:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	at := int64(2_000)
+	for i, u := range []string{"ann", "bob user"} {
+		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys("dr", ""), u, []string{"e1", "e2"}[i], "S", 1, at, 0).Slice(); err != nil || v[0] != int64(0) {
+			t.Fatalf("DrawEnter: %v %v", v, err)
+		}
+	}
+	if n, err := drawjournal.Flush(ctx, rdb, db, "dr", 0); err != nil || n != 2 {
+		t.Fatalf("Flush: %d, %v; want 2", n, err)
+	}
+	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys("dr"), "ann", "e1", string(flashgate.DrawEntered), at, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(0) {
+		t.Fatalf("DrawSet: %v %v", v, err)
+	}
+	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawChangeKeys("dr"), "bob user", at).Slice(); err != nil || v[0] != int64(0) {
+		t.Fatalf("DrawWithdraw: %v %v", v, err)
+	}
+	if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys("dr", ""), "bob user", "e3", "M", 2, at, 0).Slice(); err != nil || v[0] != int64(0) {
+		t.Fatalf("DrawEnter again: %v %v", v, err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.DrawJournalKey("dr"), Values: []any{"e", "bogus"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := drawjournal.Flush(ctx, rdb, db, "dr", 2); err != nil || n != 2 {
+		t.Fatalf("Flush of 2: %d, %v; want 2", n, err)
+	}
+	if n, err := drawjournal.Flush(ctx, rdb, db, "dr", 0); err == nil || n != 1 {
+		t.Errorf("Flush with a bad entry: %d, %v; want 1 and an error", n, err)
+	}
+	if n, err := rdb.XLen(ctx, lua.DrawJournalKey("dr")).Result(); err != nil || n != 0 {
+		t.Errorf("journal after the flushes: %d entries, %v; want 0", n, err)
+	}
+	got, err := db.DrawEntries(ctx, "dr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"e1": "ann entered S 1", "e2": "bob user withdrawn S 1", "e3": "bob user pending M 2"}
+	if len(got) != len(want) {
+		t.Fatalf("entries: got %+v, want %v", got, want)
+	}
+	for _, e := range got {
+		if s := e.UserID + " " + string(e.State) + " " + e.Variant + " " + strconv.FormatInt(e.Quantity, 10); s != want[e.ID] {
+			t.Errorf("entry %s: got %q, want %q", e.ID, s, want[e.ID])
+		}
+	}
+}

@@ -1,0 +1,46 @@
+-- DrawWithdraw withdraws a buyer's pending or entered entry in a draw sale
+-- until the close; the entry's card hold is then the provider side's to
+-- release. Withdrawing again answers the withdrawn entry, changing nothing.
+--
+-- KEYS[1] sale hash       fg:{<sale>}:sale
+-- KEYS[2] entries hash    fg:{<sale>}:draw
+-- KEYS[3] journal stream  fg:{<sale>}:djournal
+-- ARGV[1] user id
+-- ARGV[2] now, unix milliseconds
+--
+-- Returns {code, entry, changed}:
+--   {0, entry, 1|0}  withdrawn now (1) or before (0); entry as in
+--                    lua.DrawKey, in state "withdrawn"
+--   {1, "", 0}       no such sale
+--   {3, entry, 0}    the window has closed (draw_close reached, or the sale
+--                    closed): the entry stands as it is
+--   {4, "", 0}       the sale is not sold by a draw
+--   {11, "", 0}      the buyer has no entry
+-- A withdrawal moves one from draw_<old state> to draw_withdrawn in the
+-- sale hash, and joins the journal stream.
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_close', 'closed')
+if not f[1] then
+  return {1, '', 0}
+end
+if f[2] ~= 'draw' then
+  return {4, '', 0}
+end
+local user = ARGV[1]
+local old = redis.call('HGET', KEYS[2], user)
+if not old then
+  return {11, '', 0}
+end
+local st, rest = string.match(old, '^(%S+) (.*)$')
+if st == 'withdrawn' then
+  return {0, old, 0}
+end
+local close = tonumber(f[3] or '')
+if f[4] == '1' or not close or (tonumber(ARGV[2]) or 0) >= close or (st ~= 'pending' and st ~= 'entered') then
+  return {3, old, 0}
+end
+local e = 'withdrawn ' .. rest
+redis.call('HSET', KEYS[2], user, e)
+redis.call('HINCRBY', KEYS[1], 'draw_' .. st, -1)
+redis.call('HINCRBY', KEYS[1], 'draw_withdrawn', 1)
+redis.call('XADD', KEYS[3], '*', 'e', e .. ' ' .. user)
+return {0, e, 1}

@@ -1,0 +1,86 @@
+package sqldb
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+)
+
+// TestDrawSale: a draw sale's mode and entry window survive the row.
+func TestDrawSale(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		open, closeAt := t0, t0.Add(48*time.Hour)
+		s := flashgate.Sale{ID: "d", Name: "Draw", PriceCents: 100, Total: 5, Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
+		if err := db.CreateSale(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Sale(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Draw() || got.EntriesOpenAt == nil || !got.EntriesOpenAt.Equal(open) || got.EntriesCloseAt == nil || !got.EntriesCloseAt.Equal(closeAt) {
+			t.Errorf("Sale(d): got queue %q, window %v..%v; want draw, %v..%v", got.Queue, got.EntriesOpenAt, got.EntriesCloseAt, open, closeAt)
+		}
+		if err := db.CreateSale(ctx, flashgate.Sale{ID: "f", Name: "First", Total: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := db.Sale(ctx, "f"); got.EntriesOpenAt != nil || got.EntriesCloseAt != nil {
+			t.Errorf("Sale(f): got a window %v..%v, want none", got.EntriesOpenAt, got.EntriesCloseAt)
+		}
+	})
+}
+
+// TestDrawEntries: entries are stored and moved by id, a step that names
+// no intent or order keeps the row's, and a user holds one live entry.
+func TestDrawEntries(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		e1 := flashgate.DrawEntry{ID: "e1", SaleID: "d", UserID: "ann", Variant: "S", Quantity: 2, State: flashgate.DrawPending, CreatedAt: t0}
+		e2 := flashgate.DrawEntry{ID: "e2", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, PaymentIntent: "pi_2", CreatedAt: t0}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e1, e2}); err != nil {
+			t.Fatal(err)
+		}
+		e1.State, e1.PaymentIntent, e1.UpdatedAt = flashgate.DrawEntered, "pi_1", t0.Add(time.Second)
+		e2.State, e2.PaymentIntent, e2.UpdatedAt = flashgate.DrawWithdrawn, "", t0.Add(time.Second)
+		e3 := flashgate.DrawEntry{ID: "e3", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0.Add(2 * time.Second)}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e1, e2, e3}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.DrawEntries(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2.PaymentIntent = "pi_2"
+		e3.UpdatedAt = e3.CreatedAt
+		if want := []flashgate.DrawEntry{e1, e2, e3}; !reflect.DeepEqual(got, want) {
+			t.Errorf("DrawEntries: got %+v, want %+v", got, want)
+		}
+		// A stale change (older than the row's) changes nothing.
+		stale := e1
+		stale.State, stale.UpdatedAt = flashgate.DrawPending, t0
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{stale}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
+			t.Errorf("after a stale change: got %+v, want e1 entered", got)
+		}
+		// A second live entry of bob's is refused, and nothing of its
+		// transaction stays.
+		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
+		e5 := flashgate.DrawEntry{ID: "e5", SaleID: "d", UserID: "cat", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}); err == nil {
+			t.Error("a second live entry: got nil, want an error")
+		}
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) != 3 {
+			t.Errorf("after a refused batch: %d entries, want 3", len(got))
+		}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{{ID: "e6", SaleID: "d", UserID: "x", Quantity: 1, State: "bogus"}}); !errors.Is(err, flashgate.ErrBadRequest) {
+			t.Errorf("a bad state: got %v, want ErrBadRequest", err)
+		}
+	})
+}
