@@ -131,15 +131,23 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	}
 	keys := lua.SaleKeys(id)
 	tok := fencing.Of(ctx)
-	resync := func(restored string) ([]int64, error) {
+	resync := func(restored string, held []flashgate.Order) ([]int64, error) {
 		spec := ""
 		if sale.HasVariants() {
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
-		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]).Int64Slice()
+		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]}
+		k := keys
+		if len(held) > 0 {
+			k = append(append([]string(nil), keys...), lua.RetakenKey(id))
+			for _, o := range held {
+				args = append(args, o.ID, o.Quantity, o.Variant)
+			}
+		}
+		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
-	v, err := resync("0")
+	v, err := resync("0", nil)
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 		// Redis lost the sale, or is older than the database: restore its
 		// released set and buyers from every row, then rebuild its stock.
@@ -159,18 +167,11 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		// figures: it sets reserved := P + held and booked := L + held,
 		// so they stay taken (reserved and not yet persisted) until the
 		// honour step's row counts them, or the refund's unretake gives
-		// them back.
-		for _, o := range held {
-			fig.LiveUnits += o.Quantity
-			fig.PersistedUnits += o.Quantity
-			if o.Variant != "" {
-				f := per[o.Variant]
-				f.LiveUnits += o.Quantity
-				f.PersistedUnits += o.Quantity
-				per[o.Variant] = f
-			}
-		}
-		v, err = resync("1")
+		// them back. The script adds them, and only those of orders still
+		// in the retaken set: a refund's unretake between the hold and
+		// the script gave them back (explorer seed 1200: a concurrent
+		// rebuild's hash lost them, this pass's figures took them again).
+		v, err = resync("1", held)
 	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)

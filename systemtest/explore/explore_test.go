@@ -31,10 +31,12 @@ var (
 // admin refunded, 400 leaves a payment refunding forever, 624 refuses an
 // admitted buyer, 40 and 222 oversell (stall schedules: a retake honoured
 // after a FLUSHALL and a rebuild freed its unit, found on the code before
-// pending retakes). A schedule is a function of its seed and of the code:
+// pending retakes), 1200 hides a unit (a refund's unretake between a
+// second rebuild's hold and its re-sync, which counted the held unit
+// again). A schedule is a function of its seed and of the code:
 // once the code under test changes its steps, a seed is one more random
 // schedule.
-var corpus = []uint64{1803, 6269, 701, 2116, 766, 4056, 490, 400, 624, 40, 222}
+var corpus = []uint64{1803, 6269, 701, 2116, 766, 4056, 490, 400, 624, 40, 222, 1200}
 
 // result is one schedule's outcome.
 type result struct {
