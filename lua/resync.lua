@@ -34,12 +34,15 @@
 -- ARGV[14 ..] optional, with ARGV[9] = "1" only: triples order id,
 --         quantity, variant id ('' none) of the pending retakes the caller
 --         held in the rebuilt sale (lua/retakehold.lua). The units of each
---         one still in the retaken set (KEYS[2]) are added to L and P (and
---         to its variant's): an order that left it since the hold had its
---         units given back by lua/unretake.lua (its late payment refunded),
---         which a pass counting it from the hold would take again.
+--         one whose refusal is still recorded as held (6 in KEYS[2]) are
+--         added to L and P (and to its variant's): lua/unretake.lua records
+--         3 when it gives the units back (its late payment refunded since
+--         the hold), which a pass counting them from the hold would take
+--         again. (Not the retaken set: a concurrent rebuild's restore page
+--         drops the order from it until that rebuild's own hold.)
 --
--- KEYS[2] optional, with ARGV[14 ..]: the retaken set fg:{<sale>}:retaken
+-- KEYS[2] optional, with ARGV[14 ..]: the refusals hash
+--         fg:{<sale>}:retakerefused
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -79,14 +82,14 @@ end
 local D = tonumber(ARGV[8]) or 0
 local restored = ARGV[9] == '1'
 
--- The held retakes' units (ARGV[14 ..]) still retaken now, counted as
--- live and persisted; by variant in heldv.
+-- The held retakes' units (ARGV[14 ..]) still held now (not given back by
+-- an unretake), counted as live and persisted; by variant in heldv.
 local heldv = {}
 if restored and KEYS[2] then
   local i = 14
   while i + 2 <= #ARGV do
     local q = tonumber(ARGV[i + 1]) or 0
-    if q > 0 and redis.call('SISMEMBER', KEYS[2], ARGV[i]) == 1 then
+    if q > 0 and redis.call('HGET', KEYS[2], ARGV[i]) == '6' then
       L = L + q
       P = P + q
       local vid = ARGV[i + 2]

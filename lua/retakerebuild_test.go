@@ -147,15 +147,17 @@ func TestRetakeHold(t *testing.T) {
 }
 
 // TestResyncCountsHeldStillRetaken: a rebuild's final re-sync counts a held
-// retake's units only while its order is in the retaken set: a refund's
-// unretake after the hold gave them back (explorer seed 1200), and counting
-// them again would hide the unit.
+// retake's units only while its refusal is recorded as held (6): a refund's
+// unretake after the hold gave them back and recorded 3 (explorer seed
+// 1200), and counting them again would hide the unit. A restore page that
+// dropped the order from the retaken set changes nothing.
 func TestResyncCountsHeldStillRetaken(t *testing.T) {
 	forEach(t, backends(t), "held", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		key := lua.SaleKey(saleID)
-		keys := []string{key, lua.RetakenKey(saleID)}
+		keys := []string{key, lua.RetakeRefusedKey(saleID)}
 		// A concurrent rebuild held o1 (booked 1, reserved 2 with P 1), then
-		// the refund's unretake gave its unit back.
+		// the refund's unretake gave its unit back (and recorded 3).
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 3)
 		rdb.HSet(ctx, key, "total", 1, "booked", 0, "reserved", 1, "start", 0, "resume", 1, "count", 0, "access", 0)
 		resync := func() []int64 {
 			t.Helper()
@@ -168,9 +170,9 @@ func TestResyncCountsHeldStillRetaken(t *testing.T) {
 		if v := resync(); v[5] != 0 {
 			t.Errorf("o1 unretaken: booked %d, want 0 (its unit is free)", v[5])
 		}
-		rdb.SAdd(ctx, lua.RetakenKey(saleID), "o1")
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 6) // held, not in the retaken set
 		if v := resync(); v[5] != 1 || v[6] != 2 {
-			t.Errorf("o1 still retaken: booked %d reserved %d, want 1 and 2", v[5], v[6])
+			t.Errorf("o1 still held: booked %d reserved %d, want 1 and 2", v[5], v[6])
 		}
 	})
 }

@@ -140,7 +140,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]}
 		k := keys
 		if len(held) > 0 {
-			k = append(append([]string(nil), keys...), lua.RetakenKey(id))
+			k = append(append([]string(nil), keys...), lua.RetakeRefusedKey(id))
 			for _, o := range held {
 				args = append(args, o.ID, o.Quantity, o.Variant)
 			}
@@ -168,8 +168,8 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		// so they stay taken (reserved and not yet persisted) until the
 		// honour step's row counts them, or the refund's unretake gives
 		// them back. The script adds them, and only those of orders still
-		// in the retaken set: a refund's unretake between the hold and
-		// the script gave them back (explorer seed 1200: a concurrent
+		// recorded as held: a refund's unretake between the hold and the
+		// script gave them back (explorer seed 1200: a concurrent
 		// rebuild's hash lost them, this pass's figures took them again).
 		v, err = resync("1", held)
 	}
