@@ -41,8 +41,7 @@
 --         again. (Not the retaken set: a concurrent rebuild's restore page
 --         drops the order from it until that rebuild's own hold.)
 --
--- KEYS[2] optional, with ARGV[14 ..]: the refusals hash
---         fg:{<sale>}:retakerefused
+-- KEYS[2] optional, with ARGV[14 ..]: refusals  fg:{<sale>}:retakerefused
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
