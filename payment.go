@@ -108,6 +108,11 @@ type PaymentStep struct {
 	// units too, so that a re-sync counts them once (docs/internals.md,
 	// "Late payments").
 	Retake bool
+	// DropRetake drops the order's pending retake (a retakes row written
+	// before the retake in Redis and never honoured), in the step that
+	// decides to refund the late payment: a rebuild of the sale in Redis
+	// no longer holds its units.
+	DropRetake bool
 	// Refunded and RefundID set the payment's refund; IntentStatus, when
 	// not "", its intent's status.
 	Refunded     bool

@@ -70,6 +70,9 @@ type Store interface {
 	// yet delivered to Redis, and their acknowledgement.
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// PendingRetakes are the orders whose late payment's retake is
+	// recorded as pending (a rebuild holds their units).
+	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
 	// The draws' entries (controlplane/drawjournal).

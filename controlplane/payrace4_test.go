@@ -53,11 +53,11 @@ func TestRefundAfterRecordedRetake(t *testing.T) {
 
 // TestRetakeAfterRebuildDecidesAnew: a retake recorded before a rebuild
 // (the sale marked for the restore path, as a failover does) and asked
-// about again after it is not answered from the retaken set: the rebuild
-// counted none of its units (the order is expired in the database, no
-// retakes row), so the retake decides anew against the rebuilt stock. With
-// the freed unit sold meanwhile, the late payment is refunded, not
-// honoured on top of the sale's total.
+// about again after it is not answered from the retaken set as a take:
+// the rebuild holds its units (the database recorded the retake as
+// pending), so no one else buys them, and the retake asked again answers
+// held: the late payment is refunded, never honoured on top of the sale's
+// total, and the unit then sells.
 func TestRetakeAfterRebuildDecidesAnew(t *testing.T) {
 	for name, dsn := range payBackends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -82,17 +82,26 @@ func TestRetakeAfterRebuildDecidesAnew(t *testing.T) {
 			if got := pe.rdb.HGet(pe.ctx, "fg:{s1}:sale", "start").Val(); got != "1" {
 				t.Fatalf("after the rebuild: start %q, want 1 (reopened)", got)
 			}
-			if code, _ := pe.reserve("s1", "u2"); code != 0 {
-				t.Fatalf("u2 buys the unit the rebuild freed: code %d, want 0", code)
+			// The database recorded the retake as pending before Redis made
+			// it: the rebuild holds its unit (the settler past the retake
+			// may still honour it), so it does not sell again meanwhile.
+			if code, _ := pe.reserve("s1", "u2"); code == 0 {
+				t.Fatalf("u2 bought the unit the rebuild held for the pending retake")
 			}
-			pe.persist("s1")
 			pe.clock.Add(time.Minute)
 			if _, err := pe.svc.ReconcilePayments(pe.ctx); err != nil {
 				t.Fatal(err)
 			}
+			// Asked again after the rebuild, the held retake is refunded
+			// (the rebuilt sale cannot tell whether the lost take fitted),
+			// and its unit goes back to the crowd.
 			if st, p := pe.order(o.ID).Status, pe.payment(o.ID); st == flashgate.StatusPaid || p.Outcome != "refunded_late" {
-				t.Fatalf("late payment after the rebuild: order %s outcome %q, want refunded_late (the unit was sold)", st, p.Outcome)
+				t.Fatalf("late payment after the rebuild: order %s outcome %q, want refunded_late (the retake was held)", st, p.Outcome)
 			}
+			if code, _ := pe.reserve("s1", "u2"); code != 0 {
+				t.Fatalf("u2 buys the unit the refund gave back: code %d, want 0", code)
+			}
+			pe.persist("s1")
 			if live := pe.liveUnits("s1"); live > 1 {
 				t.Fatalf("live units %d, above the total 1", live)
 			}

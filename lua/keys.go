@@ -351,3 +351,9 @@ const (
 // fair queue for a buyer whose position is not admitted, or whose window
 // has ended.
 const ReserveNotAdmitted = 9
+
+// RetakeHoldKeys is RetakeHold's KEYS: buyers hash, sale hash, retaken
+// set, refusals hash, released set.
+func RetakeHoldKeys(sale string) []string {
+	return []string{BuyersKey(sale), SaleKey(sale), RetakenKey(sale), RetakeRefusedKey(sale), ReleasedKey(sale)}
+}

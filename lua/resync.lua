@@ -31,6 +31,17 @@
 -- ARGV[13] optional: the hash's releases counter (lua.FieldReleases) as the
 --         caller read it before the snapshot of ARGV[1], ARGV[2] and
 --         ARGV[12] were taken ('' or absent: not read, nothing compared)
+-- ARGV[14 ..] optional, with ARGV[9] = "1" only: triples order id,
+--         quantity, variant id ('' none) of the pending retakes the caller
+--         held in the rebuilt sale (lua/retakehold.lua). The units of each
+--         one whose refusal is still recorded as held (6 in KEYS[2]) are
+--         added to L and P (and to its variant's): lua/unretake.lua records
+--         3 when it gives the units back (its late payment refunded since
+--         the hold), which a pass counting them from the hold would take
+--         again. (Not the retaken set: a concurrent rebuild's restore page
+--         drops the order from it until that rebuild's own hold.)
+--
+-- KEYS[2] optional, with ARGV[14 ..]: refusals  fg:{<sale>}:retakerefused
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -69,6 +80,25 @@ if not ratio or ratio <= 0 then
 end
 local D = tonumber(ARGV[8]) or 0
 local restored = ARGV[9] == '1'
+
+-- The held retakes' units (ARGV[14 ..]) still held now (not given back by
+-- an unretake), counted as live and persisted; by variant in heldv.
+local heldv = {}
+if restored and KEYS[2] then
+  local i = 14
+  while i + 2 <= #ARGV do
+    local q = tonumber(ARGV[i + 1]) or 0
+    if q > 0 and redis.call('HGET', KEYS[2], ARGV[i]) == '6' then
+      L = L + q
+      P = P + q
+      local vid = ARGV[i + 2]
+      if vid ~= '' then
+        heldv[vid] = (heldv[vid] or 0) + q
+      end
+    end
+    i = i + 3
+  end
+end
 
 local token = tonumber(ARGV[10]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
@@ -158,8 +188,8 @@ if #variants > 0 then
   booked = 0
   for _, v in ipairs(variants) do
     local id = v[1]
-    local lv = tonumber(v[3][3]) or 0
-    local pv = tonumber(v[3][4]) or 0
+    local lv = (tonumber(v[3][3]) or 0) + (heldv[id] or 0)
+    local pv = (tonumber(v[3][4]) or 0) + (heldv[id] or 0)
     local vf = redis.call('HMGET', KEYS[1], 'variant:' .. id .. ':total', 'variant:' .. id .. ':reserved',
       'variant:' .. id .. ':booked')
     local vtotal = tonumber(vf[1] or '') or v[2]

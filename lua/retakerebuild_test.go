@@ -80,3 +80,99 @@ func TestUnretakeUnhonoured(t *testing.T) {
 		})
 	}
 }
+
+// TestRetakeHold: RetakeHold puts a pending retake's order in the retaken
+// and released sets with the refusal "held" (6), so a retake asked again takes nothing
+// (RetakeHeld) and an unretake of it gives its units back; the buyer entry
+// names it unless the buyer holds another order; an order whose refusal
+// another code recorded (given back by an unretake) is not held; a second
+// hold of the same order holds it again (a later rebuild); a stale token
+// is refused.
+func TestRetakeHold(t *testing.T) {
+	forEach(t, backends(t), "hold", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		key := lua.SaleKey(saleID)
+		rdb.HSet(ctx, lua.BuyersKey(saleID), "u2", "o9")
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o3", 3)
+		hold := func(token int) []any {
+			t.Helper()
+			got, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(saleID), token, "u1", "o1", "u2", "o2", "u3", "o3").Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		if got := hold(5); len(got) != 3 || got[0] != int64(1) || got[1] != int64(1) || got[2] != int64(0) {
+			t.Fatalf("hold: got %v, want [1 1 0]", got)
+		}
+		if got := rdb.SMembers(ctx, lua.RetakenKey(saleID)).Val(); len(got) != 2 {
+			t.Errorf("retaken set: got %v, want o1 and o2", got)
+		}
+		if got := rdb.SMembers(ctx, lua.ReleasedKey(saleID)).Val(); len(got) != 2 {
+			t.Errorf("released set: got %v, want o1 and o2 (a later release of them is a no-op)", got)
+		}
+		if got := rdb.HGet(ctx, lua.BuyersKey(saleID), "u1").Val(); got != "o1" {
+			t.Errorf("buyer u1: got %q, want o1", got)
+		}
+		if got := rdb.HGet(ctx, lua.BuyersKey(saleID), "u2").Val(); got != "o9" {
+			t.Errorf("buyer u2: got %q, want o9 (the order it holds)", got)
+		}
+		rdb.SRem(ctx, lua.RetakenKey(saleID), "o1") // a restore page of a later rebuild
+		if got := hold(5); got[0] != int64(1) || got[2] != int64(0) {
+			t.Errorf("second hold: got %v, want o1 held again, o3 not", got)
+		}
+		// The rebuilt sale: o1 and o2 held (booked 2, reserved 2 over P).
+		rdb.HSet(ctx, key, "total", 3, "booked", 2, "reserved", 2, "start", 1)
+		rdb.SAdd(ctx, lua.ReleasedKey(saleID), "o1", "o2")
+		if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(saleID), "o1", "u1", 1, "").Int64(); err != nil || got != lua.RetakeHeld {
+			t.Fatalf("retake of a held order: got %d, %v, want %d", got, err, lua.RetakeHeld)
+		}
+		if got, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(saleID), "o1", "u1", 1, "", "1").Int64(); err != nil || got != 1 {
+			t.Fatalf("unretake of a held order: got %d, %v, want 1", got, err)
+		}
+		f := rdb.HMGet(ctx, key, "booked", "reserved").Val()
+		if f[0] != "1" || f[1] != "1" {
+			t.Errorf("after the unretake: booked %v reserved %v, want 1 and 1", f[0], f[1])
+		}
+		if got := rdb.HGet(ctx, lua.BuyersKey(saleID), "u1").Val(); got != "" {
+			t.Errorf("buyer u1 after the unretake: got %q, want none", got)
+		}
+		if got := hold(5); got[0] != int64(0) {
+			t.Errorf("hold after the unretake: got %v, want o1 not held", got)
+		}
+		rdb.HSet(ctx, key, "fence", 9)
+		if got, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(saleID), 5, "u1", "o1").Int64(); err != nil || got != -1 {
+			t.Errorf("stale token: got %d, %v, want -1", got, err)
+		}
+	})
+}
+
+// TestResyncCountsHeldStillRetaken: a rebuild's final re-sync counts a held
+// retake's units only while its refusal is recorded as held (6): a refund's
+// unretake after the hold gave them back and recorded 3 (explorer seed
+// 1200), and counting them again would hide the unit. A restore page that
+// dropped the order from the retaken set changes nothing.
+func TestResyncCountsHeldStillRetaken(t *testing.T) {
+	forEach(t, backends(t), "held", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		key := lua.SaleKey(saleID)
+		keys := []string{key, lua.RetakeRefusedKey(saleID)}
+		// A concurrent rebuild held o1 (booked 1, reserved 2 with P 1), then
+		// the refund's unretake gave its unit back (and recorded 3).
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 3)
+		rdb.HSet(ctx, key, "total", 1, "booked", 0, "reserved", 1, "start", 0, "resume", 1, "count", 0, "access", 0)
+		resync := func() []int64 {
+			t.Helper()
+			v, err := lua.Resync.Run(ctx, rdb, keys, 0, 1, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "o1", 1, "").Int64Slice()
+			if err != nil || len(v) != 10 {
+				t.Fatalf("resync: got %v, %v", v, err)
+			}
+			return v
+		}
+		if v := resync(); v[5] != 0 {
+			t.Errorf("o1 unretaken: booked %d, want 0 (its unit is free)", v[5])
+		}
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 6) // held, not in the retaken set
+		if v := resync(); v[5] != 1 || v[6] != 2 {
+			t.Errorf("o1 still held: booked %d reserved %d, want 1 and 2", v[5], v[6])
+		}
+	})
+}

@@ -77,6 +77,8 @@ var (
 	retakeSrc string
 	//go:embed unretake.lua
 	unretakeSrc string
+	//go:embed retakehold.lua
+	retakeHoldSrc string
 	//go:embed drawenter.lua
 	drawEnterSrc string
 	//go:embed drawwithdraw.lua
@@ -139,6 +141,9 @@ var (
 	// Unretake gives back the units a late payment took again when its
 	// honoured order is refunded.
 	Unretake = redis.NewScript(giveBackSrc + unretakeSrc)
+	// RetakeHold holds, in a rebuilt sale, the units of the retakes the
+	// database records as pending.
+	RetakeHold = redis.NewScript(retakeHoldSrc)
 
 	// A draw sale's entries (their keys, fields and codes in draw.go).
 	DrawEnter    = redis.NewScript(drawEnterSrc)
@@ -158,6 +163,10 @@ const (
 	RetakeRetry = 4
 	// RetakeClosed: the sale has closed; the late payment is refunded.
 	RetakeClosed = 5
+	// RetakeHeld: a rebuild held the units of the order's pending retake
+	// (lua.RetakeHold); the late payment is refunded (the settler that
+	// got the first answer may still honour it first).
+	RetakeHeld = 6
 )
 
 // Refusals of a write whose fencing token is below the highest its sale's

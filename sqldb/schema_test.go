@@ -27,6 +27,7 @@ var wantStatements = map[int][2]string{ // version: postgres, sqlite
 	11: {"ec536e72851b3a9ac782e6cb5a686da83b7b537409fd71d5b01bf32d1962ff02", "701acda9d75d61184981ad57ac7a87d8af910fb7f80fd7a2c951db7275f7940d"},
 	12: {"c420287c162e7c37e75b5d8ec0b770181f1d7ee8c8f8eb4aca542e4794006c4a", "9e671a5d4ddbbb5a1b3d7fb031d25f79e851b55acd9bd167e19d9ff0b81713c9"},
 	13: {"9564be2ba8b583ec4764b23cb820e751e6cc5d94acd501604e903f216182dc0f", "6e9e340c1520b2a58f4870d1431a21a03a57ae6314cedd2ee6cf8265eba3a04a"},
+	14: {"ac6fbf411ebce430e26d8eeeb8806868dfafad806cecd36f5781d11bda26ff28", "851294ff47dde2a6ea988a11a743783d6708decda27fce0a649fef705b53defb"},
 }
 
 // TestMigrationsUnchanged: every released schema version renders, in each

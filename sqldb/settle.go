@@ -63,9 +63,15 @@ func (d *DB) StepPayment(ctx context.Context, st flashgate.PaymentStep, now time
 		}
 	}
 	if st.Retake {
-		if _, err := tx.ExecContext(ctx, d.q(`INSERT INTO retakes (order_id, sale_id, bucket, variant, quantity, created_at)
-			SELECT order_id, sale_id, bucket, variant, quantity, ? FROM orders WHERE order_id = ?
-			ON CONFLICT (order_id) DO NOTHING`), d.ts(now), st.OrderID); err != nil {
+		// The pending row PendRetake wrote becomes an honoured one.
+		if _, err := tx.ExecContext(ctx, d.q(`INSERT INTO retakes (order_id, sale_id, bucket, variant, quantity, created_at, pending)
+			SELECT order_id, sale_id, bucket, variant, quantity, ?, 0 FROM orders WHERE order_id = ?
+			ON CONFLICT (order_id) DO UPDATE SET pending = 0`), d.ts(now), st.OrderID); err != nil {
+			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
+		}
+	}
+	if st.DropRetake {
+		if _, err := tx.ExecContext(ctx, d.q(`DELETE FROM retakes WHERE order_id = ? AND pending = 1`), st.OrderID); err != nil {
 			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
 		}
 	}
@@ -73,4 +79,64 @@ func (d *DB) StepPayment(ctx context.Context, st flashgate.PaymentStep, now time
 		return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
 	}
 	return true, nil
+}
+
+// PendRetake records, before a late payment's retake in Redis, that the
+// retake may take the order's units (a retakes row with pending = 1), so
+// that a rebuild of the sale in Redis between the retake and its honour
+// step holds them (PendingRetakes). It writes the row only while the
+// payment's outcome is late_pending, in one transaction that holds the
+// payment row, so that a step that decided to refund it (and dropped the
+// row) is never followed by a new pending row. It reports whether the
+// payment was still late_pending; a row already there is kept.
+func (d *DB) PendRetake(ctx context.Context, orderID string, now time.Time) (bool, error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("pending retake of %s: %w", orderID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.ExecContext(ctx, d.q(`UPDATE payments SET updated_at = ? WHERE order_id = ? AND outcome = 'late_pending'`), d.ts(now), orderID)
+	if err != nil {
+		return false, fmt.Errorf("pending retake of %s: %w", orderID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if err != nil {
+			return false, fmt.Errorf("pending retake of %s: %w", orderID, err)
+		}
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, d.q(`INSERT INTO retakes (order_id, sale_id, bucket, variant, quantity, created_at, pending)
+		SELECT order_id, sale_id, bucket, variant, quantity, ?, 1 FROM orders WHERE order_id = ?
+		ON CONFLICT (order_id) DO NOTHING`), d.ts(now), orderID); err != nil {
+		return false, fmt.Errorf("pending retake of %s: %w", orderID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("pending retake of %s: %w", orderID, err)
+	}
+	return true, nil
+}
+
+// PendingRetakes are the orders of a sale whose late payment's retake is
+// pending (PendRetake wrote it, no honour or refund step resolved it), as
+// orders (id, user, bucket, variant, quantity), by id.
+func (d *DB) PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
+		FROM retakes r JOIN orders o ON o.order_id = r.order_id
+		WHERE r.sale_id = ? AND r.pending = 1 ORDER BY r.order_id`), saleID)
+	if err != nil {
+		return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	var out []flashgate.Order
+	for rows.Next() {
+		o := flashgate.Order{SaleID: saleID}
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
+			return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+	}
+	return out, nil
 }

@@ -116,3 +116,69 @@ func TestEventFlags(t *testing.T) {
 		}
 	})
 }
+
+// TestPendRetake: a pending retake is written only while the payment is
+// late_pending, counts in no figure, is listed by PendingRetakes until the
+// honour step turns it into an honoured one (counted among the persisted
+// units), and a refund's first step drops it.
+func TestPendRetake(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		var orders []flashgate.Order
+		for _, id := range []string{"o1", "o2"} {
+			orders = append(orders, order(id, "s", "u"+id, 1, t0))
+		}
+		if _, err := db.InsertOrders(ctx, orders); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"o1", "o2"} {
+			if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: id, IntentID: "pi_" + id, Status: "succeeded", AmountCents: 1, Currency: "usd"}, t0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Transition(ctx, id, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ok, err := db.PendRetake(ctx, "o1", t0); ok || err != nil {
+			t.Fatalf("pending retake of a payment not late_pending: got %v, %v, want false", ok, err)
+		}
+		for _, id := range []string{"o1", "o2"} {
+			if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: id, FromOutcome: []string{""}, ToOutcome: "late_pending"}, t0); !won || err != nil {
+				t.Fatalf("late_pending: got %v, %v", won, err)
+			}
+		}
+		before, _ := db.Figures(ctx, "s")
+		for range 2 {
+			for _, id := range []string{"o1", "o2"} {
+				if ok, err := db.PendRetake(ctx, id, t0); !ok || err != nil {
+					t.Fatalf("pending retake of %s: got %v, %v, want true", id, ok, err)
+				}
+			}
+		}
+		if got, _ := db.Figures(ctx, "s"); got != before {
+			t.Errorf("figures with pending retakes: got %+v, want %+v", got, before)
+		}
+		if got, err := db.PendingRetakes(ctx, "s"); err != nil || len(got) != 2 || got[0].ID != "o1" || got[0].UserID != "uo1" || got[0].Quantity != 1 {
+			t.Fatalf("pending retakes: got %+v, %v", got, err)
+		}
+		honour := flashgate.PaymentStep{OrderID: "o1", FromOutcome: []string{"late_pending"}, ToOutcome: "honoured_late",
+			FromStatus: []flashgate.OrderStatus{flashgate.StatusExpired}, ToStatus: flashgate.StatusPaid, Retake: true}
+		if won, err := db.StepPayment(ctx, honour, t0); !won || err != nil {
+			t.Fatalf("honour: got %v, %v", won, err)
+		}
+		refund := flashgate.PaymentStep{OrderID: "o2", FromOutcome: []string{"late_pending"}, ToOutcome: "refunding_late", DropRetake: true}
+		if won, err := db.StepPayment(ctx, refund, t0); !won || err != nil {
+			t.Fatalf("refund: got %v, %v", won, err)
+		}
+		if got, err := db.PendingRetakes(ctx, "s"); err != nil || len(got) != 0 {
+			t.Errorf("pending retakes after the honour and the refund: got %+v, %v, want none", got, err)
+		}
+		after, _ := db.Figures(ctx, "s")
+		if after.PersistedUnits != before.PersistedUnits+1 || after.LiveUnits != before.LiveUnits+1 {
+			t.Errorf("figures after the honour: got %+v, want one more persisted and live unit than %+v", after, before)
+		}
+		if ok, err := db.PendRetake(ctx, "o2", t0); ok || err != nil {
+			t.Errorf("pending retake after the refund step: got %v, %v, want false", ok, err)
+		}
+	})
+}

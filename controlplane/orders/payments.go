@@ -41,6 +41,10 @@ type PaymentStore interface {
 	// StepPayment applies one owned step of a payment's life and reports
 	// whether this caller won it (flashgate.PaymentStep).
 	StepPayment(ctx context.Context, st flashgate.PaymentStep, now time.Time) (bool, error)
+	// PendRetake records, while the payment is late_pending, that its
+	// retake in Redis may take the order's units (a pending retakes row a
+	// rebuild holds); it reports whether the payment was late_pending.
+	PendRetake(ctx context.Context, orderID string, now time.Time) (bool, error)
 	RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error)
 	// DuePayments are the open payments whose next look is due, longest
 	// due first; DeferPayment counts a look and sets the next.

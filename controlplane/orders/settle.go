@@ -124,6 +124,16 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 		// keep the one-per-user rule here.
 		return s.startRefundLate(ctx, p, "the order was spilled to another bucket of a bucketed sale")
 	}
+	// The database records the retake as pending before Redis makes it:
+	// a rebuild of the sale between the retake and the honour step then
+	// holds its units (lua.RetakeHold) instead of selling them again.
+	pend, err := s.paymentStore.PendRetake(ctx, p.OrderID, s.clock.Now())
+	if err != nil {
+		return false, err
+	}
+	if !pend {
+		return true, nil // the payment moved on: read it again
+	}
 	code, err := s.retake(ctx, l.Tag(o.Bucket), o.ID, o.UserID, o.Quantity, o.Variant)
 	if err != nil {
 		return false, fmt.Errorf("retaking units: %w: %w", flashgate.ErrUnavailable, err)
@@ -150,18 +160,21 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 		return s.startRefundLate(ctx, p, "the sale has closed")
 	case lua.RetakeHolds:
 		return s.startRefundLate(ctx, p, "the buyer holds another order of the sale")
+	case lua.RetakeHeld:
+		return s.startRefundLate(ctx, p, "the sale was rebuilt in Redis while the retake was pending")
 	default:
 		return s.startRefundLate(ctx, p, "sold out: no unit left for the order")
 	}
 }
 
 // unretakeRefunded gives back the units this settler's retake took when
-// the honour step was lost to a refund that already finished (outcome
+// the honour step was lost to a refund (outcome refunding_late or
 // refunded_late): that refund's unretake may have run before this retake.
-// A refund still under way (refunding_late) gives them back itself.
+// The unretake is idempotent, so a refund still under way that gives them
+// back too changes nothing more.
 func (s *Service) unretakeRefunded(ctx context.Context, o flashgate.Order) error {
 	p, err := s.paymentStore.Payment(ctx, o.ID)
-	if err != nil || p.Outcome != outcomeRefundedLate {
+	if err != nil || (p.Outcome != outcomeRefundedLate && p.Outcome != outcomeRefundingLate) {
 		return err
 	}
 	return s.unretake(ctx, o, true)
@@ -171,7 +184,8 @@ func (s *Service) unretakeRefunded(ctx context.Context, o flashgate.Order) error
 // (refunding_late) and, when this actor won that step, refunds it. It
 // reports whether another actor moved the payment first.
 func (s *Service) startRefundLate(ctx context.Context, p flashgate.Payment, reason string) (bool, error) {
-	won, err := s.step(ctx, flashgate.PaymentStep{OrderID: p.OrderID, FromOutcome: []string{"", outcomeLatePending}, ToOutcome: outcomeRefundingLate})
+	won, err := s.step(ctx, flashgate.PaymentStep{OrderID: p.OrderID, FromOutcome: []string{"", outcomeLatePending}, ToOutcome: outcomeRefundingLate,
+		DropRetake: true})
 	if err != nil || !won {
 		return !won, err
 	}

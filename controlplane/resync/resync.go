@@ -37,6 +37,10 @@ type Store interface {
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// PendingRetakes are the orders whose late payment's retake the
+	// database records as pending (written before the retake in Redis,
+	// not yet honoured or dropped).
+	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -105,9 +109,19 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
+	// The pending retakes (held if the pass rebuilds the sale) are read
+	// before the snapshot: a retake honoured in between is then counted
+	// twice (its unit hidden until the next rebuild, never sold twice),
+	// where the other order could count it in neither and a concurrent
+	// rebuild reopen the sale without it. One indexed query, empty but
+	// for late payments under way.
+	pending, err := s.store.PendingRetakes(ctx, id)
+	if err != nil {
+		return before, after, fmt.Errorf("reading pending retakes: %w", err)
+	}
 	// The snapshot comes next: every order released in it is then in the
 	// pending releases read below, or was delivered by an earlier pass.
-	fig, spec, err := s.figures(ctx, sale)
+	fig, per, err := s.figures(ctx, sale)
 	if err != nil {
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
@@ -117,11 +131,23 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	}
 	keys := lua.SaleKeys(id)
 	tok := fencing.Of(ctx)
-	resync := func(restored string) ([]int64, error) {
-		return lua.Resync.Run(ctx, s.rdb, keys, fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]).Int64Slice()
+	resync := func(restored string, held []flashgate.Order) ([]int64, error) {
+		spec := ""
+		if sale.HasVariants() {
+			spec = salehash.VariantSpec(sale.Variants, nil, per)
+		}
+		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]}
+		k := keys
+		if len(held) > 0 {
+			k = append(append([]string(nil), keys...), lua.RetakeRefusedKey(id))
+			for _, o := range held {
+				args = append(args, o.ID, o.Quantity, o.Variant)
+			}
+		}
+		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
-	v, err := resync("0")
+	v, err := resync("0", nil)
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 		// Redis lost the sale, or is older than the database: restore its
 		// released set and buyers from every row, then rebuild its stock.
@@ -133,7 +159,19 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		v, err = resync("1")
+		held, err := s.holdRetakes(ctx, id, pending)
+		if err != nil {
+			return before, after, err
+		}
+		// The held units count as live and persisted in the rebuild's
+		// figures: it sets reserved := P + held and booked := L + held,
+		// so they stay taken (reserved and not yet persisted) until the
+		// honour step's row counts them, or the refund's unretake gives
+		// them back. The script adds them, and only those of orders still
+		// recorded as held: a refund's unretake between the hold and the
+		// script gave them back (explorer seed 1200: a concurrent
+		// rebuild's hash lost them, this pass's figures took them again).
+		v, err = resync("1", held)
 	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)
@@ -156,21 +194,52 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 }
 
 // figures reads a sale's figures from one database snapshot and, for a sale
-// with variants, Resync's ARGV[12] from the same snapshot: "id:total:L:P"
-// per variant, in the sale's order ("" for a sale of one stock).
-func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.SaleFigures, string, error) {
+// with variants, each variant's from the same snapshot (nil for a sale of
+// one stock).
+func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
 	if !sale.HasVariants() {
 		fig, err := s.store.Figures(ctx, sale.ID)
-		return fig, "", err
+		return fig, nil, err
 	}
 	fig, per, err := s.store.VariantFigures(ctx, sale.ID)
 	if err != nil {
-		return fig, "", err
+		return fig, nil, err
 	}
 	if per == nil {
 		per = map[string]flashgate.SaleFigures{}
 	}
-	return fig, salehash.VariantSpec(sale.Variants, nil, per), nil
+	return fig, per, nil
+}
+
+// holdRetakes holds, in a sale being rebuilt (after Restore), the units of
+// the retakes the database records as pending (lua.RetakeHold): a settler
+// past its retake may still honour one, and the units must not sell again
+// meanwhile. It returns the orders held, whose units the caller counts.
+func (s *Syncer) holdRetakes(ctx context.Context, id string, pending []flashgate.Order) ([]flashgate.Order, error) {
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	tok := fencing.Of(ctx)
+	args := make([]any, 0, 1+2*len(pending))
+	args = append(args, tok)
+	for _, o := range pending {
+		args = append(args, o.UserID, o.ID)
+	}
+	r, err := lua.RetakeHold.Run(ctx, s.rdb, lua.RetakeHoldKeys(id), args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	res, ok := r.([]any)
+	if !ok {
+		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
+	}
+	var held []flashgate.Order
+	for i, r := range res {
+		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
+			held = append(held, pending[i])
+		}
+	}
+	return held, nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale

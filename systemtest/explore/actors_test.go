@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate"
@@ -59,6 +60,15 @@ func (w *world) plan() {
 			w.s.killDual = true
 			w.notes[len(w.notes)-1] = fmt.Sprintf("a kill from step %d, between a script and the database call after it", w.s.killAt)
 		}
+	}
+	if w.stall {
+		if id, intent := w.checkedOut("u8"); intent != "" {
+			w.s.Spawn("buyer-u8", w.latePayer(id, intent))
+		}
+		w.s.Spawn("expiry", w.expiry())
+		w.s.Spawn("redis-loss", w.redisLoss())
+		w.s.Spawn("buyer-u9", w.lateBuyer("u9"))
+		w.notes = append(w.notes, "a late payment whose first retake stalls before its honour step, across a FLUSHALL, a rebuild and a new buyer's purchase")
 	}
 	strategy := "uniform"
 	if w.s.pct {
@@ -215,6 +225,9 @@ func (w *world) deliver(payload []byte, typ string) {
 		copies = 0
 	case n <= 2:
 		copies = 2
+	}
+	if copies == 0 && w.atLeastOnce {
+		copies = 1
 	}
 	if w.quiet {
 		w.queued = append(w.queued, payload) // the quiet phase delivers it once, in order
@@ -400,4 +413,223 @@ func (w *world) restart(killed *actor) {
 	})
 	w.s.Spawn("restart-resync", w.resync(1))
 	w.s.Spawn("restart-leader", w.leader(1))
+}
+
+// redisLoss is Redis losing everything while a settler stalls between its
+// retake and its honour step (a stall schedule): once the first retake
+// ran, a FLUSHALL, then a restarted leader's re-syncs (the rebuild, then
+// the pass that reopens the sale) and, after the new buyer tried, a sink
+// pass that stores its order.
+func (w *world) redisLoss() func(context.Context) {
+	return func(ctx context.Context) {
+		if ok, err := w.s.Await(ctx, "a retake", func() bool { return w.retook }); !ok || err != nil {
+			return
+		}
+		err := w.rdb.FlushAll(ctx).Err()
+		w.flushed = w.flushed || err == nil
+		w.say(ctx, "FLUSHALL: %v", err)
+		cp, err := w.newCP()
+		if err != nil {
+			panic(err)
+		}
+		ctx = controlplane.WithFencingToken(ctx, w.token())
+		for range 2 {
+			if w.think(ctx, w.aux.IntN(3)) != nil {
+				return
+			}
+			_, after, err := cp.Resync(ctx, w.sale.ID)
+			w.say(ctx, "re-synced: booked %d %v", after.Booked, err)
+		}
+		w.rebuilt = true
+		if _, err := w.s.Await(ctx, "the new buyer's try", func() bool { return w.lateTried }); err != nil {
+			return
+		}
+		k, err := w.newSink().DrainOnce(ctx)
+		w.say(ctx, "drained %d %v", k, err)
+	}
+}
+
+// lateBuyer is a buyer who comes after Redis was rebuilt (a stall
+// schedule): it waits for the sale to show a unit free again, reserves
+// it, and pays at once.
+func (w *world) lateBuyer(u string) func(context.Context) {
+	return func(ctx context.Context) {
+		v := ""
+		if w.sale.HasVariants() {
+			v = w.sale.Variants[w.aux.IntN(len(w.sale.Variants))].ID
+		}
+		defer func() { w.lateTried = true }()
+		free := func() bool { return w.rebuilt && w.saleOpen() && w.unitFree(v) }
+		if ok, err := w.s.Await(ctx, "a unit shown free after a rebuild", free); !ok || err != nil {
+			return
+		}
+		id, err := w.inv.Reserve(ctx, w.sale.ID, u, v, 1)
+		w.say(ctx, "reserve %q: %s %v", v, id, err)
+		w.lateTried = true
+		if err != nil {
+			return
+		}
+		w.orders = append(w.orders, id)
+		w.owner[id] = u
+		if ok, err := w.s.Await(ctx, id+" stored", func() bool { return w.stored(id) }); !ok || err != nil {
+			return
+		}
+		for range 3 {
+			o, err := w.cp.Pay(ctx, id, u)
+			w.say(ctx, "pay %s: %s %s %v", id, o.Status, o.PaymentIntent, err)
+			if o.PaymentIntent != "" {
+				if w.s.Yield(ctx, "provider page "+o.PaymentIntent) == nil {
+					w.say(ctx, "pays %s: moved %v", o.PaymentIntent, w.prov.Pay(o.PaymentIntent, flashgate.IntentSucceeded))
+				}
+				return
+			}
+		}
+	}
+}
+
+// latePayer is a buyer whose payment succeeds only after its order
+// expired (a stall schedule): its order was reserved, stored and checked
+// out in the set-up (order id, intent); it waits for the expiry and then
+// pays on the provider's page, so that a settler retakes its unit.
+func (w *world) latePayer(id, intent string) func(context.Context) {
+	return func(ctx context.Context) {
+		expired := func() bool {
+			o, err := w.e.db.Order(context.Background(), id)
+			return err == nil && o.Status == flashgate.StatusExpired
+		}
+		if ok, err := w.s.Await(ctx, id+" expired", expired); !ok || err != nil {
+			return
+		}
+		if w.s.Yield(ctx, "provider page "+intent) == nil {
+			// No payment row names the intent: only its events tell the
+			// control plane (the provider retries them until one lands).
+			w.atLeastOnce = true
+			w.say(ctx, "pays %s late: moved %v", intent, w.prov.Pay(intent, flashgate.IntentSucceeded))
+			w.atLeastOnce = false
+		}
+	}
+}
+
+// checkedOut is the late payer's first steps, in the set-up of a stall
+// schedule (no actor moves yet): a reserve, the sink's pass that stores
+// it, and a checkout whose answer was lost (the provider made the intent,
+// no payment row was stored), so that the order expires and the intent
+// can still succeed: a late payment, adopted from its event. It returns
+// the intent ("" when a step failed).
+func (w *world) checkedOut(u string) (id, intent string) {
+	ctx := controlplane.WithFencingToken(context.Background(), w.token())
+	v := ""
+	if w.sale.HasVariants() {
+		v = w.sale.Variants[w.aux.IntN(len(w.sale.Variants))].ID
+	}
+	id, err := w.inv.Reserve(ctx, w.sale.ID, u, v, 1)
+	if err != nil {
+		return "", ""
+	}
+	w.orders = append(w.orders, id)
+	w.owner[id] = u
+	if _, err := w.newSink().DrainOnce(ctx); err != nil {
+		return id, ""
+	}
+	o, err := w.e.db.Order(ctx, id)
+	if err != nil {
+		return id, ""
+	}
+	in, err := w.prov.Checkout(ctx, o, w.sale.PriceCents*o.Quantity, "usd")
+	if err != nil {
+		return id, ""
+	}
+	return id, in.ID
+}
+
+// expiry is the leader's expiry and reconciliation after the clock passed
+// the payment window (a stall schedule), so that the late payer's order
+// expires and its payment is settled late.
+func (w *world) expiry() func(context.Context) {
+	return func(ctx context.Context) {
+		cp, err := w.newCP()
+		if err != nil {
+			panic(err)
+		}
+		ctx = controlplane.WithFencingToken(ctx, w.token())
+		if ok, err := w.s.Await(ctx, "the clock", func() bool { return w.moved }); !ok || err != nil {
+			return
+		}
+		k, err := cp.ExpireDue(ctx)
+		w.say(ctx, "expired %d %v", k, err)
+		for range 2 {
+			if w.think(ctx, w.aux.IntN(6)) != nil {
+				return
+			}
+			k, err := cp.ReconcilePayments(ctx)
+			w.say(ctx, "reconciled %d %v", k, err)
+		}
+	}
+}
+
+// saleOpen reports whether the sale's hash in Redis is open to buyers.
+func (w *world) saleOpen() bool {
+	st, err := w.e.raw.HGet(context.Background(), lua.SaleKey(w.sale.ID), lua.FieldStart).Result()
+	return err == nil && st == "1"
+}
+
+// afterStep runs between two steps (Sched.after): in a stall schedule it
+// holds every settler parked between its retake (which took the units)
+// and its honour step, until the rebuild after the FLUSHALL, back until
+// no one else can
+// move, and after every step that may make an order live (a sink's
+// insert, a payment's step, an order's transition) it checks that the
+// live units never exceed the totals, so that an oversell is found even
+// when the orders that made it are released before the schedule rests.
+func (w *world) afterStep(a *actor, ran string) {
+	if w.stall && !w.rebuilt && a.hold == 0 && strings.HasPrefix(a.at, "db StepPayment") && strings.Contains(a.at, "→"+"honoured_late") {
+		w.retook, a.hold = true, 1<<30
+		w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   = held back until no one else can move", a.name))
+	}
+	for _, p := range []string{"db InsertOrders", "db StepPayment", "db Transition"} {
+		if strings.HasPrefix(ran, p) {
+			w.checkLive(ran)
+			return
+		}
+	}
+}
+
+// checkLive records the first time the rows hold more live units than the
+// sale (or a variant) has.
+func (w *world) checkLive(ran string) {
+	for _, f := range w.online {
+		if f.kind == kindOversoldStep {
+			return
+		}
+	}
+	ctx := context.Background()
+	live := map[string]int64{}
+	totals := map[string]int64{"": w.sale.Total}
+	if w.sale.HasVariants() {
+		all, per, err := w.e.db.VariantFigures(ctx, w.sale.ID)
+		if err != nil {
+			return
+		}
+		live[""] = all.LiveUnits
+		for _, v := range w.sale.Variants {
+			live[v.ID], totals[v.ID] = per[v.ID].LiveUnits, v.Total
+		}
+	} else {
+		f, err := w.e.db.Figures(ctx, w.sale.ID)
+		if err != nil {
+			return
+		}
+		live[""] = f.LiveUnits
+	}
+	for _, k := range sortedKeys(totals) {
+		if live[k] > totals[k] {
+			name := "the sale"
+			if k != "" {
+				name = "variant " + k
+			}
+			w.online = append(w.online, finding{kind: kindOversoldStep,
+				detail: fmt.Sprintf("after step %d (%s): %s has %d live units of %d", w.s.steps-1, ran, name, live[k], totals[k])})
+			return
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 // order that was refunded (an admin refund racing the success).
 const (
 	kindOversold     = "oversold"
+	kindOversoldStep = "oversold between two steps"
 	kindPaidRefunded = "paid and refunded late"
 	kindKept         = "refunded order, charge kept"
 	kindPaidAdmin    = "paid and refunded by an admin"
@@ -73,7 +74,7 @@ func (w *world) flushEvents(ctx context.Context) {
 
 // check judges the state at rest.
 func (w *world) check(ctx context.Context) ([]finding, error) {
-	var out []finding
+	out := append([]finding(nil), w.online...)
 	add := func(kind, format string, args ...any) {
 		out = append(out, finding{kind: kind, detail: fmt.Sprintf(format, args...)})
 	}

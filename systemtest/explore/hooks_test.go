@@ -30,7 +30,7 @@ var scriptNames = func() map[string]string {
 	for name, s := range map[string]*redis.Script{"reserve": lua.Reserve, "release": lua.Release, "prepare": lua.Prepare,
 		"setstate": lua.SetState, "resync": lua.Resync, "releasebatch": lua.ReleaseBatch, "restore": lua.Restore,
 		"retake": lua.Retake, "takefence": lua.TakeFence, "mark": lua.Mark, "reservemany": lua.ReserveMany,
-		"acktrim": lua.AckTrim, "extend": lua.Extend, "unlock": lua.Unlock} {
+		"acktrim": lua.AckTrim, "extend": lua.Extend, "unlock": lua.Unlock, "unretake": lua.Unretake, "retakehold": lua.RetakeHold} {
 		m[s.Hash()] = name
 	}
 	return m
@@ -168,6 +168,10 @@ func (w cpStore) ReleasesDelivered(ctx context.Context, saleID string, orderIDs 
 	})
 }
 
+func (w cpStore) PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db PendingRetakes", func() ([]flashgate.Order, error) { return w.Store.PendingRetakes(ctx, saleID) })
+}
+
 // payStore is the payments' database with a yield before each call.
 type payStore struct {
 	controlplane.PaymentStore
@@ -204,6 +208,10 @@ func (w payStore) StepPayment(ctx context.Context, st flashgate.PaymentStep, now
 	return call(ctx, w.s, fmt.Sprintf("db StepPayment %s %q→%s %q→%s", st.OrderID, st.FromOutcome, st.ToOutcome, st.FromStatus, st.ToStatus), func() (bool, error) {
 		return w.PaymentStore.StepPayment(ctx, st, now)
 	})
+}
+
+func (w payStore) PendRetake(ctx context.Context, orderID string, now time.Time) (bool, error) {
+	return call(ctx, w.s, "db PendRetake "+orderID, func() (bool, error) { return w.PaymentStore.PendRetake(ctx, orderID, now) })
 }
 
 func (w payStore) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error) {

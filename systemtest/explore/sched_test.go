@@ -73,6 +73,11 @@ type Sched struct {
 	trace    []string
 	steps    int
 	low      int // the lowest priority handed out (PCT)
+	// after, when set, is called by the scheduler after each step with
+	// the actor that moved and the step it took, while every actor is
+	// parked: the world's checks between steps and its long holds. It
+	// draws nothing from rng, so it changes no schedule by itself.
+	after func(a *actor, ran string)
 }
 
 // newSched returns a scheduler whose every choice derives from rng.
@@ -179,6 +184,9 @@ func (s *Sched) Run() error {
 			}
 			if strings.HasPrefix(ran, "redis eval") && s.rng.IntN(2) == 0 {
 				a.hold = 4 + s.rng.IntN(24)
+			}
+			if s.after != nil {
+				s.after(a, ran)
 			}
 		case <-timer.C:
 			return fmt.Errorf("stuck: %s did not reach a yield point within %v after %q", a.name, stuckAfter, a.at)

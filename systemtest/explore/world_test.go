@@ -157,6 +157,20 @@ type world struct {
 	moved   bool     // the clock passed the payment window
 	cancels int      // how often, in percent, a buyer cancels before (and after) paying
 	refused []string // admitted buyers of a fair sale answered sold out
+	// aux draws what the rebuild-window actors do (stall): a generator of
+	// its own, so that a schedule without them takes the same steps from
+	// its seed as before they were added.
+	aux *rand.Rand
+	// stall is set for a schedule that stalls the first settler past its
+	// retake's Redis step, across a FLUSHALL, a rebuild and a new buyer's
+	// purchase (redisLoss, lateBuyer): the window between a retake and
+	// its honour step. retook is set once that settler ran the retake.
+	stall, retook bool
+	lateTried     bool // the new buyer of a stall schedule tried to reserve
+	rebuilt       bool // redisLoss re-synced the sale twice after its FLUSHALL
+	atLeastOnce   bool // the events emitted now are delivered at least once
+	// online holds what the checks between steps found (afterStep).
+	online []finding
 }
 
 // newWorld builds the schedule of seed on e.
@@ -182,6 +196,9 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 	}
 	e.fence++
 	w.sale = w.pickSale()
+	w.aux = rand.New(rand.NewPCG(seed^0x2545f4914f6cdd1d, seed))
+	w.stall = !w.sale.Fair() && w.aux.IntN(4) == 0 && stallAllowed(seed)
+	w.s.after = w.afterStep
 	sctx := controlplane.WithFencingToken(ctx, w.token())
 	if _, err := w.cp.CreateSale(sctx, w.sale); err != nil {
 		return nil, fmt.Errorf("creating sale: %w", err)
