@@ -94,6 +94,11 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs)
 	restored := false
+	// lostInPass are the buckets read present above and rebuilt below:
+	// Redis lost them during this pass, after their shares were computed
+	// (which give a present bucket nothing), so each was rebuilt with
+	// total 0 and needs its share computed again (see after the loop).
+	var lostInPass []int
 	ratio := strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64)
 	for b, t := range tags {
 		keys := lua.SaleKeys(t)
@@ -129,6 +134,9 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		}
 		if v[0] == 1 {
 			before.Missing = true
+			if stock[b].found {
+				lostInPass = append(lostInPass, b)
+			}
 			if err := k.markRebuilt(ctx, l, b, led, led.granted(stock)); err != nil {
 				return before, after, err
 			}
@@ -141,6 +149,19 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		after.Total += v[9]
 		if v[0] == 0 {
 			before.Total += v[9]
+		}
+	}
+	if len(lostInPass) > 0 {
+		// A bucket lost after readStock was rebuilt with the share of a
+		// present bucket (none): its stock, and with variants each
+		// variant's booked (clamped to its total 0), would be gone for
+		// good, since later passes find it present. It is still paused
+		// (resume = 1); MarkForRebuild gives it its share of what the
+		// other buckets do not hold and sends the next pass down its
+		// restore path, which reopens it with booked from the rows.
+		k.log.Warn("bucket lost during a re-sync pass: its share is computed again", "sale", sale.ID, "buckets", lostInPass)
+		if err := k.MarkForRebuild(ctx, sale, l, lostInPass); err != nil {
+			return before, after, err
 		}
 	}
 	// Admission: the sale's own hash counts for the whole sale.
