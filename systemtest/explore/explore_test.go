@@ -22,16 +22,21 @@ var (
 	flagTraces    = flag.Int("traces", 3, "how many failing schedules to print in full")
 	flagCorpus    = flag.Bool("corpus", true, "run the corpus's seeds before the range")
 	flagLog       = flag.String("log", "", "append one line per schedule that broke an invariant to this file: backend, seed, kinds")
-	flagStall     = flag.Bool("stall", false, "let seeds outside the corpus draw stall schedules too (they still find the windows listed at stallKnown)")
+	flagStall     = flag.Bool("stall", false, "let seeds outside the corpus draw stall schedules too, and check live units between steps in every schedule (they still find the windows listed at stallKnown)")
 )
 
-// stallKnown lists what stall schedules still find after pending retakes
-// (issue 36, open): 2953 and 20261464 hide a unit (Redis booked 1, no live
-// unit: a second rebuild's restore drops an order the first rebuild held,
-// so the refund's unretake gives nothing back), 20261678 oversells between
-// two steps. Until they are fixed, a seed outside the corpus draws a stall
-// schedule only with -stall; the corpus's stall seeds (40, 222, 1200) run
-// as stall schedules always, so the fixes they found stay proven.
+// stallKnown lists what stall schedules and the between-steps check still
+// find after pending retakes (issue 36, open): 2953 and 20261464 hide a
+// unit (Redis booked 1, no live unit: a second rebuild's restore drops an
+// order the first rebuild held, so the refund's unretake gives nothing
+// back); 20261678, an ordinary FLUSHALL schedule, has 2 live units of 1
+// after a sink's insert, two orders live at once for the one unit after
+// the FLUSHALL's rebuild (one expires before the schedule rests, so the
+// final checks pass; the cause is not traced yet). Until they are fixed, a seed outside
+// the corpus draws a stall schedule, and an ordinary schedule is checked
+// between steps, only with -stall; the corpus's stall seeds (40, 222,
+// 1200) run as stall schedules, with the check, always, so the fixes they
+// found stay proven.
 var stallKnown = []uint64{2953, 20261464, 20261678}
 
 // stallAllowed reports whether seed may draw a stall schedule.
