@@ -4,7 +4,10 @@
 // tries EVALSHA and falls back to EVAL on NOSCRIPT.
 package lua
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Every key of one sale carries the sale id as a hash tag ({<sale>}), so one
 // sale lives in one Redis Cluster slot. Every script touches the keys of one
@@ -356,4 +359,19 @@ const ReserveNotAdmitted = 9
 // set, refusals hash, released set.
 func RetakeHoldKeys(sale string) []string {
 	return []string{BuyersKey(sale), SaleKey(sale), RetakenKey(sale), RetakeRefusedKey(sale), ReleasedKey(sale)}
+}
+
+// PauseOf reads a hash's start and resume fields, as an HMGET of
+// FieldStart and FieldResume returns them (strings, or nil when absent): the
+// hash's resume when it is paused for a rebuild (start is not "1" and
+// resume is 1 or more), else 0. It is the one reading of a pause, for the
+// failover watch and the order sinks alike.
+func PauseOf(start, resume any) int {
+	st, _ := start.(string)
+	r, _ := resume.(string)
+	n, _ := strconv.Atoi(r)
+	if st == "1" || n < 1 {
+		return 0
+	}
+	return n
 }

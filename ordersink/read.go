@@ -67,7 +67,7 @@ func (d *Drainer) claim(ctx context.Context, sale string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("ordersink: reading the state of %s: %w", sale, err)
 		}
-		if len(st) == 2 && st[0] != "1" && st[1] != nil {
+		if len(st) == 2 && lua.PauseOf(st[0], st[1]) > 0 {
 			idle = PausedClaimIdle
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/lua"
 )
 
 // Every pause has an owner. A sale (or bucket) is paused when its hash has
@@ -75,13 +75,7 @@ func pauseOf(cmd *redis.SliceCmd) int {
 	if err != nil || len(v) != 2 {
 		return 0
 	}
-	start, _ := v[0].(string)
-	resume, _ := v[1].(string)
-	n, _ := strconv.Atoi(resume)
-	if start == "1" || n < 1 {
-		return 0
-	}
-	return n
+	return lua.PauseOf(v[0], v[1])
 }
 
 // pausedOf is the largest pauseOf of cmds.
