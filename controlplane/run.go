@@ -193,12 +193,16 @@ func (s *Service) resyncOnly(ctx context.Context, id string) error {
 }
 
 // logResync logs a failed re-sync; a pass cut short by a backlog of
-// releases is progress, not a failure.
+// releases is progress, not a failure, and a pass a newer fencing token
+// refused (an admin call's or the failover watch's re-sync, which took a
+// newer token while this term was live) is expected, as in loopFailed.
 func (s *Service) logResync(id string, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, salehash.ErrReleaseBacklog):
 		s.log.Info("re-sync: delivering a backlog of releases", "sale", id)
+	case errors.Is(err, flashgate.ErrFenced):
+		s.log.Info("re-sync: a newer fencing token refused this term's write; the next tick takes a newer one", "sale", id, "err", err)
 	default:
 		s.log.Warn("re-sync", "sale", id, "err", err)
 	}
