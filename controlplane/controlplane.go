@@ -30,6 +30,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
@@ -75,8 +76,10 @@ type Store interface {
 	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
-	// The draws' entries (controlplane/drawjournal).
+	// The draws' entries (controlplane/drawjournal) and their closes
+	// (controlplane/drawclose).
 	drawjournal.Store
+	drawclose.Store
 	Ping(ctx context.Context) error
 }
 
@@ -181,6 +184,17 @@ type Config struct {
 	// makes to the payment provider at most; zero means
 	// orders.DefaultReconcileRate (10).
 	PaymentReconcileRate float64
+	// DrawReserver makes the orders of a draw's winners at its close
+	// (inventory.Service.ReserveWinner); nil means the leader closes no
+	// draw (it says so once per sale).
+	DrawReserver DrawReserver
+	// DrawCapturer captures and releases the draws' card holds
+	// (payments.Pacer around payments.Stripe); nil means simulated
+	// payments: captures succeed at once (drawclose.Instant).
+	DrawCapturer DrawCapturer
+	// DrawWorkers is how many captures, and apart from them releases, a
+	// draw's close has in flight; zero means draw.DefaultWorkers.
+	DrawWorkers int
 }
 
 // The defaults of Config's fields, the one source of them: withDefaults
@@ -272,6 +286,15 @@ type Service struct {
 
 	// queues runs the fair queues (controlplane/queueleader).
 	queues *queueleader.Leader
+	// draws closes the draw sales (controlplane/drawclose); drawing and
+	// drawn are the sales whose close runs now and those whose close
+	// finished (guarded by mu); noReserver, the sales told of a close
+	// that cannot run.
+	draws      *drawclose.Closer
+	canDraw    bool
+	drawing    map[string]bool
+	drawn      map[string]bool
+	noReserver map[string]bool
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper
@@ -289,7 +312,7 @@ type Service struct {
 	// orders runs the order actions and payments (controlplane/orders).
 	orders *orders.Service
 
-	// mu guards settled, leading, term and closed.
+	// mu guards settled, leading, term, closed and the draws' maps.
 	mu      sync.Mutex
 	settled map[string]bool // closed sales whose settlement was reported
 	leading bool
@@ -332,6 +355,8 @@ func New(cfg Config) (*Service, error) {
 		settled:     make(map[string]bool),
 	}
 	s.queues = newQueueLeader(s, cfg)
+	s.draws, s.canDraw = newDrawCloser(s, cfg), cfg.DrawReserver != nil
+	s.drawing, s.drawn, s.noReserver = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	s.auditLogger = cfg.AuditLogger
 	s.buckets = buckets.New(buckets.Config{Redis: s.rdb, Store: s.store, Logger: s.log, Clock: s.clock, SpillClaimAge: cfg.SpillClaimAge})
 	s.dead = deadletter.New(s.rdb, s.store, s.log)

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/flashgate/flashgate"
-	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/queueleader"
 )
 
@@ -41,17 +40,4 @@ func (s *Service) queueTick(ctx context.Context, sales []flashgate.Sale) {
 // tests call it with their clock and a token of their own.
 func (s *Service) QueueStep(ctx context.Context, sale flashgate.Sale, fence int64) error {
 	return s.queues.Step(ctx, sale, fence)
-}
-
-// drawTick writes each live draw sale's journaled entry changes to the
-// database (controlplane/drawjournal); the leader calls it every tick.
-func (s *Service) drawTick(ctx context.Context, sales []flashgate.Sale) {
-	for _, sale := range sales {
-		if !sale.Draw() {
-			continue
-		}
-		if _, err := drawjournal.Flush(ctx, s.rdb, s.store, sale.ID, 0); err != nil && ctx.Err() == nil {
-			s.log.Warn("draw journal", "sale", sale.ID, "err", err)
-		}
-	}
 }

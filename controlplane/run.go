@@ -73,7 +73,7 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 		s.queueTick(lctx, sales) // queue.go
 		cancel()
 		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
-		s.drawTick(lctx, sales) // queues.go
+		s.drawTick(lctx, ctx, sales) // draws.go
 		cancel()
 	}
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)

@@ -33,6 +33,17 @@ const (
 	// withdrawal counts again); VariantField(id, FieldDrawEntries) those
 	// of one variant.
 	FieldDrawEntries = "draw_entries"
+	// Written by the control plane's draw (controlplane/drawclose):
+	// FieldDrawSeedSHA is the seed's commitment (SHA-256, hex), from the
+	// opening of entries; FieldDrawSeed the seed (hex), revealed at the
+	// close; FieldDrawWinners the draw's winners; FieldDrawPromoted the
+	// entrants charged in place of a winner whose capture failed;
+	// FieldDrawDone "1" once the close finished.
+	FieldDrawSeedSHA  = "draw_seed_sha256"
+	FieldDrawSeed     = "draw_seed"
+	FieldDrawWinners  = "draw_winners"
+	FieldDrawPromoted = "draw_promoted"
+	FieldDrawDone     = "draw_done"
 )
 
 // DrawStateField is the sale hash field counting the entries now in state

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/flashgate/flashgate"
@@ -74,4 +75,45 @@ func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEn
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
 	return out, nil
+}
+
+// PutDrawFile stores a draw's entries file once: a sale that has one keeps
+// it. It returns the stored file, this body or the one stored before, so
+// that two leaders closing one draw settle the same one.
+func (d *DB) PutDrawFile(ctx context.Context, saleID string, body []byte) ([]byte, error) {
+	if _, err := d.w.ExecContext(ctx, d.q(`INSERT INTO draw_files (sale_id, body, done, created_at) VALUES (?, ?, 0, ?)
+		ON CONFLICT (sale_id) DO NOTHING`), saleID, string(body), d.ts(nowUTC())); err != nil {
+		return nil, fmt.Errorf("storing the draw file of %s: %w", saleID, err)
+	}
+	stored, _, err := d.drawFile(ctx, d.w, saleID)
+	return stored, err
+}
+
+// DrawFile returns a draw's entries file and whether its close finished;
+// flashgate.ErrNotFound before the close stored it.
+func (d *DB) DrawFile(ctx context.Context, saleID string) (body []byte, done bool, err error) {
+	return d.drawFile(ctx, d.r, saleID)
+}
+
+func (d *DB) drawFile(ctx context.Context, db *sql.DB, saleID string) ([]byte, bool, error) {
+	var body string
+	var done int64
+	err := db.QueryRowContext(ctx, d.q(`SELECT body, done FROM draw_files WHERE sale_id = ?`), saleID).Scan(&body, &done)
+	if err != nil {
+		return nil, false, notFound(err, "the draw file of "+saleID)
+	}
+	return []byte(body), done == 1, nil
+}
+
+// DrawDone records that a draw's close finished; a sale without a draw
+// file is flashgate.ErrNotFound.
+func (d *DB) DrawDone(ctx context.Context, saleID string) error {
+	res, err := d.w.ExecContext(ctx, d.q(`UPDATE draw_files SET done = 1 WHERE sale_id = ?`), saleID)
+	if err != nil {
+		return fmt.Errorf("finishing the draw of %s: %w", saleID, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("finishing the draw of %s: no draw file: %w", saleID, flashgate.ErrNotFound)
+	}
+	return nil
 }

@@ -295,6 +295,21 @@ var migrations = []migration{
 			`ALTER TABLE retakes ADD COLUMN pending {int} NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		// Version 15 keeps each draw's entries file (draw.File's text
+		// form), written once at the draw's close before any entry moves,
+		// so that a close run again, by any leader, settles the same draw;
+		// done is 1 once the close finished.
+		version: 15,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS draw_files (
+				sale_id    TEXT PRIMARY KEY,
+				body       TEXT NOT NULL,
+				done       {int} NOT NULL DEFAULT 0,
+				created_at {time} NOT NULL
+			)`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -28,6 +28,7 @@ var wantStatements = map[int][2]string{ // version: postgres, sqlite
 	12: {"c420287c162e7c37e75b5d8ec0b770181f1d7ee8c8f8eb4aca542e4794006c4a", "9e671a5d4ddbbb5a1b3d7fb031d25f79e851b55acd9bd167e19d9ff0b81713c9"},
 	13: {"9564be2ba8b583ec4764b23cb820e751e6cc5d94acd501604e903f216182dc0f", "6e9e340c1520b2a58f4870d1431a21a03a57ae6314cedd2ee6cf8265eba3a04a"},
 	14: {"ac6fbf411ebce430e26d8eeeb8806868dfafad806cecd36f5781d11bda26ff28", "851294ff47dde2a6ea988a11a743783d6708decda27fce0a649fef705b53defb"},
+	15: {"81e0e922e376f1b6e69e49390cb0e93e2538546c1320328d20ebfb4247f17ec7", "d7458d014cbcae4bc3f5fc658880464310e171ef8761f96bb01edc2fe36f7743"},
 }
 
 // TestMigrationsUnchanged: every released schema version renders, in each

@@ -58,6 +58,7 @@ func Handler(svc *controlplane.Service) http.Handler {
 	mux.Handle("GET /admin/sales/{id}/payments", s.auth(s.handleSalePayments))
 	mux.Handle("GET /admin/sales/{id}/dead-letters", s.auth(s.handleDeadLetters))
 	mux.Handle("POST /admin/sales/{id}/dead-letters/replay", s.auth(s.handleReplayDeadLetters))
+	mux.Handle("GET /admin/sales/{id}/draw.txt", s.auth(s.handleDrawFile))
 
 	mux.HandleFunc(dashPattern, s.dashboard(mux))
 	mux.HandleFunc("GET /admin/openapi.json", s.handleOpenAPI)
@@ -123,4 +124,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// handleDrawFile answers GET /admin/sales/{id}/draw.txt: the draw's entries
+// file, stored at its close, for the operator to publish (anyone checks it
+// with "flashgate draw verify").
+func (s *server) handleDrawFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !flashgate.ValidSaleID(id) {
+		writeError(w, flashgate.ErrNotFound)
+		return
+	}
+	body, err := s.svc.DrawFile(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+id+`-draw.txt"`)
+	_, _ = w.Write(body)
 }

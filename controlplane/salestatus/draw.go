@@ -33,6 +33,16 @@ type DrawStatus struct {
 	// Variants are each variant's entries ever made, in the sale's order,
 	// for a sale sold in several.
 	Variants []DrawVariant `json:"variants,omitempty"`
+	// SeedSHA256 is the seed's commitment, published when entries open;
+	// Seed the seed, revealed at the close ("" until then).
+	SeedSHA256 string `json:"seed_sha256,omitempty"`
+	Seed       string `json:"seed,omitempty"`
+	// Winners is the draw's winners, from the close; Promoted the
+	// entrants charged in place of a winner whose capture failed; Closed
+	// is true once the close finished (every hold captured or released).
+	Winners  int64 `json:"winners"`
+	Promoted int64 `json:"promoted"`
+	Closed   bool  `json:"closed"`
 }
 
 // DrawVariant is one variant's entries in a draw's status.
@@ -51,7 +61,7 @@ func ReadDraw(ctx context.Context, rdb redis.UniversalClient, sale flashgate.Sal
 	if !sale.Draw() {
 		return nil, nil
 	}
-	fields := []string{lua.FieldDrawEntries}
+	fields := []string{lua.FieldDrawEntries, lua.FieldDrawSeedSHA, lua.FieldDrawSeed, lua.FieldDrawWinners, lua.FieldDrawPromoted, lua.FieldDrawDone}
 	for _, st := range drawStates {
 		fields = append(fields, lua.DrawStateField(st))
 	}
@@ -72,6 +82,8 @@ func ReadDraw(ctx context.Context, rdb redis.UniversalClient, sale flashgate.Sal
 		*counts[i] = h.Int(lua.DrawStateField(st))
 	}
 	d.Entries = d.Pending + d.Entered
+	d.SeedSHA256, d.Seed = h.Str(lua.FieldDrawSeedSHA), h.Str(lua.FieldDrawSeed)
+	d.Winners, d.Promoted, d.Closed = h.Int(lua.FieldDrawWinners), h.Int(lua.FieldDrawPromoted), h.Int(lua.FieldDrawDone) == 1
 	for _, v := range sale.Variants {
 		d.Variants = append(d.Variants, DrawVariant{ID: v.ID, Made: h.Int(lua.VariantField(v.ID, lua.FieldDrawEntries))})
 	}

@@ -1,0 +1,499 @@
+// Package drawclose runs a draw sale's close on the leader: it commits the
+// draw's seed when entries open, and at entries_close_at it takes the
+// entries whose hold was authorised, draws the winners of each variant
+// (draw.Winners), stores the draw's entries file before any entry moves,
+// marks the entries won or lost, captures the winners' holds and releases
+// everyone else's (draw.Settle: a capture that fails promotes the next
+// entrant of its variant), makes each charged entrant's order through the
+// one reserve path of every sale (the inventory tier's ReserveWinner: the
+// order stream, the order sink, the orders rows) and marks it paid.
+//
+// Every step is idempotent, so a close cut short (the leader killed, Redis
+// or the provider failing) is finished by running Close again, on any
+// leader: the stored file fixes the draw, captures are keyed by entry
+// (draw.CaptureKey), orders by an id derived from the entry (OrderID), and
+// an entry's moves (lua.DrawSet) change nothing when made twice.
+package drawclose
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/draw"
+	"github.com/flashgate/flashgate/fairqueue"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// Store is the database as the close uses it (*sqldb.DB).
+type Store interface {
+	// DrawEntries returns a sale's entries; PutDrawEntries stores entries
+	// by id (controlplane/drawjournal).
+	DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEntry, error)
+	PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error
+	// PutDrawFile stores a draw's entries file unless one is stored, and
+	// returns the stored one; DrawFile reads it (flashgate.ErrNotFound
+	// without one) and whether the close finished; DrawDone records that.
+	PutDrawFile(ctx context.Context, saleID string, body []byte) ([]byte, error)
+	DrawFile(ctx context.Context, saleID string) (body []byte, done bool, err error)
+	DrawDone(ctx context.Context, saleID string) error
+	// Transition moves an order's row from one of from to to.
+	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
+}
+
+// Reserver makes a draw winner's order (inventory.Service.ReserveWinner):
+// orderID is the caller's, and a call again with it finds the first
+// call's order.
+type Reserver interface {
+	ReserveWinner(ctx context.Context, orderID, saleID, userID, variant string, qty int64) (string, error)
+}
+
+// Config configures a Closer. Redis, Store, Reserver and SeedSecret are
+// required.
+type Config struct {
+	Redis    redis.UniversalClient
+	Store    Store
+	Reserver Reserver
+	// Capturer captures and releases the entries' holds at the provider
+	// (payments.Pacer around payments.Stripe); nil means simulated
+	// payments (Instant): entries have no hold, captures succeed at once.
+	Capturer draw.Capturer
+	// SeedSecret keys the draws' seeds (Seed). Never give it to gateways.
+	SeedSecret []byte
+	// Flush writes a sale's journaled entry changes to the database
+	// (drawjournal.Flush with the caller's Redis and store), returning
+	// how many it wrote; nil writes none.
+	Flush func(ctx context.Context, sale string) (int, error)
+	// Workers is draw.SettleConfig.Workers; 0 means draw.DefaultWorkers.
+	Workers int
+	// Clock tells the time of the window; nil means flashgate.SystemClock.
+	Clock flashgate.Clock
+	// Logger receives the close's reports; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Closer closes draws. Its methods are safe for concurrent use.
+type Closer struct {
+	cfg Config
+
+	mu       sync.Mutex
+	progress map[string]*draw.Progress // by sale: the settlement under way or last run
+}
+
+// New returns a Closer of cfg.
+func New(cfg Config) *Closer {
+	if cfg.Capturer == nil {
+		cfg.Capturer = Instant{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = flashgate.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Closer{cfg: cfg, progress: map[string]*draw.Progress{}}
+}
+
+// Instant is the Capturer of simulated payments: every capture succeeds and
+// every release is done, at once, without a provider.
+type Instant struct{}
+
+// Capture answers a succeeded intent.
+func (Instant) Capture(_ context.Context, intentID, _ string) (flashgate.Intent, error) {
+	return flashgate.Intent{ID: intentID, Status: flashgate.IntentSucceeded}, nil
+}
+
+// Cancel answers a canceled intent.
+func (Instant) Cancel(_ context.Context, intentID string) (flashgate.Intent, error) {
+	return flashgate.Intent{ID: intentID, Status: flashgate.IntentCanceled}, nil
+}
+
+// simulated reports whether the Closer captures without a provider.
+func (c *Closer) simulated() bool { _, ok := c.cfg.Capturer.(Instant); return ok }
+
+// Seed is a draw's seed: HMAC-SHA256(secret, "draw seed/<sale id>/<entries
+// open, unix ms>"). Only the control plane can derive it, the same after a
+// restart, on any leader, or after Redis lost the sale; its SHA-256 is
+// published when entries open and the seed itself at the close.
+func Seed(secret []byte, sale flashgate.Sale) []byte {
+	var open int64
+	if sale.EntriesOpenAt != nil {
+		open = sale.EntriesOpenAt.UnixMilli()
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("draw seed/" + sale.ID + "/" + strconv.FormatInt(open, 10)))
+	return m.Sum(nil)
+}
+
+// OrderID is the order a won entry becomes: one per entry, so that a close
+// run again finds the order it made.
+func OrderID(entryID string) string { return "o" + entryID }
+
+// Commit publishes the seed's commitment in the sale's hash
+// (lua.FieldDrawSeedSHA) once entries are open; before that it does
+// nothing. Writing it again writes the same value. A commitment already
+// published that is not this seed's (the seed secret changed) is an error:
+// the close would not verify.
+func (c *Closer) Commit(ctx context.Context, sale flashgate.Sale) error {
+	if !sale.Draw() || sale.EntriesOpenAt == nil || c.cfg.Clock.Now().Before(*sale.EntriesOpenAt) {
+		return nil
+	}
+	sum := fairqueue.Commitment(Seed(c.cfg.SeedSecret, sale))
+	key := lua.SaleKey(sale.ID)
+	cur, err := c.cfg.Redis.HGet(ctx, key, lua.FieldDrawSeedSHA).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return fmt.Errorf("committing the draw's seed: %w: %w", flashgate.ErrUnavailable, err)
+	case cur == sum:
+		return nil
+	default:
+		return fmt.Errorf("committing the draw's seed: the sale published %s, the seed derived now hashes to %s (was the seed secret changed?)", cur, sum)
+	}
+	// Only a sale Redis holds gets the field (HSET on a lost sale would
+	// make a hash of one field).
+	if n, err := c.cfg.Redis.Exists(ctx, key).Result(); err != nil || n == 0 {
+		return err
+	}
+	if err := c.cfg.Redis.HSet(ctx, key, lua.FieldDrawSeedSHA, sum).Err(); err != nil {
+		return fmt.Errorf("committing the draw's seed: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	c.cfg.Logger.Info("draw entries open: seed committed", "sale", sale.ID, "seed_sha256", sum)
+	return nil
+}
+
+// Due reports whether sale's close is due at now: a draw whose entries
+// closed.
+func Due(sale flashgate.Sale, now time.Time) bool {
+	return sale.Draw() && sale.EntriesCloseAt != nil && !now.Before(*sale.EntriesCloseAt)
+}
+
+// Progress returns the settlement under way, or last run by this Closer,
+// of sale; nil when none ran here.
+func (c *Closer) Progress(sale string) *draw.Progress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.progress[sale]
+}
+
+// Stock is the units of each variant of a draw ("" on a sale of one
+// stock).
+func Stock(sale flashgate.Sale) map[string]int {
+	if !sale.HasVariants() {
+		return map[string]int{"": int(sale.Total)}
+	}
+	out := make(map[string]int, len(sale.Variants))
+	for _, v := range sale.Variants {
+		out[v.ID] = int(v.Total)
+	}
+	return out
+}
+
+// maxFlushes bounds the journal's flushes of one close: at the default
+// batch, a million changes.
+const maxFlushes = 1000
+
+// flush writes the whole journal to the database (bounded).
+func (c *Closer) flush(ctx context.Context, sale string) error {
+	if c.cfg.Flush == nil {
+		return nil
+	}
+	for range maxFlushes {
+		n, err := c.cfg.Flush(ctx, sale)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("flushing the draw journal of %s: still entries after %d batches", sale, maxFlushes)
+}
+
+// Close closes sale's draw, or goes on with a close cut short; it reports
+// whether the close has finished. Before entries_close_at it does nothing.
+// It returns an error when a step failed: running it again goes on from
+// there. done false without an error means a step waits for another
+// tier (an order not yet in the database): run it again later.
+func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err error) {
+	if !Due(sale, c.cfg.Clock.Now()) {
+		return false, nil
+	}
+	body, finished, err := c.cfg.Store.DrawFile(ctx, sale.ID)
+	switch {
+	case err == nil && finished:
+		return true, c.publish(ctx, sale, nil, true)
+	case err == nil:
+	case errors.Is(err, flashgate.ErrNotFound):
+		body = nil
+	default:
+		return false, err
+	}
+	// Entries authorised until the close, and every move since, reach
+	// the database first: the draw is of the database's rows.
+	if err := c.flush(ctx, sale.ID); err != nil {
+		return false, err
+	}
+	rows, err := c.cfg.Store.DrawEntries(ctx, sale.ID)
+	if err != nil {
+		return false, err
+	}
+	if body == nil {
+		if body, err = c.draw(ctx, sale, rows); err != nil {
+			return false, err
+		}
+	}
+	f, err := draw.Read(bytes.NewReader(body))
+	if err != nil {
+		return false, fmt.Errorf("reading the stored draw of %s: %w", sale.ID, err)
+	}
+	if err := c.publish(ctx, sale, f, false); err != nil {
+		return false, err
+	}
+	return c.settle(ctx, sale, f, rows)
+}
+
+// draw draws sale's winners among its entered entries and stores the
+// draw's file; it returns the stored file (another leader's, if it stored
+// one first).
+func (c *Closer) draw(ctx context.Context, sale flashgate.Sale, rows []flashgate.DrawEntry) ([]byte, error) {
+	seed := Seed(c.cfg.SeedSecret, sale)
+	sum := fairqueue.Commitment(seed)
+	if cur, err := c.cfg.Redis.HGet(ctx, lua.SaleKey(sale.ID), lua.FieldDrawSeedSHA).Result(); err == nil && cur != sum {
+		return nil, fmt.Errorf("drawing %s: the published commitment %s is not the seed's %s (was the seed secret changed?)", sale.ID, cur, sum)
+	}
+	var entries []draw.Entry
+	for _, r := range rows {
+		if r.State == flashgate.DrawEntered {
+			entries = append(entries, draw.Entry{ID: r.ID, Variant: r.Variant, Quantity: int(r.Quantity)})
+		}
+	}
+	f, err := draw.New(sale.ID, seed, Stock(sale), entries)
+	if err != nil {
+		return nil, fmt.Errorf("drawing %s: %w", sale.ID, err)
+	}
+	var buf bytes.Buffer
+	if err := draw.Write(&buf, f); err != nil {
+		return nil, err
+	}
+	stored, err := c.cfg.Store.PutDrawFile(ctx, sale.ID, buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	c.cfg.Logger.Info("draw drawn: seed revealed", "sale", sale.ID, "entries", len(entries), "seed", hex.EncodeToString(seed))
+	return stored, nil
+}
+
+// publish writes the draw's public figures to the sale's hash: the
+// commitment, the seed, the winners, and the close's end. f nil writes the
+// end only (a finished close, after Redis lost the sale).
+func (c *Closer) publish(ctx context.Context, sale flashgate.Sale, f *draw.File, done bool) error {
+	key := lua.SaleKey(sale.ID)
+	if n, err := c.cfg.Redis.Exists(ctx, key).Result(); err != nil || n == 0 {
+		return err
+	}
+	var kv []any
+	if f != nil {
+		won := 0
+		for _, e := range f.Entries {
+			if e.Won {
+				won++
+			}
+		}
+		kv = append(kv, lua.FieldDrawSeedSHA, f.SeedSHA256, lua.FieldDrawSeed, hex.EncodeToString(f.Seed), lua.FieldDrawWinners, won)
+	}
+	if done {
+		kv = append(kv, lua.FieldDrawDone, 1)
+	}
+	if len(kv) == 0 {
+		return nil
+	}
+	if err := c.cfg.Redis.HSet(ctx, key, kv...).Err(); err != nil {
+		return fmt.Errorf("publishing the draw of %s: %w: %w", sale.ID, flashgate.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// move moves an entry to state to from one of from (lua.DrawSet); an entry
+// already past them (moved by an earlier run) is no error.
+func (c *Closer) move(ctx context.Context, sale string, r flashgate.DrawEntry, to flashgate.DrawEntryState, from ...flashgate.DrawEntryState) error {
+	args := []any{r.UserID, r.ID, string(to), c.cfg.Clock.Now().UnixMilli()}
+	for _, f := range from {
+		args = append(args, string(f))
+	}
+	v, err := lua.DrawSet.Run(ctx, c.cfg.Redis, lua.DrawChangeKeys(sale), args...).Slice()
+	if err != nil {
+		return fmt.Errorf("moving entry %s to %s: %w: %w", r.ID, to, flashgate.ErrUnavailable, err)
+	}
+	code, _ := v[0].(int64)
+	switch code {
+	case lua.DrawOK, lua.DrawWrongState:
+		return nil
+	}
+	return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, lua.DrawError(code))
+}
+
+// settle marks the file's entries won or lost, captures and releases their
+// holds, makes the charged entrants' orders and marks them paid.
+func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, rows []flashgate.DrawEntry) (bool, error) {
+	byID := make(map[string]flashgate.DrawEntry, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	entries := make([]draw.Entry, 0, len(f.Entries))
+	for _, e := range f.Entries {
+		r, ok := byID[e.ID]
+		if !ok {
+			return false, fmt.Errorf("settling the draw of %s: entry %s of the draw has no row", sale.ID, e.ID)
+		}
+		to := flashgate.DrawLost
+		if e.Won {
+			to = flashgate.DrawWon
+		}
+		if err := c.move(ctx, sale.ID, r, to, flashgate.DrawEntered); err != nil {
+			return false, err
+		}
+		e.IntentID = r.PaymentIntent
+		if e.IntentID == "" {
+			if !c.simulated() {
+				return false, fmt.Errorf("settling the draw of %s: entry %s has no card hold", sale.ID, e.ID)
+			}
+			e.IntentID = "simulated-" + e.ID
+		}
+		entries = append(entries, e)
+	}
+	prog := &draw.Progress{}
+	c.mu.Lock()
+	c.progress[sale.ID] = prog
+	c.mu.Unlock()
+	var (
+		mu      sync.Mutex
+		failed  error
+		charged []flashgate.DrawEntry
+	)
+	captured := func(e draw.Entry, _ flashgate.Intent) {
+		r := byID[e.ID]
+		err := c.order(ctx, sale, r)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if failed == nil {
+				failed = err
+			}
+			return
+		}
+		r.OrderID = OrderID(r.ID)
+		charged = append(charged, r)
+	}
+	st, err := draw.Settle(ctx, c.cfg.Capturer, sale.ID, f.Seed, f.Stock, entries, draw.SettleConfig{Workers: c.cfg.Workers, Progress: prog, Captured: captured})
+	if err != nil {
+		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, err)
+	}
+	if failed != nil {
+		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, failed)
+	}
+	won := make(map[string]bool, len(entries))
+	promoted := 0
+	for _, es := range st.Captured {
+		for _, e := range es {
+			won[e.ID] = true
+			if !e.Won {
+				promoted++
+			}
+		}
+	}
+	for _, e := range entries {
+		if !won[e.ID] {
+			if err := c.move(ctx, sale.ID, byID[e.ID], flashgate.DrawReleased, flashgate.DrawWon, flashgate.DrawLost); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := c.cfg.Redis.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldDrawPromoted, promoted).Err(); err != nil {
+		return false, fmt.Errorf("settling the draw of %s: %w: %w", sale.ID, flashgate.ErrUnavailable, err)
+	}
+	// The orders: paid once the order sink wrote their rows.
+	waiting := 0
+	now := c.cfg.Clock.Now()
+	for _, r := range charged {
+		_, err := c.cfg.Store.Transition(ctx, r.OrderID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid, now)
+		switch {
+		case err == nil:
+		case errors.Is(err, flashgate.ErrNotFound):
+			waiting++
+		case errors.Is(err, flashgate.ErrNotPayable):
+			// Paid by an earlier run, or refunded since: either way not
+			// this close's to change.
+		default:
+			return false, fmt.Errorf("settling the draw of %s: order %s: %w", sale.ID, r.OrderID, err)
+		}
+	}
+	if err := c.flush(ctx, sale.ID); err != nil {
+		return false, err
+	}
+	if err := c.recordOrders(ctx, sale.ID, charged); err != nil {
+		return false, err
+	}
+	if waiting > 0 {
+		c.cfg.Logger.Info("draw settled; orders not yet in the database", "sale", sale.ID, "waiting", waiting)
+		return false, nil
+	}
+	if err := c.cfg.Store.DrawDone(ctx, sale.ID); err != nil {
+		return false, err
+	}
+	c.cfg.Logger.Info("draw closed", "sale", sale.ID, "entries", len(entries), "captured", len(charged),
+		"promoted", promoted, "declined", st.Declined, "released", len(entries)-len(charged))
+	return true, c.publish(ctx, sale, nil, true)
+}
+
+// order makes the order of a charged entry and marks the entry captured.
+func (c *Closer) order(ctx context.Context, sale flashgate.Sale, r flashgate.DrawEntry) error {
+	if _, err := c.cfg.Reserver.ReserveWinner(ctx, OrderID(r.ID), sale.ID, r.UserID, r.Variant, r.Quantity); err != nil {
+		var p *flashgate.PurchasedError
+		if !errors.As(err, &p) || p.OrderID != OrderID(r.ID) {
+			return fmt.Errorf("making the order of entry %s: %w", r.ID, err)
+		}
+	}
+	return c.move(ctx, sale.ID, r, flashgate.DrawCaptured, flashgate.DrawWon, flashgate.DrawLost)
+}
+
+// recordOrders writes the charged entries' order ids to their rows, each
+// with its row's latest time, so that it changes no state the journal
+// wrote.
+func (c *Closer) recordOrders(ctx context.Context, sale string, charged []flashgate.DrawEntry) error {
+	if len(charged) == 0 {
+		return nil
+	}
+	rows, err := c.cfg.Store.DrawEntries(ctx, sale)
+	if err != nil {
+		return err
+	}
+	cur := make(map[string]flashgate.DrawEntry, len(rows))
+	for _, r := range rows {
+		cur[r.ID] = r
+	}
+	out := make([]flashgate.DrawEntry, 0, len(charged))
+	for _, ch := range charged {
+		r, ok := cur[ch.ID]
+		if !ok || r.OrderID == ch.OrderID {
+			continue
+		}
+		r.OrderID = ch.OrderID
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return c.cfg.Store.PutDrawEntries(ctx, out)
+}

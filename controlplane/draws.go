@@ -1,0 +1,127 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
+	"github.com/flashgate/flashgate/draw"
+)
+
+// The draws' wiring: the close lives in controlplane/drawclose, the
+// journal of entries in controlplane/drawjournal, the draw itself in draw.
+
+// DrawReserver makes a draw winner's order (inventory.Service.ReserveWinner);
+// DrawCapturer captures and releases card holds (payments.Pacer).
+type (
+	DrawReserver = drawclose.Reserver
+	DrawCapturer = draw.Capturer
+)
+
+// newDrawCloser is the draws' closer of a Service being built; its seeds
+// are keyed with the fair queues' seed secret.
+func newDrawCloser(s *Service, cfg Config) *drawclose.Closer {
+	seed := cfg.QueueSeedSecret
+	if len(seed) == 0 {
+		seed = DeriveQueueSeedSecret(cfg.AdminToken)
+	}
+	return drawclose.New(drawclose.Config{
+		Redis: s.rdb, Store: s.store, Reserver: cfg.DrawReserver, Capturer: cfg.DrawCapturer,
+		SeedSecret: seed, Workers: cfg.DrawWorkers, Clock: s.clock, Logger: s.log,
+		Flush: func(ctx context.Context, sale string) (int, error) {
+			return drawjournal.Flush(ctx, s.rdb, s.store, sale, 0)
+		},
+	})
+}
+
+// drawTick writes each live draw sale's journaled entry changes to the
+// database (controlplane/drawjournal), publishes its seed's commitment once
+// entries are open, and starts its close, under the term's context term,
+// once they have closed; the leader calls it every tick.
+func (s *Service) drawTick(ctx, term context.Context, sales []flashgate.Sale) {
+	now := s.clock.Now()
+	for _, sale := range sales {
+		if !sale.Draw() {
+			continue
+		}
+		if _, err := drawjournal.Flush(ctx, s.rdb, s.store, sale.ID, 0); err != nil && ctx.Err() == nil {
+			s.log.Warn("draw journal", "sale", sale.ID, "err", err)
+		}
+		if err := s.draws.Commit(ctx, sale); err != nil && ctx.Err() == nil {
+			s.log.Warn("draw seed", "sale", sale.ID, "err", err)
+		}
+		if drawclose.Due(sale, now) {
+			s.startDrawClose(term, sale)
+		}
+	}
+}
+
+// drawRetry is how long after a failed close the leader runs it again.
+const drawRetry = time.Second
+
+// startDrawClose runs sale's close in a goroutine of the term ctx, unless
+// it runs already or finished; Close waits for it.
+func (s *Service) startDrawClose(ctx context.Context, sale flashgate.Sale) {
+	s.mu.Lock()
+	if !s.canDraw {
+		told := s.noReserver[sale.ID]
+		s.noReserver[sale.ID] = true
+		s.mu.Unlock()
+		if !told {
+			s.log.Warn("draw close: no reserver configured; the draw is not closed here", "sale", sale.ID)
+		}
+		return
+	}
+	if s.closed || s.drawing[sale.ID] || s.drawn[sale.ID] {
+		s.mu.Unlock()
+		return
+	}
+	s.drawing[sale.ID] = true
+	s.wg.Add(1) // under mu, after checking closed: see runContext
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		done, err := s.CloseDraw(ctx, sale)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("draw close", "sale", sale.ID, "err", err)
+		}
+		if !done && ctx.Err() == nil {
+			// Bounded by the term: a new tick starts it again after this.
+			t := time.NewTimer(drawRetry)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		s.mu.Lock()
+		delete(s.drawing, sale.ID)
+		if done {
+			s.drawn[sale.ID] = true
+		}
+		s.mu.Unlock()
+	}()
+}
+
+// CloseDraw closes a draw sale whose entries closed, or goes on with a
+// close cut short (drawclose.Closer.Close), and reports whether the close
+// finished. The leader runs it; tests call it with their clock.
+func (s *Service) CloseDraw(ctx context.Context, sale flashgate.Sale) (bool, error) {
+	return s.draws.Close(ctx, sale)
+}
+
+// DrawFile returns a draw's entries file (draw.File's text form), stored at
+// its close; flashgate.ErrNotFound before it.
+func (s *Service) DrawFile(ctx context.Context, saleID string) ([]byte, error) {
+	if _, err := s.store.Sale(ctx, saleID); err != nil {
+		return nil, err
+	}
+	body, _, err := s.store.DrawFile(ctx, saleID)
+	return body, err
+}
+
+// DrawProgress returns the settlement of sale's draw under way or last run
+// in this process; nil when none ran here.
+func (s *Service) DrawProgress(saleID string) *draw.Progress { return s.draws.Progress(saleID) }
