@@ -112,6 +112,12 @@ func (s *Service) CloseDraw(ctx context.Context, sale flashgate.Sale) (bool, err
 	return s.draws.Close(ctx, sale)
 }
 
+// CommitDraw publishes a draw sale's seed commitment once its entries are
+// open (drawclose.Closer.Commit); the leader does it every tick.
+func (s *Service) CommitDraw(ctx context.Context, sale flashgate.Sale) error {
+	return s.draws.Commit(ctx, sale)
+}
+
 // DrawFile returns a draw's entries file (draw.File's text form), stored at
 // its close; flashgate.ErrNotFound before it.
 func (s *Service) DrawFile(ctx context.Context, saleID string) ([]byte, error) {

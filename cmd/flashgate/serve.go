@@ -16,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
+	"github.com/flashgate/flashgate/payments"
 	"github.com/flashgate/flashgate/sqldb"
 )
 
@@ -133,18 +134,26 @@ func noLimitIfZero(r float64) float64 {
 }
 
 // newControlplane wires a control plane to the primary, the database and
-// the releaser of units; it registers its collectors in reg.
-func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary redis.UniversalClient, db *sqldb.DB, rel controlplane.Releaser) (*controlplane.Service, error) {
+// the inventory; it registers its collectors in reg.
+//
+// The inventory inv gives units back and makes the orders of draws'
+// winners; with a payment provider, a draw's captures and releases go
+// through a payments.Pacer at the provider's rate.
+func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary redis.UniversalClient, db *sqldb.DB, inv *inventory.Service) (*controlplane.Service, error) {
 	prov, err := paymentProvider(cfg)
 	if err != nil {
 		return nil, err
 	}
 	var pstore controlplane.PaymentStore
+	var capt controlplane.DrawCapturer
 	if prov != nil {
 		pstore = db
+		if c, ok := prov.(payments.Capturer); ok {
+			capt = payments.NewPacer(c, payments.PacerConfig{})
+		}
 	}
 	cp, err := controlplane.New(controlplane.Config{
-		Redis: primary, Store: db, Releaser: rel, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec), Standalone: cfg.embedded,
+		Redis: primary, Store: db, Releaser: inv, DrawReserver: inv, DrawCapturer: capt, AdminToken: cfg.AdminToken, QueueSeedSecret: []byte(cfg.QueueSeedSec), Standalone: cfg.embedded,
 		Logger: st.log.With("tier", "controlplane"), PaymentWindow: cfg.PaymentWindow,
 		ResyncEvery: cfg.ResyncEvery, Metrics: reg, Gatherer: reg,
 		Payments: prov, PaymentStore: pstore, Currency: cfg.PaymentCurrency, PaymentGrace: cfg.PaymentGrace,
