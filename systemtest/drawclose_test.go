@@ -61,7 +61,7 @@ func newDrawStack(t *testing.T, dsn string) *drawStack {
 	srv := redistest.Start(t)
 	s := &drawStack{t: t, ctx: ctx, rdb: srv.Client(t), db: db, clock: testclock.New(time.Now().Truncate(time.Millisecond)),
 		entrants: map[string]flashgate.DrawEntry{}}
-	s.inv = inventory.New(s.rdb, inventory.Config{Logger: quiet})
+	s.inv = inventory.New(s.rdb, inventory.Config{Logger: quiet, Clock: s.clock})
 	t.Cleanup(func() { _ = s.inv.Close() })
 	s.stand = stripelocal.New("sk_test_draw", "whsec_draw")
 	ts := httptest.NewServer(s.stand)
@@ -101,20 +101,28 @@ func (s *drawStack) pacer() *payments.Pacer {
 	return payments.NewPacer(s.pay, payments.PacerConfig{PerEndpoint: 1000, Overall: 2000, MaxTime: 10 * time.Second})
 }
 
-// enter creates the draw sale (sizes S: 3 units, M: 2), enters n buyers,
-// each with a confirmed hold (card for the entry of index i), plus one
-// pending entry, and writes the entries and their holds to the database.
-func (s *drawStack) enter(cp *controlplane.Service, n int, card func(id string) string) {
-	t := s.t
+// create creates the draw sale (sizes S: 3 units, M: 2), its entries open
+// from now for an hour.
+func (s *drawStack) create(cp *controlplane.Service) {
 	open, closeAt := s.clock.Now(), s.clock.Now().Add(time.Hour)
 	sale := flashgate.Sale{ID: "drop", Name: "Drop", PriceCents: 1200, Total: 5, PerUser: 1, Queue: flashgate.QueueDraw,
 		EntriesOpenAt: &open, EntriesCloseAt: &closeAt,
 		Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 3}, {ID: "M", Name: "Medium", Total: 2}}}
 	created, err := cp.CreateSale(s.ctx, sale)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	s.sale = created
+}
+
+// enter creates the draw sale (create), enters n buyers, each with a
+// confirmed hold (card for the entry; card nil: no hold, as with simulated
+// payments), plus one pending entry, and writes the entries and their
+// holds to the database.
+func (s *drawStack) enter(cp *controlplane.Service, n int, card func(id string) string) {
+	t := s.t
+	s.create(cp)
+	sale := s.sale
 	now := s.clock.Now().UnixMilli()
 	for i := range n + 1 {
 		user, id, v := fmt.Sprintf("buyer-%02d", i), fmt.Sprintf("d%02d", i), []string{"S", "M"}[i%2]
@@ -141,6 +149,10 @@ func (s *drawStack) enter(cp *controlplane.Service, n int, card func(id string) 
 		if r.State != flashgate.DrawEntered {
 			continue
 		}
+		if card == nil {
+			s.entrants[r.ID] = r
+			continue
+		}
 		in, err := s.pay.Hold(s.ctx, flashgate.Hold{EntryID: r.ID, SaleID: sale.ID, AmountCents: 1200, Currency: "usd"})
 		if err != nil {
 			t.Fatal(err)
@@ -152,8 +164,10 @@ func (s *drawStack) enter(cp *controlplane.Service, n int, card func(id string) 
 		held = append(held, r)
 		s.entrants[r.ID] = r
 	}
-	if err := s.db.PutDrawEntries(s.ctx, held); err != nil {
-		t.Fatal(err)
+	if len(held) > 0 {
+		if err := s.db.PutDrawEntries(s.ctx, held); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -201,11 +215,19 @@ func (s *drawStack) check(cp *controlplane.Service, wantPromoted int) map[string
 	captured := map[string]bool{}
 	perVariant := map[string]int{}
 	for id, r := range s.entrants {
-		in, ok := s.stand.Intent(r.PaymentIntent)
-		if !ok {
-			t.Fatalf("intent of %s missing", id)
+		status := flashgate.IntentCanceled
+		if r.PaymentIntent == "" { // simulated payments: no hold
+			if states[id] == flashgate.DrawCaptured {
+				status = flashgate.IntentSucceeded
+			}
+		} else {
+			in, ok := s.stand.Intent(r.PaymentIntent)
+			if !ok {
+				t.Fatalf("intent of %s missing", id)
+			}
+			status = in.Status
 		}
-		switch in.Status {
+		switch status {
 		case flashgate.IntentSucceeded:
 			captured[id] = true
 			perVariant[r.Variant]++
@@ -217,7 +239,7 @@ func (s *drawStack) check(cp *controlplane.Service, wantPromoted int) map[string
 				t.Errorf("entry %s released: state %s, want released", id, states[id])
 			}
 		default:
-			t.Errorf("entry %s: hold %s, want captured or released", id, in.Status)
+			t.Errorf("entry %s: hold %s, want captured or released", id, status)
 		}
 	}
 	for _, v := range s.sale.Variants {
@@ -387,6 +409,46 @@ func TestDrawCloseInterrupted(t *testing.T) {
 		for _, in := range s.stand.Intents() {
 			if in.Status == flashgate.IntentSucceeded && in.AmountReceived != 1200 {
 				t.Errorf("intent %s: received %d, want 1200 once", in.ID, in.AmountReceived)
+			}
+		}
+	})
+}
+
+// TestDrawCloseByTheLeader: with simulated payments (no holds), the
+// leader's loop publishes the seed's commitment once entries open and
+// closes the draw at entries_close_at by itself; each entrant's
+// GET-able entry then says won or lost.
+func TestDrawCloseByTheLeader(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp, err := controlplane.New(controlplane.Config{Redis: s.rdb, Store: s.db, Releaser: s.inv, AdminToken: drawToken,
+			Clock: s.clock, Logger: quiet, DrawReserver: s.inv, TickEvery: 10 * time.Millisecond, ResyncEvery: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(s.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = cp.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done; _ = cp.Close() })
+		s.enter(cp, 10, nil)
+		testwait.Eventually(t, 10*time.Second, func() bool {
+			st, err := cp.SaleStatus(s.ctx, s.sale.ID)
+			return err == nil && st.Draw != nil && st.Draw.SeedSHA256 != ""
+		}, "the commitment published")
+		s.clock.Add(time.Hour)
+		testwait.Eventually(t, 20*time.Second, func() bool {
+			st, err := cp.SaleStatus(s.ctx, s.sale.ID)
+			return err == nil && st.Draw != nil && st.Draw.Closed
+		}, "the leader's close")
+		captured := s.check(cp, 0)
+		for id, r := range s.entrants {
+			v, err := lua.DrawState.Run(s.ctx, s.rdb, lua.DrawStateKeys(s.sale.ID), r.UserID).Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _, _, _, _ := lua.ParseDrawEntry(v[1].(string))
+			if won := st == flashgate.DrawCaptured; won != captured[id] {
+				t.Errorf("entry %s: state %s, captured %v", id, st, captured[id])
 			}
 		}
 	})

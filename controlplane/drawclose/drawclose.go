@@ -382,6 +382,13 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 		failed  error
 		charged []flashgate.DrawEntry
 	)
+	// The orders are marked paid as their rows arrive, while the
+	// settlement goes on (a draw's captures take minutes; an order left
+	// unpaid for the payment window would expire).
+	pay := newPayer(c, sale.ID)
+	pctx, stopPaying := context.WithCancel(ctx)
+	paying := make(chan struct{})
+	go func() { defer close(paying); pay.run(pctx) }()
 	captured := func(e draw.Entry, _ flashgate.Intent) {
 		r := byID[e.ID]
 		err := c.order(ctx, sale, r)
@@ -395,13 +402,19 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 		}
 		r.OrderID = OrderID(r.ID)
 		charged = append(charged, r)
+		pay.add(r.OrderID)
 	}
 	st, err := draw.Settle(ctx, c.cfg.Capturer, sale.ID, f.Seed, f.Stock, entries, draw.SettleConfig{Workers: c.cfg.Workers, Progress: prog, Captured: captured})
+	stopPaying()
+	<-paying
 	if err != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, err)
 	}
 	if failed != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, failed)
+	}
+	if pay.err != nil {
+		return false, pay.err
 	}
 	won := make(map[string]bool, len(entries))
 	promoted := 0
@@ -423,20 +436,16 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	if err := c.cfg.Redis.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldDrawPromoted, promoted).Err(); err != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w: %w", sale.ID, flashgate.ErrUnavailable, err)
 	}
-	// The orders: paid once the order sink wrote their rows.
+	// The orders whose rows had not arrived: paid once the order sink
+	// wrote them.
 	waiting := 0
-	now := c.cfg.Clock.Now()
-	for _, r := range charged {
-		_, err := c.cfg.Store.Transition(ctx, r.OrderID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid, now)
-		switch {
-		case err == nil:
-		case errors.Is(err, flashgate.ErrNotFound):
+	for _, id := range pay.left() {
+		ok, err := c.markPaid(ctx, sale.ID, id)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
 			waiting++
-		case errors.Is(err, flashgate.ErrNotPayable):
-			// Paid by an earlier run, or refunded since: either way not
-			// this close's to change.
-		default:
-			return false, fmt.Errorf("settling the draw of %s: order %s: %w", sale.ID, r.OrderID, err)
 		}
 	}
 	if err := c.flush(ctx, sale.ID); err != nil {
@@ -496,4 +505,85 @@ func (c *Closer) recordOrders(ctx context.Context, sale string, charged []flashg
 		return nil
 	}
 	return c.cfg.Store.PutDrawEntries(ctx, out)
+}
+
+// markPaid marks a charged entry's order paid; ok is false while its row
+// is not in the database yet. An order already paid is ok; one that left
+// the live statuses (expired, cancelled, refunded) was charged all the
+// same, and is reported.
+func (c *Closer) markPaid(ctx context.Context, sale, orderID string) (bool, error) {
+	o, err := c.cfg.Store.Transition(ctx, orderID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusPaid, c.cfg.Clock.Now())
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, flashgate.ErrNotFound):
+		return false, nil
+	case errors.Is(err, flashgate.ErrNotPayable):
+		if o.Status != flashgate.StatusPaid {
+			c.cfg.Logger.Error("draw close: a charged entry's order is not live; refund it by hand", "sale", sale, "order", orderID, "status", o.Status)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("settling the draw of %s: order %s: %w", sale, orderID, err)
+}
+
+// payEvery is how often a payer tries the orders whose rows had not
+// arrived.
+const payEvery = 50 * time.Millisecond
+
+// payer marks the orders of a settlement paid as their rows arrive.
+type payer struct {
+	c    *Closer
+	sale string
+
+	mu      sync.Mutex
+	pending []string // orders whose rows have not arrived
+	err     error    // read after run returned
+}
+
+func newPayer(c *Closer, sale string) *payer { return &payer{c: c, sale: sale} }
+
+func (p *payer) add(orderID string) {
+	p.mu.Lock()
+	p.pending = append(p.pending, orderID)
+	p.mu.Unlock()
+}
+
+// left returns the orders not marked paid yet.
+func (p *payer) left() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.pending...)
+}
+
+// run marks the pending orders paid every payEvery until ctx ends.
+func (p *payer) run(ctx context.Context) {
+	t := time.NewTicker(payEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, id := range p.left() {
+			ok, err := p.c.markPaid(ctx, p.sale, id)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.err = err
+				}
+				return
+			}
+			if ok {
+				p.mu.Lock()
+				for i, x := range p.pending {
+					if x == id {
+						p.pending = append(p.pending[:i], p.pending[i+1:]...)
+						break
+					}
+				}
+				p.mu.Unlock()
+			}
+		}
+	}
 }
