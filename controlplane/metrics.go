@@ -71,3 +71,13 @@ func (m metricsSource) Settlement(ctx context.Context, id string) (int64, bool, 
 	}
 	return st.Settlement.Difference, st.Settlement.Settled, nil
 }
+
+func (m metricsSource) DrawSteps(ctx context.Context, sale flashgate.Sale) (map[string]int64, error) {
+	d, err := salestatus.ReadDraw(ctx, m.s.rdb, sale)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	return map[string]int64{"made": d.Made, "pending": d.Pending, "entered": d.Entered, "withdrawn": d.Withdrawn,
+		"won": d.Won, "lost": d.Lost, "captured": d.Captured, "released": d.Released,
+		"winners": d.Winners, "promoted": d.Promoted}, nil
+}

@@ -441,6 +441,12 @@ func TestDrawCloseByTheLeader(t *testing.T) {
 			return err == nil && st.Draw != nil && st.Draw.Closed
 		}, "the leader's close")
 		captured := s.check(cp, 0)
+		if got := drawMetric(t, cp, "captured"); got != float64(len(captured)) {
+			t.Errorf(`flashgate_draw{step="captured"}: got %v, want %d`, got, len(captured))
+		}
+		if got := drawMetric(t, cp, "winners"); got != float64(s.sale.Total) {
+			t.Errorf(`flashgate_draw{step="winners"}: got %v, want %d`, got, s.sale.Total)
+		}
 		for id, r := range s.entrants {
 			v, err := lua.DrawState.Run(s.ctx, s.rdb, lua.DrawStateKeys(s.sale.ID), r.UserID).Slice()
 			if err != nil {
@@ -452,4 +458,29 @@ func TestDrawCloseByTheLeader(t *testing.T) {
 			}
 		}
 	})
+}
+
+// drawMetric reads flashgate_draw{step} of the sale "drop" from cp's
+// metrics; -1 when absent.
+func drawMetric(t *testing.T, cp *controlplane.Service, step string) float64 {
+	t.Helper()
+	mfs, err := cp.AdminSettings().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "flashgate_draw" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["sale"] == "drop" && labels["step"] == step {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

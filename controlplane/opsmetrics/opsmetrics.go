@@ -38,6 +38,8 @@ type Source interface {
 	// Settlement is a closed sale's settlement difference (booked − live
 	// units − backlog) and whether it has settled (its stream drained).
 	Settlement(ctx context.Context, id string) (difference int64, settled bool, err error)
+	// DrawSteps is a draw sale's figures by step (flashgate_draw).
+	DrawSteps(ctx context.Context, sale flashgate.Sale) (map[string]int64, error)
 }
 
 // Metrics are the control plane's counters. A nil *Metrics counts nothing.
@@ -84,7 +86,7 @@ func New(src Source, reg prometheus.Registerer, log *slog.Logger) (*Metrics, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for _, c := range []prometheus.Collector{leader, &figuresCollector{src: src, log: log}, &settlementCollector{src: src}, &pausedCollector{src: src, now: time.Now}} {
+	for _, c := range []prometheus.Collector{leader, &figuresCollector{src: src, log: log}, &settlementCollector{src: src}, &drawCollector{src: src}, &pausedCollector{src: src, now: time.Now}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
