@@ -88,6 +88,11 @@ func (st DrawEntryState) Final() bool {
 	return st == DrawCaptured || st == DrawReleased
 }
 
+// DrawOrderID is the order a won entry becomes at the draw's close: one
+// per entry ("o" and the entry id), so that a close run again finds the
+// order it made, and the entrant's page can name it.
+func DrawOrderID(entryID string) string { return "o" + entryID }
+
 // DrawEntry is one buyer's entry in a draw sale: the variant wanted (on a
 // sale with variants) and how many units, and where it stands.
 type DrawEntry struct {

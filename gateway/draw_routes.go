@@ -94,24 +94,29 @@ type entryAnswer struct {
 	Result   string `json:"result"`
 	Variant  string `json:"variant,omitempty"`
 	Quantity int64  `json:"quantity"`
+	// OrderID is a won entry's order (flashgate.DrawOrderID).
+	OrderID string `json:"order_id,omitempty"`
 	// The draw's entry window.
 	EntriesOpenAt  *time.Time `json:"entries_open_at"`
 	EntriesCloseAt *time.Time `json:"entries_close_at"`
 }
 
-// drawResult sums an entry's state up for its buyer: "pending" until the
-// draw (pending, entered), "won" (won, captured), "lost", or "withdrawn";
-// a released entry was lost or withdrawn, or its capture failed.
+// drawResult sums an entry's state up for its buyer, final results only:
+// "won" once captured (charged, its order made), "lost" once released (it
+// lost, or its capture failed), "withdrawn", and "pending" until then:
+// before the draw (pending, entered) and while the close settles it (won:
+// its capture may still fail; lost: it may still be promoted in place of a
+// winner whose capture failed).
 func drawResult(st flashgate.DrawEntryState) string {
 	switch st {
-	case flashgate.DrawPending, flashgate.DrawEntered:
-		return "pending"
-	case flashgate.DrawWon, flashgate.DrawCaptured:
+	case flashgate.DrawCaptured:
 		return "won"
+	case flashgate.DrawReleased:
+		return "lost"
 	case flashgate.DrawWithdrawn:
 		return "withdrawn"
 	}
-	return "lost"
+	return "pending"
 }
 
 // writeEntry answers status with the entry v as lua.DrawKey holds it.
@@ -121,8 +126,12 @@ func (s *Server) writeEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.S
 		s.writeError(ctx, errors.New("draw: an entry of another shape: "+v))
 		return
 	}
-	b, err := json.Marshal(entryAnswer{EntryID: id, State: string(st), Result: drawResult(st), Variant: variant, Quantity: qty,
-		EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt})
+	a := entryAnswer{EntryID: id, State: string(st), Result: drawResult(st), Variant: variant, Quantity: qty,
+		EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt}
+	if st == flashgate.DrawCaptured {
+		a.OrderID = flashgate.DrawOrderID(id)
+	}
+	b, err := json.Marshal(a)
 	if err != nil {
 		s.writeError(ctx, err)
 		return

@@ -130,3 +130,25 @@ func errCodeOf(body string) string {
 	_ = json.Unmarshal([]byte(body), &m)
 	return m.Error
 }
+
+// TestDrawResult: an entry's result is final only once its hold is: won
+// once captured, lost once released; while the close settles it (won,
+// lost) it is pending, as before the draw.
+func TestDrawResult(t *testing.T) {
+	for _, tc := range []struct {
+		st   flashgate.DrawEntryState
+		want string
+	}{
+		{flashgate.DrawPending, "pending"},
+		{flashgate.DrawEntered, "pending"},
+		{flashgate.DrawWon, "pending"},
+		{flashgate.DrawLost, "pending"},
+		{flashgate.DrawCaptured, "won"},
+		{flashgate.DrawReleased, "lost"},
+		{flashgate.DrawWithdrawn, "withdrawn"},
+	} {
+		if got := drawResult(tc.st); got != tc.want {
+			t.Errorf("drawResult(%s): got %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}

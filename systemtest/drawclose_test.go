@@ -3,14 +3,18 @@ package systemtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
@@ -18,6 +22,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/draw"
+	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/stripelocal"
 	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
@@ -447,14 +452,40 @@ func TestDrawCloseByTheLeader(t *testing.T) {
 		if got := drawMetric(t, cp, "winners"); got != float64(s.sale.Total) {
 			t.Errorf(`flashgate_draw{step="winners"}: got %v, want %d`, got, s.sale.Total)
 		}
+		// Each entrant reads the result at the gateway.
+		secret := []byte(randomHex(t, 32))
+		gw, err := gateway.New(gateway.Config{Primary: s.rdb, Replica: s.rdb, Reserver: s.inv, Catalog: s.db, Orders: cp,
+			JWTSecret: secret, Logger: quiet, ShutdownDelay: -1, Clock: s.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan struct{})
+		go func() { defer close(served); _ = gw.Serve(ln) }()
+		t.Cleanup(func() { _ = gw.Shutdown(context.Background()); <-served })
 		for id, r := range s.entrants {
-			v, err := lua.DrawState.Run(s.ctx, s.rdb, lua.DrawStateKeys(s.sale.ID), r.UserID).Slice()
+			tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": r.UserID, "exp": s.clock.Now().Add(24 * time.Hour).Unix()}).SignedString(secret)
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, _, _, _, _ := lua.ParseDrawEntry(v[1].(string))
-			if won := st == flashgate.DrawCaptured; won != captured[id] {
-				t.Errorf("entry %s: state %s, captured %v", id, st, captured[id])
+			req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/api/sales/"+s.sale.ID+"/entry", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got entryResult
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			want := entryResult{Result: "lost"}
+			if captured[id] {
+				want.Result, want.OrderID = "won", drawclose.OrderID(id)
+			}
+			if err != nil || resp.StatusCode != 200 || got != want {
+				t.Errorf("GET entry of %s: %d %+v, %v; want 200 %+v", id, resp.StatusCode, got, err, want)
 			}
 		}
 	})
@@ -483,4 +514,10 @@ func drawMetric(t *testing.T, cp *controlplane.Service, step string) float64 {
 		}
 	}
 	return -1
+}
+
+// entryResult is what TestDrawCloseByTheLeader reads of an entry.
+type entryResult struct {
+	Result  string `json:"result"`
+	OrderID string `json:"order_id"`
 }

@@ -136,9 +136,8 @@ func Seed(secret []byte, sale flashgate.Sale) []byte {
 	return m.Sum(nil)
 }
 
-// OrderID is the order a won entry becomes: one per entry, so that a close
-// run again finds the order it made.
-func OrderID(entryID string) string { return "o" + entryID }
+// OrderID is the order a won entry becomes (flashgate.DrawOrderID).
+func OrderID(entryID string) string { return flashgate.DrawOrderID(entryID) }
 
 // Commit publishes the seed's commitment in the sale's hash
 // (lua.FieldDrawSeedSHA) once entries are open; before that it does
