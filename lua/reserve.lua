@@ -90,7 +90,10 @@ if f[3] ~= '1' then
   if f[4] == '1' then
     return {3, ''}
   end
-  if f[7] then
+  -- A draw is paused only by a resume of 1 or more (lua.PauseOf): the
+  -- rebuild of a draw not started leaves resume = 0, and such a draw,
+  -- never started, must still reserve its winners.
+  if f[7] and (not drawing or (tonumber(f[7]) or 0) >= 1) then
     return {7, ''}
   end
   if not drawing then

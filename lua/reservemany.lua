@@ -47,14 +47,18 @@ local f = redis.call('HMGET', KEYS[1], 'total', 'booked', 'start', 'closed', 'pe
 -- A draw sale (f[8]) sells only through its draw's close path, which needs
 -- no start flag (reserve.lua's ARGV[9]).
 local drawing = f[8] == 'draw'
-if not f[1] or (drawing and flag ~= 'draw') or (f[3] ~= '1' and (not drawing or f[4] == '1' or f[7])) then
+-- A draw is paused only by a resume of 1 or more (lua.PauseOf): the
+-- rebuild of a draw not started leaves resume = 0, and such a draw, never
+-- started, must still reserve its winners.
+local paused = f[7] and (not drawing or (tonumber(f[7]) or 0) >= 1)
+if not f[1] or (drawing and flag ~= 'draw') or (f[3] ~= '1' and (not drawing or f[4] == '1' or paused)) then
   local code = 1
   if f[1] then
     if drawing and flag ~= 'draw' then
       code = 2
     elseif f[4] == '1' then
       code = 3
-    elseif f[7] then
+    elseif paused then
       code = 7
     else
       code = 2

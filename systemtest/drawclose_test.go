@@ -521,3 +521,79 @@ type entryResult struct {
 	Result  string `json:"result"`
 	OrderID string `json:"order_id"`
 }
+
+// TestDrawCloseRedisLost: Redis loses everything (FLUSHALL) after a close
+// was cut short; once a re-sync rebuilt the sale, the next run finishes the
+// close from the database: every unit captured once, no loser charged,
+// every other hold released, one order per charged entrant.
+func TestDrawCloseRedisLost(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		kctx, kill := context.WithCancel(s.ctx)
+		k := &killingCapturer{next: s.pacer(), cancel: kill}
+		k.n.Store(3)
+		first := s.controlPlane(k)
+		s.enter(first, 12, func(string) string { return "4242424242424242" })
+		s.clock.Add(time.Hour)
+		if done, err := first.CloseDraw(kctx, s.sale); done || err == nil {
+			t.Fatalf("the killed close: %v, %v; want an error", done, err)
+		}
+		// The orders made before the kill reach the database first, as
+		// the sink would have written them before the loss.
+		testwait.Eventually(t, 10*time.Second, func() bool {
+			n, err := s.rdb.XLen(s.ctx, lua.OrdersKey(s.sale.ID)).Result()
+			return err == nil && n == 0
+		}, "the order stream drained")
+		if err := s.rdb.FlushAll(s.ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// The next leader's loop rebuilds the sale, resumes it and
+		// finishes the close.
+		second, err := controlplane.New(controlplane.Config{Redis: s.rdb, Store: s.db, Releaser: s.inv, AdminToken: drawToken,
+			Clock: s.clock, Logger: quiet, DrawReserver: s.inv, DrawCapturer: s.pacer(), DrawWorkers: 4,
+			TickEvery: 10 * time.Millisecond, ResyncEvery: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(s.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = second.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done; _ = second.Close() })
+		testwait.Eventually(t, 30*time.Second, func() bool {
+			st, err := second.SaleStatus(s.ctx, s.sale.ID)
+			return err == nil && st.Draw != nil && st.Draw.Closed
+		}, "the next leader's close")
+		won := map[string]bool{}
+		for _, w := range s.winners() {
+			for _, e := range w {
+				won[e.ID] = true
+			}
+		}
+		perVariant := map[string]int{}
+		for id, r := range s.entrants {
+			in, _ := s.stand.Intent(r.PaymentIntent)
+			switch {
+			case in.Status == flashgate.IntentSucceeded && !won[id]:
+				t.Errorf("entry %s charged: not a winner", id)
+			case in.Status == flashgate.IntentSucceeded:
+				perVariant[r.Variant]++
+			case in.Status != flashgate.IntentCanceled:
+				t.Errorf("entry %s: hold %s, want captured or released", id, in.Status)
+			}
+		}
+		for _, v := range s.sale.Variants {
+			if perVariant[v.ID] != int(v.Total) {
+				t.Errorf("variant %s: %d captured, want %d", v.ID, perVariant[v.ID], v.Total)
+			}
+		}
+		testwait.Eventually(t, 10*time.Second, func() bool {
+			orders, err := s.db.OrdersPage(s.ctx, s.sale.ID, flashgate.StatusPaid, "", 1000)
+			return err == nil && len(orders) == int(s.sale.Total)
+		}, "%d paid orders", s.sale.Total)
+		for _, st := range []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusCancelled, flashgate.StatusExpired} {
+			if orders, _ := s.db.OrdersPage(s.ctx, s.sale.ID, st, "", 1000); len(orders) != 0 {
+				t.Errorf("%s orders: got %d, want 0", st, len(orders))
+			}
+		}
+	})
+}

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -324,9 +325,16 @@ func (c *Closer) publish(ctx context.Context, sale flashgate.Sale, f *draw.File,
 	return nil
 }
 
+// entryStates are the states of a close's entries as the database last
+// took them, for the moves Redis cannot make (move).
+type entryStates struct {
+	mu sync.Mutex
+	m  map[string]flashgate.DrawEntryState
+}
+
 // move moves an entry to state to from one of from (lua.DrawSet); an entry
 // already past them (moved by an earlier run) is no error.
-func (c *Closer) move(ctx context.Context, sale string, r flashgate.DrawEntry, to flashgate.DrawEntryState, from ...flashgate.DrawEntryState) error {
+func (c *Closer) move(ctx context.Context, sale string, cur *entryStates, r flashgate.DrawEntry, to flashgate.DrawEntryState, from ...flashgate.DrawEntryState) error {
 	args := []any{r.UserID, r.ID, string(to), c.cfg.Clock.Now().UnixMilli()}
 	for _, f := range from {
 		args = append(args, string(f))
@@ -338,6 +346,27 @@ func (c *Closer) move(ctx context.Context, sale string, r flashgate.DrawEntry, t
 	code, _ := v[0].(int64)
 	switch code {
 	case lua.DrawOK, lua.DrawWrongState:
+		if code == lua.DrawOK {
+			cur.mu.Lock()
+			cur.m[r.ID] = to
+			cur.mu.Unlock()
+		}
+		return nil
+	case lua.DrawNoSale, lua.DrawNoEntry:
+		// Redis lost the entry (a rebuild of the sale does not bring the
+		// entries back): the database, the system of record, takes the
+		// move under the script's rule, so that the close goes on
+		// capturing and releasing.
+		cur.mu.Lock()
+		defer cur.mu.Unlock()
+		if st := cur.m[r.ID]; st == to || !slices.Contains(from, st) {
+			return nil
+		}
+		r.State, r.UpdatedAt = to, time.Now()
+		if err := c.cfg.Store.PutDrawEntries(ctx, []flashgate.DrawEntry{r}); err != nil {
+			return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, err)
+		}
+		cur.m[r.ID] = to
 		return nil
 	}
 	return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, lua.DrawError(code))
@@ -347,8 +376,10 @@ func (c *Closer) move(ctx context.Context, sale string, r flashgate.DrawEntry, t
 // holds, makes the charged entrants' orders and marks them paid.
 func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, rows []flashgate.DrawEntry) (bool, error) {
 	byID := make(map[string]flashgate.DrawEntry, len(rows))
+	cur := &entryStates{m: make(map[string]flashgate.DrawEntryState, len(rows))}
 	for _, r := range rows {
 		byID[r.ID] = r
+		cur.m[r.ID] = r.State
 	}
 	entries := make([]draw.Entry, 0, len(f.Entries))
 	for _, e := range f.Entries {
@@ -360,7 +391,7 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 		if e.Won {
 			to = flashgate.DrawWon
 		}
-		if err := c.move(ctx, sale.ID, r, to, flashgate.DrawEntered); err != nil {
+		if err := c.move(ctx, sale.ID, cur, r, to, flashgate.DrawEntered); err != nil {
 			return false, err
 		}
 		e.IntentID = r.PaymentIntent
@@ -390,7 +421,7 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	go func() { defer close(paying); pay.run(pctx) }()
 	captured := func(e draw.Entry, _ flashgate.Intent) {
 		r := byID[e.ID]
-		err := c.order(ctx, sale, r)
+		err := c.order(ctx, sale, cur, r)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -427,7 +458,7 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	}
 	for _, e := range entries {
 		if !won[e.ID] {
-			if err := c.move(ctx, sale.ID, byID[e.ID], flashgate.DrawReleased, flashgate.DrawWon, flashgate.DrawLost); err != nil {
+			if err := c.move(ctx, sale.ID, cur, byID[e.ID], flashgate.DrawReleased, flashgate.DrawWon, flashgate.DrawLost); err != nil {
 				return false, err
 			}
 		}
@@ -466,14 +497,14 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 }
 
 // order makes the order of a charged entry and marks the entry captured.
-func (c *Closer) order(ctx context.Context, sale flashgate.Sale, r flashgate.DrawEntry) error {
+func (c *Closer) order(ctx context.Context, sale flashgate.Sale, cur *entryStates, r flashgate.DrawEntry) error {
 	if _, err := c.cfg.Reserver.ReserveWinner(ctx, OrderID(r.ID), sale.ID, r.UserID, r.Variant, r.Quantity); err != nil {
 		var p *flashgate.PurchasedError
 		if !errors.As(err, &p) || p.OrderID != OrderID(r.ID) {
 			return fmt.Errorf("making the order of entry %s: %w", r.ID, err)
 		}
 	}
-	return c.move(ctx, sale.ID, r, flashgate.DrawCaptured, flashgate.DrawWon, flashgate.DrawLost)
+	return c.move(ctx, sale.ID, cur, r, flashgate.DrawCaptured, flashgate.DrawWon, flashgate.DrawLost)
 }
 
 // recordOrders writes the charged entries' order ids to their rows, each
