@@ -22,7 +22,8 @@ func (s Sale) EntriesOpen(now time.Time) bool {
 }
 
 // ValidateDraw checks a sale's draw settings: a draw sale needs both ends
-// of its entry window, the close after the open, and one bucket; a sale of
+// of its entry window, the close after the open, ends_at (if any) after
+// the close, and one bucket; a sale of
 // another mode has no window. Errors are *FieldError naming the field.
 func (s Sale) ValidateDraw() error {
 	if !s.Draw() {
@@ -41,6 +42,10 @@ func (s Sale) ValidateDraw() error {
 		return &FieldError{Field: "entries_close_at", Reason: "a draw needs it"}
 	case !s.EntriesCloseAt.After(*s.EntriesOpenAt):
 		return &FieldError{Field: "entries_close_at", Reason: "not after entries_open_at"}
+	case s.EndsAt != nil && !s.EndsAt.After(*s.EntriesCloseAt):
+		// The close makes the winners' orders, which a closed sale
+		// refuses.
+		return &FieldError{Field: "ends_at", Reason: "a draw's sale ends after its entries close"}
 	case s.Bucketed():
 		return &FieldError{Field: "buckets", Reason: "a draw sells from one bucket"}
 	case s.PrequeueSeconds != 0 || s.ChallengeAuto != nil || s.AdmitPerMinute != 0 || s.AdmitSeconds != 0:

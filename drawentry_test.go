@@ -10,6 +10,7 @@ func TestValidateDraw(t *testing.T) {
 	open := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	closeAt := open.Add(time.Hour)
 	before := open.Add(-time.Minute)
+	later := closeAt.Add(time.Hour)
 	auto := true
 	for _, c := range []struct {
 		name  string
@@ -25,6 +26,8 @@ func TestValidateDraw(t *testing.T) {
 		{"draw without close", Sale{Queue: QueueDraw, EntriesOpenAt: &open}, "entries_close_at"},
 		{"close before open", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &before}, "entries_close_at"},
 		{"close at open", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &open}, "entries_close_at"},
+		{"ends at the close", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, EndsAt: &closeAt}, "ends_at"},
+		{"ends after the close", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, EndsAt: &later}, ""},
 		{"bucketed", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, Buckets: 2}, "buckets"},
 		{"queue settings", Sale{Queue: QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, ChallengeAuto: &auto}, "queue"},
 	} {

@@ -131,3 +131,25 @@ func (s *Service) DrawFile(ctx context.Context, saleID string) ([]byte, error) {
 // DrawProgress returns the settlement of sale's draw under way or last run
 // in this process; nil when none ran here.
 func (s *Service) DrawProgress(saleID string) *draw.Progress { return s.draws.Progress(saleID) }
+
+// drawFinished reports whether sale is no draw, or a draw whose close
+// finished (as this process saw it, else as the database says): the
+// scheduler closes a draw's sale at ends_at only then.
+func (s *Service) drawFinished(ctx context.Context, sale flashgate.Sale) bool {
+	if !sale.Draw() || !s.canDraw {
+		return true // no close of this process would ever finish it
+	}
+	s.mu.Lock()
+	done := s.drawn[sale.ID]
+	s.mu.Unlock()
+	if done {
+		return true
+	}
+	_, done, err := s.store.DrawFile(ctx, sale.ID)
+	if err == nil && done {
+		s.mu.Lock()
+		s.drawn[sale.ID] = true
+		s.mu.Unlock()
+	}
+	return err == nil && done
+}

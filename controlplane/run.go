@@ -128,6 +128,9 @@ func (s *Service) schedule(ctx context.Context, sales []flashgate.Sale) {
 	now := s.clock.Now()
 	for i, sale := range sales {
 		ended := sale.EndsAt != nil && !now.Before(*sale.EndsAt)
+		if ended && sale.State != flashgate.StateClosed && !s.drawFinished(ctx, sale) {
+			continue // a draw's sale stays open until its close made the winners' orders
+		}
 		switch {
 		case sale.State != flashgate.StateClosed && ended:
 			if err := s.Stop(ctx, sale.ID); err != nil {

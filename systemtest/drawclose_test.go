@@ -52,6 +52,8 @@ type drawStack struct {
 	// entrants are the entered entries by id; pending one entry that is
 	// not authorised.
 	entrants map[string]flashgate.DrawEntry
+	// ends gives the sale an ends_at a minute after its entries close.
+	ends bool
 }
 
 func newDrawStack(t *testing.T, dsn string) *drawStack {
@@ -107,11 +109,17 @@ func (s *drawStack) pacer() *payments.Pacer {
 }
 
 // create creates the draw sale (sizes S: 3 units, M: 2), its entries open
-// from now for an hour.
+// from now for an hour, ending (ends_at) a minute after they close when
+// s.ends.
 func (s *drawStack) create(cp *controlplane.Service) {
 	open, closeAt := s.clock.Now(), s.clock.Now().Add(time.Hour)
+	var ends *time.Time
+	if s.ends {
+		t := closeAt.Add(time.Minute)
+		ends = &t
+	}
 	sale := flashgate.Sale{ID: "drop", Name: "Drop", PriceCents: 1200, Total: 5, PerUser: 1, Queue: flashgate.QueueDraw,
-		EntriesOpenAt: &open, EntriesCloseAt: &closeAt,
+		EntriesOpenAt: &open, EntriesCloseAt: &closeAt, EndsAt: ends,
 		Variants: []flashgate.Variant{{ID: "S", Name: "Small", Total: 3}, {ID: "M", Name: "Medium", Total: 2}}}
 	created, err := cp.CreateSale(s.ctx, sale)
 	if err != nil {
@@ -421,8 +429,10 @@ func TestDrawCloseInterrupted(t *testing.T) {
 
 // TestDrawCloseByTheLeader: with simulated payments (no holds), the
 // leader's loop publishes the seed's commitment once entries open and
-// closes the draw at entries_close_at by itself; each entrant's
-// GET-able entry then says won or lost.
+// closes the draw at entries_close_at by itself, and only then the sale at
+// its ends_at (which the clock passed with the close: a closed sale would
+// refuse the winners' orders); each entrant's entry at the gateway then
+// says won (with its order) or lost.
 func TestDrawCloseByTheLeader(t *testing.T) {
 	drawBackends(t, func(t *testing.T, dsn string) {
 		s := newDrawStack(t, dsn)
@@ -435,16 +445,17 @@ func TestDrawCloseByTheLeader(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); _ = cp.Run(ctx) }()
 		t.Cleanup(func() { stop(); <-done; _ = cp.Close() })
+		s.ends = true
 		s.enter(cp, 10, nil)
 		testwait.Eventually(t, 10*time.Second, func() bool {
 			st, err := cp.SaleStatus(s.ctx, s.sale.ID)
 			return err == nil && st.Draw != nil && st.Draw.SeedSHA256 != ""
 		}, "the commitment published")
-		s.clock.Add(time.Hour)
+		s.clock.Add(2 * time.Hour)
 		testwait.Eventually(t, 20*time.Second, func() bool {
 			st, err := cp.SaleStatus(s.ctx, s.sale.ID)
-			return err == nil && st.Draw != nil && st.Draw.Closed
-		}, "the leader's close")
+			return err == nil && st.Draw != nil && st.Draw.Closed && st.State == flashgate.StateClosed
+		}, "the leader's close, then the sale closed")
 		captured := s.check(cp, 0)
 		if got := drawMetric(t, cp, "captured"); got != float64(len(captured)) {
 			t.Errorf(`flashgate_draw{step="captured"}: got %v, want %d`, got, len(captured))

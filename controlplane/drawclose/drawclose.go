@@ -90,6 +90,9 @@ type Closer struct {
 
 	mu       sync.Mutex
 	progress map[string]*draw.Progress // by sale: the settlement under way or last run
+	// settled holds, by sale, the orders of a settlement done here whose
+	// rows the order sink had not written yet (finish).
+	settled map[string][]string
 }
 
 // New returns a Closer of cfg.
@@ -103,7 +106,7 @@ func New(cfg Config) *Closer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Closer{cfg: cfg, progress: map[string]*draw.Progress{}}
+	return &Closer{cfg: cfg, progress: map[string]*draw.Progress{}, settled: map[string][]string{}}
 }
 
 // Instant is the Capturer of simulated payments: every capture succeeds and
@@ -235,6 +238,12 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	case err == nil && finished:
 		return true, c.publish(ctx, sale, nil, true)
 	case err == nil:
+		c.mu.Lock()
+		_, settled := c.settled[sale.ID]
+		c.mu.Unlock()
+		if settled {
+			return c.finish(ctx, sale)
+		}
 	case errors.Is(err, flashgate.ErrNotFound):
 		body = nil
 	default:
@@ -466,33 +475,71 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	if err := c.cfg.Redis.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldDrawPromoted, promoted).Err(); err != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w: %w", sale.ID, flashgate.ErrUnavailable, err)
 	}
-	// The orders whose rows had not arrived: paid once the order sink
-	// wrote them.
-	waiting := 0
-	for _, id := range pay.left() {
-		ok, err := c.markPaid(ctx, sale.ID, id)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			waiting++
-		}
-	}
 	if err := c.flush(ctx, sale.ID); err != nil {
 		return false, err
 	}
 	if err := c.recordOrders(ctx, sale.ID, charged); err != nil {
 		return false, err
 	}
-	if waiting > 0 {
-		c.cfg.Logger.Info("draw settled; orders not yet in the database", "sale", sale.ID, "waiting", waiting)
-		return false, nil
+	c.cfg.Logger.Info("draw settled", "sale", sale.ID, "entries", len(entries), "captured", len(charged),
+		"promoted", promoted, "declined", st.Declined, "released", len(entries)-len(charged))
+	// Every hold is captured or released: what is left is the orders
+	// whose rows had not arrived. A run again in this process waits for
+	// them only, without settling again.
+	c.mu.Lock()
+	c.settled[sale.ID] = pay.left()
+	c.mu.Unlock()
+	return c.finish(ctx, sale)
+}
+
+// orderPolls bounds one run's wait for the orders' rows: at payEvery, 30 s.
+const orderPolls = 600
+
+// finish marks paid the orders of sale's settlement (this process's) whose
+// rows had not arrived, waiting for them a while, and records the close
+// finished once none is left; done false without an error: some still
+// wait (the order sink is behind).
+func (c *Closer) finish(ctx context.Context, sale flashgate.Sale) (bool, error) {
+	c.mu.Lock()
+	left := c.settled[sale.ID]
+	c.mu.Unlock()
+	for i := 0; len(left) > 0; i++ {
+		var still []string
+		for _, id := range left {
+			ok, err := c.markPaid(ctx, sale.ID, id)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				still = append(still, id)
+			}
+		}
+		left = still
+		c.mu.Lock()
+		c.settled[sale.ID] = left
+		c.mu.Unlock()
+		if len(left) == 0 {
+			break
+		}
+		if i == orderPolls {
+			c.cfg.Logger.Info("draw settled; orders not yet in the database", "sale", sale.ID, "waiting", len(left))
+			return false, nil
+		}
+		t := time.NewTimer(payEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-t.C:
+		}
 	}
 	if err := c.cfg.Store.DrawDone(ctx, sale.ID); err != nil {
 		return false, err
 	}
-	c.cfg.Logger.Info("draw closed", "sale", sale.ID, "entries", len(entries), "captured", len(charged),
-		"promoted", promoted, "declined", st.Declined, "released", len(entries)-len(charged))
+	c.mu.Lock()
+	delete(c.settled, sale.ID)
+	c.mu.Unlock()
+	c.cfg.Logger.Info("draw closed", "sale", sale.ID)
 	return true, c.publish(ctx, sale, nil, true)
 }
 
