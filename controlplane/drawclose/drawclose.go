@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,9 +91,17 @@ type Closer struct {
 
 	mu       sync.Mutex
 	progress map[string]*draw.Progress // by sale: the settlement under way or last run
-	// settled holds, by sale, the orders of a settlement done here whose
-	// rows the order sink had not written yet (finish).
-	settled map[string][]string
+	// settled holds, by sale, a settlement done here whose orders' rows
+	// the order sink had not all written yet (finish).
+	settled map[string]*settlement
+}
+
+// settlement is a settlement done, for finish: its draw, how many it
+// promoted, and the orders not yet marked paid.
+type settlement struct {
+	f        *draw.File
+	promoted int
+	left     []string
 }
 
 // New returns a Closer of cfg.
@@ -106,7 +115,7 @@ func New(cfg Config) *Closer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Closer{cfg: cfg, progress: map[string]*draw.Progress{}, settled: map[string][]string{}}
+	return &Closer{cfg: cfg, progress: map[string]*draw.Progress{}, settled: map[string]*settlement{}}
 }
 
 // Instant is the Capturer of simulated payments: every capture succeeds and
@@ -236,7 +245,7 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	body, finished, err := c.cfg.Store.DrawFile(ctx, sale.ID)
 	switch {
 	case err == nil && finished:
-		return true, c.publish(ctx, sale, nil, true)
+		return true, c.republish(ctx, sale, body)
 	case err == nil:
 		c.mu.Lock()
 		_, settled := c.settled[sale.ID]
@@ -267,7 +276,7 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	if err != nil {
 		return false, fmt.Errorf("reading the stored draw of %s: %w", sale.ID, err)
 	}
-	if err := c.publish(ctx, sale, f, false); err != nil {
+	if err := c.publish(ctx, sale, f, -1, false); err != nil {
 		return false, err
 	}
 	return c.settle(ctx, sale, f, rows)
@@ -304,10 +313,36 @@ func (c *Closer) draw(ctx context.Context, sale flashgate.Sale, rows []flashgate
 	return stored, nil
 }
 
-// publish writes the draw's public figures to the sale's hash: the
-// commitment, the seed, the winners, and the close's end. f nil writes the
-// end only (a finished close, after Redis lost the sale).
-func (c *Closer) publish(ctx context.Context, sale flashgate.Sale, f *draw.File, done bool) error {
+// republish writes a finished close's figures to the sale's hash again
+// (Redis may have lost them): body is the stored file; the promoted are
+// counted from the database's rows.
+func (c *Closer) republish(ctx context.Context, sale flashgate.Sale, body []byte) error {
+	f, err := draw.Read(bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("reading the stored draw of %s: %w", sale.ID, err)
+	}
+	rows, err := c.cfg.Store.DrawEntries(ctx, sale.ID)
+	if err != nil {
+		return err
+	}
+	won := make(map[string]bool, len(f.Entries))
+	for _, e := range f.Entries {
+		won[e.ID] = e.Won
+	}
+	promoted := 0
+	for _, r := range rows {
+		if r.State == flashgate.DrawCaptured && !won[r.ID] {
+			promoted++
+		}
+	}
+	return c.publish(ctx, sale, f, promoted, true)
+}
+
+// publish writes the draw's public figures to the sale's hash, if Redis
+// holds the sale: the commitment, the seed and the winners of f, the
+// promoted (unless negative: not known yet), and the close's end when
+// done.
+func (c *Closer) publish(ctx context.Context, sale flashgate.Sale, f *draw.File, promoted int, done bool) error {
 	key := lua.SaleKey(sale.ID)
 	if n, err := c.cfg.Redis.Exists(ctx, key).Result(); err != nil || n == 0 {
 		return err
@@ -321,6 +356,9 @@ func (c *Closer) publish(ctx context.Context, sale flashgate.Sale, f *draw.File,
 			}
 		}
 		kv = append(kv, lua.FieldDrawSeedSHA, f.SeedSHA256, lua.FieldDrawSeed, hex.EncodeToString(f.Seed), lua.FieldDrawWinners, won)
+	}
+	if promoted >= 0 {
+		kv = append(kv, lua.FieldDrawPromoted, promoted)
 	}
 	if done {
 		kv = append(kv, lua.FieldDrawDone, 1)
@@ -381,6 +419,44 @@ func (c *Closer) move(ctx context.Context, sale string, cur *entryStates, r flas
 	return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, lua.DrawError(code))
 }
 
+// moveWorkers is how many entry moves (lua.DrawSet) a close has in flight.
+const moveWorkers = 16
+
+// moveAll makes the moves of entries 0..n-1, as pick names them (the entry,
+// its new state, and whether it moves at all), from one of from, with
+// moveWorkers in flight; it returns the first failure.
+func (c *Closer) moveAll(ctx context.Context, sale string, cur *entryStates, n int,
+	pick func(i int) (flashgate.DrawEntry, flashgate.DrawEntryState, bool), from ...flashgate.DrawEntryState) error {
+	var (
+		next  atomic.Int64
+		first atomic.Pointer[error]
+		wg    sync.WaitGroup
+	)
+	for range min(moveWorkers, max(n, 1)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || first.Load() != nil {
+					return
+				}
+				r, to, ok := pick(i)
+				if !ok {
+					continue
+				}
+				if err := c.move(ctx, sale, cur, r, to, from...); err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // settle marks the file's entries won or lost, captures and releases their
 // holds, makes the charged entrants' orders and marks them paid.
 func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, rows []flashgate.DrawEntry) (bool, error) {
@@ -396,13 +472,6 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 		if !ok {
 			return false, fmt.Errorf("settling the draw of %s: entry %s of the draw has no row", sale.ID, e.ID)
 		}
-		to := flashgate.DrawLost
-		if e.Won {
-			to = flashgate.DrawWon
-		}
-		if err := c.move(ctx, sale.ID, cur, r, to, flashgate.DrawEntered); err != nil {
-			return false, err
-		}
 		e.IntentID = r.PaymentIntent
 		if e.IntentID == "" {
 			if !c.simulated() {
@@ -411,6 +480,15 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 			e.IntentID = "simulated-" + e.ID
 		}
 		entries = append(entries, e)
+	}
+	// Every drawn entry won or lost, before any hold moves.
+	if err := c.moveAll(ctx, sale.ID, cur, len(entries), func(i int) (flashgate.DrawEntry, flashgate.DrawEntryState, bool) {
+		if entries[i].Won {
+			return byID[entries[i].ID], flashgate.DrawWon, true
+		}
+		return byID[entries[i].ID], flashgate.DrawLost, true
+	}, flashgate.DrawEntered); err != nil {
+		return false, err
 	}
 	prog := &draw.Progress{}
 	c.mu.Lock()
@@ -465,15 +543,13 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 			}
 		}
 	}
-	for _, e := range entries {
-		if !won[e.ID] {
-			if err := c.move(ctx, sale.ID, cur, byID[e.ID], flashgate.DrawReleased, flashgate.DrawWon, flashgate.DrawLost); err != nil {
-				return false, err
-			}
-		}
+	if err := c.moveAll(ctx, sale.ID, cur, len(entries), func(i int) (flashgate.DrawEntry, flashgate.DrawEntryState, bool) {
+		return byID[entries[i].ID], flashgate.DrawReleased, !won[entries[i].ID]
+	}, flashgate.DrawWon, flashgate.DrawLost); err != nil {
+		return false, err
 	}
-	if err := c.cfg.Redis.HSet(ctx, lua.SaleKey(sale.ID), lua.FieldDrawPromoted, promoted).Err(); err != nil {
-		return false, fmt.Errorf("settling the draw of %s: %w: %w", sale.ID, flashgate.ErrUnavailable, err)
+	if err := c.publish(ctx, sale, f, promoted, false); err != nil {
+		return false, err
 	}
 	if err := c.flush(ctx, sale.ID); err != nil {
 		return false, err
@@ -487,7 +563,7 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	// whose rows had not arrived. A run again in this process waits for
 	// them only, without settling again.
 	c.mu.Lock()
-	c.settled[sale.ID] = pay.left()
+	c.settled[sale.ID] = &settlement{f: f, promoted: promoted, left: pay.left()}
 	c.mu.Unlock()
 	return c.finish(ctx, sale)
 }
@@ -501,7 +577,8 @@ const orderPolls = 600
 // wait (the order sink is behind).
 func (c *Closer) finish(ctx context.Context, sale flashgate.Sale) (bool, error) {
 	c.mu.Lock()
-	left := c.settled[sale.ID]
+	st := c.settled[sale.ID]
+	left := st.left
 	c.mu.Unlock()
 	for i := 0; len(left) > 0; i++ {
 		var still []string
@@ -516,7 +593,7 @@ func (c *Closer) finish(ctx context.Context, sale flashgate.Sale) (bool, error) 
 		}
 		left = still
 		c.mu.Lock()
-		c.settled[sale.ID] = left
+		st.left = left
 		c.mu.Unlock()
 		if len(left) == 0 {
 			break
@@ -540,7 +617,7 @@ func (c *Closer) finish(ctx context.Context, sale flashgate.Sale) (bool, error) 
 	delete(c.settled, sale.ID)
 	c.mu.Unlock()
 	c.cfg.Logger.Info("draw closed", "sale", sale.ID)
-	return true, c.publish(ctx, sale, nil, true)
+	return true, c.publish(ctx, sale, st.f, st.promoted, true)
 }
 
 // order makes the order of a charged entry and marks the entry captured.
@@ -594,6 +671,9 @@ func (c *Closer) markPaid(ctx context.Context, sale, orderID string) (bool, erro
 	case err == nil:
 		return true, nil
 	case errors.Is(err, flashgate.ErrNotFound):
+		return false, nil
+	case errors.Is(err, flashgate.ErrNotPayable) && o.Status == flashgate.StatusPendingPayment:
+		// The row arrived between the update and the read: try again.
 		return false, nil
 	case errors.Is(err, flashgate.ErrNotPayable):
 		if o.Status != flashgate.StatusPaid {
