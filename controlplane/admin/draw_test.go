@@ -47,6 +47,7 @@ func TestAdminDrawSale(t *testing.T) {
 		{"close before open", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,"mode":"draw","entries_open_at":"2030-05-02T12:00:00Z","entries_close_at":"2030-05-01T12:00:00Z"}`, 400, errField("entries_close_at")},
 		{"bad time", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,"mode":"draw","entries_open_at":"tomorrow","entries_close_at":"2030-05-01T12:00:00Z"}`, 400, errField("entries_open_at")},
 		{"window without draw", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,` + window + `}`, 400, errField("entries_open_at")},
+		{"ends at the close", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,"mode":"draw","ends_at":"2030-05-02T12:00:00Z",` + window + `}`, 400, errField("ends_at")},
 		{"bucketed draw", "POST", "/admin/sales", `{"id":"d3","name":"x","total":4,"buckets":2,"mode":"draw",` + window + `}`, 400, errField("buckets")},
 		{"unknown mode", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,"mode":"raffle"}`, 400, errField("mode")},
 		{"mode and queue disagree", "POST", "/admin/sales", `{"id":"d3","name":"x","total":1,"mode":"draw","queue":"fair",` + window + `}`, 400, errField("mode")},
@@ -113,4 +114,39 @@ func TestAdminDrawSale(t *testing.T) {
 		got, err := e.db.DrawEntries(e.ctx, "drop")
 		return err == nil && len(got) == 3 && got[0].State == flashgate.DrawEntered
 	}, "the draw's entries in the database")
+}
+
+// TestAdminDrawFile: GET /admin/sales/{id}/draw.txt answers the entries
+// file the close stored, as text, with the token only; 404 before the
+// close and for an unknown sale.
+func TestAdminDrawFile(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	c := client{t, srv.URL}
+	const window = `"entries_open_at":"2030-05-01T12:00:00Z","entries_close_at":"2030-05-02T12:00:00Z"`
+	if code, _, raw := c.do("POST", "/admin/sales", testToken, `{"id":"drop","name":"Drop","total":2,"mode":"draw",`+window+`}`); code != 201 {
+		t.Fatalf("create: %d %s", code, raw)
+	}
+	if code, body, raw := c.do("GET", "/admin/sales/drop/draw.txt", testToken, ""); code != 404 || body["error"] != "not_found" {
+		t.Errorf("before the close: got %d %s, want 404 not_found", code, raw)
+	}
+	const file = "flashgate draw v1\nsale drop\n"
+	if _, err := e.db.PutDrawFile(e.ctx, "drop", []byte(file)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, token string
+		want              int
+		body              string
+	}{
+		{"the file", "/admin/sales/drop/draw.txt", testToken, 200, file},
+		{"no token", "/admin/sales/drop/draw.txt", "", 401, ""},
+		{"unknown sale", "/admin/sales/nope/draw.txt", testToken, 404, ""},
+	} {
+		code, _, raw := c.do("GET", tc.path, tc.token, "")
+		if code != tc.want || (tc.body != "" && raw != tc.body) {
+			t.Errorf("%s: got %d %q, want %d %q", tc.name, code, raw, tc.want, tc.body)
+		}
+	}
 }
