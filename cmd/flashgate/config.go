@@ -14,6 +14,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/inventory"
 	"github.com/flashgate/flashgate/ordersink"
+	"github.com/flashgate/flashgate/payments"
 )
 
 // Config is every setting of every command. Its zero value is not used
@@ -57,6 +58,8 @@ type Config struct {
 	StripeJSURL     string        // the Stripe.js the item page loads; gateway.DefaultStripeJS
 	PaymentCurrency string        // currency of payments; controlplane.DefaultCurrency
 	PaymentGrace    time.Duration // wait past the window before asking the provider; controlplane.DefaultPaymentGrace
+	DrawRate        float64       // a draw's calls to the provider a second, captures and releases together; payments.DefaultOverall
+	DrawCaptureRate float64       // a draw's captures a second, and apart from them its releases; payments.DefaultPerEndpoint
 
 	// order sink
 	SinkName         string        // consumer name; "" = <hostname>-<admin-listen port>
@@ -124,6 +127,8 @@ var flagSpecs = []flagSpec{
 	{"stripe-js-url", "the Stripe.js the item page loads with --stripe-publishable-key; its origin is the only one the page's Content-Security-Policy lets scripts come from besides the gateway (tests point it at a stand-in)", gwLike, strFlag(func(c *Config) *string { return &c.StripeJSURL }, gateway.DefaultStripeJS)},
 	{"payment-currency", "currency of payments (ISO 4217, lower case)", payCmds, strFlag(func(c *Config) *string { return &c.PaymentCurrency }, controlplane.DefaultCurrency)},
 	{"payment-grace", "how long past the payment window an unsettled payment waits for its webhook before the provider is asked", payCmds, durFlag(func(c *Config) *time.Duration { return &c.PaymentGrace }, controlplane.DefaultPaymentGrace)},
+	{"draw-rate", "calls a second a draw's close makes to the payment provider at most, captures and releases together (Stripe: 100 in live mode, 25 in test mode); 429 and Retry-After are honoured above it", cpLike, floatFlag(func(c *Config) *float64 { return &c.DrawRate }, payments.DefaultOverall)},
+	{"draw-capture-rate", "captures a second a draw's close makes at most, and apart from them releases (Stripe: 25 per endpoint)", cpLike, floatFlag(func(c *Config) *float64 { return &c.DrawCaptureRate }, payments.DefaultPerEndpoint)},
 	{"state-refresh", "how often a gateway re-reads sale state from the replicas", gwLike, durFlag(func(c *Config) *time.Duration { return &c.StateRefresh }, gateway.DefaultStateRefresh)},
 	{"user-limiters", "per-user rate limiters a gateway holds at once (16 bytes each; past it, users whose bucket is full again are forgotten first)", gwLike, intFlag(func(c *Config) *int { return &c.UserLimiters }, gateway.DefaultMaxUsers)},
 	{"fast-conns", "open connections that keep their read/write buffers when idle (about 16 KB each); the rest hold about 4 KB idle for one more read per request", gwLike, intFlag(func(c *Config) *int { return &c.FastConns }, gateway.DefaultFastConns)},
@@ -345,6 +350,9 @@ func (c *Config) validate(cmd string) error {
 		if d.cmds.has(cmd) && d.v <= 0 {
 			return fmt.Errorf("--%s must be positive", d.name)
 		}
+	}
+	if cpLike.has(cmd) && (c.DrawRate <= 0 || c.DrawCaptureRate <= 0) {
+		return fmt.Errorf("--draw-rate and --draw-capture-rate must be positive")
 	}
 	if payCmds.has(cmd) {
 		if err := checkPayments(cmd, c); err != nil {

@@ -149,7 +149,7 @@ func newControlplane(st *stack, cfg *Config, reg *prometheus.Registry, primary r
 	if prov != nil {
 		pstore = db
 		if c, ok := prov.(payments.Capturer); ok {
-			capt = payments.NewPacer(c, payments.PacerConfig{})
+			capt = payments.NewPacer(c, payments.PacerConfig{PerEndpoint: cfg.DrawCaptureRate, Overall: cfg.DrawRate})
 		}
 	}
 	cp, err := controlplane.New(controlplane.Config{
