@@ -31,6 +31,10 @@ demo: build ## Run the zero set-up demo: embedded store, 100 units, 100,000 buye
 demo-fair: build ## Run a fair drop on the embedded store: 3,000 people and 20 scalpers (15 accounts each) through a 5 s pre-queue for 100 units; units by group, the seed check, the invariants.
 	./$(BIN) demo --fair
 
+.PHONY: demo-draw
+demo-draw: build ## Run a draw on the embedded store and the stand-in provider: 20,000 entries over three sizes for 300 units; winners per size, the seed check, the invariants.
+	./$(BIN) demo --draw
+
 .PHONY: test
 test: ## go vet, then go test -race over everything against throwaway Redis and PostgreSQL, then every fuzz target for FUZZTIME (make fuzz).
 	$(GO) vet $(PKGS)

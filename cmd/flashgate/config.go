@@ -77,6 +77,7 @@ type Config struct {
 	Admin       string        // crowd: admin URL for the cross-check; ""
 	Serve       bool          // demo: keep serving after the report
 	Fair        bool          // demo: a fair drop (people and scalpers through a fair queue) instead of first come
+	Draw        bool          // demo: a draw (entries with card holds at the stand-in provider, winners charged) instead of first come
 	Scalpers    int           // demo --fair: scalpers; 20
 	Accounts    int           // demo --fair: accounts per scalper; 15
 	Progress    bool          // crowd/demo: draw a progress bar; true
@@ -157,6 +158,7 @@ var flagSpecs = []flagSpec{
 	{"timeout", "per-request timeout", cmdCrowd, durFlag(func(c *Config) *time.Duration { return &c.Timeout }, 5*time.Second)},
 	{"progress", "draw a progress bar", cmdDemo | cmdCrowd, boolFlag(func(c *Config) *bool { return &c.Progress }, true)},
 	{"serve", "keep serving after the report (open the pages in a browser)", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Serve }, false)},
+	{"draw", "a draw instead: entries (--users, default 20000) over three sizes for --units (default 300), each with a card hold at the stand-in provider, drawn by the leader at the close; reports winners per size, the seed check and the invariants (units = winners captured, no loser charged, every hold released)", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Draw }, false)},
 	{"fair", "a fair drop instead: people (--users, default 3000) entering at random through a 5s pre-queue, scalpers entering the moment it opens and polling fast, everyone paying a proof of work; reports units by group, the seed check and the invariants", cmdDemo, boolFlag(func(c *Config) *bool { return &c.Fair }, false)},
 	{"scalpers", "with --fair: scalpers", cmdDemo, intFlag(func(c *Config) *int { return &c.Scalpers }, 20)},
 	{"accounts", "with --fair: accounts per scalper", cmdDemo, intFlag(func(c *Config) *int { return &c.Accounts }, 15)},

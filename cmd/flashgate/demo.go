@@ -56,6 +56,25 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	cfg.Redis = "redis://" + mr.Addr() + "/0"
 	cfg.embedded = true
 	cfg.DB = "sqlite://" + filepath.Join(dir, "orders.db")
+	if cfg.Draw {
+		if cfg.Fair {
+			return &usageError{"demo: --draw and --fair are two demos: choose one"}
+		}
+		// A draw's holds are at the stand-in, which takes the captures and
+		// releases as fast as they come.
+		if !cfg.set["payments"] {
+			cfg.Payments = payStripeDemo
+		}
+		if cfg.Payments != payStripeDemo {
+			return &usageError{"demo: --draw runs with --payments stripe-local"}
+		}
+		if !cfg.set["draw-rate"] {
+			cfg.DrawRate = 5000
+		}
+		if !cfg.set["draw-capture-rate"] {
+			cfg.DrawCaptureRate = 2500
+		}
+	}
 	stand, err := startStandIn(st, cfg) // payments.go; nil without stripe-local
 	if err != nil {
 		return err
@@ -70,6 +89,9 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 
 	if cfg.Fair {
 		return runFairDemo(ctx, cfg, stdout, s, c, base, admin)
+	}
+	if cfg.Draw {
+		return runDrawDemo(ctx, cfg, stdout, s, c, stand, base, admin)
 	}
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)

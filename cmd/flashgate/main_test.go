@@ -150,6 +150,36 @@ func warnLines(out string) []string {
 
 // TestDemo runs the whole demo, smaller, through run: every tier, real HTTP on
 // loopback, embedded store and SQLite; it fails if any invariant check fails.
+// TestDemoDraw: `flashgate demo --draw` enters a crowd with card holds at
+// the stand-in, the leader closes the draw, and every invariant holds:
+// each size's units captured by its winners, no loser charged, every
+// other hold released, the published file verifies.
+func TestDemoDraw(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"demo", "--draw", "--units", "30", "--users", "300", "--progress=false"}, &out, &errb, env(nil))
+	if err != nil {
+		t.Fatalf("demo --draw: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	report := out.String()
+	for _, want := range []string{"size S        10 units, 10 winners", "ok   losers charged: 0",
+		"ok   units = winners captured: 30 captured of 30 units", "ok   the published file verifies", "every invariant held"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("demo --draw's report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "FAIL") {
+		t.Errorf("demo --draw's report has a failed check:\n%s", report)
+	}
+	if w := warnLines(errb.String()); len(w) > 0 {
+		t.Errorf("demo --draw logged warnings or errors:\n%s", strings.Join(w, "\n"))
+	}
+}
+
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/draw"
+	"github.com/flashgate/flashgate/internal/stripelocal"
+	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/payments"
+)
+
+// drawDemoSale is the draw demo's sale id.
+const drawDemoSale = "draw"
+
+// drawDemoWindow is how long the draw demo's entries stay open for n
+// entrants: the crowd enters and its holds are authorised within it (about
+// 1,000 a second on a laptop), with room to spare.
+func drawDemoWindow(n int) time.Duration { return 10*time.Second + time.Duration(n)*2*time.Millisecond }
+
+// drawEntrant is one entrant of the draw demo.
+type drawEntrant struct {
+	user, variant, entry, intent string
+}
+
+// runDrawDemo runs `flashgate demo --draw` on the demo's tiers (base: the
+// gateway, admin: the control plane) with the stand-in provider: a crowd
+// enters a draw of three sizes through the gateway, each entry's card hold
+// authorised at the stand-in, the leader closes the draw at
+// entries_close_at; it prints the winners per size, the seed check anyone
+// can redo from the published file, and the invariants. It fails unless
+// every one held.
+//
+// The hold of each entry is made here, as the entrant's page and the
+// provider's webhook would make it, and the entry moved to entered.
+func runDrawDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, c conns, stand *stripelocal.Server, base, admin string) error {
+	entrants, units := 20_000, int64(300)
+	if cfg.set["users"] {
+		entrants = cfg.Users
+	}
+	if cfg.set["units"] {
+		units = cfg.Units
+	}
+	began := time.Now()
+	sizes := []string{"S", "M", "L"}
+	variants := splitUnits(sizes, units)
+	open := time.Now()
+	window := drawDemoWindow(entrants)
+	closeAt := open.Add(window)
+	fmt.Fprintf(stdout, "flashgate demo --draw: %d entries over %d sizes, %d units, entries open for %v, gateway %s, embedded store, SQLite and the stand-in provider\n",
+		entrants, len(sizes), units, window, base)
+	sale, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: drawDemoSale, Name: "Limited sneaker draw", PriceCents: 18000, Total: units,
+		PerUser: 1, Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, Variants: variants})
+	if err != nil {
+		return fmt.Errorf("creating the draw: %w", err)
+	}
+	pay, err := payments.NewStripe(payments.StripeConfig{Key: cfg.StripeKey, WebhookSecret: cfg.StripeSecret, APIBase: cfg.StripeAPIBase})
+	if err != nil {
+		return err
+	}
+	es, err := enterDraw(ctx, cfg, c, pay, stand, base, sale, sizes, entrants)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "entered       %d entries, holds authorised (%s)\n", len(es), time.Since(began).Round(time.Millisecond))
+	// The leader closes the draw at entries_close_at.
+	var closed bool
+	for deadline := closeAt.Add(5 * time.Minute); !closed; {
+		st, err := s.cp.SaleStatus(ctx, drawDemoSale)
+		closed = err == nil && st.Draw != nil && st.Draw.Closed
+		if !closed && time.Now().After(deadline) {
+			return fmt.Errorf("the draw did not close within 5 minutes of entries_close_at")
+		}
+		if !closed {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "closed        %s after entries_close_at\n", time.Since(closeAt).Round(time.Millisecond))
+	body, err := s.cp.DrawFile(ctx, drawDemoSale)
+	if err != nil {
+		return err
+	}
+	f, err := draw.Read(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	won, verr := draw.Verify(f)
+	fmt.Fprintf(stdout, "seed          %x\ncommitment    %s (published when entries opened; SHA-256 of the seed)\n", f.Seed, f.SeedSHA256)
+	fmt.Fprintf(stdout, "verify        GET /admin/sales/%s/draw.txt > draw.txt && flashgate draw verify draw.txt\n", drawDemoSale)
+	winner := map[string]bool{}
+	for _, v := range sizes {
+		for _, e := range won[v] {
+			winner[e.ID] = true
+		}
+		fmt.Fprintf(stdout, "size %-8s %d units, %d winners\n", v, f.Stock[v], len(won[v]))
+	}
+	return drawChecks(ctx, stdout, c, stand, f, es, winner, verr, units, began)
+}
+
+// enterDraw enters n buyers (sizes in turn) through the gateway, and
+// authorises each entry's hold at the stand-in.
+func enterDraw(ctx context.Context, cfg *Config, c conns, pay *payments.Stripe, stand *stripelocal.Server, base string,
+	sale flashgate.Sale, sizes []string, n int) ([]drawEntrant, error) {
+	toks, err := mintTokens([]byte(cfg.JWTSecret), "entrant-", n, time.Now().Add(time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	cl := &fasthttp.Client{MaxConnsPerHost: 256, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	out := make([]drawEntrant, n)
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				e := drawEntrant{user: fmt.Sprintf("entrant-%d", i), variant: sizes[i%len(sizes)]}
+				err := enterOne(ctx, cl, pay, stand, c, base, sale, toks[i], &e)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				out[i] = e
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
+}
+
+// enterOne enters one buyer and authorises the hold of the entry: the
+// stand-in confirms it, and the entry is entered with its hold.
+func enterOne(ctx context.Context, cl *fasthttp.Client, pay *payments.Stripe, stand *stripelocal.Server, c conns, base string,
+	sale flashgate.Sale, tok string, e *drawEntrant) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(base + "/api/sales/" + sale.ID + "/entry")
+	req.Header.SetMethod("POST")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.SetBodyString(`{"variant":"` + e.variant + `"}`)
+	if err := cl.Do(req, resp); err != nil {
+		return fmt.Errorf("entering %s: %w", e.user, err)
+	}
+	var a struct {
+		EntryID string `json:"entry_id"`
+	}
+	if err := json.Unmarshal(resp.Body(), &a); err != nil || resp.StatusCode() != fasthttp.StatusCreated {
+		return fmt.Errorf("entering %s: %d %s", e.user, resp.StatusCode(), resp.Body())
+	}
+	e.entry = a.EntryID
+	in, err := pay.Hold(ctx, flashgate.Hold{EntryID: e.entry, SaleID: sale.ID, AmountCents: sale.PriceCents, Currency: "usd"})
+	if err != nil {
+		return err
+	}
+	if _, err := stand.Confirm(in.ID, "4242424242424242"); err != nil {
+		return err
+	}
+	e.intent = in.ID
+	v, err := lua.DrawSet.Run(ctx, c.primary, lua.DrawChangeKeys(sale.ID), e.user, e.entry, string(flashgate.DrawEntered),
+		time.Now().UnixMilli(), string(flashgate.DrawPending)).Slice()
+	if err != nil || v[0] != int64(lua.DrawOK) {
+		return fmt.Errorf("entering %s: the hold's authorisation: %v %v", e.user, v, err)
+	}
+	// The row's latest word: after the journal's stamps of the entry's
+	// changes so far, which the leader may have written already.
+	now := time.Now().Add(time.Millisecond)
+	return c.db.PutDrawEntries(ctx, []flashgate.DrawEntry{{ID: e.entry, SaleID: sale.ID, UserID: e.user, Variant: e.variant,
+		Quantity: 1, State: flashgate.DrawEntered, PaymentIntent: e.intent, CreatedAt: now, UpdatedAt: now}})
+}
+
+// drawChecks prints the draw demo's invariants: the file verifies; each
+// size's units are captured, each by one of its winners (0 losers
+// charged); every other hold is released; one paid order per unit.
+func drawChecks(ctx context.Context, stdout io.Writer, c conns, stand *stripelocal.Server, f *draw.File, es []drawEntrant,
+	winner map[string]bool, verr error, units int64, began time.Time) error {
+	byIntent := make(map[string]drawEntrant, len(es))
+	for _, e := range es {
+		byIntent[e.intent] = e
+	}
+	var captured, losersCharged, held int
+	perSize := map[string]int{}
+	for _, in := range stand.Intents() {
+		e, ok := byIntent[in.ID]
+		if !ok {
+			continue
+		}
+		switch in.Status {
+		case flashgate.IntentSucceeded:
+			captured++
+			perSize[e.variant]++
+			if !winner[e.entry] {
+				losersCharged++
+			}
+		case flashgate.IntentCanceled:
+		default:
+			held++
+		}
+	}
+	paid, err := c.db.OrdersPage(ctx, drawDemoSale, flashgate.StatusPaid, "", int(units)+1)
+	if err != nil {
+		return err
+	}
+	sizesOK := true
+	for v, n := range f.Stock {
+		sizesOK = sizesOK && perSize[v] == n
+	}
+	checks := []check{
+		{verified(verr), verr == nil},
+		{fmt.Sprintf("units = winners captured: %d captured of %d units, each size's units", captured, units), int64(captured) == units && sizesOK},
+		{fmt.Sprintf("losers charged: %d", losersCharged), losersCharged == 0},
+		{fmt.Sprintf("holds neither captured nor released: %d", held), held == 0},
+		{fmt.Sprintf("paid orders: %d, one per unit", len(paid)), int64(len(paid)) == units},
+	}
+	if failed := printChecks(stdout, checks); failed > 0 {
+		return fmt.Errorf("demo --draw: %d of %d invariant checks failed", failed, len(checks))
+	}
+	fmt.Fprintf(stdout, "demo --draw: every invariant held (%s)\n", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// verified words the file's check.
+func verified(err error) string {
+	if err != nil {
+		return "the published file does not verify: " + err.Error()
+	}
+	return "the published file verifies: the seed hashes to the commitment, every result is the draw's"
+}
