@@ -30,6 +30,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/archive"
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
+	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
@@ -288,6 +289,8 @@ type Service struct {
 	archive *archive.Archiver
 	// orders runs the order actions and payments (controlplane/orders).
 	orders *orders.Service
+	// holds runs the card holds of draw entries (controlplane/drawhold).
+	holds *drawhold.Holder
 
 	// mu guards settled, leading, term and closed.
 	mu      sync.Mutex
@@ -360,11 +363,12 @@ func New(cfg Config) (*Service, error) {
 	s.metrics = m
 	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.Resyncs)
 	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
+	s.holds = newHolder(s, cfg)
 	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
 		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
 		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
 		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds, Yield: cfg.PaymentYield,
-		ReconcileRate: cfg.PaymentReconcileRate})
+		ReconcileRate: cfg.PaymentReconcileRate, HoldEvents: s.holds.Event})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

@@ -20,16 +20,33 @@ import (
 // (DELETE) and read (GET) one's entry in a draw sale. Each is one script
 // call on the primary (lua.DrawEnter, DrawWithdraw, DrawState), whose
 // codes lua.DrawError turns into the error table's answers. The card hold
-// of an entry is the payment side's.
+// of an entry is Config.Draws': entering asks for it (POST
+// /api/sales/{id}/entry/pay asks again, as an order's pay does), and a
+// withdrawal releases it.
 
 var (
 	sEntry         = []byte("/entry")
+	sEntryPay      = []byte("/entry/pay")
 	vGetPostDelete = []byte("GET, HEAD, POST, DELETE")
 	errEntryBody   = &flashgate.FieldError{Field: "body", Reason: `{"variant"?, "quantity"?, "payload"?}`}
 )
 
-// routeDraw serves /api/sales/{id}/entry; ok is false for another path.
+// routeDraw serves /api/sales/{id}/entry and /entry/pay; ok is false for
+// another path.
 func (s *Server) routeDraw(ctx *fasthttp.RequestCtx, rest []byte, get, post bool) (route int, ok bool) {
+	if bytes.HasSuffix(rest, sEntryPay) {
+		id := rest[:len(rest)-len(sEntryPay)]
+		switch {
+		case !flashgate.ValidID(id):
+			writeAnswer(ctx, ansNotFound)
+			return routeOther, true
+		case !post:
+			methodNotAllowed(ctx, vPost)
+		default:
+			s.drawPay(ctx, id)
+		}
+		return routeEntry, true
+	}
 	if !bytes.HasSuffix(rest, sEntry) {
 		return 0, false
 	}
@@ -97,6 +114,10 @@ type entryAnswer struct {
 	// The draw's entry window.
 	EntriesOpenAt  *time.Time `json:"entries_open_at"`
 	EntriesCloseAt *time.Time `json:"entries_close_at"`
+	// The entry's card hold, in the answers that ask for it (enter, pay):
+	// what the page confirms it with.
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	ClientSecret  string `json:"client_secret,omitempty"`
 }
 
 // drawResult sums an entry's state up for its buyer: "pending" until the
@@ -121,8 +142,14 @@ func (s *Server) writeEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.S
 		s.writeError(ctx, errors.New("draw: an entry of another shape: "+v))
 		return
 	}
-	b, err := json.Marshal(entryAnswer{EntryID: id, State: string(st), Result: drawResult(st), Variant: variant, Quantity: qty,
-		EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt})
+	s.writeDrawEntry(ctx, status, sl, flashgate.DrawEntry{ID: id, State: st, Variant: variant, Quantity: qty})
+}
+
+// writeDrawEntry answers status with the entry e and its hold.
+func (s *Server) writeDrawEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.Sale, e flashgate.DrawEntry) {
+	b, err := json.Marshal(entryAnswer{EntryID: e.ID, State: string(e.State), Result: drawResult(e.State), Variant: e.Variant,
+		Quantity: e.Quantity, EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt,
+		PaymentIntent: e.PaymentIntent, ClientSecret: e.ClientSecret})
 	if err != nil {
 		s.writeError(ctx, err)
 		return
@@ -224,7 +251,57 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	if fresh {
 		status = fasthttp.StatusCreated
 	}
+	if st, _, _, _, _ := lua.ParseDrawEntry(entry); st == flashgate.DrawPending && s.cfg.Draws != nil {
+		// Ask for the hold now, so that one answer carries it (or, with
+		// simulated payments, enters the entry). A failure leaves the
+		// entry pending, answered without its hold: the page asks again
+		// with POST /entry/pay.
+		if d, err := s.drawHold(user, e.id); err == nil {
+			s.writeDrawEntry(ctx, status, sl, d)
+			return
+		} else if !errors.Is(err, flashgate.ErrNotPayable) {
+			s.log.Warn("draw entry: its hold not made yet", "sale", e.id, "err", err)
+		}
+	}
 	s.writeEntry(ctx, status, sl, entry)
+}
+
+// drawHold asks Config.Draws for user's hold in sale, within OrderTimeout.
+func (s *Server) drawHold(user, sale string) (flashgate.DrawEntry, error) {
+	hctx, cancel := context.WithTimeout(s.base, s.cfg.OrderTimeout)
+	defer cancel()
+	return s.cfg.Draws.HoldEntry(hctx, sale, user)
+}
+
+// drawPay serves POST /api/sales/{id}/entry/pay: 200 the buyer's pending
+// entry with its card hold (payment_intent, client_secret), or the entry
+// entered (simulated payments, or a hold already authorised); 404 without
+// an entry, 409 not_payable for one withdrawn or drawn.
+func (s *Server) drawPay(ctx *fasthttp.RequestCtx, id []byte) {
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeAnswer(ctx, ansUnauth)
+		return
+	}
+	e, sl, ok := s.drawSale(ctx, id)
+	if !ok {
+		return
+	}
+	if s.cfg.Draws == nil {
+		writeAnswer(ctx, ansUnavail)
+		return
+	}
+	if !s.allowOrder(user, s.clock.Now()) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
+	d, err := s.drawHold(user, e.id)
+	if err != nil {
+		s.writeError(ctx, err)
+		return
+	}
+	s.writeDrawEntry(ctx, fasthttp.StatusOK, sl, d)
 }
 
 // drawWithdraw serves DELETE /api/sales/{id}/entry: 200 the withdrawn
@@ -248,6 +325,20 @@ func (s *Server) drawWithdraw(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	if code == lua.DrawClosed {
 		s.writeError(ctx, flashgate.ErrClosed)
+		return
+	}
+	if s.cfg.Draws != nil {
+		// Release the hold, now or on a retry: a withdrawal answered 503
+		// here stands, and its hold is released by the next DELETE or
+		// the control plane's read path.
+		rctx, cancel := context.WithTimeout(s.base, s.cfg.OrderTimeout)
+		d, err := s.cfg.Draws.ReleaseEntry(rctx, e.id, user)
+		cancel()
+		if err != nil {
+			s.writeError(ctx, err)
+			return
+		}
+		s.writeDrawEntry(ctx, fasthttp.StatusOK, sl, d)
 		return
 	}
 	s.writeEntry(ctx, fasthttp.StatusOK, sl, entry)
