@@ -276,7 +276,8 @@ func (s *Server) drawHold(user, sale string) (flashgate.DrawEntry, error) {
 // drawPay serves POST /api/sales/{id}/entry/pay: 200 the buyer's pending
 // entry with its card hold (payment_intent, client_secret), or the entry
 // entered (simulated payments, or a hold already authorised); 404 without
-// an entry, 409 not_payable for one withdrawn or drawn.
+// an entry, 409 not_payable for one withdrawn or drawn, 409 closed from
+// the close.
 func (s *Server) drawPay(ctx *fasthttp.RequestCtx, id []byte) {
 	user, ok := s.authenticate(ctx)
 	if !ok {
@@ -291,7 +292,12 @@ func (s *Server) drawPay(ctx *fasthttp.RequestCtx, id []byte) {
 		writeAnswer(ctx, ansUnavail)
 		return
 	}
-	if !s.allowOrder(user, s.clock.Now()) {
+	now := s.clock.Now()
+	if err := windowError(sl, now); errors.Is(err, flashgate.ErrClosed) {
+		s.writeError(ctx, err)
+		return
+	}
+	if !s.allowOrder(user, now) {
 		writeAnswer(ctx, ansRateLimit)
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
 		return

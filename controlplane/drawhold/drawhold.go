@@ -185,7 +185,8 @@ func (h *Holder) readHold(ctx context.Context, saleID, entryID string) (intent, 
 // ClientSecret); asking again answers the same hold. With simulated
 // payments it enters the entry at once. An entry already entered is
 // answered as it is; no entry is flashgate.ErrNotFound, one withdrawn or
-// drawn flashgate.ErrNotPayable, a provider that cannot be reached
+// drawn flashgate.ErrNotPayable, a pending one past the close (no hold
+// made) flashgate.ErrClosed, a provider that cannot be reached
 // flashgate.ErrUnavailable (the entry stays pending: ask again).
 func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error) {
 	if !flashgate.ValidSaleID(saleID) || userID == "" {
@@ -223,6 +224,13 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 		d := answer(saleID, userID, e, intent)
 		d.ClientSecret = in.ClientSecret
 		return d, nil
+	}
+	// A hold made after the close would never count.
+	if closed, err := h.closed(ctx, saleID); err != nil || closed {
+		if err == nil {
+			err = fmt.Errorf("holding for %s: %w", e.id, flashgate.ErrClosed)
+		}
+		return answer(saleID, userID, e, ""), err
 	}
 	sale, err := h.store.Sale(ctx, saleID)
 	if err != nil {

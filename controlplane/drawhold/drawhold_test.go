@@ -354,7 +354,7 @@ func TestWithdrawReleases(t *testing.T) {
 // TestLostWebhookReadPath: with every webhook lost, the read path enters
 // an authorised entry once its grace is over, leaves one the buyer has
 // not confirmed pending (looked at again later), and after the close
-// releases a hold that never counted.
+// releases a hold that never counted; no hold is made after the close.
 func TestLostWebhookReadPath(t *testing.T) {
 	e := newEnv(t, true)
 	e.hooks.Store(false)
@@ -395,8 +395,16 @@ func TestLostWebhookReadPath(t *testing.T) {
 		t.Errorf("Reconcile again at once: %d, %v; want 0 (bob put off)", n, err)
 	}
 	// bob confirms after the close: his hold does not count, and is
-	// released.
+	// released. dan, who entered but never asked for a hold, gets none.
+	e.enter("dan", 1)
 	e.clock.Add(time.Hour)
+	before := len(e.stand.Intents())
+	if _, err := e.h.Hold(e.ctx, sale, "dan"); !errors.Is(err, flashgate.ErrClosed) {
+		t.Errorf("Hold after the close: got %v, want ErrClosed", err)
+	}
+	if n := len(e.stand.Intents()); n != before {
+		t.Errorf("intents after a hold asked for past the close: got %d, want %d", n, before)
+	}
 	if _, err := e.stand.Confirm(b.PaymentIntent, "4242424242424242"); err != nil {
 		t.Fatal(err)
 	}
