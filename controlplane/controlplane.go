@@ -181,6 +181,8 @@ type Config struct {
 	// PaymentReconcileRate is how many calls a second the reconciliation
 	// makes to the payment provider at most; zero means
 	// orders.DefaultReconcileRate (10).
+	// The draws' read of their card holds (controlplane/drawhold) makes
+	// half as many; zero means drawhold.DefaultRate (5).
 	PaymentReconcileRate float64
 }
 
