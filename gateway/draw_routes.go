@@ -260,7 +260,9 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 			s.writeDrawEntry(ctx, status, sl, d)
 			return
 		} else if !errors.Is(err, flashgate.ErrNotPayable) {
-			s.log.Warn("draw entry: its hold not made yet", "sale", e.id, "err", err)
+			// Said at debug: a provider that is down would say it once
+			// per entry; the page's /entry/pay gets the error itself.
+			s.log.Debug("draw entry: its hold not made yet", "sale", e.id, "err", err)
 		}
 	}
 	s.writeEntry(ctx, status, sl, entry)
