@@ -19,6 +19,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
 	"github.com/flashgate/flashgate/internal/stripelocal"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/internal/testenv/testwait"
@@ -443,8 +444,17 @@ func TestSimulatedEntersAtOnce(t *testing.T) {
 // draw_entries row of its entry (where the close reads it), and stays
 // there as the entry's state changes.
 func TestHoldJournaled(t *testing.T) {
+	for _, dsn := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+		t.Run(dsn.name, func(t *testing.T) { holdJournaled(t, dsn.dsn(t)) })
+	}
+}
+
+func holdJournaled(t *testing.T, dsn string) {
 	e := newEnv(t, true)
-	db := cptest.OpenDB(t, cptest.SQLiteDSN(t))
+	db := cptest.OpenDB(t, dsn)
 	id := e.enter("ann", 1)
 	d, err := e.h.Hold(e.ctx, sale, "ann")
 	if err != nil {
