@@ -83,7 +83,10 @@
       case "withdrawn":
         return "You withdrew your entry (" + what(e) + "). Your hold was released.";
     }
-    if (e.state === "pending") { return "Your entry (" + what(e) + ") counts once your card is held."; }
+    if (e.state === "pending") {
+      return phase() === "closed" ? "Your card was not held before the close: this entry (" + what(e) + ") is not in the draw, and nothing is charged." :
+        "Your entry (" + what(e) + ") counts once your card is held.";
+    }
     if (e.state === "entered") {
       return phase() === "closed" ? "You are in the draw (" + what(e) + "): the draw is being made." :
         "You are in the draw: " + what(e) + ". Your card is held for " + money(priceCents * e.quantity) + ", charged only if you win.";
