@@ -198,7 +198,7 @@ func TestItemPageDraw(t *testing.T) {
 	if got := hold("4242 4242 4242 4242"); got != "status ok | You are in the draw. Results come when entries close." {
 		t.Fatalf("after holding the card: page says %q, want entered", got)
 	}
-	waitJS(t, ctx, "the entry line", `document.getElementById('draw-entry').textContent === "You are in the draw: size Medium, quantity 2. Your card is held for 100.00, charged only if you win."`, 5*time.Second)
+	waitJS(t, ctx, "the entry line", `document.getElementById('draw-entry').textContent === "You are in the draw: size Medium, quantity 2. You are charged 100.00 only if you win."`, 5*time.Second)
 	if e := s.entryOf(t, id, ann); e.body["state"] != "entered" {
 		t.Fatalf("ann's entry: %v, want entered", e.body)
 	}
@@ -279,5 +279,63 @@ func TestItemPageDraw(t *testing.T) {
 
 	if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`sessionStorage.getItem("fg-violations") || ""`)); err != nil || v != "" {
 		t.Errorf("Content-Security-Policy violations: %q (%v), want none", v, err)
+	}
+}
+
+// TestItemPageDrawSimulated: without a payment provider (simulated
+// payments, no publishable key) a draw's page counts down to the opening
+// with the enter button held, and once entries are open an entry is in
+// the draw at once, with no card form.
+func TestItemPageDrawSimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test")
+	}
+	s := startPageSystem(t, nil)
+	now := time.Now().Truncate(time.Second)
+	for _, sl := range []struct {
+		id          string
+		open, close time.Time
+	}{{"draw-later", now.Add(time.Hour), now.Add(2 * time.Hour)}, {"draw-now", now.Add(-time.Second), now.Add(time.Hour)}} {
+		if _, err := s.cp.CreateSale(s.ctx, flashgate.Sale{ID: sl.id, Name: "Drawn tee", PriceCents: 2500, Total: 5,
+			Queue: flashgate.QueueDraw, EntriesOpenAt: &sl.open, EntriesCloseAt: &sl.close}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := s.token(t, "cyd")
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		res, err := http.Get(s.url + "/sales/draw-now")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode == 200 && strings.Contains(string(b), "data-draw") && s.entryOf(t, "draw-now", tok).status == 404
+	}, "the draw sale's page served")
+
+	ctx := browsertest.New(t, s.ctx, 900, 900, 2*time.Minute)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/sales/draw-later#token="+tok),
+		chromedp.WaitVisible(chromedp.CSS(`#draw-enter`)),
+	); err != nil {
+		t.Fatalf("opening the later draw's page: %v", err)
+	}
+	waitJS(t, ctx, "the countdown to the opening", `document.getElementById('countdown').textContent.indexOf("Entries open in 00:59:") === 0 &&
+		document.getElementById('draw-enter').disabled && document.getElementById('status').textContent === "Entries are not open yet."`, 10*time.Second)
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/sales/draw-now"),
+		chromedp.WaitVisible(chromedp.CSS(`#draw-enter`)),
+	); err != nil {
+		t.Fatalf("opening the open draw's page: %v", err)
+	}
+	waitJS(t, ctx, "the enter button", `!document.getElementById('draw-enter').disabled && !document.getElementById('draw-qty')`, 10*time.Second)
+	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(`#draw-enter`))); err != nil {
+		t.Fatalf("clicking enter: %v", err)
+	}
+	waitJS(t, ctx, "the entry", `document.getElementById('status').textContent === "You are in the draw. Results come when entries close." &&
+		document.getElementById('draw-entry').textContent === "You are in the draw: quantity 1. You are charged 25.00 only if you win." &&
+		document.getElementById('payment').hidden && document.getElementById('pay').hidden && !document.getElementById('draw-withdraw').hidden`, 20*time.Second)
+	if e := s.entryOf(t, "draw-now", tok); e.body["state"] != "entered" {
+		t.Errorf("cyd's entry: %v, want entered", e.body)
 	}
 }

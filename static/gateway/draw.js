@@ -89,7 +89,7 @@
     }
     if (e.state === "entered") {
       return phase() === "closed" ? "You are in the draw (" + what(e) + "): the draw is being made." :
-        "You are in the draw: " + what(e) + ". Your card is held for " + money(priceCents * e.quantity) + ", charged only if you win.";
+        "You are in the draw: " + what(e) + ". You are charged " + money(priceCents * e.quantity) + " only if you win.";
     }
     return "Your entry (" + what(e) + ") is being settled: the result follows.";
   }
