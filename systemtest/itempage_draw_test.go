@@ -80,8 +80,9 @@ func (s *pageSystem) call(t *testing.T, method, path, tok, body string) drawAnsw
 // stand-in of Stripe (its API and its Stripe.js): the entry window and its
 // countdown; a size and a quantity chosen and entered, the proof of work
 // solved in the page's worker; the card hold authorised in the Payment
-// Element (a declined card's message first, the hold still pending), the
-// stand-in's webhook entering the entry, which the page shows; a
+// Element (a declined card's message first, the hold still pending and
+// offered again after a reload), the stand-in's webhook entering the
+// entry, which the page shows; a
 // withdrawal releasing the hold; entering again; and after the close the
 // page following the entry until it shows the result: won (charged) for
 // one buyer, lost (hold released) for another. The page is the sale's
@@ -195,8 +196,21 @@ func TestItemPageDraw(t *testing.T) {
 	if e := s.entryOf(t, id, ann); e.body["state"] != "pending" || e.body["variant"] != "M" || e.body["quantity"] != 2.0 {
 		t.Fatalf("ann's entry after the decline: %v, want pending, M × 2", e.body)
 	}
+	// Reloaded, the page offers the pending entry's hold again (the entry
+	// read carries no client secret: the pay route answers the same hold).
+	open(ann)
+	waitJS(t, ctx, "the hold offered again", status()+` === "status | Your entry counts once your card is held: press Hold my card." &&
+		!document.getElementById('pay').hidden && document.getElementById('draw-enter').hidden`, 10*time.Second)
+	if _, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(`#pay`))); err != nil {
+		t.Fatalf("clicking Hold my card: %v", err)
+	}
+	waitJS(t, ctx, "the Payment Element after the reload", `!document.getElementById('payment').hidden &&
+		document.querySelector('#payment-element input[data-stripelocal=card]') && !document.getElementById('pay').disabled`, 10*time.Second)
 	if got := hold("4242 4242 4242 4242"); got != "status ok | You are in the draw. Results come when entries close." {
 		t.Fatalf("after holding the card: page says %q, want entered", got)
+	}
+	if n := len(pay.stand.Intents()); n != 1 {
+		t.Errorf("holds at the provider: %d, want 1 (the same hold, declined then authorised)", n)
 	}
 	waitJS(t, ctx, "the entry line", `document.getElementById('draw-entry').textContent === "You are in the draw: size Medium, quantity 2. You are charged 100.00 only if you win."`, 5*time.Second)
 	if e := s.entryOf(t, id, ann); e.body["state"] != "entered" {
