@@ -395,7 +395,10 @@
   radios.forEach(function (r) { r.addEventListener("change", function () { render(); if (!busy && !live()) { say("Size " + sizeName(r.value) + " chosen."); } }); });
   if (qtyInput) { qtyInput.addEventListener("input", render); }
   window.addEventListener("fg-token", function () {
-    refresh(function (e) { if (e && phase() === "open") { held(e); } });
+    refresh(function (e) {
+      if (phase() !== "open") { return; }
+      if (e) { held(e); } else if (e === null) { say(radios.length ? "Entries are open: choose a size and enter." : "Entries are open."); }
+    });
   });
 
   tick();
