@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -104,6 +105,47 @@ type entryRequest struct {
 	Payload  string `json:"payload"`
 }
 
+// entryFields are the members an entry's body may have, each once.
+var entryFields = [...]string{"variant", "quantity", "payload"}
+
+// entryBodyExact reports whether b is one JSON object whose members are
+// entryFields, each at most once and named exactly, with nothing after
+// it: encoding/json alone would take a member given twice (the last
+// wins), one named in another case, and anything after the object, where
+// a purchase's body is refused (parsePurchase). The values are
+// encoding/json's to judge.
+func entryBodyExact(b []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	var seen [len(entryFields)]bool
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return false
+		}
+		k, _ := t.(string)
+		i := 0
+		for i < len(entryFields) && entryFields[i] != k {
+			i++
+		}
+		if i == len(entryFields) || seen[i] {
+			return false
+		}
+		seen[i] = true
+		var v json.RawMessage
+		if d.Decode(&v) != nil {
+			return false
+		}
+	}
+	if t, err := d.Token(); err != nil || t != json.Delim('}') {
+		return false
+	}
+	_, err := d.Token()
+	return errors.Is(err, io.EOF)
+}
+
 // entryAnswer is the body of the entry routes' 200 and 201 answers.
 type entryAnswer struct {
 	EntryID  string `json:"entry_id"`
@@ -199,9 +241,7 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	// A malformed body is 400 whatever the sale.
 	var body entryRequest
 	if b := bytes.TrimSpace(ctx.PostBody()); len(b) > 0 {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&body); err != nil {
+		if !entryBodyExact(b) || json.Unmarshal(b, &body) != nil {
 			s.writeError(ctx, errEntryBody)
 			return
 		}
@@ -325,6 +365,14 @@ func (s *Server) drawWithdraw(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	now := s.clock.Now()
+	// Each withdrawal may ask the provider to release the hold (again):
+	// the order routes' per-buyer limit bounds what one buyer's flood
+	// of DELETEs costs the provider's rate, which every buyer shares.
+	if !s.allowOrder(user, now) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
 	code, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {
 		return lua.DrawWithdraw.Run(rctx, s.cfg.Primary, lua.DrawChangeKeys(e.id), user, now.UnixMilli()).Slice()
 	})
