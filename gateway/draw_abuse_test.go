@@ -88,3 +88,40 @@ func TestDrawEntryBodyStrict(t *testing.T) {
 		}
 	}
 }
+
+// TestDrawStateLimit: one buyer's flood of GET /api/sales/{id}/entry, each
+// a script call on the sale's primary, is held to the order routes'
+// per-buyer limit as an order's GET is; another buyer is not held back.
+func TestDrawStateLimit(t *testing.T) {
+	e, _ := drawEnv(t, 0)
+	h := e.s.Handler()
+	ann, bob := token(t, "ann"), token(t, "bob")
+	for _, tok := range []string{ann, bob} {
+		if r := do(h, req{method: "POST", path: "/api/sales/dr/entry", token: tok, body: `{"variant":"S"}`}); r.StatusCode() != 201 {
+			t.Fatalf("enter: got %d %s, want 201", r.StatusCode(), r.Body())
+		}
+	}
+	const flood = 30
+	answered, limited := 0, 0
+	for i := range flood {
+		method := "GET"
+		if i%2 == 1 {
+			method = "HEAD"
+		}
+		switch r := do(h, req{method: method, path: "/api/sales/dr/entry", token: ann}); r.StatusCode() {
+		case 200:
+			answered++
+		case 429:
+			limited++
+		default:
+			t.Fatalf("%s: got %d %s", method, r.StatusCode(), r.Body())
+		}
+	}
+	if answered != DefaultOrderBurst || limited != flood-DefaultOrderBurst {
+		t.Errorf("ann's flood of %d reads: got %d answered, %d limited; want %d, %d", flood, answered, limited,
+			DefaultOrderBurst, flood-DefaultOrderBurst)
+	}
+	if r := do(h, req{method: "GET", path: "/api/sales/dr/entry", token: bob}); r.StatusCode() != 200 {
+		t.Errorf("bob's read while ann floods: got %d %s, want 200", r.StatusCode(), r.Body())
+	}
+}
