@@ -412,6 +412,14 @@ func (s *Server) drawState(ctx *fasthttp.RequestCtx, id []byte) {
 	if !ok {
 		return
 	}
+	// A read is a script call on the sale's primary: the order routes'
+	// per-buyer limit turns one buyer's flood away before Redis, as an
+	// order's GET.
+	if !s.allowOrder(user, s.clock.Now()) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
 	_, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {
 		return lua.DrawState.Run(rctx, s.cfg.Primary, lua.DrawStateKeys(e.id), user).Slice()
 	})
