@@ -374,7 +374,10 @@ func (s *Server) drawWithdraw(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	code, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {
-		return lua.DrawWithdraw.Run(rctx, s.cfg.Primary, lua.DrawChangeKeys(e.id), user, now.UnixMilli()).Slice()
+		// The read path releases the hold if this call's own release
+		// (below, bounded by OrderTimeout) does not.
+		return lua.DrawWithdraw.Run(rctx, s.cfg.Primary, lua.DrawWithdrawKeys(e.id), user, now.UnixMilli(),
+			now.Add(s.cfg.OrderTimeout).UnixMilli()).Slice()
 	})
 	if !ok {
 		return

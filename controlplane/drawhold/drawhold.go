@@ -344,8 +344,11 @@ func (h *Holder) checkAt(ctx context.Context, saleID, entryID string, at time.Ti
 
 // Release releases the hold of userID's withdrawn entry in saleID (the
 // gateway calls it after the withdrawal) and answers the entry: calling it
-// again is harmless. An entry that is not withdrawn, or holds nothing, is
-// answered as it is. A provider that cannot be reached is
+// again is harmless, and asks the provider nothing once the hold is
+// released (lua.DrawWithdraw lists a withdrawn entry's hold on the read
+// path's list, and a release takes it off: an entry off the list holds
+// nothing to release). An entry that is not withdrawn, or holds nothing,
+// is answered as it is. A provider that cannot be reached is
 // flashgate.ErrUnavailable; the read path releases the hold later, and
 // calling Release again tries now.
 func (h *Holder) Release(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error) {
@@ -367,11 +370,17 @@ func (h *Holder) Release(ctx context.Context, saleID, userID string) (flashgate.
 	if e.st != flashgate.DrawWithdrawn || !held || h.provider == nil {
 		return d, nil
 	}
-	// Listed first, so that a release cut short here is the read path's.
-	if err := h.checkAt(ctx, saleID, e.id, h.clock.Now()); err != nil {
-		return d, err
+	switch _, err := h.rdb.ZScore(ctx, lua.DrawCheckKey(saleID), e.id).Result(); {
+	case errors.Is(err, redis.Nil):
+		return d, nil // released already
+	case err != nil:
+		return d, fmt.Errorf("reading the holds to check of %s: %w: %w", saleID, flashgate.ErrUnavailable, err)
 	}
 	if _, err := h.provider.Cancel(ctx, intent); err != nil {
+		// Due now: the read path tries again, as a DELETE again does.
+		if lerr := h.checkAt(ctx, saleID, e.id, h.clock.Now()); lerr != nil {
+			h.log.Warn("draw hold: listing a hold not released", "entry", e.id, "err", lerr)
+		}
 		return d, fmt.Errorf("releasing the hold of %s: %w", e.id, err)
 	}
 	h.done(ctx, saleID, e.id)

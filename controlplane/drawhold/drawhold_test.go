@@ -143,7 +143,8 @@ func (e *env) withdraw(user string) (flashgate.DrawEntry, error) {
 // stops there, as a gateway that died before the release.
 func (e *env) withdrawOnly(user string) {
 	e.t.Helper()
-	v, err := lua.DrawWithdraw.Run(e.ctx, e.rdb, lua.DrawChangeKeys(sale), user, e.clock.Now().UnixMilli()).Slice()
+	v, err := lua.DrawWithdraw.Run(e.ctx, e.rdb, lua.DrawWithdrawKeys(sale), user, e.clock.Now().UnixMilli(),
+		e.clock.Now().Add(5*time.Second).UnixMilli()).Slice()
 	if err != nil || v[0] != int64(0) {
 		e.t.Fatalf("DrawWithdraw %s: %v, %v", user, v, err)
 	}
