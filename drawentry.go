@@ -110,8 +110,11 @@ type DrawEntry struct {
 	Quantity int64          `json:"quantity"`
 	State    DrawEntryState `json:"state"`
 	// PaymentIntent names the entry's card hold at the provider (empty
-	// with simulated payments).
+	// with simulated payments); ClientSecret is what the buyer's page
+	// confirms it with, set only in the answer that hands it out (never
+	// stored).
 	PaymentIntent string `json:"payment_intent,omitempty"`
+	ClientSecret  string `json:"client_secret,omitempty"`
 	// OrderID is the order a won entry became, once made.
 	OrderID   string    `json:"order_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`

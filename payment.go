@@ -12,7 +12,9 @@ type Intent struct {
 	OrderID      string
 	// EntryID is the draw entry a hold (Hold) was made for; "" for an
 	// order's payment.
-	EntryID     string
+	EntryID string
+	// SaleID is the sale of the order or draw entry, from the metadata.
+	SaleID      string
 	AmountCents int64
 	Currency    string
 }
@@ -53,7 +55,10 @@ type PaymentEvent struct {
 	IntentID string
 	OrderID  string
 	EntryID  string
-	Status   string
+	// SaleID is the sale of the intent's order or draw entry, from its
+	// metadata ("" for an event that does not carry the intent).
+	SaleID string
+	Status string
 }
 
 // The webhook event types flashgate handles; any other is acknowledged and

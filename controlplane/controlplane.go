@@ -31,6 +31,7 @@ import (
 	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/controlplane/deadletter"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/failover"
 	"github.com/flashgate/flashgate/controlplane/opsmetrics"
@@ -183,6 +184,8 @@ type Config struct {
 	// PaymentReconcileRate is how many calls a second the reconciliation
 	// makes to the payment provider at most; zero means
 	// orders.DefaultReconcileRate (10).
+	// The draws' read of their card holds (controlplane/drawhold) makes
+	// half as many; zero means drawhold.DefaultRate (5).
 	PaymentReconcileRate float64
 	// DrawReserver makes the orders of a draw's winners at its close
 	// (inventory.Service.ReserveWinner); nil means the leader closes no
@@ -311,6 +314,8 @@ type Service struct {
 	archive *archive.Archiver
 	// orders runs the order actions and payments (controlplane/orders).
 	orders *orders.Service
+	// holds runs the card holds of draw entries (controlplane/drawhold).
+	holds *drawhold.Holder
 
 	// mu guards settled, leading, term, closed and the draws' maps.
 	mu      sync.Mutex
@@ -385,11 +390,12 @@ func New(cfg Config) (*Service, error) {
 	s.metrics = m
 	s.sync = resync.New(s.rdb, s.store, s.buckets, s.log, m.Resyncs)
 	s.failover = failover.New(s.rdb, s.log, s.buckets, s.sync, s.Resync)
+	s.holds = newHolder(s, cfg)
 	s.orders, err = orders.New(orders.Config{Redis: s.rdb, Store: s.store, Releaser: cfg.Releaser, Clock: s.clock,
 		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
 		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
 		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds, Yield: cfg.PaymentYield,
-		ReconcileRate: cfg.PaymentReconcileRate})
+		ReconcileRate: cfg.PaymentReconcileRate, HoldEvents: s.holds.Event})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

@@ -75,6 +75,9 @@ func (s *Service) tick(ctx context.Context, lastResync *time.Time) {
 		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 		s.drawTick(lctx, ctx, sales) // draws.go
 		cancel()
+		lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
+		s.holdTick(lctx, sales) // drawholds.go
+		cancel()
 	}
 	lctx, cancel = context.WithTimeout(ctx, s.leaderTTL)
 	if _, err := s.ReconcilePayments(lctx); err != nil && ctx.Err() == nil { // payments.go

@@ -52,6 +52,10 @@ type Config struct {
 	// Orders serves the order routes. Nil: those routes answer
 	// 503 unavailable.
 	Orders Orders
+	// Draws holds the cards of draw entries (the entry's pay route, and
+	// the release of a withdrawn entry's hold). Nil: entries stay pending
+	// and POST /api/sales/{id}/entry/pay answers 503 unavailable.
+	Draws Draws
 	// JWTSecret is the HS256 secret of buyer tokens. Required.
 	JWTSecret []byte
 	// QueueSecret keys the fair queue's tickets and proof-of-work

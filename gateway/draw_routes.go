@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,16 +21,33 @@ import (
 // (DELETE) and read (GET) one's entry in a draw sale. Each is one script
 // call on the primary (lua.DrawEnter, DrawWithdraw, DrawState), whose
 // codes lua.DrawError turns into the error table's answers. The card hold
-// of an entry is the payment side's.
+// of an entry is Config.Draws': entering asks for it (POST
+// /api/sales/{id}/entry/pay asks again, as an order's pay does), and a
+// withdrawal releases it.
 
 var (
 	sEntry         = []byte("/entry")
+	sEntryPay      = []byte("/entry/pay")
 	vGetPostDelete = []byte("GET, HEAD, POST, DELETE")
 	errEntryBody   = &flashgate.FieldError{Field: "body", Reason: `{"variant"?, "quantity"?, "payload"?}`}
 )
 
-// routeDraw serves /api/sales/{id}/entry; ok is false for another path.
+// routeDraw serves /api/sales/{id}/entry and /entry/pay; ok is false for
+// another path.
 func (s *Server) routeDraw(ctx *fasthttp.RequestCtx, rest []byte, get, post bool) (route int, ok bool) {
+	if bytes.HasSuffix(rest, sEntryPay) {
+		id := rest[:len(rest)-len(sEntryPay)]
+		switch {
+		case !flashgate.ValidID(id):
+			writeAnswer(ctx, ansNotFound)
+			return routeOther, true
+		case !post:
+			methodNotAllowed(ctx, vPost)
+		default:
+			s.drawPay(ctx, id)
+		}
+		return routeEntry, true
+	}
 	if !bytes.HasSuffix(rest, sEntry) {
 		return 0, false
 	}
@@ -87,6 +105,47 @@ type entryRequest struct {
 	Payload  string `json:"payload"`
 }
 
+// entryFields are the members an entry's body may have, each once.
+var entryFields = [...]string{"variant", "quantity", "payload"}
+
+// entryBodyExact reports whether b is one JSON object whose members are
+// entryFields, each at most once and named exactly, with nothing after
+// it: encoding/json alone would take a member given twice (the last
+// wins), one named in another case, and anything after the object, where
+// a purchase's body is refused (parsePurchase). The values are
+// encoding/json's to judge.
+func entryBodyExact(b []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	var seen [len(entryFields)]bool
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return false
+		}
+		k, _ := t.(string)
+		i := 0
+		for i < len(entryFields) && entryFields[i] != k {
+			i++
+		}
+		if i == len(entryFields) || seen[i] {
+			return false
+		}
+		seen[i] = true
+		var v json.RawMessage
+		if d.Decode(&v) != nil {
+			return false
+		}
+	}
+	if t, err := d.Token(); err != nil || t != json.Delim('}') {
+		return false
+	}
+	_, err := d.Token()
+	return errors.Is(err, io.EOF)
+}
+
 // entryAnswer is the body of the entry routes' 200 and 201 answers.
 type entryAnswer struct {
 	EntryID  string `json:"entry_id"`
@@ -99,6 +158,10 @@ type entryAnswer struct {
 	// The draw's entry window.
 	EntriesOpenAt  *time.Time `json:"entries_open_at"`
 	EntriesCloseAt *time.Time `json:"entries_close_at"`
+	// The entry's card hold, in the answers that ask for it (enter, pay):
+	// what the page confirms it with.
+	PaymentIntent string `json:"payment_intent,omitempty"`
+	ClientSecret  string `json:"client_secret,omitempty"`
 }
 
 // drawResult sums an entry's state up for its buyer, final results only:
@@ -126,10 +189,17 @@ func (s *Server) writeEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.S
 		s.writeError(ctx, errors.New("draw: an entry of another shape: "+v))
 		return
 	}
-	a := entryAnswer{EntryID: id, State: string(st), Result: drawResult(st), Variant: variant, Quantity: qty,
-		EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt}
-	if st == flashgate.DrawCaptured {
-		a.OrderID = flashgate.DrawOrderID(id)
+	s.writeDrawEntry(ctx, status, sl, flashgate.DrawEntry{ID: id, State: st, Variant: variant, Quantity: qty})
+}
+
+// writeDrawEntry answers status with the entry e and its hold; a captured
+// entry names its order (flashgate.DrawOrderID).
+func (s *Server) writeDrawEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.Sale, e flashgate.DrawEntry) {
+	a := entryAnswer{EntryID: e.ID, State: string(e.State), Result: drawResult(e.State), Variant: e.Variant,
+		Quantity: e.Quantity, EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt,
+		PaymentIntent: e.PaymentIntent, ClientSecret: e.ClientSecret}
+	if e.State == flashgate.DrawCaptured {
+		a.OrderID = flashgate.DrawOrderID(e.ID)
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -181,9 +251,7 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	// A malformed body is 400 whatever the sale.
 	var body entryRequest
 	if b := bytes.TrimSpace(ctx.PostBody()); len(b) > 0 {
-		d := json.NewDecoder(bytes.NewReader(b))
-		d.DisallowUnknownFields()
-		if err := d.Decode(&body); err != nil {
+		if !entryBodyExact(b) || json.Unmarshal(b, &body) != nil {
 			s.writeError(ctx, errEntryBody)
 			return
 		}
@@ -233,7 +301,65 @@ func (s *Server) drawEnter(ctx *fasthttp.RequestCtx, id []byte) {
 	if fresh {
 		status = fasthttp.StatusCreated
 	}
+	if st, _, _, _, _ := lua.ParseDrawEntry(entry); st == flashgate.DrawPending && s.cfg.Draws != nil {
+		// Ask for the hold now, so that one answer carries it (or, with
+		// simulated payments, enters the entry). A failure leaves the
+		// entry pending, answered without its hold: the page asks again
+		// with POST /entry/pay.
+		if d, err := s.drawHold(user, e.id); err == nil {
+			s.writeDrawEntry(ctx, status, sl, d)
+			return
+		} else if !errors.Is(err, flashgate.ErrNotPayable) {
+			// Said at debug: a provider that is down would say it once
+			// per entry; the page's /entry/pay gets the error itself.
+			s.log.Debug("draw entry: its hold not made yet", "sale", e.id, "err", err)
+		}
+	}
 	s.writeEntry(ctx, status, sl, entry)
+}
+
+// drawHold asks Config.Draws for user's hold in sale, within OrderTimeout.
+func (s *Server) drawHold(user, sale string) (flashgate.DrawEntry, error) {
+	hctx, cancel := context.WithTimeout(s.base, s.cfg.OrderTimeout)
+	defer cancel()
+	return s.cfg.Draws.HoldEntry(hctx, sale, user)
+}
+
+// drawPay serves POST /api/sales/{id}/entry/pay: 200 the buyer's pending
+// entry with its card hold (payment_intent, client_secret), or the entry
+// entered (simulated payments, or a hold already authorised); 404 without
+// an entry, 409 not_payable for one withdrawn or drawn, 409 closed from
+// the close.
+func (s *Server) drawPay(ctx *fasthttp.RequestCtx, id []byte) {
+	user, ok := s.authenticate(ctx)
+	if !ok {
+		writeAnswer(ctx, ansUnauth)
+		return
+	}
+	e, sl, ok := s.drawSale(ctx, id)
+	if !ok {
+		return
+	}
+	if s.cfg.Draws == nil {
+		writeAnswer(ctx, ansUnavail)
+		return
+	}
+	now := s.clock.Now()
+	if err := windowError(sl, now); errors.Is(err, flashgate.ErrClosed) {
+		s.writeError(ctx, err)
+		return
+	}
+	if !s.allowOrder(user, now) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
+	d, err := s.drawHold(user, e.id)
+	if err != nil {
+		s.writeError(ctx, err)
+		return
+	}
+	s.writeDrawEntry(ctx, fasthttp.StatusOK, sl, d)
 }
 
 // drawWithdraw serves DELETE /api/sales/{id}/entry: 200 the withdrawn
@@ -249,14 +375,39 @@ func (s *Server) drawWithdraw(ctx *fasthttp.RequestCtx, id []byte) {
 		return
 	}
 	now := s.clock.Now()
+	// Each withdrawal may ask the provider to release the hold (again):
+	// the order routes' per-buyer limit bounds what one buyer's flood
+	// of DELETEs costs the provider's rate, which every buyer shares.
+	if !s.allowOrder(user, now) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
+		return
+	}
 	code, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {
-		return lua.DrawWithdraw.Run(rctx, s.cfg.Primary, lua.DrawChangeKeys(e.id), user, now.UnixMilli()).Slice()
+		// The read path releases the hold if this call's own release
+		// (below, bounded by OrderTimeout) does not.
+		return lua.DrawWithdraw.Run(rctx, s.cfg.Primary, lua.DrawWithdrawKeys(e.id), user, now.UnixMilli(),
+			now.Add(s.cfg.OrderTimeout).UnixMilli()).Slice()
 	})
 	if !ok {
 		return
 	}
 	if code == lua.DrawClosed {
 		s.writeError(ctx, flashgate.ErrClosed)
+		return
+	}
+	if s.cfg.Draws != nil {
+		// Release the hold, now or on a retry: a withdrawal answered 503
+		// here stands, and its hold is released by the next DELETE or
+		// the control plane's read path.
+		rctx, cancel := context.WithTimeout(s.base, s.cfg.OrderTimeout)
+		d, err := s.cfg.Draws.ReleaseEntry(rctx, e.id, user)
+		cancel()
+		if err != nil {
+			s.writeError(ctx, err)
+			return
+		}
+		s.writeDrawEntry(ctx, fasthttp.StatusOK, sl, d)
 		return
 	}
 	s.writeEntry(ctx, fasthttp.StatusOK, sl, entry)
@@ -272,6 +423,14 @@ func (s *Server) drawState(ctx *fasthttp.RequestCtx, id []byte) {
 	}
 	e, sl, ok := s.drawSale(ctx, id)
 	if !ok {
+		return
+	}
+	// A read is a script call on the sale's primary: the order routes'
+	// per-buyer limit turns one buyer's flood away before Redis, as an
+	// order's GET.
+	if !s.allowOrder(user, s.clock.Now()) {
+		writeAnswer(ctx, ansRateLimit)
+		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
 		return
 	}
 	_, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {

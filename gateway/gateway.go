@@ -54,6 +54,16 @@ type Orders interface {
 	Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error)
 }
 
+// Draws holds the cards of draw entries; *controlplane.Service satisfies
+// it. HoldEntry gives a pending entry its hold (the answer carries the
+// intent and its client secret), or enters it with simulated payments;
+// ReleaseEntry releases a withdrawn entry's hold. No entry is
+// flashgate.ErrNotFound, one that cannot hold flashgate.ErrNotPayable.
+type Draws interface {
+	HoldEntry(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error)
+	ReleaseEntry(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error)
+}
+
 // Webhooks takes the payment provider's webhook deliveries (the raw body
 // and its signature header); *controlplane.Service satisfies it. A bad
 // signature is flashgate.ErrBadSignature.

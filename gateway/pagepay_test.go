@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate"
 )
@@ -78,5 +79,53 @@ func TestPayPageRefuses(t *testing.T) {
 	}
 	if p, err := newPayPage("", "javascript:alert(1)"); err != nil || p.csp != nil {
 		t.Errorf("no key: got %+v, %v, want the zero payPage (the address is not used)", p, err)
+	}
+}
+
+// TestItemPageDrawView: a draw sale's page carries the draw's view — the
+// window, the sizes as radio buttons, the quantity up to per_user, the
+// price its hold is for, and draw.js in place of the buy button and the
+// fair queue — from the catalogue only, so it stays one cached answer;
+// a sale that is no draw has none of it.
+func TestItemPageDrawView(t *testing.T) {
+	e, _ := drawEnv(t, 0)
+	e.sale(t, "plain", 3, 0, true)
+	h := e.s.Handler()
+	m := e.s.lookup([]byte("dr")).meta.Load()
+	open, closeAt := m.sale.EntriesOpenAt.UTC().Format(time.RFC3339), m.sale.EntriesCloseAt.UTC().Format(time.RFC3339)
+	tests := []struct {
+		path       string
+		want, gone []string
+	}{
+		{"/sales/dr", []string{
+			`data-draw data-entries-open="` + open + `" data-entries-close="` + closeAt + `" data-per-user="2" data-price-cents="100"`,
+			`<time id="entries-close" datetime="` + closeAt + `">`,
+			`<input type="radio" name="draw-variant" value="S" data-name="Small"> Small</label>`,
+			`<input type="radio" name="draw-variant" value="M" data-name="Medium"> Medium</label>`,
+			`<input type="number" id="draw-qty" min="1" max="2"`,
+			`<button id="draw-enter" type="button" disabled>Enter the draw</button>`,
+			`<script src="/static/draw.js" defer></script>`,
+		}, []string{`id="buy"`, `/static/queue.js`, `id="remaining"`}},
+		{"/sales/plain", []string{`id="buy"`, `/static/queue.js`}, []string{"data-draw", "draw.js", "draw-enter"}},
+	}
+	for _, tc := range tests {
+		r := do(h, req{method: "GET", path: tc.path})
+		body := string(r.Body())
+		if r.StatusCode() != 200 {
+			t.Fatalf("GET %s: got %d, want 200", tc.path, r.StatusCode())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s: got a page without %s, want it:\n%s", tc.path, w, body)
+			}
+		}
+		for _, g := range tc.gone {
+			if strings.Contains(body, g) {
+				t.Errorf("GET %s: got a page with %s, want none", tc.path, g)
+			}
+		}
+	}
+	if r := do(h, req{method: "GET", path: "/static/draw.js"}); r.StatusCode() != 200 || string(r.Header.ContentType()) != "text/javascript; charset=utf-8" {
+		t.Errorf("GET /static/draw.js: got %d %s, want 200 text/javascript", r.StatusCode(), r.Header.ContentType())
 	}
 }

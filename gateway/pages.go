@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/static"
 )
 
@@ -40,6 +41,7 @@ var assetTypes = map[string]string{
 	"style.css": "text/css; charset=utf-8",
 	"queue.js":  "text/javascript; charset=utf-8",
 	"pow.js":    "text/javascript; charset=utf-8",
+	"draw.js":   "text/javascript; charset=utf-8",
 }
 
 // loadAssets prepares the error pages and the /static/ files.
@@ -120,11 +122,25 @@ func (s *Server) itemPage(ctx *fasthttp.RequestCtx, id []byte) {
 }
 
 // itemData is what item.html shows. StripeKey and StripeJS, when set,
-// give the page its payment form (pagepay.go).
+// give the page its payment form (pagepay.go); Draw, set for a draw
+// sale, gives it the draw's view (draw.js) instead of the buy button.
 type itemData struct {
 	ID, Name, Price, StartsAt string
 	Total                     int64
 	StripeKey, StripeJS       string
+	Draw                      *drawData
+}
+
+// drawData is what a draw sale's page shows of the draw: the entry
+// window (RFC 3339, UTC), the sizes to choose from, the most units an
+// entry may ask for and the price the hold is for. It is the sale's, the
+// same for every buyer: the page stays one cached answer, and draw.js
+// asks the entry routes for the buyer's own entry.
+type drawData struct {
+	OpensAt, ClosesAt string
+	Variants          []flashgate.Variant
+	PerUser           int64
+	PriceCents        int64
 }
 
 func (s *Server) render(id string, m *saleMeta) (*page, error) {
@@ -132,6 +148,10 @@ func (s *Server) render(id string, m *saleMeta) (*page, error) {
 		StripeKey: s.pay.key, StripeJS: s.pay.js}
 	if t := m.sale.StartsAt; t != nil {
 		d.StartsAt = t.UTC().Format(time.RFC3339)
+	}
+	if sl := m.sale; sl.Draw() && sl.EntriesOpenAt != nil && sl.EntriesCloseAt != nil {
+		d.Draw = &drawData{OpensAt: sl.EntriesOpenAt.UTC().Format(time.RFC3339), ClosesAt: sl.EntriesCloseAt.UTC().Format(time.RFC3339),
+			Variants: sl.Variants, PerUser: max(sl.PerUser, 1), PriceCents: sl.PriceCents}
 	}
 	var buf bytes.Buffer
 	if err := itemTmpl.ExecuteTemplate(&buf, "item.html", d); err != nil {

@@ -76,7 +76,13 @@ func DrawEnterKeys(sale, challenge string) []string {
 	return []string{SaleKey(sale), DrawKey(sale), QueuePowKey(sale, challenge), DrawJournalKey(sale)}
 }
 
-// DrawChangeKeys is the KEYS of DrawWithdraw and DrawSet: sale hash,
+// DrawWithdrawKeys is DrawWithdraw's KEYS: sale hash, entries hash,
+// journal, holds hash, checks.
+func DrawWithdrawKeys(sale string) []string {
+	return []string{SaleKey(sale), DrawKey(sale), DrawJournalKey(sale), DrawHoldKey(sale), DrawCheckKey(sale)}
+}
+
+// DrawChangeKeys is the KEYS of DrawSet: sale hash,
 // entries hash, journal.
 func DrawChangeKeys(sale string) []string {
 	return []string{SaleKey(sale), DrawKey(sale), DrawJournalKey(sale)}

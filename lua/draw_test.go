@@ -47,7 +47,7 @@ func TestDrawScripts(t *testing.T) {
 		}
 		withdraw := func(user string, now int64) []any {
 			t.Helper()
-			v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawChangeKeys(sale), user, now).Slice()
+			v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale), user, now, now).Slice()
 			if err != nil {
 				t.Fatalf("DrawWithdraw %s: %v", user, err)
 			}

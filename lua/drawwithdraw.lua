@@ -1,12 +1,25 @@
 -- DrawWithdraw withdraws a buyer's pending or entered entry in a draw sale
 -- until the close; the entry's card hold is then the provider side's to
 -- release. Withdrawing again answers the withdrawn entry, changing nothing.
+-- A withdrawal of an entry with a hold puts the entry on the read path's
+-- list (KEYS[5]) in the same step, due at ARGV[3] (or sooner, if it is
+-- there already): the hold is released by the caller's release, which
+-- takes it off the list, or else by the read path, even when the caller
+-- stops between the two; and an entry off the list holds nothing to
+-- release any more (controlplane/drawhold).
 --
 -- KEYS[1] sale hash       fg:{<sale>}:sale
 -- KEYS[2] entries hash    fg:{<sale>}:draw
 -- KEYS[3] journal stream  fg:{<sale>}:djournal
+-- KEYS[4] holds hash      fg:{<sale>}:dholds
+--         (lua.DrawHoldKey)
+-- KEYS[5] checks zset     fg:{<sale>}:dcheck
+--         (lua.DrawCheckKey)
 -- ARGV[1] user id
 -- ARGV[2] now, unix milliseconds
+-- ARGV[3] when the read path looks at the hold of an entry withdrawn now,
+--         unix milliseconds (after the caller's own release has had its
+--         time)
 --
 -- Returns {code, entry, changed}:
 --   {0, entry, 1|0}  withdrawn now (1) or before (0); entry as in
@@ -43,4 +56,8 @@ redis.call('HSET', KEYS[2], user, e)
 redis.call('HINCRBY', KEYS[1], 'draw_' .. st, -1)
 redis.call('HINCRBY', KEYS[1], 'draw_withdrawn', 1)
 redis.call('XADD', KEYS[3], '*', 'e', e .. ' ' .. user)
+local id = string.match(rest, '^(%S+)')
+if redis.call('HEXISTS', KEYS[4], id) == 1 then
+  redis.call('ZADD', KEYS[5], 'LT', ARGV[3], id)
+end
 return {0, e, 1}

@@ -61,7 +61,7 @@ func TestStripeHold(t *testing.T) {
 	}
 	ev := stand.Event("evt_h1", flashgate.EventIntentHeld, first.ID, "")
 	pe, err := p.ParseEvent(ev, stand.Sign(ev, time.Now()))
-	want := flashgate.PaymentEvent{ID: "evt_h1", Type: flashgate.EventIntentHeld, IntentID: first.ID, EntryID: "e1", Status: flashgate.IntentRequiresCapture}
+	want := flashgate.PaymentEvent{ID: "evt_h1", Type: flashgate.EventIntentHeld, IntentID: first.ID, EntryID: "e1", SaleID: "s1", Status: flashgate.IntentRequiresCapture}
 	if err != nil || pe != want {
 		t.Errorf("held event: got %+v, %v; want %+v", pe, err, want)
 	}

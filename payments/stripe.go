@@ -233,6 +233,7 @@ func (s *Stripe) ParseEvent(payload []byte, signature string) (flashgate.Payment
 	switch obj.Object {
 	case "payment_intent":
 		out.IntentID, out.OrderID, out.EntryID, out.Status = obj.ID, obj.Metadata["order_id"], obj.Metadata["entry_id"], obj.Status
+		out.SaleID = obj.Metadata["sale_id"]
 		if out.Type == flashgate.EventIntentFailed {
 			out.Status = flashgate.IntentFailed
 		}
@@ -252,7 +253,7 @@ func (s *Stripe) ParseEvent(payload []byte, signature string) (flashgate.Payment
 
 func intent(pi *stripe.PaymentIntent) flashgate.Intent {
 	return flashgate.Intent{ID: pi.ID, ClientSecret: pi.ClientSecret, Status: string(pi.Status),
-		OrderID: pi.Metadata["order_id"], EntryID: pi.Metadata["entry_id"], AmountCents: pi.Amount, Currency: string(pi.Currency)}
+		OrderID: pi.Metadata["order_id"], EntryID: pi.Metadata["entry_id"], SaleID: pi.Metadata["sale_id"], AmountCents: pi.Amount, Currency: string(pi.Currency)}
 }
 
 // unavailable marks a failure of the provider (down, slow, 5xx) as

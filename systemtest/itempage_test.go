@@ -63,6 +63,13 @@ func startPageSystem(t *testing.T, mod func(*controlplane.Config)) *pageSystem {
 // (itempage_pay_test.go).
 func startPageSystemPaying(t *testing.T, mod func(*controlplane.Config), pay pagePay) *pageSystem {
 	t.Helper()
+	return startPageSystemWith(t, mod, pay, nil)
+}
+
+// startPageSystemWith starts it with the payments of pay; gmod, when not
+// nil, adjusts the gateway's Config before it is built.
+func startPageSystemWith(t *testing.T, mod func(*controlplane.Config), pay pagePay, gmod func(*gateway.Config)) *pageSystem {
+	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
 	sinkReader := rs.Client(t)
@@ -86,9 +93,12 @@ func startPageSystemPaying(t *testing.T, mod func(*controlplane.Config), pay pag
 	}
 	gcfg := gateway.Config{
 		Primary: rdb, Replica: rdb, Reserver: inv, Catalog: db, Orders: s.cp,
-		JWTSecret: s.jwtS, Logger: quiet, ShutdownDelay: -1,
+		Draws: s.cp, JWTSecret: s.jwtS, Logger: quiet, ShutdownDelay: -1,
 	}
 	pay.gateway(&gcfg, s.cp)
+	if gmod != nil {
+		gmod(&gcfg)
+	}
 	gw, err := gateway.New(gcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +168,7 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string, timeout time.D
 		return err == nil && v != ""
 	}); !ok {
 		snap, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('countdown').textContent + ' | ' +
-			document.getElementById('status').textContent + ' | buy disabled=' + document.getElementById('buy').disabled`))
+			document.getElementById('status').textContent + ' | buy disabled=' + (document.getElementById('buy') || {}).disabled`))
 		t.Fatalf("waited %v for %s: %v (page: %s)", timeout, what, err, snap)
 	}
 	return v

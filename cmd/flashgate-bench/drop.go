@@ -284,7 +284,7 @@ func (b *bench) newDropRun(ctx context.Context) (*dropRun, func(), error) {
 		stop()
 		return nil, nil, err
 	}
-	gw, err := gateway.New(gateway.Config{Primary: rdb, Reserver: inv, Catalog: db, Orders: cp, JWTSecret: []byte(b.secret),
+	gw, err := gateway.New(gateway.Config{Primary: rdb, Reserver: inv, Catalog: db, Orders: cp, Draws: cp, JWTSecret: []byte(b.secret),
 		Logger: quiet, Clock: clock, UserRate: -1, SaleRate: -1, StateRefresh: 5 * time.Millisecond,
 		CatalogRefresh: 20 * time.Millisecond, ShutdownDelay: -1})
 	if err != nil {

@@ -88,7 +88,7 @@ func build(st *stack, cfg *Config, c conns, gatewayOnly bool) (*system, error) {
 		// --sale-rate is the deployment's: the live gateways share it.
 		ShareEvery: time.Second,
 
-		Primary: c.primary, Replica: c.replica, WaitReplicas: gatewayWait(cfg.WaitReplicas), Reserver: reserver, Catalog: c.db, Orders: s.cp,
+		Primary: c.primary, Replica: c.replica, WaitReplicas: gatewayWait(cfg.WaitReplicas), Reserver: reserver, Catalog: c.db, Orders: s.cp, Draws: s.cp,
 		JWTSecret: []byte(cfg.JWTSecret), QueueSecret: []byte(cfg.QueueSecret), Logger: st.log.With("tier", "gateway"), Metrics: st.reg,
 		StateRefresh: cfg.StateRefresh, UserRate: noLimitIfZero(cfg.UserRate), UserBurst: cfg.UserBurst,
 		SaleRate: noLimitIfZero(cfg.SaleRate), MaxUsers: cfg.UserLimiters, FastConns: cfg.FastConns,

@@ -71,7 +71,8 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 }
 
 // parse reads one journal entry: "e" = "<state> <entry id> <quantity>
-// <variant> <user id>", stamped with its stream id's milliseconds.
+// <variant> <user id>", stamped with its stream id's milliseconds, and
+// "pi" = the entry's hold when lua.DrawHold recorded it.
 func parse(sale string, m redis.XMessage) (flashgate.DrawEntry, bool) {
 	v, _ := m.Values["e"].(string)
 	st, v, ok1 := strings.Cut(v, " ")
@@ -87,5 +88,6 @@ func parse(sale string, m redis.XMessage) (flashgate.DrawEntry, bool) {
 	}
 	e.CreatedAt = time.UnixMilli(at).UTC()
 	e.UpdatedAt = e.CreatedAt
+	e.PaymentIntent, _ = m.Values[lua.DrawJournalIntent].(string)
 	return e, true
 }

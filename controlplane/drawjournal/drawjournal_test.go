@@ -40,7 +40,7 @@ func TestFlush(t *testing.T) {
 	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys("dr"), "ann", "e1", string(flashgate.DrawEntered), at, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(0) {
 		t.Fatalf("DrawSet: %v %v", v, err)
 	}
-	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawChangeKeys("dr"), "bob user", at).Slice(); err != nil || v[0] != int64(0) {
+	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys("dr"), "bob user", at, at).Slice(); err != nil || v[0] != int64(0) {
 		t.Fatalf("DrawWithdraw: %v %v", v, err)
 	}
 	if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys("dr", ""), "bob user", "e3", "M", 2, at, 0).Slice(); err != nil || v[0] != int64(0) {

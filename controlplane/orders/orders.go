@@ -72,6 +72,10 @@ type Config struct {
 	// ReconcileRate is how many calls a second the reconciliation makes to
 	// the payment provider at most; zero means DefaultReconcileRate.
 	ReconcileRate float64
+	// HoldEvents applies the webhook events of draw entries' holds (those
+	// whose intent names an entry: controlplane/drawhold); nil: they are
+	// acknowledged and ignored.
+	HoldEvents func(ctx context.Context, ev flashgate.PaymentEvent) error
 }
 
 // Service runs the order actions. Its methods are safe for concurrent use.
@@ -95,6 +99,7 @@ type Service struct {
 	paymentGrace time.Duration
 	pm           *paymentMetrics
 	hook         func(ctx context.Context, point string) // Config.Yield
+	holdEvents   func(ctx context.Context, ev flashgate.PaymentEvent) error
 	// reconcileLimit paces the reconciliation's calls to the provider;
 	// pausedUntil, guarded by pmu, is when a 429's Retry-After ends.
 	reconcileLimit *rate.Limiter
@@ -107,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{rdb: cfg.Redis, store: cfg.Store, releaser: cfg.Releaser, clock: cfg.Clock, log: cfg.Logger,
 		auditLogger: cfg.AuditLogger, paymentWindow: cfg.PaymentWindow, persistWait: cfg.PersistWait,
 		expired: cfg.Expired, refunds: cfg.Refunds, provider: cfg.Payments, paymentStore: cfg.PaymentStore,
-		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield}
+		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield, holdEvents: cfg.HoldEvents}
 	r := cfg.ReconcileRate
 	if r <= 0 {
 		r = DefaultReconcileRate

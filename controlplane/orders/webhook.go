@@ -27,6 +27,14 @@ func (s *Service) Webhook(ctx context.Context, payload []byte, signature string)
 	if ev.ID == "" {
 		return fmt.Errorf("webhook: event without id: %w", flashgate.ErrBadRequest)
 	}
+	if ev.EntryID != "" {
+		// A draw entry's hold, not an order's payment: its steps are
+		// compare-and-sets on the entry, so a redelivery changes nothing.
+		if s.holdEvents == nil {
+			return nil
+		}
+		return s.holdEvents(ctx, ev)
+	}
 	status := ""
 	switch ev.Type {
 	case flashgate.EventIntentSucceeded, flashgate.EventIntentFailed:

@@ -1,5 +1,6 @@
 // buy.js drives the item page's buy button: it polls the sale's status, keeps
-// the buyer token in sessionStorage, and posts the order.
+// the buyer token in sessionStorage, and posts the order. On a draw sale's
+// page it only takes the token in (draw.js does the rest).
 (function () {
   "use strict";
   var root = document.getElementById("sale");
@@ -81,11 +82,16 @@
   }
   function token() { return sessionStorage.getItem("flashgate-token") || ""; }
   if (token()) { tokenInput.value = token(); } else { tokenBox.open = true; }
+  // A draw sale's page has no buy button: draw.js drives it, with the
+  // token taken in above.
+  var drawSale = root.hasAttribute("data-draw");
   document.getElementById("save-token").addEventListener("click", function () {
     sessionStorage.setItem("flashgate-token", tokenInput.value.trim());
     tokenBox.open = false;
+    if (drawSale) { window.dispatchEvent(new Event("fg-token")); return; }
     render();
   });
+  if (drawSale) { return; }
 
   function say(text, kind) {
     statusLine.textContent = text;
