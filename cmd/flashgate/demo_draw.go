@@ -15,8 +15,6 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/draw"
 	"github.com/flashgate/flashgate/internal/stripelocal"
-	"github.com/flashgate/flashgate/lua"
-	"github.com/flashgate/flashgate/payments"
 )
 
 // drawDemoSale is the draw demo's sale id.
@@ -40,8 +38,8 @@ type drawEntrant struct {
 // can redo from the published file, and the invariants. It fails unless
 // every one held.
 //
-// The hold of each entry is made here, as the entrant's page and the
-// provider's webhook would make it, and the entry moved to entered.
+// Each entrant confirms its entry's hold at the stand-in, as the Payment
+// Element would; the stand-in's webhook makes the entry entered.
 func runDrawDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, c conns, stand *stripelocal.Server, base, admin string) error {
 	entrants, units := 20_000, int64(300)
 	if cfg.set["users"] {
@@ -63,15 +61,24 @@ func runDrawDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, 
 	if err != nil {
 		return fmt.Errorf("creating the draw: %w", err)
 	}
-	pay, err := payments.NewStripe(payments.StripeConfig{Key: cfg.StripeKey, WebhookSecret: cfg.StripeSecret, APIBase: cfg.StripeAPIBase})
+	stand.SetWebhookURL(base + "/webhooks/stripe")
+	es, err := enterDraw(ctx, cfg, stand, base, sale, sizes, entrants)
 	if err != nil {
 		return err
 	}
-	es, err := enterDraw(ctx, cfg, c, pay, stand, base, sale, sizes, entrants)
-	if err != nil {
-		return err
+	// Each hold's webhook makes its entry entered before the close.
+	var entered int64
+	for entered < int64(entrants) && time.Now().Before(closeAt) {
+		if st, err := s.cp.SaleStatus(ctx, drawDemoSale); err == nil && st.Draw != nil {
+			entered = st.Draw.Entered
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	fmt.Fprintf(stdout, "entered       %d entries, holds authorised (%s)\n", len(es), time.Since(began).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "entered       %d entries, %d holds authorised (%s)\n", len(es), entered, time.Since(began).Round(time.Millisecond))
 	// The leader closes the draw at entries_close_at.
 	var closed bool
 	for deadline := closeAt.Add(5 * time.Minute); !closed; {
@@ -110,9 +117,9 @@ func runDrawDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, 
 	return drawChecks(ctx, stdout, c, stand, f, es, winner, verr, units, began)
 }
 
-// enterDraw enters n buyers (sizes in turn) through the gateway, and
-// authorises each entry's hold at the stand-in.
-func enterDraw(ctx context.Context, cfg *Config, c conns, pay *payments.Stripe, stand *stripelocal.Server, base string,
+// enterDraw enters n buyers (sizes in turn) through the gateway, each
+// confirming its entry's hold at the stand-in.
+func enterDraw(ctx context.Context, cfg *Config, stand *stripelocal.Server, base string,
 	sale flashgate.Sale, sizes []string, n int) ([]drawEntrant, error) {
 	toks, err := mintTokens([]byte(cfg.JWTSecret), "entrant-", n, time.Now().Add(time.Hour))
 	if err != nil {
@@ -132,7 +139,7 @@ func enterDraw(ctx context.Context, cfg *Config, c conns, pay *payments.Stripe, 
 					return
 				}
 				e := drawEntrant{user: fmt.Sprintf("entrant-%d", i), variant: sizes[i%len(sizes)]}
-				err := enterOne(ctx, cl, pay, stand, c, base, sale, toks[i], &e)
+				err := enterOne(cl, stand, base, sale, toks[i], &e)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -152,10 +159,9 @@ func enterDraw(ctx context.Context, cfg *Config, c conns, pay *payments.Stripe, 
 	return out, nil
 }
 
-// enterOne enters one buyer and authorises the hold of the entry: the
-// stand-in confirms it, and the entry is entered with its hold.
-func enterOne(ctx context.Context, cl *fasthttp.Client, pay *payments.Stripe, stand *stripelocal.Server, c conns, base string,
-	sale flashgate.Sale, tok string, e *drawEntrant) error {
+// enterOne enters one buyer and confirms the hold the entry's answer
+// names.
+func enterOne(cl *fasthttp.Client, stand *stripelocal.Server, base string, sale flashgate.Sale, tok string, e *drawEntrant) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -167,30 +173,19 @@ func enterOne(ctx context.Context, cl *fasthttp.Client, pay *payments.Stripe, st
 		return fmt.Errorf("entering %s: %w", e.user, err)
 	}
 	var a struct {
-		EntryID string `json:"entry_id"`
+		EntryID       string `json:"entry_id"`
+		PaymentIntent string `json:"payment_intent"`
 	}
-	if err := json.Unmarshal(resp.Body(), &a); err != nil || resp.StatusCode() != fasthttp.StatusCreated {
+	if err := json.Unmarshal(resp.Body(), &a); err != nil || resp.StatusCode() != fasthttp.StatusCreated || a.PaymentIntent == "" {
 		return fmt.Errorf("entering %s: %d %s", e.user, resp.StatusCode(), resp.Body())
 	}
-	e.entry = a.EntryID
-	in, err := pay.Hold(ctx, flashgate.Hold{EntryID: e.entry, SaleID: sale.ID, AmountCents: sale.PriceCents, Currency: "usd"})
-	if err != nil {
-		return err
+	e.entry, e.intent = a.EntryID, a.PaymentIntent
+	// The entrant confirms the hold as the Payment Element would; the
+	// stand-in's webhook makes the entry entered.
+	if _, err := stand.Confirm(e.intent, "4242424242424242"); err != nil {
+		return fmt.Errorf("entering %s: confirming the hold: %w", e.user, err)
 	}
-	if _, err := stand.Confirm(in.ID, "4242424242424242"); err != nil {
-		return err
-	}
-	e.intent = in.ID
-	v, err := lua.DrawSet.Run(ctx, c.primary, lua.DrawChangeKeys(sale.ID), e.user, e.entry, string(flashgate.DrawEntered),
-		time.Now().UnixMilli(), string(flashgate.DrawPending)).Slice()
-	if err != nil || v[0] != int64(lua.DrawOK) {
-		return fmt.Errorf("entering %s: the hold's authorisation: %v %v", e.user, v, err)
-	}
-	// The row's latest word: after the journal's stamps of the entry's
-	// changes so far, which the leader may have written already.
-	now := time.Now().Add(time.Millisecond)
-	return c.db.PutDrawEntries(ctx, []flashgate.DrawEntry{{ID: e.entry, SaleID: sale.ID, UserID: e.user, Variant: e.variant,
-		Quantity: 1, State: flashgate.DrawEntered, PaymentIntent: e.intent, CreatedAt: now, UpdatedAt: now}})
+	return nil
 }
 
 // drawChecks prints the draw demo's invariants: the file verifies; each
