@@ -104,8 +104,14 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	// The hash's releases counter comes before the snapshot: a release that
 	// reaches Redis after it changes the counter by the script, which then
 	// never sets booked above the hash's own (the release may be missing
-	// from the snapshot; see lua/resync.lua's ARGV[13]).
-	rels, err := salehash.Releases(ctx, s.rdb, []string{id})
+	// from the snapshot; see lua/resync.lua's ARGV[13]). So does its
+	// rebuild mark: a sale rebuilt after this read (by another pass, from
+	// its own snapshot) is reopened by a later pass, whose snapshot counts
+	// every row stored before Redis lost the sale, not by this one
+	// (explorer seed 20261678: two rebuilds at once, each from a snapshot
+	// taken before an order's row was stored and Redis lost the sale; the
+	// second one reopened the sale with that order's unit free).
+	mark, err := salehash.ResyncMark(ctx, s.rdb, id)
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
@@ -137,7 +143,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]}
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, mark}
 		k := keys
 		if len(held) > 0 {
 			k = append(append([]string(nil), keys...), lua.RetakeRefusedKey(id))

@@ -63,6 +63,26 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	return out, nil
 }
 
+// ResyncMark reads a sale hash's releases counter and rebuild mark
+// (lua.FieldReleases, lua.FieldRebuild) in one command, as Resync's
+// ARGV[13] "<releases>:<mark>": "0:" for a hash without them (or no hash).
+// A re-sync reads it before its database snapshot: its script then knows
+// whether a release reached the hash after the snapshot may have been
+// taken, and whether the hash was rebuilt since (a pass whose snapshot may
+// predate the rebuild does not reopen the sale).
+func ResyncMark(ctx context.Context, rdb redis.UniversalClient, id string) (string, error) {
+	fields := []string{lua.FieldReleases, lua.FieldRebuild}
+	v, err := rdb.HMGet(ctx, lua.SaleKey(id), fields...).Result()
+	if err != nil {
+		return "", fmt.Errorf("reading the releases counter and rebuild mark: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	h, ok := lua.ReadHash(fields, v)
+	if !ok {
+		return "", fmt.Errorf("reading the releases counter and rebuild mark: %w: %d values", flashgate.ErrUnavailable, len(v))
+	}
+	return strconv.FormatInt(h.Int(lua.FieldReleases), 10) + ":" + h.Str(lua.FieldRebuild), nil
+}
+
 // Releases reads the releases counter (lua.FieldReleases) of many sales'
 // or bucket tags' hashes in one pipelined round trip, as Resync's ARGV[13]:
 // "0" for a hash without it. A re-sync reads it before its database
