@@ -226,9 +226,9 @@ func UnretakeKeys(tag string) []string {
 }
 
 // RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash,
-// retaken set.
+// retaken set, retake refusals hash.
 func RestoreKeys(tag string) []string {
-	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag), RetakenKey(tag)}
+	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
 }
 
 // RebuiltKeys is the KEYS of Rebuilt: the sale (or bucket) hash and its
