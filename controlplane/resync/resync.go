@@ -111,7 +111,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	// (explorer seed 20261678: two rebuilds at once, each from a snapshot
 	// taken before an order's row was stored and Redis lost the sale; the
 	// second one reopened the sale with that order's unit free).
-	mark, err := salehash.ResyncMark(ctx, s.rdb, id)
+	marks, err := salehash.ResyncMarks(ctx, s.rdb, []string{id})
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
@@ -143,14 +143,8 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, mark}
-		k := keys
-		if len(held) > 0 {
-			k = append(append([]string(nil), keys...), lua.RetakeRefusedKey(id))
-			for _, o := range held {
-				args = append(args, o.ID, o.Quantity, o.Variant)
-			}
-		}
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0]}
+		k, args := salehash.HeldArgs(id, keys, args, held)
 		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
 	v, err := resync("0", nil)
@@ -165,7 +159,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		held, err := s.holdRetakes(ctx, id, pending)
+		held, err := salehash.HoldRetakes(ctx, s.rdb, id, pending)
 		if err != nil {
 			return before, after, err
 		}
@@ -215,37 +209,6 @@ func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.Sa
 		per = map[string]flashgate.SaleFigures{}
 	}
 	return fig, per, nil
-}
-
-// holdRetakes holds, in a sale being rebuilt (after Restore), the units of
-// the retakes the database records as pending (lua.RetakeHold): a settler
-// past its retake may still honour one, and the units must not sell again
-// meanwhile. It returns the orders held, whose units the caller counts.
-func (s *Syncer) holdRetakes(ctx context.Context, id string, pending []flashgate.Order) ([]flashgate.Order, error) {
-	if len(pending) == 0 {
-		return nil, nil
-	}
-	tok := fencing.Of(ctx)
-	args := make([]any, 0, 1+2*len(pending))
-	args = append(args, tok)
-	for _, o := range pending {
-		args = append(args, o.UserID, o.ID)
-	}
-	r, err := lua.RetakeHold.Run(ctx, s.rdb, lua.RetakeHoldKeys(id), args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	res, ok := r.([]any)
-	if !ok {
-		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
-	}
-	var held []flashgate.Order
-	for i, r := range res {
-		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
-			held = append(held, pending[i])
-		}
-	}
-	return held, nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale
