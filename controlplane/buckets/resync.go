@@ -121,7 +121,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 			if len(variants) > 0 {
 				spec = salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b])
 			}
-			args = append(args, "", spec, rels[b])
+			args = append(args, "", spec, rels[b].Arg)
 			ks, args := salehash.HeldArgs(t, keys, args, held)
 			return lua.Resync.Run(ctx, k.rdb, ks, args...).Int64Slice()
 		}

@@ -107,3 +107,76 @@ func testRebuildsRacingHeldRetake(t *testing.T, dsn string) {
 		t.Fatalf("reserve o2: got code %d, want %d (the unit is free)", code, lua.ReserveOK)
 	}
 }
+
+// TestReopenHoldsRetakeTheRebuildMissed: a rebuild whose reads predate a
+// late payment's pending retake (its row written after the rebuild read
+// the pending rows) holds nothing; the pass that reopens the rebuilt sale
+// reads the row and holds the unit, so it is not sold again before the
+// honour. Explorer seed 102466: the reopening pass held nothing, a new
+// buyer took the unit, and the honour made three live units of two.
+func TestReopenHoldsRetakeTheRebuildMissed(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) { testReopenHoldsRetakeTheRebuildMissed(t, be.dsn(t)) })
+	}
+}
+
+func testReopenHoldsRetakeTheRebuildMissed(t *testing.T, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := cptest.OpenDB(t, dsn)
+	rdb := redistest.Start(t).Client(t)
+	sale := flashgate.Sale{ID: "missed", Name: "Missed", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
+		t.Fatalf("SetState: %v", err)
+	}
+	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
+		t.Fatalf("reserve o1: got code %d, want %d", code, lua.ReserveOK)
+	}
+	o1 := cptest.Persist(t, ctx, rdb, db, sale.ID)[0]
+	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, time.Now()); err != nil {
+		t.Fatalf("Transition: %v", err)
+	}
+	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	newSyncer := func(st Store) *Syncer {
+		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	}
+	// o1's late payment retakes its unit, Redis loses the sale, and the
+	// rebuild reads no pending retake (its read came before the row).
+	store := &pageStore{DB: db}
+	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
+		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
+	}
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	if _, _, err := newSyncer(store).Resync(ctx, sale.ID); err != nil {
+		t.Fatalf("the rebuild: %v", err)
+	}
+	// The pending row is there now: the pass that reopens the sale reads it.
+	store.pending = []flashgate.Order{o1}
+	for i := range 2 {
+		if _, _, err := newSyncer(store).Resync(ctx, sale.ID); err != nil {
+			t.Fatalf("pass %d after the rebuild: %v", i, err)
+		}
+		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u2", "o2", time.Now()); code == lua.ReserveOK {
+			t.Fatalf("pass %d after the rebuild: got o2 reserved, want it refused (o1's retake holds the one unit; booked %d, start %d)",
+				i, cptest.Field(t, rdb, sale.ID, lua.FieldBooked), cptest.Field(t, rdb, sale.ID, lua.FieldStart))
+		}
+	}
+	if got := cptest.Field(t, rdb, sale.ID, lua.FieldStart); got != 1 {
+		t.Fatalf("after two passes: got start %d, want 1 (open)", got)
+	}
+}

@@ -143,11 +143,27 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0]}
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0].Arg}
 		k, args := salehash.HeldArgs(id, keys, args, held)
 		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
-	v, err := resync("0", nil)
+	// A sale rebuilt and paused for the pass that reopens it (pause 1 when
+	// read) had its pending retakes held by its rebuild, unless that
+	// rebuild read them before their rows were written (explorer seed
+	// 102466: a rebuild from a pass whose reads predate a late payment's
+	// retake, reopened by a pass that held nothing, sold the retaken unit
+	// again before the honour). No retake takes anything while the sale is
+	// paused (lua/retake.lua answers retry), so this pass holds the ones it
+	// read, and its script counts them: a unit the rebuild did not count
+	// sends the pass down the restore path (reserved below P), which
+	// rebuilds the stock with it.
+	var early []flashgate.Order
+	if marks[0].Pause == 1 && len(pending) > 0 {
+		if early, err = salehash.HoldRetakes(ctx, s.rdb, id, pending); err != nil {
+			return before, after, err
+		}
+	}
+	v, err := resync("0", early)
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 		// Redis lost the sale, or is older than the database: restore its
 		// released set and buyers from every row, then rebuild its stock.
