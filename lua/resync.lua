@@ -36,12 +36,9 @@
 --         ("3:1765000000.123456"): a rebuilt sale is then reopened only by
 --         a pass that read the mark it has now, one whose snapshot was
 --         taken after that rebuild (without ':', no mark compared)
--- ARGV[14 ..] optional: triples order id, quantity, variant id ('' none)
---         of the pending retakes the caller held in the rebuilt sale
---         (lua/retakehold.lua), after its restore (ARGV[9] = "1") or
---         before the pass that reopens it (a rebuild whose reads predate
---         the retake held none: then reserved is below P with them, and
---         the call answers {-1}, the restore path). The units of each
+-- ARGV[14 ..] optional, with ARGV[9] = "1" only: triples order id,
+--         quantity, variant id ('' none) of the pending retakes the caller
+--         held in the rebuilt sale (lua/retakehold.lua). The units of each
 --         one whose refusal is still recorded as held (6 in KEYS[2]) are
 --         added to L and P (and to its variant's): lua/unretake.lua records
 --         3 when it gives the units back (its late payment refunded since
@@ -106,7 +103,7 @@ end
 -- The held retakes' units (ARGV[14 ..]) still held now (not given back by
 -- an unretake), counted as live and persisted; by variant in heldv.
 local heldv = {}
-if KEYS[2] then
+if restored and KEYS[2] then
   local i = 14
   while i + 2 <= #ARGV do
     local q = tonumber(ARGV[i + 1]) or 0

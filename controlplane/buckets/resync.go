@@ -121,7 +121,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 			if len(variants) > 0 {
 				spec = salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b])
 			}
-			args = append(args, "", spec, rels[b].Arg)
+			args = append(args, "", spec, rels[b])
 			ks, args := salehash.HeldArgs(t, keys, args, held)
 			return lua.Resync.Run(ctx, k.rdb, ks, args...).Int64Slice()
 		}
@@ -132,6 +132,14 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 					return before, after, err
 				}
 				restored = true
+				// The pending retakes again, with those read before the
+				// snapshot: a row written after that read may belong to a
+				// retake the lost bucket made (see controlplane/resync).
+				late, err := k.store.PendingRetakes(ctx, sale.ID)
+				if err != nil {
+					return before, after, fmt.Errorf("reading pending retakes: %w", err)
+				}
+				pending = unionOrders(pending, late)
 			}
 			// The bucket's pending retakes are held, and counted by the
 			// script while still held (see controlplane/resync).
@@ -414,6 +422,22 @@ func inBucket(orders []flashgate.Order, b int) []flashgate.Order {
 	var out []flashgate.Order
 	for _, o := range orders {
 		if o.Bucket == b {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// unionOrders is a's orders, then those of b not in a (by id).
+func unionOrders(a, b []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(a))
+	out := append([]flashgate.Order(nil), a...)
+	for _, o := range a {
+		seen[o.ID] = true
+	}
+	for _, o := range b {
+		if !seen[o.ID] {
+			seen[o.ID] = true
 			out = append(out, o)
 		}
 	}

@@ -143,27 +143,11 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0].Arg}
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0]}
 		k, args := salehash.HeldArgs(id, keys, args, held)
 		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
-	// A sale rebuilt and paused for the pass that reopens it (pause 1 when
-	// read) had its pending retakes held by its rebuild, unless that
-	// rebuild read them before their rows were written (explorer seed
-	// 102466: a rebuild from a pass whose reads predate a late payment's
-	// retake, reopened by a pass that held nothing, sold the retaken unit
-	// again before the honour). No retake takes anything while the sale is
-	// paused (lua/retake.lua answers retry), so this pass holds the ones it
-	// read, and its script counts them: a unit the rebuild did not count
-	// sends the pass down the restore path (reserved below P), which
-	// rebuilds the stock with it.
-	var early []flashgate.Order
-	if marks[0].Pause == 1 && len(pending) > 0 {
-		if early, err = salehash.HoldRetakes(ctx, s.rdb, id, pending); err != nil {
-			return before, after, err
-		}
-	}
-	v, err := resync("0", early)
+	v, err := resync("0", nil)
 	if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 		// Redis lost the sale, or is older than the database: restore its
 		// released set and buyers from every row, then rebuild its stock.
@@ -175,7 +159,19 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		held, err := salehash.HoldRetakes(ctx, s.rdb, id, pending)
+		// The pending retakes again, after the restore, with those read
+		// before the snapshot: a row written after that first read may
+		// belong to a retake the lost Redis made (explorer seed 102466: the
+		// rebuild held nothing, the pass that reopened the sale sold the
+		// unit again before the honour). A row written after the restore
+		// began is no such retake: Redis had lost the sale (the retake
+		// answered "no sale" or, once rebuilt and paused, "retry", taking
+		// nothing).
+		late, err := s.store.PendingRetakes(ctx, id)
+		if err != nil {
+			return before, after, fmt.Errorf("reading pending retakes: %w", err)
+		}
+		held, err := salehash.HoldRetakes(ctx, s.rdb, id, unionOrders(pending, late))
 		if err != nil {
 			return before, after, err
 		}
@@ -372,4 +368,20 @@ func JoinSales(ctx context.Context, rdb redis.UniversalClient, id string, tags [
 		members = append(members, t)
 	}
 	return rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
+}
+
+// unionOrders is a's orders, then those of b not in a (by id).
+func unionOrders(a, b []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(a))
+	out := append([]flashgate.Order(nil), a...)
+	for _, o := range a {
+		seen[o.ID] = true
+	}
+	for _, o := range b {
+		if !seen[o.ID] {
+			seen[o.ID] = true
+			out = append(out, o)
+		}
+	}
+	return out
 }

@@ -64,26 +64,16 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	return out, nil
 }
 
-// Mark is what a re-sync reads of a sale's (or bucket's) hash before its
-// database snapshot (ResyncMarks).
-type Mark struct {
-	// Arg is Resync's ARGV[13], "<releases>:<rebuild mark>": "0:" for a
-	// hash without them (or no hash).
-	Arg string
-	// Pause is the hash's pause (lua.PauseOf): 1 while a rebuilt sale
-	// waits for the pass that reopens it, 0 when not paused.
-	Pause int
-}
-
 // ResyncMarks reads, for many sales' or bucket tags' hashes in one
 // pipelined round trip, each one's releases counter and rebuild mark
-// (lua.FieldReleases, lua.FieldRebuild) and its pause. A re-sync reads
-// them before its database snapshot: its script then knows whether a
-// release reached the hash after the snapshot may have been taken, and
-// whether the hash was rebuilt since (a pass whose snapshot may predate
-// the rebuild does not reopen the sale).
-func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Mark, error) {
-	fields := []string{lua.FieldReleases, lua.FieldRebuild, lua.FieldStart, lua.FieldResume}
+// (lua.FieldReleases, lua.FieldRebuild), as Resync's ARGV[13]
+// "<releases>:<mark>": "0:" for a hash without them (or no hash). A
+// re-sync reads them before its database snapshot: its script then knows
+// whether a release reached the hash after the snapshot may have been
+// taken, and whether the hash was rebuilt since (a pass whose snapshot may
+// predate the rebuild does not reopen the sale).
+func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]string, error) {
+	fields := []string{lua.FieldReleases, lua.FieldRebuild}
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(tags))
 	for i, t := range tags {
@@ -92,14 +82,13 @@ func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) 
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("reading releases counters and rebuild marks: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	out := make([]Mark, len(tags))
+	out := make([]string, len(tags))
 	for i, c := range cmds {
-		v := c.Val()
-		h, ok := lua.ReadHash(fields, v)
+		h, ok := lua.ReadHash(fields, c.Val())
 		if !ok {
-			return nil, fmt.Errorf("reading the releases counter and rebuild mark of %s: %w: %d values", tags[i], flashgate.ErrUnavailable, len(v))
+			return nil, fmt.Errorf("reading the releases counter and rebuild mark of %s: %w: %d values", tags[i], flashgate.ErrUnavailable, len(c.Val()))
 		}
-		out[i] = Mark{Arg: strconv.FormatInt(h.Int(lua.FieldReleases), 10) + ":" + h.Str(lua.FieldRebuild), Pause: lua.PauseOf(v[2], v[3])}
+		out[i] = strconv.FormatInt(h.Int(lua.FieldReleases), 10) + ":" + h.Str(lua.FieldRebuild)
 	}
 	return out, nil
 }
