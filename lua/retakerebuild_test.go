@@ -180,3 +180,33 @@ func TestResyncCountsHeldStillRetaken(t *testing.T) {
 		}
 	})
 }
+
+// TestUnretakeHeldWhileRebuilding: the refund's unretake of an order a
+// rebuild under way held, before that rebuild's final re-sync wrote the
+// hash (no total yet), answers no sale and records the refusal as given
+// back (3), out of the retaken set: the final re-sync then leaves its
+// units free (explorer seed 20263050 hid the unit).
+func TestUnretakeHeldWhileRebuilding(t *testing.T) {
+	forEach(t, backends(t), "rebuilding", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		if got, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(saleID), 5, "u1", "o1").Int64Slice(); err != nil || len(got) != 1 || got[0] != 1 {
+			t.Fatalf("hold: got %v, %v, want [1]", got, err)
+		}
+		if got, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(saleID), "o1", "u1", 1, "", "1").Int64(); err != nil || got != -1 {
+			t.Fatalf("unretake while rebuilding: got %d, %v, want -1", got, err)
+		}
+		if got := rdb.HGet(ctx, lua.RetakeRefusedKey(saleID), "o1").Val(); got != "3" {
+			t.Errorf("refusal after the unretake: got %q, want 3", got)
+		}
+		if rdb.SIsMember(ctx, lua.RetakenKey(saleID), "o1").Val() {
+			t.Errorf("o1 still in the retaken set after the unretake")
+		}
+		keys := []string{lua.SaleKey(saleID), lua.RetakeRefusedKey(saleID)}
+		v, err := lua.Resync.Run(ctx, rdb, keys, 0, 0, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "o1", 1, "").Int64Slice()
+		if err != nil || len(v) != 10 {
+			t.Fatalf("resync: got %v, %v", v, err)
+		}
+		if v[5] != 0 {
+			t.Errorf("the rebuild's final re-sync: booked %d, want 0 (o1's unit given back)", v[5])
+		}
+	})
+}
