@@ -197,3 +197,46 @@ func TestCheckoutInsideCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestChargeEventAdoptedOnRedelivery: a charge.succeeded (it names the
+// intent, not the order) about an intent no payment row names, delivered
+// while the provider cannot be read, is applied: refused, and adopted by
+// the provider's redelivery of the same event (a late payment whose
+// payment_intent.succeeded was lost; explorer seed 20261639 left it
+// charged, neither honoured nor refunded).
+func TestChargeEventAdoptedOnRedelivery(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 1, 3)
+			o := pe.buy("s1", "u1")
+			// The checkout's answer was lost: the intent exists, no row.
+			in, err := pe.prov.Checkout(pe.ctx, o, o.PriceCents, "usd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pe.prov.set(in.ID, flashgate.IntentSucceeded)
+			pe.prov.mu.Lock()
+			pe.prov.limited = 1 // the first read of the intent: 429
+			pe.prov.mu.Unlock()
+			payload := []byte("evt_charge|charge.succeeded|" + in.ID + "|")
+			delivered := false
+			for try := 0; try < 3 && !delivered; try++ {
+				delivered = pe.svc.Webhook(pe.ctx, payload, "ok") == nil
+			}
+			if !delivered {
+				t.Fatal("charge.succeeded: refused three times")
+			}
+			if _, err := pe.svc.ReconcilePayments(pe.ctx); err != nil {
+				t.Fatal(err)
+			}
+			p, err := pe.db.Payment(pe.ctx, o.ID)
+			if err != nil {
+				t.Fatalf("payment of %s: got %v; want the intent adopted", o.ID, err)
+			}
+			if p.Outcome != "paid" || pe.order(o.ID).Status != flashgate.StatusPaid {
+				t.Fatalf("payment %s/%q, order %s; want succeeded/paid, paid", p.Status, p.Outcome, pe.order(o.ID).Status)
+			}
+		})
+	}
+}

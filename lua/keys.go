@@ -79,6 +79,12 @@ const (
 	// it before its database snapshot, and its script compares, to know
 	// whether a release reached the hash meanwhile (lua/resync.lua).
 	FieldReleases = "releases"
+	// FieldRebuild marks a sale hash a re-sync rebuilt after Redis lost it
+	// (the server's TIME when it was rebuilt; absent on a hash Prepare
+	// made): a re-sync reads it before its database snapshot, and only a
+	// pass that read the mark the hash has reopens a rebuilt sale
+	// (lua/resync.lua's ARGV[13]).
+	FieldRebuild = "rebuild"
 	// FieldLayout lists a bucketed sale's buckets' salts ("17,4,233"),
 	// absent on an unbucketed sale (buckets.go).
 	FieldLayout = "layout"
@@ -220,9 +226,9 @@ func UnretakeKeys(tag string) []string {
 }
 
 // RestoreKeys is Restore's KEYS: buyers hash, released set, sale hash,
-// retaken set.
+// retaken set, retake refusals hash.
 func RestoreKeys(tag string) []string {
-	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag), RetakenKey(tag)}
+	return []string{BuyersKey(tag), ReleasedKey(tag), SaleKey(tag), RetakenKey(tag), RetakeRefusedKey(tag)}
 }
 
 // RebuiltKeys is the KEYS of Rebuilt: the sale (or bucket) hash and its

@@ -7,6 +7,7 @@
 -- KEYS[2] released set  fg:{<sale>}:released
 -- KEYS[3] sale hash (only its fence field)  fg:{<sale>}:sale
 -- KEYS[4] retaken set   fg:{<sale>}:retaken
+-- KEYS[5] refusals hash (order id -> code) fg:{<sale>}:retakerefused
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
 --         field, which it raises (creating the field when Redis lost the
 --         hash: a stale restore then stops at its next page)
@@ -18,7 +19,13 @@
 --         database has not honoured a retake of it (a late payment's honour
 --         makes the order paid), and the stock rebuilt after the restore
 --         counts none of its units, so a retake asked about it again
---         decides anew (lua/retake.lua)
+--         decides anew (lua/retake.lua); but an order a rebuild held
+--         (lua/retakehold.lua: its refusal recorded as held, 6) stays in
+--         the retaken set: that rebuild counts its units, and the refund
+--         of its late payment gives them back through it (lua/unretake.lua;
+--         explorer seeds 2953 and 20261464: a concurrent rebuild's page
+--         after the hold dropped it, the unretake was a no-op and the unit
+--         stayed hidden)
 -- ARGV[3+2r ..] pairs user id, order id of live rows (pending_payment,
 --         paid): the buyer entry is set if the user has none and the order
 --         was not released
@@ -38,7 +45,9 @@ local i = 3
 for _ = 1, r do
   local user, order = ARGV[i], ARGV[i + 1]
   redis.call('SADD', KEYS[2], order)
-  redis.call('SREM', KEYS[4], order)
+  if redis.call('HGET', KEYS[5], order) ~= '6' then
+    redis.call('SREM', KEYS[4], order)
+  end
   if redis.call('HGET', KEYS[1], user) == order then
     redis.call('HDEL', KEYS[1], user)
   end

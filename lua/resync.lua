@@ -30,7 +30,12 @@
 --         ('' none); ARGV[3] is then the sum of their totals
 -- ARGV[13] optional: the hash's releases counter (lua.FieldReleases) as the
 --         caller read it before the snapshot of ARGV[1], ARGV[2] and
---         ARGV[12] were taken ('' or absent: not read, nothing compared)
+--         ARGV[12] were taken ('' or absent: not read, nothing compared),
+--         optionally followed by ':' and the hash's rebuild mark
+--         (lua.FieldRebuild, '' when it had none or no hash) read with it
+--         ("3:1765000000.123456"): a rebuilt sale is then reopened only by
+--         a pass that read the mark it has now, one whose snapshot was
+--         taken after that rebuild (without ':', no mark compared)
 -- ARGV[14 ..] optional, with ARGV[9] = "1" only: triples order id,
 --         quantity, variant id ('' none) of the pending retakes the caller
 --         held in the rebuilt sale (lua/retakehold.lua). The units of each
@@ -70,7 +75,13 @@
 -- reserved, before count, before access, after booked, after reserved,
 -- after count, after access, total}: rebuilt is 1 when the hash had no
 -- total (its "before" figures are 0). A rebuilt open sale stays paused
--- (resume = 1) until the next call, which reopens it.
+-- (resume = 1) until the next call, which reopens it, unless that call read
+-- another rebuild mark than the hash's (ARGV[13]): its snapshot may predate
+-- the rebuild, even the loss, and miss rows the lost hash counted in
+-- reserved (two rebuilds at once, each from a snapshot taken before the
+-- loss: the second one's script reopened the first one's hash with the
+-- unit of an order stored between the snapshots and the loss free; explorer
+-- seed 20261678). The rebuild writes a fresh mark (the server's TIME).
 local L = tonumber(ARGV[1])
 local P = tonumber(ARGV[2])
 local total = tonumber(ARGV[3])
@@ -80,6 +91,14 @@ if not ratio or ratio <= 0 then
 end
 local D = tonumber(ARGV[8]) or 0
 local restored = ARGV[9] == '1'
+-- ARGV[13]: the releases counter, and the rebuild mark (nil: not compared).
+local relRead, markRead = ARGV[13], nil
+if relRead then
+  local r, m = string.match(relRead, '^([^:]*):(.*)$')
+  if r then
+    relRead, markRead = r, m
+  end
+end
 
 -- The held retakes' units (ARGV[14 ..]) still held now (not given back by
 -- an unretake), counted as live and persisted; by variant in heldv.
@@ -138,15 +157,20 @@ if not exists then
   elseif ARGV[6] == 'closed' then
     closed = 1
   end
+  local now = redis.call('TIME')
   redis.call('HSET', KEYS[1], 'booked', 0, 'reserved', P, 'start', 0,
-    'closed', closed, 'count', 0, 'access', 0, 'resume', resume, 'delivered', D)
+    'closed', closed, 'count', 0, 'access', 0, 'resume', resume, 'delivered', D,
+    'rebuild', now[1] .. '.' .. now[2])
   -- The static fields, as Prepare writes them (fragments/salestatic.lua);
   -- a bucketed sale's own hash is rebuilt by Prepare, so no layout here.
   -- The fragment reads ARGV[12]'s "id:total" and leaves L and P.
   write_sale_static(KEYS[1], total, ARGV[4], ARGV[5], '', ARGV[11], ARGV[12])
-elseif redis.call('HGET', KEYS[1], 'resume') == '1' then
+elseif redis.call('HGET', KEYS[1], 'resume') == '1' and
+  (markRead == nil or markRead == (redis.call('HGET', KEYS[1], 'rebuild') or '')) then
   -- The pass after a rebuild (or the end of a restore): booked is
-  -- recomputed below from this snapshot, then the sale opens again.
+  -- recomputed below from this snapshot, then the sale opens again. A pass
+  -- that read another mark before its snapshot (none, or an older
+  -- rebuild's) leaves the sale paused for the next one.
   redis.call('HSET', KEYS[1], 'start', 1)
   redis.call('HDEL', KEYS[1], 'resume')
 end
@@ -165,8 +189,8 @@ end
 -- raced: a release reached the hash since the caller read its counter, so
 -- the snapshot may count its units as live where the hash does not.
 local raced = false
-if rebuilt == 0 and not restored and ARGV[13] and ARGV[13] ~= '' then
-  raced = (tonumber(f[7] or '0') or 0) ~= (tonumber(ARGV[13]) or 0)
+if rebuilt == 0 and not restored and relRead and relRead ~= '' then
+  raced = (tonumber(f[7] or '0') or 0) ~= (tonumber(relRead) or 0)
 end
 
 -- Units reserved in Redis but not yet persisted. A Redis older than the

@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -30,16 +31,19 @@ func TestRetakeTakenAskedWhileMarked(t *testing.T) {
 
 // TestRestoreDropsUnhonouredTakes: Restore removes from the retaken set
 // the orders it restores as released (the database honoured none of them)
-// and keeps those it restores as live.
+// but those a rebuild held (refusal 6: the refund's unretake gives their
+// units back through the set), and keeps those it restores as live.
 func TestRestoreDropsUnhonouredTakes(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
-		rdb.SAdd(ctx, lua.RetakenKey(saleID), "o1", "o2")
-		if _, err := lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), 0, 1, "u1", "o1", "u2", "o2").Int64(); err != nil {
+		rdb.SAdd(ctx, lua.RetakenKey(saleID), "o1", "o2", "o3")
+		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o3", 6)
+		if _, err := lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), 0, 2, "u1", "o1", "u3", "o3", "u2", "o2").Int64(); err != nil {
 			t.Fatal(err)
 		}
 		got := rdb.SMembers(ctx, lua.RetakenKey(saleID)).Val()
-		if len(got) != 1 || got[0] != "o2" {
-			t.Errorf("retaken set: got %v, want [o2] (o1 restored as released)", got)
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"o2", "o3"}) {
+			t.Errorf("retaken set: got %v, want [o2 o3] (o1 restored as released, o3 held)", got)
 		}
 	})
 }
@@ -173,6 +177,36 @@ func TestResyncCountsHeldStillRetaken(t *testing.T) {
 		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 6) // held, not in the retaken set
 		if v := resync(); v[5] != 1 || v[6] != 2 {
 			t.Errorf("o1 still held: booked %d reserved %d, want 1 and 2", v[5], v[6])
+		}
+	})
+}
+
+// TestUnretakeHeldWhileRebuilding: the refund's unretake of an order a
+// rebuild under way held, before that rebuild's final re-sync wrote the
+// hash (no total yet), answers no sale and records the refusal as given
+// back (3), out of the retaken set: the final re-sync then leaves its
+// units free (explorer seed 20263050 hid the unit).
+func TestUnretakeHeldWhileRebuilding(t *testing.T) {
+	forEach(t, backends(t), "rebuilding", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		if got, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(saleID), 5, "u1", "o1").Int64Slice(); err != nil || len(got) != 1 || got[0] != 1 {
+			t.Fatalf("hold: got %v, %v, want [1]", got, err)
+		}
+		if got, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(saleID), "o1", "u1", 1, "", "1").Int64(); err != nil || got != -1 {
+			t.Fatalf("unretake while rebuilding: got %d, %v, want -1", got, err)
+		}
+		if got := rdb.HGet(ctx, lua.RetakeRefusedKey(saleID), "o1").Val(); got != "3" {
+			t.Errorf("refusal after the unretake: got %q, want 3", got)
+		}
+		if rdb.SIsMember(ctx, lua.RetakenKey(saleID), "o1").Val() {
+			t.Errorf("o1 still in the retaken set after the unretake")
+		}
+		keys := []string{lua.SaleKey(saleID), lua.RetakeRefusedKey(saleID)}
+		v, err := lua.Resync.Run(ctx, rdb, keys, 0, 0, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "o1", 1, "").Int64Slice()
+		if err != nil || len(v) != 10 {
+			t.Fatalf("resync: got %v, %v", v, err)
+		}
+		if v[5] != 0 {
+			t.Errorf("the rebuild's final re-sync: booked %d, want 0 (o1's unit given back)", v[5])
 		}
 	})
 }

@@ -69,6 +69,16 @@ func (d *DB) StepPayment(ctx context.Context, st flashgate.PaymentStep, now time
 			ON CONFLICT (order_id) DO UPDATE SET pending = 0`), d.ts(now), st.OrderID); err != nil {
 			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
 		}
+		// The release the order's expiry (or cancel) queued for the
+		// re-sync, if no pass delivered it yet, goes: the order is live
+		// again. Redis's released set made it a no-op while the retake
+		// kept the order there, but a rebuild after a Redis loss restores
+		// the paid order as live, out of that set, and the release then
+		// freed its unit (explorer seed 20264038: sold again).
+		if _, err := tx.ExecContext(ctx, d.q(`DELETE FROM release_queue
+			WHERE sale_id = (SELECT sale_id FROM orders WHERE order_id = ?) AND order_id = ?`), st.OrderID, st.OrderID); err != nil {
+			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
+		}
 	}
 	if st.DropRetake {
 		if _, err := tx.ExecContext(ctx, d.q(`DELETE FROM retakes WHERE order_id = ? AND pending = 1`), st.OrderID); err != nil {

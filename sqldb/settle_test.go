@@ -83,6 +83,17 @@ func TestStepPaymentOneWinner(t *testing.T) {
 		if err != nil || b[0].PersistedUnits != after.PersistedUnits {
 			t.Errorf("bucket figures: got %+v, %v, want %d persisted units", b, err, after.PersistedUnits)
 		}
+		// The release o2's expiry queued is gone with the honour: o2 is
+		// live again (a rebuild restores it out of the released set).
+		queued, _, err := db.PendingReleases(ctx, "s", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range queued {
+			if q.ID == "o2" {
+				t.Errorf("pending releases after the honour: got %v, want none of o2", queued)
+			}
+		}
 	})
 }
 

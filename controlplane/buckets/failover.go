@@ -128,7 +128,7 @@ func (k *Keeper) MarkForRebuild(ctx context.Context, sale flashgate.Sale, l lua.
 		present[b] = stock[b].found
 		stock[b].found = false
 	}
-	totals, vtotals := k.rebuildShares(sale, stock, led, figs, vfigs)
+	totals, vtotals := k.rebuildShares(sale, stock, led, figs, vfigs, nil)
 	granted := led.granted(stock)
 	for _, b := range buckets {
 		if !present[b] {

@@ -25,6 +25,10 @@ type Store interface {
 	OrdersPage(ctx context.Context, saleID string, st flashgate.OrderStatus, afterID string, limit int) ([]flashgate.Order, error)
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ReleasesDelivered(ctx context.Context, saleID string, orderIDs []string, fence int64) (delivered int64, err error)
+	// PendingRetakes are the orders whose late payment's retake the
+	// database records as pending (written before the retake in Redis,
+	// not yet honoured or dropped).
+	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 }
 
 // FigureStore is what the re-sync of a bucketed sale needs beyond Store:

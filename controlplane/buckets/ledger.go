@@ -172,10 +172,12 @@ func (led ledgerState) inFlightUnits(stock []bucketStock) int64 {
 
 // rebuildTotals gives the buckets Redis lost (missing) their totals for a
 // rebuild: what no present bucket and no move in flight holds, each its
-// live units (live) first, the rest split evenly. Every live unit had a
-// place in a bucket before the loss, so each share covers its live units
-// and the buckets' totals add up to at most the sale's.
-func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live []int64) []int64 {
+// live units (live) first, then the units of its pending retakes (held,
+// nil for none: the rebuild holds them) as far as the units left go, the
+// rest split evenly. Every live unit had a place in a bucket before the
+// loss, so each share covers its live units and the buckets' totals add up
+// to at most the sale's.
+func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live, held []int64) []int64 {
 	free := total - led.inFlightUnits(stock)
 	var missing []int
 	for b, st := range stock {
@@ -191,6 +193,13 @@ func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live []int
 		free -= live[b]
 	}
 	free = max(free, 0)
+	for _, b := range missing {
+		if b < len(held) {
+			h := min(held[b], free)
+			out[b] += h
+			free -= h
+		}
+	}
 	for i, b := range missing {
 		out[b] += Share(free, len(missing), i)
 	}
@@ -203,8 +212,9 @@ func rebuildTotals(total int64, stock []bucketStock, led ledgerState, live []int
 // units of it first. totals are the sale's variant totals and live[b][i]
 // bucket b's live units of variant i, both in the order of variants (the
 // order readStock read stock in). It returns each bucket's totals per
-// variant, and their sums.
-func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock, led ledgerState, live [][]int64) (per [][]int64, sums []int64) {
+// variant, and their sums; held[b][i] (nil for none) are bucket b's units
+// of variant i its pending retakes hold.
+func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock, led ledgerState, live, held [][]int64) (per [][]int64, sums []int64) {
 	per = make([][]int64, len(stock))
 	sums = make([]int64, len(stock))
 	for b := range per {
@@ -212,6 +222,7 @@ func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock
 	}
 	vstock := make([]bucketStock, len(stock))
 	vlive := make([]int64, len(stock))
+	vheld := make([]int64, len(stock))
 	for i, id := range variants {
 		for b, st := range stock {
 			vs := bucketStock{found: st.found, sseq: st.sseq, gseq: st.gseq}
@@ -223,12 +234,16 @@ func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock
 			}
 			vstock[b] = vs
 			vlive[b] = live[b][i]
+			vheld[b] = 0
+			if b < len(held) && held[b] != nil {
+				vheld[b] = held[b][i]
+			}
 		}
 		vled := led
 		if led.variant != id {
 			vled.inFlight = false
 		}
-		for b, n := range rebuildTotals(totals[i], vstock, vled, vlive) {
+		for b, n := range rebuildTotals(totals[i], vstock, vled, vlive, vheld) {
 			per[b][i] = n
 			sums[b] += n
 		}

@@ -46,7 +46,7 @@ func TestRebuildTotals(t *testing.T) {
 			ledgerState{seq: 3, inFlight: true, phase: "grant", from: 0, to: 2, freed: 2}, []int64{0, 0, 0}, []int64{0, 4, 0}},
 		{"over-full", 5, []bucketStock{{found: true, total: 5}, {}}, ledgerState{}, []int64{0, 1}, []int64{0, 1}},
 	} {
-		got := rebuildTotals(c.total, c.stock, c.led, c.live)
+		got := rebuildTotals(c.total, c.stock, c.led, c.live, nil)
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
 		}

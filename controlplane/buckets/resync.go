@@ -35,12 +35,23 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	l := Layout(sale)
 	tags := l.Tags()
 	variants := variantIDs(sale)
-	// Each bucket's releases counter comes before the snapshot, so that
-	// its script knows whether a release reached the bucket after the
-	// snapshot may have been taken (lua/resync.lua's ARGV[13]).
-	rels, err := salehash.Releases(ctx, k.rdb, tags)
+	// Each bucket's releases counter and rebuild mark come before the
+	// snapshot, so that its script knows whether a release reached the
+	// bucket after the snapshot may have been taken, and whether the
+	// bucket was rebuilt since by another pass (which this pass then does
+	// not reopen; lua/resync.lua's ARGV[13]).
+	rels, err := salehash.ResyncMarks(ctx, k.rdb, tags)
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
+	}
+	// The pending retakes, read before the snapshot as the one-bucket
+	// re-sync reads them (controlplane/resync): a bucket rebuilt below
+	// holds the units of those of its orders (lua.RetakeHold), so that a
+	// settler past its retake that honours after a Redis loss does not
+	// commit a unit the rebuilt bucket sold again.
+	pending, err := k.store.PendingRetakes(ctx, sale.ID)
+	if err != nil {
+		return before, after, fmt.Errorf("reading pending retakes: %w", err)
 	}
 	figs, vfigs, err := bucketFigures(ctx, bs, sale, l.N())
 	if err != nil {
@@ -92,7 +103,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		}
 		led.inFlight = false
 	}
-	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs)
+	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs, pending)
 	restored := false
 	// lostInPass are the buckets read present above and rebuilt below:
 	// Redis lost them during this pass, after their shares were computed
@@ -102,7 +113,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	ratio := strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64)
 	for b, t := range tags {
 		keys := lua.SaleKeys(t)
-		run := func(restore string) ([]int64, error) {
+		run := func(restore string, held []flashgate.Order) ([]int64, error) {
 			args := []any{figs[b].LiveUnits, figs[b].PersistedUnits,
 				rebuild[b], salehash.PerUser(sale), sale.PriceCents,
 				string(sale.State), ratio, 0, restore, fencing.Of(ctx)}
@@ -111,17 +122,32 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 				spec = salehash.VariantSpec(sale.Variants, vrebuild[b], vfigs[b])
 			}
 			args = append(args, "", spec, rels[b])
-			return lua.Resync.Run(ctx, k.rdb, keys, args...).Int64Slice()
+			ks, args := salehash.HeldArgs(t, keys, args, held)
+			return lua.Resync.Run(ctx, k.rdb, ks, args...).Int64Slice()
 		}
-		v, err := run("0")
+		v, err := run("0", nil)
 		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 			if !restored {
 				if err := k.restore(ctx, l); err != nil {
 					return before, after, err
 				}
 				restored = true
+				// The pending retakes again, with those read before the
+				// snapshot: a row written after that read may belong to a
+				// retake the lost bucket made (see controlplane/resync).
+				late, err := k.store.PendingRetakes(ctx, sale.ID)
+				if err != nil {
+					return before, after, fmt.Errorf("reading pending retakes: %w", err)
+				}
+				pending = unionOrders(pending, late)
 			}
-			v, err = run("1")
+			// The bucket's pending retakes are held, and counted by the
+			// script while still held (see controlplane/resync).
+			held, err := salehash.HoldRetakes(ctx, k.rdb, t, inBucket(pending, b))
+			if err != nil {
+				return before, after, err
+			}
+			v, err = run("1", held)
 		}
 		if err != nil {
 			return before, after, fmt.Errorf("re-syncing bucket %s: %w: %w", t, flashgate.ErrUnavailable, err)
@@ -348,28 +374,72 @@ func bucketFigures(ctx context.Context, bs FigureStore, sale flashgate.Sale, n i
 // rebuildShares are the totals a bucket Redis lost is rebuilt with (see
 // rebuildTotals), and for a sale sold in variants each one's per variant
 // in the sale's order (rebuildVariantTotals); stock was read with the
-// sale's variant ids.
-func (k *Keeper) rebuildShares(sale flashgate.Sale, stock []bucketStock, led ledgerState, figs []flashgate.SaleFigures, vfigs []map[string]flashgate.SaleFigures) ([]int64, [][]int64) {
+// sale's variant ids. The units of the pending retakes (pending) count in
+// their buckets' shares after the live units, so that the hold of a
+// rebuilt bucket fits in its total.
+func (k *Keeper) rebuildShares(sale flashgate.Sale, stock []bucketStock, led ledgerState, figs []flashgate.SaleFigures, vfigs []map[string]flashgate.SaleFigures, pending []flashgate.Order) ([]int64, [][]int64) {
 	if !sale.HasVariants() {
 		live := make([]int64, len(stock))
 		for b := range figs {
 			live[b] = figs[b].LiveUnits
 		}
-		return rebuildTotals(sale.Total, stock, led, live), nil
+		held := make([]int64, len(stock))
+		for _, o := range pending {
+			if o.Bucket >= 0 && o.Bucket < len(held) {
+				held[o.Bucket] += o.Quantity
+			}
+		}
+		return rebuildTotals(sale.Total, stock, led, live, held), nil
 	}
 	totals := make([]int64, len(sale.Variants))
 	live := make([][]int64, len(stock))
+	held := make([][]int64, len(stock))
 	for b := range live {
 		live[b] = make([]int64, len(sale.Variants))
+		held[b] = make([]int64, len(sale.Variants))
 		for i, v := range sale.Variants {
 			if b < len(vfigs) {
 				live[b][i] = vfigs[b][v.ID].LiveUnits
 			}
 		}
 	}
+	for _, o := range pending {
+		for i, v := range sale.Variants {
+			if o.Bucket >= 0 && o.Bucket < len(held) && o.Variant == v.ID {
+				held[o.Bucket][i] += o.Quantity
+			}
+		}
+	}
 	for i, v := range sale.Variants {
 		totals[i] = v.Total
 	}
-	per, sums := rebuildVariantTotals(variantIDs(sale), totals, stock, led, live)
+	per, sums := rebuildVariantTotals(variantIDs(sale), totals, stock, led, live, held)
 	return sums, per
+}
+
+// inBucket are the orders of bucket b among orders.
+func inBucket(orders []flashgate.Order, b int) []flashgate.Order {
+	var out []flashgate.Order
+	for _, o := range orders {
+		if o.Bucket == b {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// unionOrders is a's orders, then those of b not in a (by id).
+func unionOrders(a, b []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(a))
+	out := append([]flashgate.Order(nil), a...)
+	for _, o := range a {
+		seen[o.ID] = true
+	}
+	for _, o := range b {
+		if !seen[o.ID] {
+			seen[o.ID] = true
+			out = append(out, o)
+		}
+	}
+	return out
 }

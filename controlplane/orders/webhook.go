@@ -12,7 +12,10 @@ import (
 // signature (flashgate.ErrBadSignature, nothing changed), stores the event
 // id once with the status it tells and the flag it sets, in one
 // transaction (a redelivery changes nothing), and then applies it. An event the database cannot apply yet (an order not yet
-// stored) is applied by the reconciliation, which reads the intent.
+// stored) is applied by the reconciliation, which reads the intent. An
+// event that names no order (a charge's) about an intent no payment row
+// names, whose intent cannot be read now, is refused (the provider
+// delivers it again) and adopted by a redelivery.
 func (s *Service) Webhook(ctx context.Context, payload []byte, signature string) error {
 	if s.provider == nil {
 		return fmt.Errorf("webhook: no payment provider: %w", flashgate.ErrNotFound)
@@ -56,20 +59,30 @@ func (s *Service) Webhook(ctx context.Context, payload []byte, signature string)
 	}
 	now := s.clock.Now()
 	fresh, err := s.paymentStore.RecordEvent(ctx, ev.ID, ev.Type, ev.IntentID, ev.OrderID, status, now)
-	if err != nil || !fresh {
+	if err != nil || ev.IntentID == "" || (!fresh && ev.OrderID != "") {
 		return err
 	}
-	if ev.IntentID == "" {
-		return nil
-	}
 	p, err := s.paymentStore.PaymentByIntent(ctx, ev.IntentID)
-	if errors.Is(err, flashgate.ErrNotFound) {
+	switch {
+	case errors.Is(err, flashgate.ErrNotFound):
 		// Before the row: the checkout's insert has not happened yet (or
 		// its answer was lost). Adopt the intent from its metadata when
 		// the order is stored; else the reconciliation's next pass does.
 		p, err = s.adopt(ctx, ev)
+	case err == nil && !fresh:
+		return nil // a redelivery of an event applied before
 	}
 	if err != nil {
+		if ev.OrderID == "" && !errors.Is(err, flashgate.ErrNotFound) {
+			// An event that names no order (a charge's) is not found by
+			// the reconciliation's adoption (UnadoptedIntents reads the
+			// order from the event): refused, so that the provider
+			// delivers it again, and the redelivery adopts the intent
+			// (explorer seed 20261639: a late payment's charge.succeeded,
+			// its intent's read lost, acknowledged and never applied, the
+			// payment_intent.succeeded lost with a killed gateway).
+			return fmt.Errorf("webhook: adopting intent %s: %w", ev.IntentID, err)
+		}
 		s.log.Info("webhook stored; applied later", "event", ev.ID, "type", ev.Type, "err", err)
 		return nil
 	}

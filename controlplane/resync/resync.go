@@ -104,8 +104,14 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	// The hash's releases counter comes before the snapshot: a release that
 	// reaches Redis after it changes the counter by the script, which then
 	// never sets booked above the hash's own (the release may be missing
-	// from the snapshot; see lua/resync.lua's ARGV[13]).
-	rels, err := salehash.Releases(ctx, s.rdb, []string{id})
+	// from the snapshot; see lua/resync.lua's ARGV[13]). So does its
+	// rebuild mark: a sale rebuilt after this read (by another pass, from
+	// its own snapshot) is reopened by a later pass, whose snapshot counts
+	// every row stored before Redis lost the sale, not by this one
+	// (explorer seed 20261678: two rebuilds at once, each from a snapshot
+	// taken before an order's row was stored and Redis lost the sale; the
+	// second one reopened the sale with that order's unit free).
+	marks, err := salehash.ResyncMarks(ctx, s.rdb, []string{id})
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
@@ -137,14 +143,8 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			spec = salehash.VariantSpec(sale.Variants, nil, per)
 		}
 		args := []any{fig.LiveUnits, fig.PersistedUnits, sale.Total, salehash.PerUser(sale), sale.PriceCents,
-			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, rels[0]}
-		k := keys
-		if len(held) > 0 {
-			k = append(append([]string(nil), keys...), lua.RetakeRefusedKey(id))
-			for _, o := range held {
-				args = append(args, o.ID, o.Quantity, o.Variant)
-			}
-		}
+			string(sale.State), strconv.FormatFloat(salehash.AdmitRatio(sale), 'f', -1, 64), delivered, restored, tok, lua.DrawQueueArg(sale), spec, marks[0]}
+		k, args := salehash.HeldArgs(id, keys, args, held)
 		return lua.Resync.Run(ctx, s.rdb, k, args...).Int64Slice()
 	}
 	v, err := resync("0", nil)
@@ -159,7 +159,19 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		held, err := s.holdRetakes(ctx, id, pending)
+		// The pending retakes again, after the restore, with those read
+		// before the snapshot: a row written after that first read may
+		// belong to a retake the lost Redis made (explorer seed 102466: the
+		// rebuild held nothing, the pass that reopened the sale sold the
+		// unit again before the honour). A row written after the restore
+		// began is no such retake: Redis had lost the sale (the retake
+		// answered "no sale" or, once rebuilt and paused, "retry", taking
+		// nothing).
+		late, err := s.store.PendingRetakes(ctx, id)
+		if err != nil {
+			return before, after, fmt.Errorf("reading pending retakes: %w", err)
+		}
+		held, err := salehash.HoldRetakes(ctx, s.rdb, id, unionOrders(pending, late))
 		if err != nil {
 			return before, after, err
 		}
@@ -209,37 +221,6 @@ func (s *Syncer) figures(ctx context.Context, sale flashgate.Sale) (flashgate.Sa
 		per = map[string]flashgate.SaleFigures{}
 	}
 	return fig, per, nil
-}
-
-// holdRetakes holds, in a sale being rebuilt (after Restore), the units of
-// the retakes the database records as pending (lua.RetakeHold): a settler
-// past its retake may still honour one, and the units must not sell again
-// meanwhile. It returns the orders held, whose units the caller counts.
-func (s *Syncer) holdRetakes(ctx context.Context, id string, pending []flashgate.Order) ([]flashgate.Order, error) {
-	if len(pending) == 0 {
-		return nil, nil
-	}
-	tok := fencing.Of(ctx)
-	args := make([]any, 0, 1+2*len(pending))
-	args = append(args, tok)
-	for _, o := range pending {
-		args = append(args, o.UserID, o.ID)
-	}
-	r, err := lua.RetakeHold.Run(ctx, s.rdb, lua.RetakeHoldKeys(id), args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	res, ok := r.([]any)
-	if !ok {
-		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
-	}
-	var held []flashgate.Order
-	for i, r := range res {
-		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
-			held = append(held, pending[i])
-		}
-	}
-	return held, nil
 }
 
 // deliverReleases gives Redis the releases the database queued for a sale
@@ -387,4 +368,20 @@ func JoinSales(ctx context.Context, rdb redis.UniversalClient, id string, tags [
 		members = append(members, t)
 	}
 	return rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
+}
+
+// unionOrders is a's orders, then those of b not in a (by id).
+func unionOrders(a, b []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(a))
+	out := append([]flashgate.Order(nil), a...)
+	for _, o := range a {
+		seen[o.ID] = true
+	}
+	for _, o := range b {
+		if !seen[o.ID] {
+			seen[o.ID] = true
+			out = append(out, o)
+		}
+	}
+	return out
 }

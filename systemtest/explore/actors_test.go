@@ -586,9 +586,6 @@ func (w *world) afterStep(a *actor, ran string) {
 		w.retook, a.hold = true, 1<<30
 		w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   = held back until no one else can move", a.name))
 	}
-	if !w.stall && !*flagStall {
-		return // the between-steps check: stall schedules and -stall runs (stallKnown)
-	}
 	for _, p := range []string{"db InsertOrders", "db StepPayment", "db Transition"} {
 		if strings.HasPrefix(ran, p) {
 			w.checkLive(ran)

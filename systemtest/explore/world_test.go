@@ -197,7 +197,7 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 	e.fence++
 	w.sale = w.pickSale()
 	w.aux = rand.New(rand.NewPCG(seed^0x2545f4914f6cdd1d, seed))
-	w.stall = !w.sale.Fair() && w.aux.IntN(4) == 0 && stallAllowed(seed)
+	w.stall = !w.sale.Fair() && w.aux.IntN(4) == 0
 	w.s.after = w.afterStep
 	sctx := controlplane.WithFencingToken(ctx, w.token())
 	if _, err := w.cp.CreateSale(sctx, w.sale); err != nil {

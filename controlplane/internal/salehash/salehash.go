@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -63,25 +64,80 @@ func Read(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]Figu
 	return out, nil
 }
 
-// Releases reads the releases counter (lua.FieldReleases) of many sales'
-// or bucket tags' hashes in one pipelined round trip, as Resync's ARGV[13]:
-// "0" for a hash without it. A re-sync reads it before its database
-// snapshot, so that its script knows whether a release reached the hash
-// after the snapshot may have been taken.
-func Releases(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]string, error) {
+// ResyncMarks reads, for many sales' or bucket tags' hashes in one
+// pipelined round trip, each one's releases counter and rebuild mark
+// (lua.FieldReleases, lua.FieldRebuild), as Resync's ARGV[13]
+// "<releases>:<mark>": "0:" for a hash without them (or no hash). A
+// re-sync reads them before its database snapshot: its script then knows
+// whether a release reached the hash after the snapshot may have been
+// taken, and whether the hash was rebuilt since (a pass whose snapshot may
+// predate the rebuild does not reopen the sale).
+func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) ([]string, error) {
+	fields := []string{lua.FieldReleases, lua.FieldRebuild}
 	pipe := rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(tags))
+	cmds := make([]*redis.SliceCmd, len(tags))
 	for i, t := range tags {
-		cmds[i] = pipe.HGet(ctx, lua.SaleKey(t), lua.FieldReleases)
+		cmds[i] = pipe.HMGet(ctx, lua.SaleKey(t), fields...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("reading releases counters: %w: %w", flashgate.ErrUnavailable, err)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("reading releases counters and rebuild marks: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	out := make([]string, len(tags))
 	for i, c := range cmds {
-		out[i] = strconv.FormatInt(lua.Int(c.Val()), 10)
+		h, ok := lua.ReadHash(fields, c.Val())
+		if !ok {
+			return nil, fmt.Errorf("reading the releases counter and rebuild mark of %s: %w: %d values", tags[i], flashgate.ErrUnavailable, len(c.Val()))
+		}
+		out[i] = strconv.FormatInt(h.Int(lua.FieldReleases), 10) + ":" + h.Str(lua.FieldRebuild)
 	}
 	return out, nil
+}
+
+// HoldRetakes holds, in a sale (or bucket, tag) being rebuilt after its
+// restore, the units of the retakes the database records as pending
+// (lua.RetakeHold): a settler past its retake may still honour one, and
+// the units must not sell again meanwhile. It returns the orders held,
+// whose units the caller's final Resync counts (its ARGV[14 ..], with
+// HeldArgs).
+func HoldRetakes(ctx context.Context, rdb redis.UniversalClient, tag string, pending []flashgate.Order) ([]flashgate.Order, error) {
+	if len(pending) == 0 {
+		return nil, nil
+	}
+	tok := fencing.Of(ctx)
+	args := make([]any, 0, 1+2*len(pending))
+	args = append(args, tok)
+	for _, o := range pending {
+		args = append(args, o.UserID, o.ID)
+	}
+	r, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(tag), args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	res, ok := r.([]any)
+	if !ok {
+		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
+	}
+	var held []flashgate.Order
+	for i, r := range res {
+		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
+			held = append(held, pending[i])
+		}
+	}
+	return held, nil
+}
+
+// HeldArgs adds the held retakes to a Resync call of tag: its KEYS[2]
+// (the refusals hash) and ARGV[14 ..] (order id, quantity, variant of
+// each). With none held, keys and args are returned as they are.
+func HeldArgs(tag string, keys []string, args []any, held []flashgate.Order) ([]string, []any) {
+	if len(held) == 0 {
+		return keys, args
+	}
+	k := append(append([]string(nil), keys...), lua.RetakeRefusedKey(tag))
+	for _, o := range held {
+		args = append(args, o.ID, o.Quantity, o.Variant)
+	}
+	return k, args
 }
 
 // PerUser is a sale's per-user limit as the scripts take it: 1 when unset.
