@@ -47,7 +47,7 @@ var (
 
 const (
 	drawEntrants = 200
-	drawWindow   = 5 * time.Second  // entries open for this long
+	drawWindow   = 5 * time.Second // entries open for this long
 	// drawRate and drawCaptureRate are the close's pace (--draw-rate,
 	// --draw-capture-rate): slow enough that the close lasts a few
 	// seconds, for the faults to land in it.
