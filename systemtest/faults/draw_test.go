@@ -65,8 +65,8 @@ type drawRun struct {
 	stand   *stripelocal.Server
 	sale    string
 	closeAt time.Time
-	// captured counts the sale's captured intents (polled during the
-	// close); firstCapture is when the first was seen.
+	// captured counts the sale's captured intents at the provider,
+	// polled during the close.
 	captured atomic.Int64
 
 	mu       sync.Mutex
@@ -116,11 +116,23 @@ func drawKillLeader(ctx context.Context, d *drawRun) {
 	}
 	killed := time.Now()
 	d.event("kill -9 %s (the leader) after %d captures", leader.name, n)
-	if _, ok := testwait.For(60*time.Second, func() bool { return d.captured.Load() > n || ctx.Err() != nil }); ok && ctx.Err() == nil {
-		took := time.Since(killed)
-		d.event("the next capture, by the other control plane, %v after the kill", took.Round(10*time.Millisecond))
+	// A capture the dead leader had sent may still land: count the next
+	// leader's from its taking the lease.
+	var next *proc
+	if _, ok := testwait.For(60*time.Second, func() bool {
+		next = leaderOf(ctx, d.c)
+		return (next != nil && next != leader) || ctx.Err() != nil
+	}); !ok || ctx.Err() != nil {
+		d.problem("no control plane took the lease within 60s of the kill")
+		return
+	}
+	took, m := time.Since(killed), d.captured.Load()
+	d.event("%s took the lease %v after the kill, %d captures then", next.name, took.Round(10*time.Millisecond), m)
+	if _, ok := testwait.For(60*time.Second, func() bool { return d.captured.Load() > m || ctx.Err() != nil }); ok && ctx.Err() == nil {
+		first := time.Since(killed)
+		d.event("its first capture %v after the kill", first.Round(10*time.Millisecond))
 		d.mu.Lock()
-		d.recovery = fmt.Sprintf("%v (kill -9 → the next capture)", took.Round(10*time.Millisecond))
+		d.recovery = fmt.Sprintf("%v (kill -9 → the next leader's first capture; lease taken in %v)", first.Round(10*time.Millisecond), took.Round(10*time.Millisecond))
 		d.mu.Unlock()
 	}
 }

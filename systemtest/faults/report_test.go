@@ -44,7 +44,7 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("is declined, one in 10 withdrawing before the close), every webhook delivered to both gateways after random delays and\n")
 	fmt.Fprintf(&b, "the entry window's replayed at the close; the close paced at %d calls/s (%d captures/s) under the fault. There\n", drawRate, drawCaptureRate)
 	b.WriteString("**requests** are entry, pay and withdrawal attempts, **201s** entries made, **rows** paid orders, **recovery** (leader\n")
-	b.WriteString("killed) from the kill to the next capture, and **history** the draw's model (systemtest/faults/history_draw.go) on the\n")
+	b.WriteString("killed) from the kill to the next leader's first capture, and **history** the draw's model (systemtest/faults/history_draw.go) on the\n")
 	b.WriteString("final state: per entry at most one captured intent at the provider, no entry charged but those the file's order gives\n")
 	b.WriteString("(winners, and the next entrants in place of declined captures), none of those left uncaptured, every hold captured or\n")
 	b.WriteString("released, paid rows = units captured ≤ stock per size, the entries file verifies (`flashgate draw verify`);\n")
