@@ -160,11 +160,14 @@ type cluster struct {
 	gws      []*proc
 	gwURL    []string
 	adminURL string
-	rdb      *redis.Client // the primary
-	rep      *redis.Client // the replica
-	db       *sqldb.DB     // the checker's own connection
-	jwt      []byte
-	admin    string
+	// admin2URL is the second control plane's admin listener ("" without
+	// one).
+	admin2URL string
+	rdb       *redis.Client // the primary
+	rep       *redis.Client // the replica
+	db        *sqldb.DB     // the checker's own connection
+	jwt       []byte
+	admin     string
 	// hist records what clients of the system did and were answered
 	// (history.go); the crowds and adminDo add to it. A scenario that
 	// changes the crowd's orders by other requests leaves the history
@@ -275,6 +278,7 @@ func (s *suite) startCluster(t *testing.T, name string, o clusterOpts) *cluster 
 	c.must(c.cp.start(30 * time.Second))
 	if o.controlPlanes >= 2 {
 		ap2 := port()
+		c.admin2URL = fmt.Sprintf("http://127.0.0.1:%d", ap2)
 		c.cp2 = &proc{name: "controlplane-2", bin: s.bin, env: env, log: logf("controlplane-2"),
 			ready: procgroup.HTTPReady(fmt.Sprintf("http://127.0.0.1:%d/readyz", ap2)),
 			args:  []string{"controlplane", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", ap2), "--redis", redisURL, "--db", c.dbURL}}

@@ -201,6 +201,8 @@ var scenarios = []scenario{
 	pausedLeaderScenario, // leader_test.go
 	paymentsScenario,     // payments_test.go
 	paymentsRaceScenario, // payments_race_test.go
+	drawLeaderKill,       // draw_test.go
+	drawProviderFaults,   // draw_test.go
 }
 
 // result is one scenario's row of docs/RELIABILITY.md.
