@@ -1,0 +1,129 @@
+package systemtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/controlplane/drawhold"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
+	"github.com/flashgate/flashgate/internal/testenv/testclock"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// racingCloser is a close (drawclose, as the leader wires it) whose last
+// flush before the draw runs race right after it: a script of another
+// actor (a gateway's withdrawal, a webhook's authorisation) that was sent
+// before entries_close_at, by its own clock, and runs in Redis after the
+// close read the journal.
+func (s *drawStack) racingCloser(race func()) *drawclose.Closer {
+	fired := false
+	return drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: s.pacer(),
+		SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
+		Flush: func(ctx context.Context, sale string) (int, error) {
+			n, err := drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
+			if err == nil && n == 0 && !fired {
+				fired = true
+				race()
+			}
+			return n, err
+		}})
+}
+
+// runClose runs c until the close finished.
+func (s *drawStack) runClose(c *drawclose.Closer) {
+	s.t.Helper()
+	var last error
+	if _, ok := testwait.For(30*time.Second, func() bool {
+		done, err := c.Close(s.ctx, s.sale)
+		last = err
+		return done
+	}); !ok {
+		s.t.Fatalf("the close did not finish: %v", last)
+	}
+}
+
+// TestDrawRaceWithdrawAfterFlush: a winner's withdrawal sent just before
+// entries_close_at whose script runs after the close's final flush. The
+// buyer must not be answered "withdrawn" and then charged: either the
+// withdrawal is refused (the window closed) or the entry is out of the
+// draw.
+func TestDrawRaceWithdrawAfterFlush(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 16, func(string) string { return "4242424242424242" })
+		closeAt := *s.sale.EntriesCloseAt
+		w := s.entrants[s.winners()["S"][0].ID]
+		var code int64 = -1
+		c := s.racingCloser(func() {
+			before := closeAt.Add(-time.Millisecond).UnixMilli()
+			r, err := lua.DrawWithdraw.Run(s.ctx, s.rdb, lua.DrawWithdrawKeys(s.sale.ID), w.UserID, before, before).Slice()
+			if err != nil {
+				t.Errorf("DrawWithdraw: %v", err)
+				return
+			}
+			code, _ = r[0].(int64)
+		})
+		s.clock.Set(closeAt)
+		s.runClose(c)
+		in, _ := s.stand.Intent(w.PaymentIntent)
+		if code == lua.DrawOK && in.Status == flashgate.IntentSucceeded {
+			t.Errorf("winner %s answered withdrawn after the close's flush: got its hold %s, want not charged", w.ID, in.Status)
+		}
+		if code != lua.DrawOK {
+			s.check(cp, 0)
+		}
+	})
+}
+
+// TestDrawRaceHeldAfterFlush: the webhook of a pending entry's hold,
+// authorised just before entries_close_at by the clock of the control
+// plane that takes it, applied after the close's final flush. The entry
+// is not in the draw, so its hold must be released (the read path does
+// it), not left authorised with the entry "entered" for ever.
+func TestDrawRaceHeldAfterFlush(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 16, func(string) string { return "4242424242424242" })
+		closeAt := *s.sale.EntriesCloseAt
+		// The webhook's control plane runs a millisecond behind.
+		hclock := testclock.New(closeAt.Add(-time.Minute))
+		h := drawhold.New(drawhold.Config{Redis: s.rdb, Store: s.db, Provider: s.pay, Clock: hclock, Logger: quiet,
+			Grace: time.Second, Rate: 1000})
+		late, err := h.Hold(s.ctx, s.sale.ID, "buyer-16")
+		if err != nil || late.PaymentIntent == "" {
+			t.Fatalf("hold of the pending entry: got %+v, %v", late, err)
+		}
+		if _, err := s.stand.Confirm(late.PaymentIntent, "4242424242424242"); err != nil {
+			t.Fatal(err)
+		}
+		hclock.Set(closeAt.Add(-time.Millisecond))
+		c := s.racingCloser(func() {
+			ev := flashgate.PaymentEvent{ID: "evt_late", Type: flashgate.EventIntentHeld, IntentID: late.PaymentIntent,
+				EntryID: late.ID, SaleID: s.sale.ID}
+			if err := h.Event(s.ctx, ev); err != nil {
+				t.Errorf("event: %v", err)
+			}
+		})
+		s.clock.Set(closeAt)
+		s.runClose(c)
+		testwait.For(10*time.Second, func() bool {
+			if _, err := h.Reconcile(s.ctx, []flashgate.Sale{s.sale}); err != nil {
+				t.Logf("reconcile: %v", err)
+			}
+			in, _ := s.stand.Intent(late.PaymentIntent)
+			return in.Status == flashgate.IntentCanceled
+		})
+		if in, _ := s.stand.Intent(late.PaymentIntent); in.Status != flashgate.IntentCanceled {
+			st, _ := s.rdb.HGet(s.ctx, lua.DrawKey(s.sale.ID), "buyer-16").Result()
+			t.Errorf("a hold authorised after the close's flush: got %s (entry %q), want canceled", in.Status, st)
+		}
+		s.check(cp, 0)
+	})
+}
