@@ -134,6 +134,14 @@ func TestDrawScripts(t *testing.T) {
 		want("ann withdraws at the close", withdraw("ann", drawClose), []any{int64(lua.DrawClosed), "entered e1 2 S", int64(0)})
 		want("bob authorised after the close", set("bob", "e3", flashgate.DrawEntered, drawClose, flashgate.DrawPending), []any{int64(lua.DrawClosed), "pending e3 1 S", int64(0)})
 		want("carol after the close", enter("carol", "e4", "S", 1, drawClose+5, "c5", 0), []any{int64(lua.DrawClosed), "", int64(0)})
+		// Once the close began (draw_shut), a caller whose clock is before
+		// draw_close is refused all the same.
+		if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldDrawShut, 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want("ann withdraws after the shut", withdraw("ann", mid), []any{int64(lua.DrawClosed), "entered e1 2 S", int64(0)})
+		want("bob authorised after the shut", set("bob", "e3", flashgate.DrawEntered, mid, flashgate.DrawPending), []any{int64(lua.DrawClosed), "pending e3 1 S", int64(0)})
+		want("carol after the shut", enter("carol", "e4", "S", 1, mid, "c6", 0), []any{int64(lua.DrawClosed), "", int64(0)})
 
 		// The close: ann wins and is captured, bob's pending hold released.
 		want("ann wins", set("ann", "e1", flashgate.DrawWon, drawClose, flashgate.DrawEntered), []any{int64(0), "won e1 2 S", int64(1)})
