@@ -2,6 +2,8 @@ package systemtest
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/internal/testenv/testwait"
 	"github.com/flashgate/flashgate/lua"
+	"github.com/flashgate/flashgate/payments"
+	"github.com/flashgate/flashgate/sqldb"
 )
 
 // racingCloser is a close (drawclose, as the leader wires it) whose last
@@ -123,6 +127,75 @@ func TestDrawRaceHeldAfterFlush(t *testing.T) {
 		if in, _ := s.stand.Intent(late.PaymentIntent); in.Status != flashgate.IntentCanceled {
 			st, _ := s.rdb.HGet(s.ctx, lua.DrawKey(s.sale.ID), "buyer-16").Result()
 			t.Errorf("a hold authorised after the close's flush: got %s (entry %q), want canceled", in.Status, st)
+		}
+		s.check(cp, 0)
+	})
+}
+
+// flakyTransitions is the database whose first order transition fails as
+// a dropped connection would.
+type flakyTransitions struct {
+	*sqldb.DB
+	failed atomic.Bool
+}
+
+func (f *flakyTransitions) Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return flashgate.Order{}, errors.New("connection reset by peer")
+	}
+	return f.DB.Transition(ctx, id, from, to, now)
+}
+
+// waitingCapturer captures one hold at a time and, before each, waits for
+// the orders of the captures before it to be marked paid, as a long
+// settlement needs them to be (an order left pending_payment for the
+// payment window expires while its buyer is charged).
+type waitingCapturer struct {
+	s        *drawStack
+	inner    *payments.Pacer
+	captured int
+	unpaid   []string
+}
+
+func (w *waitingCapturer) Capture(ctx context.Context, id, key string) (flashgate.Intent, error) {
+	want := w.captured
+	if _, ok := testwait.For(5*time.Second, func() bool {
+		paid, err := w.s.db.OrdersPage(ctx, w.s.sale.ID, flashgate.StatusPaid, "", 1000)
+		return err == nil && len(paid) >= want
+	}); !ok {
+		w.unpaid = append(w.unpaid, key)
+	}
+	in, err := w.inner.Capture(ctx, id, key)
+	if err == nil {
+		w.captured++
+	}
+	return in, err
+}
+
+func (w *waitingCapturer) Cancel(ctx context.Context, id string) (flashgate.Intent, error) {
+	return w.inner.Cancel(ctx, id)
+}
+
+// TestDrawRacePayerStopsOnError: one failed write of the database while a
+// settlement goes on. The charged entrants' orders are marked paid as
+// their rows arrive all the same (before, the payer stopped for the rest
+// of the settlement, minutes on a large draw: an order left unpaid past
+// the payment window expires, its unit back in stock, its buyer charged).
+func TestDrawRacePayerStopsOnError(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 16, func(string) string { return "4242424242424242" })
+		capt := &waitingCapturer{s: s, inner: s.pacer()}
+		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: &flakyTransitions{DB: s.db}, Reserver: s.inv, Capturer: capt,
+			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 1, Clock: s.clock, Logger: quiet,
+			Flush: func(ctx context.Context, sale string) (int, error) {
+				return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
+			}})
+		s.clock.Set(*s.sale.EntriesCloseAt)
+		s.runClose(c)
+		if len(capt.unpaid) != 0 {
+			t.Errorf("captures made while earlier charged orders stayed unpaid: got %v, want none", capt.unpaid)
 		}
 		s.check(cp, 0)
 	})
