@@ -554,9 +554,6 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	if failed != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, failed)
 	}
-	if pay.err != nil {
-		return false, pay.err
-	}
 	won := make(map[string]bool, len(entries))
 	promoted := 0
 	for _, es := range st.Captured {
@@ -719,7 +716,6 @@ type payer struct {
 
 	mu      sync.Mutex
 	pending []string // orders whose rows have not arrived
-	err     error    // read after run returned
 }
 
 func newPayer(c *Closer, sale string) *payer { return &payer{c: c, sale: sale} }
@@ -750,10 +746,15 @@ func (p *payer) run(ctx context.Context) {
 		for _, id := range p.left() {
 			ok, err := p.c.markPaid(ctx, p.sale, id)
 			if err != nil {
-				if ctx.Err() == nil {
-					p.err = err
+				if ctx.Err() != nil {
+					return
 				}
-				return
+				// Tried again at the next tick: a payer that stopped here
+				// would leave every order charged from now on unpaid until
+				// the settlement ends, minutes on a large draw, and one
+				// unpaid past the payment window expires.
+				p.c.cfg.Logger.Warn("draw close: marking an order paid", "sale", p.sale, "order", id, "err", err)
+				break
 			}
 			if ok {
 				p.mu.Lock()
