@@ -200,3 +200,63 @@ func TestDrawRacePayerStopsOnError(t *testing.T) {
 		s.check(cp, 0)
 	})
 }
+
+// stoppingCapturer stops the sale (the admin's POST /admin/sales/{id}/stop)
+// before the close's first capture.
+type stoppingCapturer struct {
+	s     *drawStack
+	cp    *controlplane.Service
+	inner *payments.Pacer
+	once  atomic.Bool
+}
+
+func (c *stoppingCapturer) Capture(ctx context.Context, id, key string) (flashgate.Intent, error) {
+	if c.once.CompareAndSwap(false, true) {
+		if err := c.cp.Stop(ctx, c.s.sale.ID); err != nil {
+			c.s.t.Errorf("stop: %v", err)
+		}
+	}
+	return c.inner.Capture(ctx, id, key)
+}
+
+func (c *stoppingCapturer) Cancel(ctx context.Context, id string) (flashgate.Intent, error) {
+	return c.inner.Cancel(ctx, id)
+}
+
+// TestDrawRaceStopDuringClose: an admin stops a draw sale while its close
+// captures. Every entrant charged must get the order of the unit paid for
+// and the close must finish (before, the reserve path refused the closed
+// sale after the capture: charged winners without orders, the close
+// failing for ever).
+func TestDrawRaceStopDuringClose(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 16, func(string) string { return "4242424242424242" })
+		capt := &stoppingCapturer{s: s, cp: cp, inner: s.pacer()}
+		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: capt,
+			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
+			Flush: func(ctx context.Context, sale string) (int, error) { return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0) }})
+		s.clock.Set(*s.sale.EntriesCloseAt)
+		var last error
+		if _, ok := testwait.For(10*time.Second, func() bool {
+			done, err := c.Close(s.ctx, s.sale)
+			last = err
+			return done
+		}); !ok {
+			t.Errorf("the close of a stopped draw did not finish: %v", last)
+		}
+		charged := 0
+		for _, r := range s.entrants {
+			if in, _ := s.stand.Intent(r.PaymentIntent); in.Status == flashgate.IntentSucceeded {
+				charged++
+				if o, err := s.db.Order(s.ctx, drawclose.OrderID(r.ID)); err != nil || o.Status != flashgate.StatusPaid {
+					t.Errorf("entry %s charged: got its order %+v, %v; want it paid", r.ID, o, err)
+				}
+			}
+		}
+		if charged != int(s.sale.Total) {
+			t.Errorf("charged: got %d, want %d (the units)", charged, s.sale.Total)
+		}
+	})
+}
