@@ -199,14 +199,18 @@ func TestDrawRefusesPurchases(t *testing.T) {
 				t.Errorf("state %q: S booked %q, want 2", st, got)
 			}
 		}
-		// Closed and paused draw sales refuse the close path too.
+		// A paused draw sale refuses the close path too; a closed one (an
+		// admin's stop during the close) still takes the winners its close
+		// charged (ReserveMany then finds Reserve's order).
 		for _, c := range []struct {
-			name string
-			set  func(id string) error
-			code int64
+			name     string
+			set      func(id string) error
+			code     int64
+			order    string
+			codeMany int64
 		}{
-			{"closed", func(id string) error { return lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), "close").Err() }, lua.ReserveClosed},
-			{"paused", func(id string) error { return rdb.HSet(ctx, lua.SaleKey(id), lua.FieldResume, 1).Err() }, lua.ReservePaused},
+			{"closed", func(id string) error { return lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), "close").Err() }, lua.ReserveOK, "o1", lua.ReservePurchased},
+			{"paused", func(id string) error { return rdb.HSet(ctx, lua.SaleKey(id), lua.FieldResume, 1).Err() }, lua.ReservePaused, "", lua.ReservePaused},
 		} {
 			id := "dx" + c.name
 			prepareDraw(t, ctx, rdb, id, false)
@@ -215,8 +219,9 @@ func TestDrawRefusesPurchases(t *testing.T) {
 			}
 			r, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(id), "o1", "ann", 1, 1, id, "", "", "", lua.DrawReserveFlag).Slice()
 			m, err2 := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(id), 1, id, "", "o1", "ann", 1, "", lua.DrawReserveFlag).Slice()
-			if want := []any{c.code, ""}; err != nil || err2 != nil || !reflect.DeepEqual(r, want) || !reflect.DeepEqual(m, want) {
-				t.Errorf("%s: Reserve %v %v, ReserveMany %v %v; want %v", c.name, r, err, m, err2, want)
+			want, wantMany := []any{c.code, c.order}, []any{c.codeMany, c.order}
+			if err != nil || err2 != nil || !reflect.DeepEqual(r, want) || !reflect.DeepEqual(m, wantMany) {
+				t.Errorf("%s: got Reserve %v %v, ReserveMany %v %v; want %v, %v", c.name, r, err, m, err2, want, wantMany)
 			}
 		}
 	})
