@@ -236,7 +236,9 @@ func TestDrawRaceStopDuringClose(t *testing.T) {
 		capt := &stoppingCapturer{s: s, cp: cp, inner: s.pacer()}
 		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: capt,
 			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
-			Flush: func(ctx context.Context, sale string) (int, error) { return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0) }})
+			Flush: func(ctx context.Context, sale string) (int, error) {
+				return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
+			}})
 		s.clock.Set(*s.sale.EntriesCloseAt)
 		var last error
 		if _, ok := testwait.For(10*time.Second, func() bool {
