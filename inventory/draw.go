@@ -18,7 +18,9 @@ var errDrawBucketed = fmt.Errorf("reserving a draw's winner: a bucketed sale: %w
 // (lua.Reserve's ARGV[9], lua.DrawReserveFlag). It needs no start flag and
 // takes every other check of a purchase, with the same errors as Reserve:
 // stock and the variant's, one live order per buyer (a
-// *flashgate.PurchasedError), per_user, closed, paused. On a sale that is
+// *flashgate.PurchasedError), per_user, paused; not closed: the close
+// charged the winner before it reserves, so an admin's stop during the
+// close must not leave the winner without the order. On a sale that is
 // no draw it is a purchase like Reserve's, unbatched.
 func (s *Service) ReserveWinner(ctx context.Context, orderID, saleID, userID, variant string, qty int64) (string, error) {
 	switch {

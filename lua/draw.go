@@ -44,6 +44,12 @@ const (
 	FieldDrawWinners  = "draw_winners"
 	FieldDrawPromoted = "draw_promoted"
 	FieldDrawDone     = "draw_done"
+	// FieldDrawShut is "1" once the control plane's close began (written
+	// before its final flush of the journal): the entry scripts then take
+	// no entry, withdrawal or authorisation whatever their caller's clock
+	// says, so that every change the draw does not see is refused, not
+	// lost.
+	FieldDrawShut = "draw_shut"
 )
 
 // DrawStateField is the sale hash field counting the entries now in state

@@ -134,6 +134,14 @@ func TestDrawScripts(t *testing.T) {
 		want("ann withdraws at the close", withdraw("ann", drawClose), []any{int64(lua.DrawClosed), "entered e1 2 S", int64(0)})
 		want("bob authorised after the close", set("bob", "e3", flashgate.DrawEntered, drawClose, flashgate.DrawPending), []any{int64(lua.DrawClosed), "pending e3 1 S", int64(0)})
 		want("carol after the close", enter("carol", "e4", "S", 1, drawClose+5, "c5", 0), []any{int64(lua.DrawClosed), "", int64(0)})
+		// Once the close began (draw_shut), a caller whose clock is before
+		// draw_close is refused all the same.
+		if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldDrawShut, 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want("ann withdraws after the shut", withdraw("ann", mid), []any{int64(lua.DrawClosed), "entered e1 2 S", int64(0)})
+		want("bob authorised after the shut", set("bob", "e3", flashgate.DrawEntered, mid, flashgate.DrawPending), []any{int64(lua.DrawClosed), "pending e3 1 S", int64(0)})
+		want("carol after the shut", enter("carol", "e4", "S", 1, mid, "c6", 0), []any{int64(lua.DrawClosed), "", int64(0)})
 
 		// The close: ann wins and is captured, bob's pending hold released.
 		want("ann wins", set("ann", "e1", flashgate.DrawWon, drawClose, flashgate.DrawEntered), []any{int64(0), "won e1 2 S", int64(1)})
@@ -191,14 +199,18 @@ func TestDrawRefusesPurchases(t *testing.T) {
 				t.Errorf("state %q: S booked %q, want 2", st, got)
 			}
 		}
-		// Closed and paused draw sales refuse the close path too.
+		// A paused draw sale refuses the close path too; a closed one (an
+		// admin's stop during the close) still takes the winners its close
+		// charged (ReserveMany then finds Reserve's order).
 		for _, c := range []struct {
-			name string
-			set  func(id string) error
-			code int64
+			name     string
+			set      func(id string) error
+			code     int64
+			order    string
+			codeMany int64
 		}{
-			{"closed", func(id string) error { return lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), "close").Err() }, lua.ReserveClosed},
-			{"paused", func(id string) error { return rdb.HSet(ctx, lua.SaleKey(id), lua.FieldResume, 1).Err() }, lua.ReservePaused},
+			{"closed", func(id string) error { return lua.SetState.Run(ctx, rdb, lua.SaleKeys(id), "close").Err() }, lua.ReserveOK, "o1", lua.ReservePurchased},
+			{"paused", func(id string) error { return rdb.HSet(ctx, lua.SaleKey(id), lua.FieldResume, 1).Err() }, lua.ReservePaused, "", lua.ReservePaused},
 		} {
 			id := "dx" + c.name
 			prepareDraw(t, ctx, rdb, id, false)
@@ -207,8 +219,9 @@ func TestDrawRefusesPurchases(t *testing.T) {
 			}
 			r, err := lua.Reserve.Run(ctx, rdb, lua.ReserveKeys(id), "o1", "ann", 1, 1, id, "", "", "", lua.DrawReserveFlag).Slice()
 			m, err2 := lua.ReserveMany.Run(ctx, rdb, lua.ReserveKeys(id), 1, id, "", "o1", "ann", 1, "", lua.DrawReserveFlag).Slice()
-			if want := []any{c.code, ""}; err != nil || err2 != nil || !reflect.DeepEqual(r, want) || !reflect.DeepEqual(m, want) {
-				t.Errorf("%s: Reserve %v %v, ReserveMany %v %v; want %v", c.name, r, err, m, err2, want)
+			want, wantMany := []any{c.code, c.order}, []any{c.codeMany, c.order}
+			if err != nil || err2 != nil || !reflect.DeepEqual(r, want) || !reflect.DeepEqual(m, wantMany) {
+				t.Errorf("%s: got Reserve %v %v, ReserveMany %v %v; want %v, %v", c.name, r, err, m, err2, want, wantMany)
 			}
 		}
 	})

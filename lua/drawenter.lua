@@ -28,7 +28,8 @@
 --
 -- The window is the hash's draw_open and draw_close (unix milliseconds,
 -- written with the sale's static fields): open from draw_open, until (not
--- at) draw_close; a sale whose closed field is "1" takes none either.
+-- at) draw_close; a sale whose closed field is "1", or whose draw_shut is
+-- "1" (the close began, lua.FieldDrawShut), takes none either.
 --
 -- Returns {code, entry, new}:
 --   {0, entry, 1|0}  entered now (1), or an entry pending or entered before (0)
@@ -42,7 +43,7 @@
 -- On a new entry the hash's draw_pending (entries per state: draw_<state>)
 -- and draw_entries (entries ever made) grow by one, and on a sale of
 -- variants variant:<id>:draw_entries.
-local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_open', 'draw_close', 'closed', 'per_user', 'variants')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_open', 'draw_close', 'closed', 'per_user', 'variants', 'draw_shut')
 if not f[1] then
   return {1, '', 0}
 end
@@ -59,7 +60,7 @@ if old then
 end
 local now = tonumber(ARGV[5]) or 0
 local open, close = tonumber(f[3] or ''), tonumber(f[4] or '')
-if f[5] == '1' or (close and now >= close) then
+if f[5] == '1' or f[8] == '1' or (close and now >= close) then
   return {3, '', 0}
 end
 if not open or not close or now < open then

@@ -13,8 +13,9 @@
 -- ARGV[2] entry id
 -- ARGV[3] the new state (flashgate.DrawEntryState)
 -- ARGV[4] now, unix milliseconds: a move to "entered" at or after
---         draw_close (or on a closed sale) is refused, so that no hold
---         authorised after the close counts in the draw
+--         draw_close, once the close began (draw_shut "1"), or on a closed
+--         sale is refused, so that no hold authorised after the close
+--         counts in the draw
 -- ARGV[5..] the states the entry may be moved from
 --
 -- Returns {code, entry, changed}:
@@ -26,7 +27,7 @@
 --   {12, entry, 0}   the entry is in a state the caller does not allow
 -- A move takes one from draw_<old state> and adds one to draw_<new state>
 -- in the sale hash, and joins the journal stream.
-local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_close', 'closed')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_close', 'closed', 'draw_shut')
 if not f[1] then
   return {1, '', 0}
 end
@@ -56,7 +57,7 @@ if not allowed then
 end
 if to == 'entered' then
   local close = tonumber(f[3] or '')
-  if f[4] == '1' or not close or (tonumber(ARGV[4]) or 0) >= close then
+  if f[4] == '1' or f[5] == '1' or not close or (tonumber(ARGV[4]) or 0) >= close then
     return {3, old, 0}
   end
 end

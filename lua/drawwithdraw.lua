@@ -25,13 +25,14 @@
 --   {0, entry, 1|0}  withdrawn now (1) or before (0); entry as in
 --                    lua.DrawKey, in state "withdrawn"
 --   {1, "", 0}       no such sale
---   {3, entry, 0}    the window has closed (draw_close reached, or the sale
---                    closed): the entry stands as it is
+--   {3, entry, 0}    the window has closed (draw_close reached, the close
+--                    began: draw_shut "1", or the sale closed): the entry
+--                    stands as it is
 --   {4, "", 0}       the sale is not sold by a draw
 --   {11, "", 0}      the buyer has no entry
 -- A withdrawal moves one from draw_<old state> to draw_withdrawn in the
 -- sale hash, and joins the journal stream.
-local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_close', 'closed')
+local f = redis.call('HMGET', KEYS[1], 'total', 'queue', 'draw_close', 'closed', 'draw_shut')
 if not f[1] then
   return {1, '', 0}
 end
@@ -48,7 +49,7 @@ if st == 'withdrawn' then
   return {0, old, 0}
 end
 local close = tonumber(f[3] or '')
-if f[4] == '1' or not close or (tonumber(ARGV[2]) or 0) >= close or (st ~= 'pending' and st ~= 'entered') then
+if f[4] == '1' or f[5] == '1' or not close or (tonumber(ARGV[2]) or 0) >= close or (st ~= 'pending' and st ~= 'entered') then
   return {3, old, 0}
 end
 local e = 'withdrawn ' .. rest

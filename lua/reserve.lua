@@ -29,7 +29,10 @@
 --         winner's order; "" none. A sale sold by a draw (queue = "draw")
 --         answers every other reserve {2, ""} (not started), whatever its
 --         state; with "draw" it needs no start flag (the sale stays shut to
---         buyers) but is still refused closed {3} and paused {7}
+--         buyers) nor an open sale (the close charged the winner before it
+--         reserves: an admin's stop during the close must not leave a
+--         charged winner without the order), but is still refused paused
+--         {7}
 --
 -- The failover fence: before it takes units the script compares KEYS[4],
 -- the replication id the control plane last checked the sale on, with this
@@ -87,7 +90,7 @@ if drawing and ARGV[9] ~= 'draw' then
   return {2, ''}
 end
 if f[3] ~= '1' then
-  if f[4] == '1' then
+  if f[4] == '1' and not drawing then
     return {3, ''}
   end
   -- A draw is paused only by a resume of 1 or more (lua.PauseOf): the

@@ -27,7 +27,8 @@
 --         of the i-th order
 -- ARGV[4+4n] optional (one more than the orders' 4n): "draw" when the
 --         draw's own close path reserves winners' orders (Reserve's
---         ARGV[9]): a draw sale answers every order of any other call {2, ""}
+--         ARGV[9]): a draw sale answers every order of any other call {2, ""};
+--         with it a closed draw sale still takes the winners' orders
 --
 -- Returns {code_1, order_1, ..., code_n, order_n}, each pair Reserve's
 -- answer {code, order id} for that order (see reserve.lua); an order
@@ -51,12 +52,12 @@ local drawing = f[8] == 'draw'
 -- rebuild of a draw not started leaves resume = 0, and such a draw, never
 -- started, must still reserve its winners.
 local paused = f[7] and (not drawing or (tonumber(f[7]) or 0) >= 1)
-if not f[1] or (drawing and flag ~= 'draw') or (f[3] ~= '1' and (not drawing or f[4] == '1' or paused)) then
+if not f[1] or (drawing and flag ~= 'draw') or (f[3] ~= '1' and (not drawing or paused)) then
   local code = 1
   if f[1] then
     if drawing and flag ~= 'draw' then
       code = 2
-    elseif f[4] == '1' then
+    elseif f[4] == '1' and not drawing then
       code = 3
     elseif paused then
       code = 7

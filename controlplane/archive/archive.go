@@ -67,7 +67,8 @@ const (
 // remove a pending entry, so every order is a row), no dead letter waiting
 // for a replay, no order pending payment (expiry would still move it), no
 // release queued for delivery, Redis' booked equal to the live rows'
-// units, and, for a fair sale, every queue entry journaled.
+// units, for a fair sale every queue entry journaled, and for a draw every
+// entry change journaled and no hold left for its read path.
 func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error) {
 	if sale.State != flashgate.StateClosed {
 		return Wait, nil
@@ -103,10 +104,22 @@ func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error)
 	if sale.Fair() {
 		journal = pipe.XLen(ctx, lua.QueueJournalKey(sale.ID))
 	}
+	// A draw's entry changes not yet journaled, or holds its read path
+	// has still to look at (authorised after the close, a withdrawal's
+	// not released): archived, the leader's journal flush and read path
+	// would never reach them, and a hold would stay on the buyer's card.
+	var drawJournal, drawChecks *redis.IntCmd
+	if sale.Draw() {
+		drawJournal = pipe.XLen(ctx, lua.DrawJournalKey(sale.ID))
+		drawChecks = pipe.ZCard(ctx, lua.DrawCheckKey(sale.ID))
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Wait, fmt.Errorf("reading the sale in redis: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if journal != nil && journal.Val() > 0 {
+		return Wait, nil
+	}
+	if drawJournal != nil && (drawJournal.Val() > 0 || drawChecks.Val() > 0) {
 		return Wait, nil
 	}
 	var booked int64

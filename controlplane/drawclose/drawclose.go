@@ -242,6 +242,9 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	if !Due(sale, c.cfg.Clock.Now()) {
 		return false, nil
 	}
+	if err := c.shut(ctx, sale.ID); err != nil {
+		return false, err
+	}
 	body, finished, err := c.cfg.Store.DrawFile(ctx, sale.ID)
 	switch {
 	case err == nil && finished:
@@ -280,6 +283,27 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 		return false, err
 	}
 	return c.settle(ctx, sale, f, rows)
+}
+
+// shut marks sale's entry window shut in Redis (lua.FieldDrawShut) before
+// the close reads the journal: a withdrawal or an authorisation whose
+// caller's clock was still before entries_close_at (or whose script was
+// sent just before it) runs either before the final flush, and the draw
+// sees it, or after this, and is refused. Without it such a change lands
+// after the draw read the entries: a withdrawn winner is charged, a hold
+// authorised then is never released.
+func (c *Closer) shut(ctx context.Context, sale string) error {
+	key := lua.SaleKey(sale)
+	// Only a sale Redis holds gets the field (a lost sale has no entries
+	// to change).
+	n, err := c.cfg.Redis.Exists(ctx, key).Result()
+	if err == nil && n > 0 {
+		err = c.cfg.Redis.HSet(ctx, key, lua.FieldDrawShut, 1).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("shutting the entries of %s: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // draw draws sale's winners among its entered entries and stores the
@@ -530,9 +554,6 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	if failed != nil {
 		return false, fmt.Errorf("settling the draw of %s: %w", sale.ID, failed)
 	}
-	if pay.err != nil {
-		return false, pay.err
-	}
 	won := make(map[string]bool, len(entries))
 	promoted := 0
 	for _, es := range st.Captured {
@@ -695,7 +716,6 @@ type payer struct {
 
 	mu      sync.Mutex
 	pending []string // orders whose rows have not arrived
-	err     error    // read after run returned
 }
 
 func newPayer(c *Closer, sale string) *payer { return &payer{c: c, sale: sale} }
@@ -726,10 +746,15 @@ func (p *payer) run(ctx context.Context) {
 		for _, id := range p.left() {
 			ok, err := p.c.markPaid(ctx, p.sale, id)
 			if err != nil {
-				if ctx.Err() == nil {
-					p.err = err
+				if ctx.Err() != nil {
+					return
 				}
-				return
+				// Tried again at the next tick: a payer that stopped here
+				// would leave every order charged from now on unpaid until
+				// the settlement ends, minutes on a large draw, and one
+				// unpaid past the payment window expires.
+				p.c.cfg.Logger.Warn("draw close: marking an order paid", "sale", p.sale, "order", id, "err", err)
+				break
 			}
 			if ok {
 				p.mu.Lock()

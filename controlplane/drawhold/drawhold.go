@@ -454,13 +454,17 @@ func (h *Holder) canceled(ctx context.Context, saleID, userID, entryID string) e
 }
 
 // closed reports whether saleID's entry window has closed (or the sale
-// has), as the entry scripts read it.
+// has, or the draw's close began: lua.FieldDrawShut), as the entry
+// scripts read it.
 func (h *Holder) closed(ctx context.Context, saleID string) (bool, error) {
-	f, err := h.rdb.HMGet(ctx, lua.SaleKey(saleID), lua.FieldDrawClose, "closed").Result()
+	f, err := h.rdb.HMGet(ctx, lua.SaleKey(saleID), lua.FieldDrawClose, "closed", lua.FieldDrawShut).Result()
 	if err != nil {
 		return false, fmt.Errorf("reading the draw's close: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if s, _ := f[1].(string); s == "1" {
+		return true, nil
+	}
+	if s, _ := f[2].(string); s == "1" {
 		return true, nil
 	}
 	s, _ := f[0].(string)

@@ -1,0 +1,68 @@
+package controlplane
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/archive"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// TestArchiveDrawWaitsForHolds: a closed draw sale is not over while its
+// read path has holds to look at (a hold authorised after the close, a
+// withdrawal's hold not released yet) or its journal has entry changes
+// not written: archived, it leaves the leader's listing, whose read path
+// and journal flush then never reach it, and the hold stays authorised on
+// the buyer's card.
+func TestArchiveDrawWaitsForHolds(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), nil)
+	open := e.clock.Now()
+	closeAt, ends := open.Add(time.Hour), open.Add(2*time.Hour)
+	if _, err := e.svc.CreateSale(e.ctx, flashgate.Sale{ID: "drop", Name: "Drop", PriceCents: 500, Total: 2, PerUser: 1,
+		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, EndsAt: &ends}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Stop(e.ctx, "drop"); err != nil {
+		t.Fatal(err)
+	}
+	over := func() archive.State {
+		t.Helper()
+		row, err := e.db.Sale(e.ctx, "drop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.svc.archive.Over(e.ctx, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if got := over(); got != archive.Ready {
+		t.Fatalf("a closed draw with nothing left: got %v, want Ready", got)
+	}
+	for _, c := range []struct {
+		name  string
+		add   func() error
+		clear func() error
+	}{
+		{"a hold to look at", func() error {
+			return e.rdb.ZAdd(e.ctx, lua.DrawCheckKey("drop"), redis.Z{Score: 1, Member: "e1"}).Err()
+		}, func() error { return e.rdb.Del(e.ctx, lua.DrawCheckKey("drop")).Err() }},
+		{"an entry change not journaled", func() error {
+			return e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: lua.DrawJournalKey("drop"), Values: []any{"e", "released e1 1  ann"}}).Err()
+		}, func() error { return e.rdb.Del(e.ctx, lua.DrawJournalKey("drop")).Err() }},
+	} {
+		if err := c.add(); err != nil {
+			t.Fatal(err)
+		}
+		if got := over(); got != archive.Wait {
+			t.Errorf("%s: got %v, want Wait", c.name, got)
+		}
+		if err := c.clear(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
