@@ -167,7 +167,7 @@ func (b *bench) drawPhase(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := d.fill(entries); err != nil {
+	if err := d.fill(entries, func(done int) { b.logf("draw: %d of %d entries in", done, entries) }); err != nil {
 		return err
 	}
 	res.FillElapsed = time.Since(t0)
@@ -326,8 +326,9 @@ type drawFill struct {
 
 // fill makes n entries, drawChunk per pipeline of each step, the sizes in
 // turn, and writes the journal to the database after each ten chunks (as
-// the leader's ticks do meanwhile) and at the end.
-func (d *drawFill) fill(n int) error {
+// the leader's ticks do meanwhile) and at the end; it calls progress after
+// each 100,000.
+func (d *drawFill) fill(n int, progress func(done int)) error {
 	ctx := d.ctx
 	for _, s := range []*redis.Script{lua.DrawEnter, lua.DrawHold, lua.DrawSet} {
 		if err := s.Load(ctx, d.rdb).Err(); err != nil {
@@ -375,6 +376,9 @@ func (d *drawFill) fill(n int) error {
 			if err := d.flush(); err != nil {
 				return err
 			}
+		}
+		if (i+m)%100_000 == 0 {
+			progress(i + m)
 		}
 	}
 	return nil
