@@ -76,7 +76,7 @@ type drawResult struct {
 	// hold captured or released; every winner's hold captured; every hold
 	// released (0 when not waited for).
 	Drawn, FirstMove, Captured, Released time.Duration
-	CapturedN, ReleasedN, Promoted      int64
+	CapturedN, ReleasedN, Promoted       int64
 	// ReleaseRate is the holds released a second over the window after
 	// the last capture; ReleaseProjected the time from the close to every
 	// hold released at that rate.
