@@ -57,7 +57,7 @@ lint: ## gofmt check, go vet, go mod tidy -diff (go.mod and go.sum tidy), and th
 	scripts/importgraph.sh
 
 .PHONY: bench
-bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm) into docs/BENCHMARKS.md.
+bench: ## Every benchmark in one run (Go, wrk vs bare, flash crowd vs row lock, RSS, expiry storm, drop, draw close) into docs/BENCHMARKS.md.
 	scripts/with-testenv.sh $(GO) run ./cmd/flashgate-bench
 
 .PHONY: bench-http

@@ -17,6 +17,7 @@ type report struct {
 	storm    *stormResult
 	buckets  *bucketsResult // buckets.go
 	drop     *dropResult    // drop.go
+	draw     *drawResult    // draw.go
 	failures []string
 	commands []string
 	elapsed  time.Duration
@@ -207,6 +208,7 @@ func (b *bench) markdown() []byte {
 
 	p("%s", r.bucketsSection())
 	p("%s", r.dropSection())
+	p("%s", r.drawSection())
 
 	if len(r.goBench) > 0 {
 		p("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -count %d` over the packages that have benchmarks (real redis-server where the benchmark needs one); ns/op as median (min–max).\n\n| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n", cfg.GoBench)
@@ -231,6 +233,9 @@ const (
 
 // writeReport writes the report and the README's headline table.
 func (b *bench) writeReport() error {
+	if strings.TrimSpace(b.cfg.Phases) == "draw" {
+		return b.spliceDraw()
+	}
 	if err := os.WriteFile(b.cfg.Out, b.markdown(), 0o644); err != nil {
 		return err
 	}
@@ -277,4 +282,40 @@ func wrkVerdict(cs []wrkCheck) string {
 	}
 	return fmt.Sprintf("%s: a wrk thread used %.2f of a core alone and %.2f each of %d (one it could not keep up would use all of one); %d threads changed the bare rate by %+.0f%%.",
 		verdict, per1, per2, two.Threads, two.Threads, gain*100)
+}
+
+// drawHeading begins the draw phase's section of the report.
+const drawHeading = "\n## Draw: "
+
+// spliceDraw writes a run of the draw phase alone (PHASES=draw) into the
+// report already there: its section replaces the draw section (or goes
+// before the Go benchmarks), saying which run it came from; the rest of
+// the report, and the README, keep the full run's figures. Without a
+// report there it writes a whole one.
+func (b *bench) spliceDraw() error {
+	raw, err := os.ReadFile(b.cfg.Out)
+	if err != nil || b.rep.draw == nil {
+		return os.WriteFile(b.cfg.Out, b.markdown(), 0o644)
+	}
+	sec := b.rep.drawSection() + fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s), spliced into this report: `PHASES=draw DRAW_ENTRIES=%d DRAW_UNITS=%d DRAW_RELEASE_SECONDS=%d`.\n",
+		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.draw.Entries, b.rep.draw.Units, int(b.rep.draw.ReleaseWindow/time.Second))
+	doc := string(raw)
+	i := strings.Index(doc, drawHeading)
+	if i < 0 {
+		i = strings.Index(doc, "\n## Go benchmarks")
+		if i < 0 {
+			i = strings.Index(doc, "\n## Commands")
+		}
+		if i < 0 {
+			i = len(doc)
+		}
+		return os.WriteFile(b.cfg.Out, []byte(doc[:i]+sec+doc[i:]), 0o644)
+	}
+	j := strings.Index(doc[i+1:], "\n## ")
+	if j < 0 {
+		j = len(doc)
+	} else {
+		j += i + 1
+	}
+	return os.WriteFile(b.cfg.Out, []byte(doc[:i]+sec+doc[j:]), 0o644)
 }

@@ -207,3 +207,37 @@ func TestStandInLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestPutHold: a hold put without a request is a confirmed hold as the
+// API's create and confirm make it: it captures (the capture-decline card
+// declines), cancels, and no request was recorded for it.
+func TestPutHold(t *testing.T) {
+	s := stripelocal.New("sk", "whsec")
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	cases := []struct {
+		name, card, path string
+		wantCode         int
+		wantStatus       string
+	}{
+		{"captured", "4242424242424242", "capture", 200, "succeeded"},
+		{"declined at capture", stripelocal.CaptureDeclineCard, "capture", 402, "canceled"},
+		{"released", "4242424242424242", "cancel", 200, "canceled"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := s.PutHold(1800, "usd", c.card)
+			if in, ok := s.Intent(id); !ok || in.Status != "requires_capture" || in.AmountCapturable != 1800 || in.CaptureMethod != "manual" {
+				t.Fatalf("got %+v (found %v), want a hold of 1800 in requires_capture", in, ok)
+			}
+			code, _, _ := api(t, ts.URL, "POST", "/v1/payment_intents/"+id+"/"+c.path, url.Values{})
+			in, _ := s.Intent(id)
+			if code != c.wantCode || in.Status != c.wantStatus {
+				t.Errorf("%s: got %d and %s, want %d and %s", c.path, code, in.Status, c.wantCode, c.wantStatus)
+			}
+		})
+	}
+	if got := len(s.Requests()); got != len(cases) {
+		t.Errorf("got %d requests recorded, want %d (the captures and cancels only)", got, len(cases))
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSpliceDraw: a run of the draw phase alone puts its section into the
+// report there, before the Go benchmarks, and replaces it the next time,
+// leaving every other section as it was.
+func TestSpliceDraw(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	doc := "# Benchmarks\n\n## Drop: a fair queue\n\ndrop figures\n\n## Go benchmarks\n\ngo figures\n\n## Commands\n\ncommands\n"
+	if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: settings{Phases: "draw", Out: out}, rep: &report{}}
+	for run, entries := range []int{1000, 2000} {
+		b.rep.draw = &drawResult{Entries: entries, Units: 30, ReleaseWindow: time.Minute, ReleaseRate: 25}
+		if err := b.writeReport(); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := string(raw)
+		if n := strings.Count(got, drawHeading); n != 1 {
+			t.Errorf("run %d: got %d draw sections, want 1", run, n)
+		}
+		for _, want := range []string{"drop figures", "go figures", "commands", "DRAW_ENTRIES=" + strconv.Itoa(entries)} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run %d: got a report without %q:\n%s", run, want, got)
+			}
+		}
+		if i, j := strings.Index(got, drawHeading), strings.Index(got, "## Go benchmarks"); i < 0 || i > j {
+			t.Errorf("run %d: got the draw section at %d, the Go benchmarks at %d; want it before them", run, i, j)
+		}
+	}
+}
