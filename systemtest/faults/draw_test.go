@@ -365,7 +365,7 @@ func drawScenario(inject func(ctx context.Context, d *drawRun)) func(t *testing.
 		var lastCapture, lastHeld time.Time
 		var prevCap int64
 		closed := false
-		for end := time.Now().Add(150 * time.Second); !closed && time.Now().Before(end) && ctx.Err() == nil; {
+		testwait.For(150*time.Second, func() bool {
 			cp, held := drawLedger(stand, d.sale)
 			now := time.Now()
 			if cp != prevCap {
@@ -377,10 +377,8 @@ func drawScenario(inject func(ctx context.Context, d *drawRun)) func(t *testing.
 			d.captured.Store(cp)
 			code, b := drawAdmin(ctx, c, http.MethodGet, "/admin/sales/"+d.sale, nil)
 			closed = code == http.StatusOK && json.Unmarshal(b, &st) == nil && st.Draw != nil && st.Draw.Closed
-			if !closed {
-				time.Sleep(100 * time.Millisecond) // the poll's period
-			}
-		}
+			return closed || ctx.Err() != nil
+		})
 		<-faultDone
 		if !closed {
 			d.problem("the draw did not close within 150s of its close")
@@ -394,7 +392,7 @@ func drawScenario(inject func(ctx context.Context, d *drawRun)) func(t *testing.
 		}
 		stand.Deliveries.Wait()
 		relay.wg.Wait()
-		d.event("close → all captured %v, → all released %v (ledger polled every 100ms); %d answers 429; %d webhook deliveries taken, %d refused",
+		d.event("close → all captured %v, → all released %v (ledger polled every 20ms); %d answers 429; %d webhook deliveries taken, %d refused",
 			toCaptured.Round(10*time.Millisecond), toReleased.Round(10*time.Millisecond), stand.Limited(), relay.delivered.Load(), relay.refused.Load())
 		if relay.refused.Load() > 0 {
 			d.problem("%d webhook deliveries refused 20 times", relay.refused.Load())

@@ -48,7 +48,7 @@ func report(results []result, rev string, at time.Time) string {
 	b.WriteString("final state: per entry at most one captured intent at the provider, no entry charged but those the file's order gives\n")
 	b.WriteString("(winners, and the next entrants in place of declined captures), none of those left uncaptured, every hold captured or\n")
 	b.WriteString("released, paid rows = units captured ≤ stock per size, the entries file verifies (`flashgate draw verify`);\n")
-	b.WriteString("**what happened** gives close → all captured and → all released (the provider's ledger polled every 100 ms).\n\n")
+	b.WriteString("**what happened** gives close → all captured and → all released (the provider's ledger polled every 20 ms).\n\n")
 	b.WriteString("| scenario | fault | what happened | requests | 201s | rows | losses | outage | recovery | sells again | 201 → row | history | result | reproduce |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|---|\n")
 	cell := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ") }
