@@ -164,6 +164,24 @@ func answer(saleID, userID string, e entry, intent string) flashgate.DrawEntry {
 		State: e.st, PaymentIntent: intent}
 }
 
+// ownEntry reads userID's entry in saleID and the hold recorded for it
+// (held false without one): what Hold and Release start from. No entry, or
+// a sale id or user that cannot name one, is flashgate.ErrNotFound.
+func (h *Holder) ownEntry(ctx context.Context, saleID, userID string) (e entry, intent string, held bool, err error) {
+	if !flashgate.ValidSaleID(saleID) || userID == "" {
+		return entry{}, "", false, fmt.Errorf("draw entry: %w", flashgate.ErrNotFound)
+	}
+	e, ok, err := h.readEntry(ctx, saleID, userID)
+	if err != nil {
+		return entry{}, "", false, err
+	}
+	if !ok {
+		return entry{}, "", false, fmt.Errorf("draw entry of %s: %w", saleID, flashgate.ErrNotFound)
+	}
+	intent, _, held, err = h.readHold(ctx, saleID, e.id)
+	return e, intent, held, err
+}
+
 // readHold reads the hold recorded for entryID; ok is false without one.
 func (h *Holder) readHold(ctx context.Context, saleID, entryID string) (intent, user string, ok bool, err error) {
 	v, err := h.rdb.HGet(ctx, lua.DrawHoldKey(saleID), entryID).Result()
@@ -189,17 +207,7 @@ func (h *Holder) readHold(ctx context.Context, saleID, entryID string) (intent, 
 // made) flashgate.ErrClosed, a provider that cannot be reached
 // flashgate.ErrUnavailable (the entry stays pending: ask again).
 func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error) {
-	if !flashgate.ValidSaleID(saleID) || userID == "" {
-		return flashgate.DrawEntry{}, fmt.Errorf("draw entry: %w", flashgate.ErrNotFound)
-	}
-	e, ok, err := h.readEntry(ctx, saleID, userID)
-	if err != nil {
-		return flashgate.DrawEntry{}, err
-	}
-	if !ok {
-		return flashgate.DrawEntry{}, fmt.Errorf("draw entry of %s: %w", saleID, flashgate.ErrNotFound)
-	}
-	intent, _, held, err := h.readHold(ctx, saleID, e.id)
+	e, intent, held, err := h.ownEntry(ctx, saleID, userID)
 	if err != nil {
 		return flashgate.DrawEntry{}, err
 	}
@@ -352,17 +360,7 @@ func (h *Holder) checkAt(ctx context.Context, saleID, entryID string, at time.Ti
 // flashgate.ErrUnavailable; the read path releases the hold later, and
 // calling Release again tries now.
 func (h *Holder) Release(ctx context.Context, saleID, userID string) (flashgate.DrawEntry, error) {
-	if !flashgate.ValidSaleID(saleID) || userID == "" {
-		return flashgate.DrawEntry{}, fmt.Errorf("draw entry: %w", flashgate.ErrNotFound)
-	}
-	e, ok, err := h.readEntry(ctx, saleID, userID)
-	if err != nil {
-		return flashgate.DrawEntry{}, err
-	}
-	if !ok {
-		return flashgate.DrawEntry{}, fmt.Errorf("draw entry of %s: %w", saleID, flashgate.ErrNotFound)
-	}
-	intent, _, held, err := h.readHold(ctx, saleID, e.id)
+	e, intent, held, err := h.ownEntry(ctx, saleID, userID)
 	if err != nil {
 		return flashgate.DrawEntry{}, err
 	}
