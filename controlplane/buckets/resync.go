@@ -139,7 +139,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 				if err != nil {
 					return before, after, fmt.Errorf("reading pending retakes: %w", err)
 				}
-				pending = unionOrders(pending, late)
+				pending = salehash.UnionOrders(pending, late)
 			}
 			// The bucket's pending retakes are held, and counted by the
 			// script while still held (see controlplane/resync).
@@ -422,22 +422,6 @@ func inBucket(orders []flashgate.Order, b int) []flashgate.Order {
 	var out []flashgate.Order
 	for _, o := range orders {
 		if o.Bucket == b {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-// unionOrders is a's orders, then those of b not in a (by id).
-func unionOrders(a, b []flashgate.Order) []flashgate.Order {
-	seen := make(map[string]bool, len(a))
-	out := append([]flashgate.Order(nil), a...)
-	for _, o := range a {
-		seen[o.ID] = true
-	}
-	for _, o := range b {
-		if !seen[o.ID] {
-			seen[o.ID] = true
 			out = append(out, o)
 		}
 	}

@@ -171,7 +171,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err != nil {
 			return before, after, fmt.Errorf("reading pending retakes: %w", err)
 		}
-		held, err := salehash.HoldRetakes(ctx, s.rdb, id, unionOrders(pending, late))
+		held, err := salehash.HoldRetakes(ctx, s.rdb, id, salehash.UnionOrders(pending, late))
 		if err != nil {
 			return before, after, err
 		}
@@ -368,20 +368,4 @@ func JoinSales(ctx context.Context, rdb redis.UniversalClient, id string, tags [
 		members = append(members, t)
 	}
 	return rdb.SAdd(ctx, lua.SalesKey(), members...).Err()
-}
-
-// unionOrders is a's orders, then those of b not in a (by id).
-func unionOrders(a, b []flashgate.Order) []flashgate.Order {
-	seen := make(map[string]bool, len(a))
-	out := append([]flashgate.Order(nil), a...)
-	for _, o := range a {
-		seen[o.ID] = true
-	}
-	for _, o := range b {
-		if !seen[o.ID] {
-			seen[o.ID] = true
-			out = append(out, o)
-		}
-	}
-	return out
 }

@@ -214,3 +214,20 @@ func VariantSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashga
 	}
 	return string(b)
 }
+
+// UnionOrders is a's orders, then those of b not in a (by id): the
+// pending retakes of a rebuild's two reads, which it holds together.
+func UnionOrders(a, b []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(a))
+	out := append([]flashgate.Order(nil), a...)
+	for _, o := range a {
+		seen[o.ID] = true
+	}
+	for _, o := range b {
+		if !seen[o.ID] {
+			seen[o.ID] = true
+			out = append(out, o)
+		}
+	}
+	return out
+}
