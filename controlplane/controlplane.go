@@ -75,6 +75,9 @@ type Store interface {
 	// PendingRetakes are the orders whose late payment's retake is
 	// recorded as pending (a rebuild holds their units).
 	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// HonouredRetakes are the orders whose late payment's retake an
+	// honour step recorded, while they are still paid.
+	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
 	// The draws' entries (controlplane/drawjournal) and their closes

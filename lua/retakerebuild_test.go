@@ -210,3 +210,29 @@ func TestUnretakeHeldWhileRebuilding(t *testing.T) {
 		}
 	})
 }
+
+// TestUnretakeBeforeHoldWhileRebuilding: the refund of a late payment
+// whose retake a rebuild under way read as pending but has not held yet
+// (the sale's hash has no total, no refusal is recorded) records the
+// refusal as given back (3), so the hold that follows leaves the order
+// out: its units are never counted again. Before, the unretake recorded
+// nothing, the hold held the order and the final re-sync counted a unit
+// no order would ever give back.
+func TestUnretakeBeforeHoldWhileRebuilding(t *testing.T) {
+	for _, flag := range []string{"", "1"} {
+		forEach(t, backends(t), "flag="+flag, func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+			if got, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(saleID), "o1", "u1", 1, "", flag).Int64(); err != nil || got != -1 {
+				t.Fatalf("unretake while rebuilding: got %d, %v, want -1", got, err)
+			}
+			if got := rdb.HGet(ctx, lua.RetakeRefusedKey(saleID), "o1").Val(); got != "3" {
+				t.Errorf("refusal after the unretake: got %q, want 3", got)
+			}
+			if got, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(saleID), 5, "u1", "o1").Int64Slice(); err != nil || len(got) != 1 || got[0] != 0 {
+				t.Fatalf("hold after the unretake: got %v, %v, want [0]", got, err)
+			}
+			if rdb.SIsMember(ctx, lua.RetakenKey(saleID), "o1").Val() {
+				t.Errorf("o1 in the retaken set after the hold")
+			}
+		})
+	}
+}

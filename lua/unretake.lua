@@ -34,13 +34,17 @@
 --   0  the order was not retaken here (or was given back before); nothing
 --      changed
 --  -1  no such sale in Redis (no total; a re-sync from the database
---      rebuilds it without the order). An order a rebuild under way held
---      (refusal 6, lua/retakehold.lua) leaves the retaken set, its buyer
---      entry goes if it names the order, and its refusal is recorded as
---      sold out (3): that rebuild's final Resync counts a held order only
---      while its refusal is 6, so it does not take the units again
---      (explorer seed 20263050: the refund between the hold and the final
---      Resync found no total, and the unit stayed hidden)
+--      rebuilds it without the order). The refusal is recorded as sold
+--      out (3) whatever it was: a rebuild under way that read the retake
+--      as pending before the refund dropped its row then does not hold
+--      it (lua/retakehold.lua skips any code but 6; before, it held the
+--      order and its final Resync counted a unit nobody would give back).
+--      An order that rebuild already held (refusal 6) also leaves the
+--      retaken set and its buyer entry goes if it names the order: the
+--      final Resync counts a held order only while its refusal is 6, so
+--      it does not take the units again (explorer seed 20263050: the
+--      refund between the hold and the final Resync found no total, and
+--      the unit stayed hidden)
 local n = tonumber(ARGV[3])
 if not n or n < 1 or n ~= math.floor(n) then
   return redis.error_reply('ERR unretake: bad quantity')
@@ -51,8 +55,8 @@ if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
     if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
       redis.call('HDEL', KEYS[2], ARGV[2])
     end
-    redis.call('HSET', KEYS[4], ARGV[1], 3)
   end
+  redis.call('HSET', KEYS[4], ARGV[1], 3)
   return -1
 end
 if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then

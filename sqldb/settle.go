@@ -126,6 +126,35 @@ func (d *DB) PendRetake(ctx context.Context, orderID string, now time.Time) (boo
 	return true, nil
 }
 
+// HonouredRetakes are the orders of a sale whose late payment's retake an
+// honour step recorded (the retakes row no longer pending) and that are
+// still paid, as orders (id, user, bucket, variant, quantity), by id. A
+// rebuild reads them after its restore to tell, of the retakes it read
+// as pending before its snapshot, those honoured since (which it holds:
+// the snapshot may not count them) from those refunded since (which it
+// must not: nothing would give their units back).
+func (d *DB) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
+		FROM retakes r JOIN orders o ON o.order_id = r.order_id
+		WHERE r.sale_id = ? AND r.pending = 0 AND o.status = ? ORDER BY r.order_id`), saleID, string(flashgate.StatusPaid))
+	if err != nil {
+		return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	var out []flashgate.Order
+	for rows.Next() {
+		o := flashgate.Order{SaleID: saleID}
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
+			return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}
+
 // PendingRetakes are the orders of a sale whose late payment's retake is
 // pending (PendRetake wrote it, no honour or refund step resolved it), as
 // orders (id, user, bucket, variant, quantity), by id.

@@ -191,5 +191,14 @@ func TestPendRetake(t *testing.T) {
 		if ok, err := db.PendRetake(ctx, "o2", t0); ok || err != nil {
 			t.Errorf("pending retake after the refund step: got %v, %v, want false", ok, err)
 		}
+		if got, err := db.HonouredRetakes(ctx, "s"); err != nil || len(got) != 1 || got[0].ID != "o1" || got[0].UserID != "uo1" || got[0].Quantity != 1 {
+			t.Errorf("honoured retakes: got %+v, %v, want o1 only", got, err)
+		}
+		if _, err := db.Transition(ctx, "o1", []flashgate.OrderStatus{flashgate.StatusPaid}, flashgate.StatusRefunded, t0); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := db.HonouredRetakes(ctx, "s"); err != nil || len(got) != 0 {
+			t.Errorf("honoured retakes after o1's refund: got %+v, %v, want none", got, err)
+		}
 	})
 }

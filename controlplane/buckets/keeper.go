@@ -29,6 +29,9 @@ type Store interface {
 	// database records as pending (written before the retake in Redis,
 	// not yet honoured or dropped).
 	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// HonouredRetakes are the orders whose late payment's retake an
+	// honour step recorded, while they are still paid.
+	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 }
 
 // FigureStore is what the re-sync of a bucketed sale needs beyond Store:

@@ -132,14 +132,19 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 					return before, after, err
 				}
 				restored = true
-				// The pending retakes again, with those read before the
-				// snapshot: a row written after that read may belong to a
-				// retake the lost bucket made (see controlplane/resync).
+				// The pending retakes again, and those of the first read
+				// honoured since: a row written after that read may belong
+				// to a retake the lost bucket made, one refunded since is
+				// not held (see controlplane/resync).
 				late, err := k.store.PendingRetakes(ctx, sale.ID)
 				if err != nil {
 					return before, after, fmt.Errorf("reading pending retakes: %w", err)
 				}
-				pending = salehash.UnionOrders(pending, late)
+				honoured, err := k.store.HonouredRetakes(ctx, sale.ID)
+				if err != nil {
+					return before, after, fmt.Errorf("reading honoured retakes: %w", err)
+				}
+				pending = salehash.RetakesToHold(pending, late, honoured)
 			}
 			// The bucket's pending retakes are held, and counted by the
 			// script while still held (see controlplane/resync).

@@ -41,6 +41,9 @@ type Store interface {
 	// database records as pending (written before the retake in Redis,
 	// not yet honoured or dropped).
 	PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// HonouredRetakes are the orders whose late payment's retake an
+	// honour step recorded, while they are still paid.
+	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -159,19 +162,25 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		// The pending retakes again, after the restore, with those read
-		// before the snapshot: a row written after that first read may
-		// belong to a retake the lost Redis made (explorer seed 102466: the
-		// rebuild held nothing, the pass that reopened the sale sold the
-		// unit again before the honour). A row written after the restore
-		// began is no such retake: Redis had lost the sale (the retake
-		// answered "no sale" or, once rebuilt and paused, "retry", taking
-		// nothing).
+		// The pending retakes again, after the restore: a row written
+		// after the first read may belong to a retake the lost Redis made
+		// (explorer seed 102466: the rebuild held nothing, the pass that
+		// reopened the sale sold the unit again before the honour). A row
+		// written after the restore began is no such retake: Redis had
+		// lost the sale (the retake answered "no sale" or, once rebuilt
+		// and paused, "retry", taking nothing). Of the first read's, those
+		// honoured since are held too (the snapshot may have missed the
+		// honour), those refunded since are not (their units were given
+		// back: holding them hid a unit until the next rebuild).
 		late, err := s.store.PendingRetakes(ctx, id)
 		if err != nil {
 			return before, after, fmt.Errorf("reading pending retakes: %w", err)
 		}
-		held, err := salehash.HoldRetakes(ctx, s.rdb, id, salehash.UnionOrders(pending, late))
+		honoured, err := s.store.HonouredRetakes(ctx, id)
+		if err != nil {
+			return before, after, fmt.Errorf("reading honoured retakes: %w", err)
+		}
+		held, err := salehash.HoldRetakes(ctx, s.rdb, id, salehash.RetakesToHold(pending, late, honoured))
 		if err != nil {
 			return before, after, err
 		}

@@ -172,6 +172,10 @@ func (w cpStore) PendingRetakes(ctx context.Context, saleID string) ([]flashgate
 	return call(ctx, w.s, "db PendingRetakes", func() ([]flashgate.Order, error) { return w.Store.PendingRetakes(ctx, saleID) })
 }
 
+func (w cpStore) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db HonouredRetakes", func() ([]flashgate.Order, error) { return w.Store.HonouredRetakes(ctx, saleID) })
+}
+
 // payStore is the payments' database with a yield before each call.
 type payStore struct {
 	controlplane.PaymentStore

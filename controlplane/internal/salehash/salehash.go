@@ -215,16 +215,26 @@ func VariantSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashga
 	return string(b)
 }
 
-// UnionOrders is a's orders, then those of b not in a (by id): the
-// pending retakes of a rebuild's two reads, which it holds together.
-func UnionOrders(a, b []flashgate.Order) []flashgate.Order {
-	seen := make(map[string]bool, len(a))
-	out := append([]flashgate.Order(nil), a...)
-	for _, o := range a {
+// RetakesToHold are the retakes a rebuild holds, from its two reads of
+// the database: those pending in the second read (after its restore),
+// then those pending in the first (before its snapshot) whose honour
+// step ran since (in honoured, the second read's honoured retakes of
+// still-paid orders: the snapshot may not count them). A retake of the
+// first read refunded since (its row dropped) is not held: its units
+// were given back, or will be by the refund's unretake, and holding it
+// would count a unit no order gives back.
+func RetakesToHold(first, pending, honoured []flashgate.Order) []flashgate.Order {
+	seen := make(map[string]bool, len(pending))
+	out := append([]flashgate.Order(nil), pending...)
+	for _, o := range pending {
 		seen[o.ID] = true
 	}
-	for _, o := range b {
-		if !seen[o.ID] {
+	done := make(map[string]bool, len(honoured))
+	for _, o := range honoured {
+		done[o.ID] = true
+	}
+	for _, o := range first {
+		if done[o.ID] && !seen[o.ID] {
 			seen[o.ID] = true
 			out = append(out, o)
 		}
