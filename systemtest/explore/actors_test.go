@@ -382,20 +382,26 @@ func (w *world) flushAll() func(context.Context) {
 	}
 }
 
-// unitFree reports whether the sale's hash in Redis shows a unit free (of
-// variant v, when not ""), as the item page does.
+// unitFree reports whether the sale's hash in Redis (a bucket's, for a
+// bucketed sale) shows a unit free (of variant v, when not ""), as the
+// item page does.
 func (w *world) unitFree(v string) bool {
 	booked, total := lua.FieldBooked, lua.FieldTotal
 	if v != "" {
 		booked, total = lua.VariantField(v, booked), lua.VariantField(v, total)
 	}
-	f, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(w.sale.ID), booked, total).Result()
-	if err != nil || f[0] == nil || f[1] == nil {
-		return false
+	for _, tag := range w.tags() {
+		f, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(tag), booked, total).Result()
+		if err != nil || f[0] == nil || f[1] == nil {
+			continue
+		}
+		b, _ := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
+		t, _ := strconv.ParseInt(fmt.Sprint(f[1]), 10, 64)
+		if b < t {
+			return true
+		}
 	}
-	b, _ := strconv.ParseInt(fmt.Sprint(f[0]), 10, 64)
-	t, _ := strconv.ParseInt(fmt.Sprint(f[1]), 10, 64)
-	return b < t
+	return false
 }
 
 // stored reports whether order id is a row.
@@ -567,10 +573,15 @@ func (w *world) expiry() func(context.Context) {
 	}
 }
 
-// saleOpen reports whether the sale's hash in Redis is open to buyers.
+// saleOpen reports whether the sale's hash in Redis (a bucket's, for a
+// bucketed sale) is open to buyers.
 func (w *world) saleOpen() bool {
-	st, err := w.e.raw.HGet(context.Background(), lua.SaleKey(w.sale.ID), lua.FieldStart).Result()
-	return err == nil && st == "1"
+	for _, tag := range w.tags() {
+		if st, err := w.e.raw.HGet(context.Background(), lua.SaleKey(tag), lua.FieldStart).Result(); err == nil && st == "1" {
+			return true
+		}
+	}
+	return false
 }
 
 // afterStep runs between two steps (Sched.after): in a stall schedule it

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/ordersink"
 )
@@ -170,6 +171,24 @@ func (w cpStore) ReleasesDelivered(ctx context.Context, saleID string, orderIDs 
 
 func (w cpStore) PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
 	return call(ctx, w.s, "db PendingRetakes", func() ([]flashgate.Order, error) { return w.Store.PendingRetakes(ctx, saleID) })
+}
+
+// BucketFigures and BucketVariantFigures are buckets.FigureStore: a
+// bucketed sale's re-sync reads its figures grouped by bucket.
+func (w cpStore) BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error) {
+	return call(ctx, w.s, "db BucketFigures", func() ([]flashgate.SaleFigures, error) {
+		return w.Store.(buckets.FigureStore).BucketFigures(ctx, saleID, n)
+	})
+}
+
+func (w cpStore) BucketVariantFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
+	var per []map[string]flashgate.SaleFigures
+	figs, err := call(ctx, w.s, "db BucketVariantFigures", func() ([]flashgate.SaleFigures, error) {
+		f, p, err := w.Store.(buckets.FigureStore).BucketVariantFigures(ctx, saleID, n)
+		per = p
+		return f, err
+	})
+	return figs, per, err
 }
 
 func (w cpStore) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/buckets"
 	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
@@ -196,13 +198,16 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 	}
 	e.fence++
 	w.sale = w.pickSale()
+	w.pickBuckets()
 	w.aux = rand.New(rand.NewPCG(seed^0x2545f4914f6cdd1d, seed))
 	w.stall = !w.sale.Fair() && w.aux.IntN(4) == 0
 	w.s.after = w.afterStep
 	sctx := controlplane.WithFencingToken(ctx, w.token())
-	if _, err := w.cp.CreateSale(sctx, w.sale); err != nil {
+	created, err := w.cp.CreateSale(sctx, w.sale)
+	if err != nil {
 		return nil, fmt.Errorf("creating sale: %w", err)
 	}
+	w.sale.BucketSalts = created.BucketSalts
 	if w.sale.Fair() {
 		return w, w.openQueue(sctx)
 	}
@@ -289,6 +294,27 @@ func (w *world) pickSale() flashgate.Sale {
 	}
 	return sale
 }
+
+// pickBuckets splits one in three sales over two buckets (not a fair
+// sale's, nor a corpus seed's: each keeps the schedule that found its
+// defect), a one-unit sale then having two units, one a bucket. It draws
+// from a generator of its own, so that a schedule of an unbucketed sale
+// takes the same steps from its seed as before buckets were drawn.
+func (w *world) pickBuckets() {
+	shape := rand.New(rand.NewPCG(w.seed^0x5851f42d4c957f2d, w.seed+1))
+	if w.sale.Fair() || slices.Contains(corpus, w.seed) || shape.IntN(3) != 0 {
+		return
+	}
+	w.sale.Buckets = 2
+	if !w.sale.HasVariants() {
+		w.sale.Total = 2
+	}
+	w.notes = append(w.notes, "over two buckets")
+}
+
+// tags are the hash tags of the sale's stock in Redis: its own, or its
+// buckets'.
+func (w *world) tags() []string { return buckets.Layout(w.sale).Tags() }
 
 // variant draws a variant of the sale for a buyer ("" without variants).
 func (w *world) variant() string {
