@@ -118,6 +118,16 @@ type PaymentStep struct {
 	// decides to refund the late payment: a rebuild of the sale in Redis
 	// no longer holds its units.
 	DropRetake bool
+	// OweRetake marks the order's honoured retake (its retakes row) as
+	// owed back, in the step that refunds the honoured order: from this
+	// transaction the database no longer counts its units among the
+	// persisted ones, so a re-sync counts them as reserved in Redis and
+	// not yet persisted (taken) until an unretake gives them back
+	// (lua/unretake.lua with "1"), the refunder's or a later re-sync
+	// pass's (PaymentStore.OwedRetakes). Before, a pass between the step
+	// and the unretake counted the order out, and the unretake gave its
+	// units back a second time.
+	OweRetake bool
 	// Refunded and RefundID set the payment's refund; IntentStatus, when
 	// not "", its intent's status.
 	Refunded     bool

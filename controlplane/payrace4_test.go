@@ -240,3 +240,46 @@ func TestChargeEventAdoptedOnRedelivery(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminRefundStoppedGivenBackByResync: an admin refund of an order a
+// late payment honoured that stops after its refund step, before giving
+// the retaken unit back, and is never asked again, leaves the unit taken
+// only until the next re-sync pass, which gives it back (the step marked
+// the retake owed back); a unit sold meanwhile is never sold twice.
+func TestAdminRefundStoppedGivenBackByResync(t *testing.T) {
+	for name, dsn := range payBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			pe := newPayEnv(t, dsn(t))
+			pe.openSale("s1", 1, 3)
+			o := pe.buy("s1", "u1")
+			intent := pe.latePayment(o)
+			pe.hook(flashgate.EventIntentSucceeded, intent, flashgate.IntentSucceeded)
+			if p := pe.payment(o.ID); p.Outcome != "honoured_late" {
+				t.Fatalf("late payment: outcome %q, want honoured_late", p.Outcome)
+			}
+			actx, stop := context.WithCancel(pe.ctx)
+			defer stop()
+			pe.on("refund:done", func(context.Context) { stop() })
+			if _, err := pe.svc.Refund(actx, o.ID); err == nil {
+				t.Fatalf("Refund stopped after its step: want an error")
+			}
+			if got := field(t, pe.rdb, "s1", "booked"); got != 1 {
+				t.Fatalf("booked after the stopped refund: got %d, want 1 (the unit taken until given back)", got)
+			}
+			for i := range 2 {
+				if _, _, err := pe.svc.Resync(pe.ctx, "s1"); err != nil {
+					t.Fatalf("Resync %d: %v", i+1, err)
+				}
+				if got := field(t, pe.rdb, "s1", "booked"); got != 0 {
+					t.Fatalf("booked after re-sync %d: got %d, want 0 (the owed unit given back once)", i+1, got)
+				}
+			}
+			if code, _ := pe.reserve("s1", "u1"); code != 0 {
+				t.Fatalf("the refunded buyer buys again: got code %d, want 0", code)
+			}
+			if code, _ := pe.reserve("s1", "u2"); code == 0 {
+				t.Fatalf("a second buyer of the one unit: got code 0, want refused")
+			}
+		})
+	}
+}

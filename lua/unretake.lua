@@ -16,11 +16,12 @@
 -- ARGV[3] quantity
 -- ARGV[4] optional: the order's variant id ("" none): its booked is given
 --         back too (never below 0)
--- ARGV[5] optional: "1" when the retake was never honoured (the late
---         payment is refunded: no retakes row will ever count the units
---         among the persisted ones), so reserved (the variant's too) is
---         given back as well (never below 0); "" or absent after an honour,
---         whose retakes row counts them
+-- ARGV[5] optional: "1" when no retakes row counts the units among the
+--         persisted ones (the retake was never honoured and the late
+--         payment is refunded; or the admin refund of the honoured order
+--         marked its row owed back, flashgate.PaymentStep.OweRetake), so
+--         reserved (the variant's too) is given back as well (never below
+--         0); "" or absent while an honoured retakes row counts them
 --
 -- The order leaves the retaken set and its refusal is recorded as sold out
 -- (3), so a retake asked about it again takes nothing.
@@ -31,8 +32,12 @@
 --      if it still names this order, the releases counter raised by 1 (a
 --      re-sync whose snapshot still counts the order live keeps the lower
 --      figure, as after a Release)
---   0  the order was not retaken here (or was given back before); nothing
---      changed
+--   0  the order was not retaken here (or was given back before); no
+--      figure changed. With ARGV[5] = "1" its refusal is recorded as sold
+--      out (3) all the same: a rebuild under way that read its retake as
+--      pending before the refund dropped the row, and whose hash this
+--      call found (written by a concurrent rebuild), then does not hold it
+--      (a reviewer's window: the hold counted a unit nobody gave back)
 --  -1  no such sale in Redis (no total; a re-sync from the database
 --      rebuilds it without the order). The refusal is recorded as sold
 --      out (3) whatever it was: a rebuild under way that read the retake
@@ -60,6 +65,9 @@ if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return -1
 end
 if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
+  if ARGV[5] == '1' then
+    redis.call('HSET', KEYS[4], ARGV[1], 3)
+  end
   return 0
 end
 -- give_back: fragments/giveback.lua

@@ -80,6 +80,11 @@ func (d *DB) StepPayment(ctx context.Context, st flashgate.PaymentStep, now time
 			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
 		}
 	}
+	if st.OweRetake {
+		if _, err := tx.ExecContext(ctx, d.q(`UPDATE retakes SET pending = 2 WHERE order_id = ? AND pending = 0`), st.OrderID); err != nil {
+			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
+		}
+	}
 	if st.DropRetake {
 		if _, err := tx.ExecContext(ctx, d.q(`DELETE FROM retakes WHERE order_id = ? AND pending = 1`), st.OrderID); err != nil {
 			return false, fmt.Errorf("payment step of %s: %w", st.OrderID, err)
@@ -153,6 +158,42 @@ func (d *DB) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Or
 		return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
 	}
 	return out, nil
+}
+
+// OwedRetakes are the orders of a sale whose honoured retake a refund
+// marked as owed back (flashgate.PaymentStep.OweRetake) and whose units
+// no unretake has been recorded as giving back yet (RetakeGivenBack), as
+// orders (id, user, bucket, variant, quantity), by id.
+func (d *DB) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
+		FROM retakes r JOIN orders o ON o.order_id = r.order_id
+		WHERE r.sale_id = ? AND r.pending = 2 ORDER BY r.order_id`), saleID)
+	if err != nil {
+		return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	var out []flashgate.Order
+	for rows.Next() {
+		o := flashgate.Order{SaleID: saleID}
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
+			return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
+	}
+	return out, nil
+}
+
+// RetakeGivenBack records that an unretake gave back the units of the
+// order's owed retake (or found nothing to give back): its retakes row
+// goes. A no-op for an order with no owed retake.
+func (d *DB) RetakeGivenBack(ctx context.Context, orderID string) error {
+	if _, err := d.w.ExecContext(ctx, d.q(`DELETE FROM retakes WHERE order_id = ? AND pending = 2`), orderID); err != nil {
+		return fmt.Errorf("retake of %s given back: %w", orderID, err)
+	}
+	return nil
 }
 
 // PendingRetakes are the orders of a sale whose late payment's retake is

@@ -194,11 +194,27 @@ func TestPendRetake(t *testing.T) {
 		if got, err := db.HonouredRetakes(ctx, "s"); err != nil || len(got) != 1 || got[0].ID != "o1" || got[0].UserID != "uo1" || got[0].Quantity != 1 {
 			t.Errorf("honoured retakes: got %+v, %v, want o1 only", got, err)
 		}
-		if _, err := db.Transition(ctx, "o1", []flashgate.OrderStatus{flashgate.StatusPaid}, flashgate.StatusRefunded, t0); err != nil {
-			t.Fatal(err)
+		refundO1 := flashgate.PaymentStep{OrderID: "o1", FromOutcome: []string{"honoured_late"}, ToOutcome: "refunded",
+			FromStatus: []flashgate.OrderStatus{flashgate.StatusPaid}, ToStatus: flashgate.StatusRefunded, OweRetake: true}
+		if won, err := db.StepPayment(ctx, refundO1, t0); !won || err != nil {
+			t.Fatalf("refund of o1: got %v, %v", won, err)
 		}
 		if got, err := db.HonouredRetakes(ctx, "s"); err != nil || len(got) != 0 {
 			t.Errorf("honoured retakes after o1's refund: got %+v, %v, want none", got, err)
+		}
+		if got, _ := db.Figures(ctx, "s"); got.PersistedUnits != before.PersistedUnits {
+			t.Errorf("persisted units after o1's refund: got %d, want %d (its retake owed back, no longer counted)", got.PersistedUnits, before.PersistedUnits)
+		}
+		if got, err := db.OwedRetakes(ctx, "s"); err != nil || len(got) != 1 || got[0].ID != "o1" || got[0].UserID != "uo1" {
+			t.Errorf("owed retakes after o1's refund: got %+v, %v, want o1", got, err)
+		}
+		for range 2 {
+			if err := db.RetakeGivenBack(ctx, "o1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := db.OwedRetakes(ctx, "s"); err != nil || len(got) != 0 {
+			t.Errorf("owed retakes after the give-back: got %+v, %v, want none", got, err)
 		}
 	})
 }

@@ -137,7 +137,7 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 		}
 		st := flashgate.PaymentStep{OrderID: p.OrderID, FromOutcome: []string{outcomeRefunding}, ToOutcome: outcomeRefunded,
 			FromStatus: []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, ToStatus: flashgate.StatusRefunded,
-			Refunded: rid != "", RefundID: rid, IntentStatus: status}
+			Refunded: rid != "", RefundID: rid, IntentStatus: status, OweRetake: true}
 		won, err := s.step(ctx, st)
 		if err != nil {
 			return flashgate.Order{}, err
@@ -156,7 +156,7 @@ func (s *Service) finishRefund(ctx context.Context, p flashgate.Payment) (flashg
 		}
 		// Lost: another actor finished it, or the order left its live
 		// status meanwhile (then only the payment's outcome moves).
-		st.FromStatus, st.ToStatus = nil, ""
+		st.FromStatus, st.ToStatus, st.OweRetake = nil, "", false
 		if _, err := s.step(ctx, st); err != nil {
 			return flashgate.Order{}, err
 		}

@@ -237,6 +237,15 @@ func (w payStore) PendRetake(ctx context.Context, orderID string, now time.Time)
 	return call(ctx, w.s, "db PendRetake "+orderID, func() (bool, error) { return w.PaymentStore.PendRetake(ctx, orderID, now) })
 }
 
+func (w payStore) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db OwedRetakes", func() ([]flashgate.Order, error) { return w.PaymentStore.OwedRetakes(ctx, saleID) })
+}
+
+func (w payStore) RetakeGivenBack(ctx context.Context, orderID string) error {
+	_, err := call(ctx, w.s, "db RetakeGivenBack "+orderID, func() (bool, error) { return true, w.PaymentStore.RetakeGivenBack(ctx, orderID) })
+	return err
+}
+
 func (w payStore) RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error) {
 	return call(ctx, w.s, "db RecordEvent "+typ, func() (bool, error) {
 		return w.PaymentStore.RecordEvent(ctx, eventID, typ, intentID, orderID, status, now)
