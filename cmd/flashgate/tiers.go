@@ -86,8 +86,12 @@ type redisTune struct {
 // promoted replica for up to a second after the Sentinel named it (and the
 // count of failed dials is only cleared by that probe, so it grows from
 // one failover to the next). The sink's calls wait; nothing but Redis has
-// work for it while Redis is out of reach. A caller's context still ends
-// the wait, and a dial that fails for sentinelDialPatience is counted.
+// work for it while Redis is out of reach. A caller whose context ends
+// stops waiting, but go-redis dials on a goroutine of its own, which goes
+// on trying (its connection, once made, waits idle in the pool), even
+// after Close, for up to sentinelDialPatience; a dial that fails for that
+// long is counted. The request path's clients keep failing a dial at once:
+// a buyer hears 503 rather than waits.
 const (
 	sentinelDialEvery    = 50 * time.Millisecond
 	sentinelDialPatience = time.Minute
