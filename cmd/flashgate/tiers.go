@@ -69,7 +69,33 @@ type redisTune struct {
 	poolSize, minIdle int
 	readTimeout       time.Duration
 	readOnly          bool // route reads to replicas (cluster, Sentinel)
+	// followPrimary makes a Sentinel client's failed dial wait for the
+	// primary (see sentinelDialEvery) instead of failing at once.
+	followPrimary bool
 }
+
+// A Sentinel client made with followPrimary retries a dial that fails
+// every sentinelDialEvery for up to sentinelDialPatience, and go-redis's
+// Sentinel dialer asks the Sentinel for the primary again at each try.
+// While the Sentinel still names a primary that was killed, each try is
+// refused; once it names the replica it promoted, the next try, within
+// sentinelDialEvery, reaches it. Failing at once instead (one try) counts a
+// failed dial each time, and after the pool's size of them go-redis stops
+// dialing: every call fails at once with the last dial error, and a probe
+// in the background dials once a second, which kept the order sink off the
+// promoted replica for up to a second after the Sentinel named it (and the
+// count of failed dials is only cleared by that probe, so it grows from
+// one failover to the next). The sink's calls wait; nothing but Redis has
+// work for it while Redis is out of reach. A caller whose context ends
+// stops waiting, but go-redis dials on a goroutine of its own, which goes
+// on trying (its connection, once made, waits idle in the pool), even
+// after Close, for up to sentinelDialPatience; a dial that fails for that
+// long is counted. The request path's clients keep failing a dial at once:
+// a buyer hears 503 rather than waits.
+const (
+	sentinelDialEvery    = 50 * time.Millisecond
+	sentinelDialPatience = time.Minute
+)
 
 // redisClient opens a client for rawURL (any form parseRedisURL takes) and
 // checks that the server answers. The request path wants short deadlines on
@@ -106,6 +132,17 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = 2*time.Second, t.readTimeout, time.Second, 2*time.Second
 		o.MaxRetries = 1
 		o.DialerRetries = 1
+		if t.followPrimary {
+			o.DialerRetries = int(sentinelDialPatience / sentinelDialEvery)
+			log := s.log
+			o.DialerRetryBackoff = func(attempt int) time.Duration {
+				if attempt == 0 {
+					log.Warn("redis: a dial of the Sentinel's primary failed; dialling again, asking the Sentinel each time",
+						"client", what, "every", sentinelDialEvery, "for", sentinelDialPatience)
+				}
+				return sentinelDialEvery
+			}
+		}
 		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
 		if t.readOnly {
 			// A cluster client over the master and its replicas: read-only
@@ -146,10 +183,13 @@ func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient,
 // read timeout, waitTimeout (the sink's WAIT's own) plus replwait.Margin
 // and at least a second, bounds every call of the sink: a primary gone
 // silent (killed, frozen, cut off by a failover) holds it that long, not
-// go-redis's 10 s margin for a blocking command.
+// go-redis's 10 s margin for a blocking command. On a Sentinel set-up its
+// dials follow the primary (redisTune.followPrimary): after a failover the
+// sink reaches the promoted replica within sentinelDialEvery of the
+// Sentinel naming it.
 func (s *stack) blockingReader(ctx context.Context, url string, waitTimeout time.Duration) (redis.UniversalClient, error) {
 	rt := max(time.Second, waitTimeout+replwait.Margin)
-	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: rt})
+	return s.redisClient(ctx, "primary (sink)", url, redisTune{poolSize: 4, readTimeout: rt, followPrimary: true})
 }
 
 // replica opens one of the replicas for gateway reads. Gateways pick among
