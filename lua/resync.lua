@@ -16,7 +16,13 @@
 --         order released in the snapshot is among them or was delivered by
 --         the caller just before this call
 -- ARGV[9] "1" when the caller has just restored the released set and the
---         buyers from every row of the sale (Restore), else "0"
+--         buyers from every row of the sale (Restore), else "0"; "1:<id>"
+--         is "1" checked: a hash this call would rebuild (no total) must
+--         still hold a restore's id (lua/restored.lua, field restored: this
+--         restore's, or a concurrent one's that ended later), or Redis lost
+--         the restored pages since (a second loss during the rebuild) and
+--         the call returns {-1} with nothing changed; a hash another
+--         rebuild wrote meanwhile is re-synced as with "1". The id goes
 -- ARGV[10] the caller's fencing token (the leader's, or an admin call's):
 --         refused below the hash's fence field, which it raises
 -- ARGV[11] optional: "fair" for a sale sold through a fair queue
@@ -50,6 +56,9 @@
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
+--
+-- With ARGV[9] "1:<id>", returns {-1} when the hash has no total and holds
+-- no restore's id (see ARGV[9]).
 --
 -- Unless ARGV[9] is "1", returns {-1} when Redis cannot be trusted to hold
 -- the sale's releases and buyers: the hash has no total (a Redis loss), or
@@ -91,6 +100,10 @@ if not ratio or ratio <= 0 then
 end
 local D = tonumber(ARGV[8]) or 0
 local restored = ARGV[9] == '1'
+local restoreID = nil
+if string.sub(ARGV[9] or '', 1, 2) == '1:' then
+  restored, restoreID = true, string.sub(ARGV[9], 3)
+end
 -- ARGV[13]: the releases counter, and the rebuild mark (nil: not compared).
 local relRead, markRead = ARGV[13], nil
 if relRead then
@@ -124,7 +137,18 @@ local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
 if token < fence then
   return {-2}
 end
+
 local exists = redis.call('HEXISTS', KEYS[1], 'total') == 1
+if restoreID then
+  -- Any restore's id will do: one that ended after the last loss left
+  -- every row's buyers and releases in Redis (a later loss takes the id
+  -- with them). A concurrent rebuild that does not write the hash first
+  -- then finds it written (and re-syncs it, as "1").
+  if not exists and not redis.call('HGET', KEYS[1], 'restored') then
+    return {-1}
+  end
+  redis.call('HDEL', KEYS[1], 'restored')
+end
 if token > fence and (exists or restored) then
   redis.call('HSET', KEYS[1], 'fence', ARGV[10])
 end

@@ -236,3 +236,39 @@ func TestUnretakeBeforeHoldWhileRebuilding(t *testing.T) {
 		})
 	}
 }
+
+// TestResyncChecksRestore: a rebuild's final Resync with a checked
+// restore ("1:<id>") rebuilds a missing hash only while a restore's id
+// (lua.Restored) is there, its own or a later one's, and deletes it; with
+// none (Redis lost the restored pages since) it answers {-1} and writes
+// nothing.
+func TestResyncChecksRestore(t *testing.T) {
+	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		key := lua.SaleKey(saleID)
+		run := func(arg string) []int64 {
+			v, err := lua.Resync.Run(ctx, rdb, []string{key}, 0, 0, 1, 1, 100, "open", "1.5", 0, arg, 5).Int64Slice()
+			if err != nil {
+				t.Fatalf("resync %s: %v", arg, err)
+			}
+			return v
+		}
+		if v := run("1:a"); len(v) != 1 || v[0] != lua.ResyncRestore {
+			t.Fatalf("with no restore's id: got %v, want [%d]", v, lua.ResyncRestore)
+		}
+		if rdb.HExists(ctx, key, lua.FieldTotal).Val() {
+			t.Fatalf("with no restore's id: the hash was written")
+		}
+		if n, err := lua.Restored.Run(ctx, rdb, []string{key}, 5, "b").Int(); err != nil || n != 1 {
+			t.Fatalf("restored: got %d, %v", n, err)
+		}
+		if v := run("1:a"); len(v) != 10 || v[0] != 1 {
+			t.Fatalf("with a later restore's id: got %v, want the hash rebuilt", v)
+		}
+		if rdb.HExists(ctx, key, "restored").Val() {
+			t.Errorf("the restore's id is still there after the rebuild")
+		}
+		if v := run("1:c"); len(v) != 10 || v[0] != 0 {
+			t.Fatalf("a second rebuild's Resync over the written hash: got %v, want it re-synced", v)
+		}
+	})
+}

@@ -59,6 +59,8 @@ var (
 	ackTrimSrc string
 	//go:embed mark.lua
 	markSrc string
+	//go:embed restored.lua
+	restoredSrc string
 	//go:embed takefence.lua
 	takeFenceSrc string
 	//go:embed queueenter.lua
@@ -128,6 +130,10 @@ var (
 	Mark      = redis.NewScript(markSrc)
 	TakeFence = redis.NewScript(takeFenceSrc)
 
+	// Restored records a restore's id in a sale hash, for the final
+	// Resync of its rebuild (ARGV[9] "1:<id>").
+	Restored = redis.NewScript(restoredSrc)
+
 	// The fair queue (its keys and fields in keys.go).
 	QueueEnter   = redis.NewScript(queueEnterSrc)
 	QueueOpen    = redis.NewScript(queueOpenSrc)
@@ -180,6 +186,7 @@ const (
 	RestoreFenced      = -1
 	PauseFenced        = -1
 	MarkFenced         = -1
+	RestoredFenced     = -1
 )
 
 // Return codes of Reserve.

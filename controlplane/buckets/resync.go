@@ -105,6 +105,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs, pending)
 	restored := false
+	restoreArgs := map[string]string{} // tag → its final run's ARGV[9] once restored
 	// lostInPass are the buckets read present above and rebuilt below:
 	// Redis lost them during this pass, after their shares were computed
 	// (which give a present bucket nothing), so each was rebuilt with
@@ -132,6 +133,15 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 					return before, after, err
 				}
 				restored = true
+				// Each bucket's restore is marked, and its final run
+				// checks the mark (see controlplane/resync).
+				for _, tag := range tags {
+					arg, err := salehash.MarkRestored(ctx, k.rdb, tag)
+					if err != nil {
+						return before, after, err
+					}
+					restoreArgs[tag] = arg
+				}
 				// The pending retakes again, and those of the first read
 				// honoured since: a row written after that read may belong
 				// to a retake the lost bucket made, one refunded since is
@@ -152,7 +162,10 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 			if err != nil {
 				return before, after, err
 			}
-			v, err = run("1", held)
+			v, err = run(restoreArgs[t], held)
+			if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
+				return before, after, salehash.ErrLostAgain("bucket " + t)
+			}
 		}
 		if err != nil {
 			return before, after, fmt.Errorf("re-syncing bucket %s: %w: %w", t, flashgate.ErrUnavailable, err)

@@ -162,6 +162,10 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
+		restored, err := salehash.MarkRestored(ctx, s.rdb, id)
+		if err != nil {
+			return before, after, err
+		}
 		// The pending retakes again, after the restore: a row written
 		// after the first read may belong to a retake the lost Redis made
 		// (explorer seed 102466: the rebuild held nothing, the pass that
@@ -192,7 +196,13 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		// recorded as held: a refund's unretake between the hold and the
 		// script gave them back (explorer seed 1200: a concurrent
 		// rebuild's hash lost them, this pass's figures took them again).
-		v, err = resync("1", held)
+		v, err = resync(restored, held)
+		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
+			// Redis lost the restored pages since (a second loss): a hash
+			// rebuilt over them would let a release still queued give a
+			// unit back twice.
+			return before, after, salehash.ErrLostAgain("sale " + id)
+		}
 	}
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w: %w", flashgate.ErrUnavailable, err)

@@ -6,6 +6,8 @@ package salehash
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -124,6 +126,35 @@ func HoldRetakes(ctx context.Context, rdb redis.UniversalClient, tag string, pen
 		}
 	}
 	return held, nil
+}
+
+// MarkRestored records, at the end of a restore's pages in tag's hash, a
+// fresh id of that restore (lua.Restored), and returns the final Resync's
+// ARGV[9] that checks it ("1:<id>"): that Resync rebuilds nothing if Redis
+// lost the restored pages since.
+func MarkRestored(ctx context.Context, rdb redis.Scripter, tag string) (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("marking the restore: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	tok := fencing.Of(ctx)
+	n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(tag), tok, id).Int()
+	if err != nil {
+		return "", fmt.Errorf("marking the restore: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if n == lua.RestoredFenced {
+		return "", fencing.Err("marking the restore", tok)
+	}
+	return "1:" + id, nil
+}
+
+// ErrLostAgain is the error of a rebuild whose final Resync found the
+// hash missing and the restore's id gone: Redis lost the sale again after
+// the restore (or a later restore of another rebuild is under way), and
+// the next pass rebuilds it.
+func ErrLostAgain(tag string) error {
+	return fmt.Errorf("rebuilding %s: its restore was lost or overtaken before the hash was written; the next pass rebuilds it: %w", tag, flashgate.ErrUnavailable)
 }
 
 // HeldArgs adds the held retakes to a Resync call of tag: its KEYS[2]

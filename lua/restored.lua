@@ -1,0 +1,27 @@
+-- Restored records in a sale's (or bucket's) hash that a re-sync's restore
+-- wrote every page of the released set and the buyers (lua/restore.lua),
+-- under the restore's id (field restored). The rebuild's final Resync
+-- (lua/resync.lua, ARGV[9] "1:<id>") rebuilds a missing hash only while
+-- a restore's id is there: a Redis loss between the restore and that
+-- Resync took the pages with it (and the id), and a hash rebuilt over an
+-- empty released set let a release still queued in the database give its
+-- unit back a second time (a reviewer's window: booked below the live
+-- units). The first final Resync to write the hash deletes the id.
+--
+-- KEYS[1] sale hash  fg:{<sale>}:sale
+-- ARGV[1] the caller's fencing token: refused below the hash's fence
+--         field, which it raises (creating the hash as Restore does)
+-- ARGV[2] the restore's id
+--
+-- Returns 1 recorded, -1 refused (a newer writer's token is in the hash;
+-- nothing changed).
+local token = tonumber(ARGV[1]) or 0
+local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
+if token < fence then
+  return -1
+end
+if token > fence then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'restored', ARGV[2])
+return 1
