@@ -155,6 +155,12 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 					return before, after, fmt.Errorf("reading honoured retakes: %w", err)
 				}
 				pending = salehash.RetakesToHold(pending, late, honoured)
+				// The shares of the buckets still to rebuild again, with
+				// room for the retakes held now: a row of the second read
+				// (one the first did not see) held in a bucket whose share
+				// left it no room was capped away there, and its unit sold
+				// in another bucket (a reviewer's window: an oversell).
+				rebuild, vrebuild = k.rebuildShares(sale, stock, led, figs, vfigs, pending)
 			}
 			// The bucket's pending retakes are held, and counted by the
 			// script while still held (see controlplane/resync).
