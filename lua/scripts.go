@@ -57,6 +57,8 @@ var (
 	reserveManySrc string
 	//go:embed acktrim.lua
 	ackTrimSrc string
+	//go:embed replan.lua
+	replanSrc string
 	//go:embed mark.lua
 	markSrc string
 	//go:embed restored.lua
@@ -110,6 +112,9 @@ var (
 	Ledger = redis.NewScript(ledgerSrc)
 	Shrink = redis.NewScript(shrinkSrc)
 	Grant  = redis.NewScript(grantSrc)
+	// Replan gives a bucket that sells nothing now its share of a re-sync
+	// pass's plan again (the rebuilds of two passes at once).
+	Replan = redis.NewScript(replanSrc)
 
 	// The spill path of a bucketed sale (spill.go).
 	Claim      = redis.NewScript(claimSrc)
@@ -187,6 +192,7 @@ const (
 	PauseFenced        = -1
 	MarkFenced         = -1
 	RestoredFenced     = -1
+	ReplanFenced       = -1
 )
 
 // Return codes of Reserve.

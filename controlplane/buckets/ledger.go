@@ -22,6 +22,12 @@ type bucketStock struct {
 	// svar is the variant the bucket's last shrink freed units of
 	// (lua.FieldShrinkVariant), "" for one stock.
 	svar string
+	// start and resume are the bucket's lua.FieldStart and
+	// lua.FieldResume, and mark its rebuild mark (lua.FieldRebuild, ""
+	// for none): a re-sync checks the totals of the buckets it may reopen
+	// (settlePlans).
+	start, resume int64
+	mark          string
 	// vtotal, vbooked and vwant are each variant's figures in the bucket
 	// (vwant: the buyers of it the bucket turned away, lua.FieldWant per
 	// variant), in the order of the variant ids readStock was given; nil
@@ -45,7 +51,8 @@ func (b bucketStock) demand(i int) int64 {
 
 // stockFields are the bucket hash fields readStock reads, in its order,
 // then each variant's total, booked and want.
-var stockFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant, lua.FieldShrinkVariant}
+var stockFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldShrinkSeq, lua.FieldShrinkFreed, lua.FieldGrantSeq, lua.FieldWant, lua.FieldShrinkVariant,
+	lua.FieldStart, lua.FieldResume, lua.FieldRebuild}
 
 // readStock reads every bucket's stock in one pipeline, with the figures
 // of each variant named in variants (a sale sold in variants: its ids, in
@@ -72,6 +79,8 @@ func (k *Keeper) readStock(ctx context.Context, l lua.Layout, variants []string)
 		}
 		st := bucketStock{found: true, total: lua.Int(v[0]), booked: lua.Int(v[1]), sseq: lua.Int(v[2]), freed: lua.Int(v[3]), gseq: lua.Int(v[4]), want: lua.Int(v[5])}
 		st.svar, _ = v[6].(string)
+		st.start, st.resume = lua.Int(v[7]), lua.Int(v[8])
+		st.mark, _ = v[9].(string)
 		if len(variants) > 0 {
 			st.vtotal, st.vbooked, st.vwant = make([]int64, len(variants)), make([]int64, len(variants)), make([]int64, len(variants))
 			for i := range variants {
@@ -220,33 +229,47 @@ func rebuildVariantTotals(variants []string, totals []int64, stock []bucketStock
 	for b := range per {
 		per[b] = make([]int64, len(variants))
 	}
-	vstock := make([]bucketStock, len(stock))
 	vlive := make([]int64, len(stock))
 	vheld := make([]int64, len(stock))
 	for i, id := range variants {
-		for b, st := range stock {
-			vs := bucketStock{found: st.found, sseq: st.sseq, gseq: st.gseq}
-			if st.found && st.vtotal != nil {
-				vs.total = st.vtotal[i]
-			}
-			if st.svar == id {
-				vs.freed = st.freed
-			}
-			vstock[b] = vs
+		vstock := variantStock(stock, i, id)
+		for b := range stock {
 			vlive[b] = live[b][i]
 			vheld[b] = 0
 			if b < len(held) && held[b] != nil {
 				vheld[b] = held[b][i]
 			}
 		}
-		vled := led
-		if led.variant != id {
-			vled.inFlight = false
-		}
-		for b, n := range rebuildTotals(totals[i], vstock, vled, vlive, vheld) {
+		for b, n := range rebuildTotals(totals[i], vstock, led.of(id), vlive, vheld) {
 			per[b][i] = n
 			sums[b] += n
 		}
 	}
 	return per, sums
+}
+
+// variantStock is stock as rebuildTotals sees it for variant i (id): each
+// bucket's total of it, and what the bucket's last shrink freed of it.
+func variantStock(stock []bucketStock, i int, id string) []bucketStock {
+	out := make([]bucketStock, len(stock))
+	for b, st := range stock {
+		vs := bucketStock{found: st.found, sseq: st.sseq, gseq: st.gseq}
+		if st.found && st.vtotal != nil {
+			vs.total = st.vtotal[i]
+		}
+		if st.svar == id {
+			vs.freed = st.freed
+		}
+		out[b] = vs
+	}
+	return out
+}
+
+// of is the ledger as a move of variant id sees it: the move in flight is
+// of another variant's units, none of id's.
+func (led ledgerState) of(id string) ledgerState {
+	if led.variant != id {
+		led.inFlight = false
+	}
+	return led
 }

@@ -104,6 +104,22 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		led.inFlight = false
 	}
 	rebuild, vrebuild := k.rebuildShares(sale, stock, led, figs, vfigs, pending)
+	// A bucket paused for its rebuild reopens only once the buckets'
+	// totals fit the sale's (settlePlans): two passes at once may each
+	// have rebuilt some of them from plans of their own.
+	marks := make([]string, len(rels))
+	for b, r := range rels {
+		marks[b] = markOf(r)
+	}
+	reopen, err := k.settlePlans(ctx, sale, l, stock, led, figs, vfigs, pending, marks)
+	if err != nil {
+		return before, after, err
+	}
+	if !reopen {
+		for b, r := range rels {
+			rels[b] = withMark(r, noMark)
+		}
+	}
 	restored := false
 	restoreArgs := map[string]string{} // tag → its final run's ARGV[9] once restored
 	// lostInPass are the buckets read present above and rebuilt below:
@@ -402,43 +418,57 @@ func bucketFigures(ctx context.Context, bs FigureStore, sale flashgate.Sale, n i
 // their buckets' shares after the live units, so that the hold of a
 // rebuilt bucket fits in its total.
 func (k *Keeper) rebuildShares(sale flashgate.Sale, stock []bucketStock, led ledgerState, figs []flashgate.SaleFigures, vfigs []map[string]flashgate.SaleFigures, pending []flashgate.Order) ([]int64, [][]int64) {
+	live, held := liveAndHeld(sale, len(stock), figs, vfigs, pending)
 	if !sale.HasVariants() {
-		live := make([]int64, len(stock))
-		for b := range figs {
-			live[b] = figs[b].LiveUnits
+		l1, h1 := make([]int64, len(stock)), make([]int64, len(stock))
+		for b := range stock {
+			l1[b], h1[b] = live[b][0], held[b][0]
 		}
-		held := make([]int64, len(stock))
-		for _, o := range pending {
-			if o.Bucket >= 0 && o.Bucket < len(held) {
-				held[o.Bucket] += o.Quantity
-			}
-		}
-		return rebuildTotals(sale.Total, stock, led, live, held), nil
+		return rebuildTotals(sale.Total, stock, led, l1, h1), nil
 	}
 	totals := make([]int64, len(sale.Variants))
-	live := make([][]int64, len(stock))
-	held := make([][]int64, len(stock))
-	for b := range live {
-		live[b] = make([]int64, len(sale.Variants))
-		held[b] = make([]int64, len(sale.Variants))
-		for i, v := range sale.Variants {
-			if b < len(vfigs) {
-				live[b][i] = vfigs[b][v.ID].LiveUnits
-			}
-		}
-	}
-	for _, o := range pending {
-		for i, v := range sale.Variants {
-			if o.Bucket >= 0 && o.Bucket < len(held) && o.Variant == v.ID {
-				held[o.Bucket][i] += o.Quantity
-			}
-		}
-	}
 	for i, v := range sale.Variants {
 		totals[i] = v.Total
 	}
 	per, sums := rebuildVariantTotals(variantIDs(sale), totals, stock, led, live, held)
 	return sums, per
+}
+
+// liveAndHeld are, for each of n buckets, its live units in the snapshot
+// (figs, or vfigs for a sale sold in variants) and the units of its
+// pending retakes (pending): live[b][i] and held[b][i] of variant i in the
+// sale's order, or of its one stock (i = 0).
+func liveAndHeld(sale flashgate.Sale, n int, figs []flashgate.SaleFigures, vfigs []map[string]flashgate.SaleFigures, pending []flashgate.Order) (live, held [][]int64) {
+	dims := max(len(sale.Variants), 1)
+	live, held = make([][]int64, n), make([][]int64, n)
+	for b := range n {
+		live[b], held[b] = make([]int64, dims), make([]int64, dims)
+		switch {
+		case !sale.HasVariants():
+			if b < len(figs) {
+				live[b][0] = figs[b].LiveUnits
+			}
+		case b < len(vfigs):
+			for i, v := range sale.Variants {
+				live[b][i] = vfigs[b][v.ID].LiveUnits
+			}
+		}
+	}
+	for _, o := range pending {
+		if o.Bucket < 0 || o.Bucket >= n {
+			continue
+		}
+		if !sale.HasVariants() {
+			held[o.Bucket][0] += o.Quantity
+			continue
+		}
+		for i, v := range sale.Variants {
+			if o.Variant == v.ID {
+				held[o.Bucket][i] += o.Quantity
+			}
+		}
+	}
+	return live, held
 }
 
 // inBucket are the orders of bucket b among orders.
