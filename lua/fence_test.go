@@ -30,7 +30,7 @@ func fencedSaleState(t *testing.T, ctx context.Context, rdb *redis.Client) strin
 }
 
 // TestFencedScripts: every script the leader's loops write with (SetState,
-// Resync, ReleaseBatch of a re-sync, Restore, Pause, Mark) refuses a
+// Resync, ReleaseBatch of a re-sync, Restore, Pause, Mark, Replan) refuses a
 // fencing token below the sale hash's fence field and changes nothing;
 // the same token is accepted, and a higher one is accepted and raises the
 // field.
@@ -65,6 +65,9 @@ func TestFencedScripts(t *testing.T) {
 		{"Mark", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			return lua.Mark.Run(ctx, rdb, keys, tok, "resume", 1, "reserved", -1).Int64()
 		}, int64(lua.MarkFenced)},
+		{"Replan", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+			return lua.Replan.Run(ctx, rdb, keys, tok, "", 4).Int64()
+		}, int64(lua.ReplanFenced)},
 	}
 	bs := backends(t)
 	for _, tc := range cases {

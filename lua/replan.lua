@@ -30,11 +30,11 @@ local fence = tonumber(f[5] or '0') or 0
 if token < fence then
   return -1
 end
-if f[2] == '1' or f[3] == '2' or (f[4] or '') ~= ARGV[2] then
-  return 0
-end
 if token > fence then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+if f[2] == '1' or f[3] == '2' or (f[4] or '') ~= ARGV[2] then
+  return 0
 end
 local total = tonumber(ARGV[3]) or 0
 local now = redis.call('TIME')

@@ -593,6 +593,9 @@ func (w *world) saleOpen() bool {
 // live units never exceed the totals, so that an oversell is found even
 // when the orders that made it are released before the schedule rests.
 func (w *world) afterStep(a *actor, ran string) {
+	if *flagDump {
+		w.dump()
+	}
 	if w.stall && !w.rebuilt && a.hold == 0 && strings.HasPrefix(a.at, "db StepPayment") && strings.Contains(a.at, "→"+"honoured_late") {
 		w.retook, a.hold = true, 1<<30
 		w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   = held back until no one else can move", a.name))
@@ -603,6 +606,32 @@ func (w *world) afterStep(a *actor, ran string) {
 			return
 		}
 	}
+}
+
+// dumpFields are the hash fields -dump prints after each step.
+var dumpFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldReserved, lua.FieldStart, lua.FieldResume, lua.FieldRebuild}
+
+// dump appends to the trace the stock fields of each of the sale's hashes,
+// read without a yield (the schedule's steps stay those of its seed).
+func (w *world) dump() {
+	var b strings.Builder
+	for i, tag := range w.tags() {
+		v, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(tag), dumpFields...).Result()
+		if i > 0 {
+			b.WriteString(" | ")
+		}
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v", tag, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s:", tag)
+		for j, f := range dumpFields {
+			if v[j] != nil {
+				fmt.Fprintf(&b, " %s=%v", f, v[j])
+			}
+		}
+	}
+	w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   # %s", "", b.String()))
 }
 
 // checkLive records the first time the rows hold more live units than the

@@ -295,11 +295,13 @@ func (w *world) pickSale() flashgate.Sale {
 	return sale
 }
 
-// pickBuckets splits, with -buckets, one in three sales over two buckets (not a fair
-// sale's, nor a corpus seed's: each keeps the schedule that found its
-// defect), a one-unit sale then having two units, one a bucket. It draws
-// from a generator of its own, so that a schedule of an unbucketed sale
-// takes the same steps from its seed as before buckets were drawn.
+// pickBuckets splits, with -buckets (the default), one in three sales over
+// two buckets (not a fair sale's, nor a seed's of corpus, found before
+// buckets were drawn: each keeps the schedule that found its defect; a
+// seed of bucketedCorpus is drawn as any other), a one-unit sale then
+// having two units, one a bucket. It draws from a generator of its own, so
+// that a schedule of an unbucketed sale takes the same steps from its seed
+// as before buckets were drawn.
 func (w *world) pickBuckets() {
 	shape := rand.New(rand.NewPCG(w.seed^0x5851f42d4c957f2d, w.seed+1))
 	if !*flagBuckets || w.sale.Fair() || slices.Contains(corpus, w.seed) || shape.IntN(3) != 0 {
