@@ -611,12 +611,18 @@ func (w *world) afterStep(a *actor, ran string) {
 // dumpFields are the hash fields -dump prints after each step.
 var dumpFields = []string{lua.FieldTotal, lua.FieldBooked, lua.FieldReserved, lua.FieldStart, lua.FieldResume, lua.FieldRebuild}
 
-// dump appends to the trace the stock fields of each of the sale's hashes,
-// read without a yield (the schedule's steps stay those of its seed).
+// dump appends to the trace the stock fields of each of the sale's hashes
+// (and each variant's), read without a yield (the schedule's steps stay those of its seed).
 func (w *world) dump() {
+	fields := dumpFields
+	for _, vr := range w.sale.Variants {
+		for _, f := range []string{lua.FieldTotal, lua.FieldBooked, lua.FieldReserved} {
+			fields = append(fields[:len(fields):len(fields)], lua.VariantField(vr.ID, f))
+		}
+	}
 	var b strings.Builder
 	for i, tag := range w.tags() {
-		v, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(tag), dumpFields...).Result()
+		v, err := w.e.raw.HMGet(context.Background(), lua.SaleKey(tag), fields...).Result()
 		if i > 0 {
 			b.WriteString(" | ")
 		}
@@ -625,7 +631,7 @@ func (w *world) dump() {
 			continue
 		}
 		fmt.Fprintf(&b, "%s:", tag)
-		for j, f := range dumpFields {
+		for j, f := range fields {
 			if v[j] != nil {
 				fmt.Fprintf(&b, " %s=%v", f, v[j])
 			}

@@ -48,18 +48,38 @@ func (w *world) quiesce(ctx context.Context) {
 	w.quiet = true
 	ctx = controlplane.WithFencingToken(ctx, w.token())
 	d := w.newSink()
+	step := func(name string, err error) {
+		if *flagDump {
+			w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   = %s: %v", "quiet", name, err))
+			w.dump()
+			var rows []string
+			for _, st := range []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid, flashgate.StatusExpired,
+				flashgate.StatusCancelled, flashgate.StatusRefunded} {
+				page, _ := w.e.db.OrdersPage(ctx, w.sale.ID, st, "", 1000)
+				for _, o := range page {
+					rows = append(rows, fmt.Sprintf("%s/%s/b%d/%s", o.ID, o.Variant, o.Bucket, o.Status))
+				}
+			}
+			w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   # rows %v", "", rows))
+		}
+	}
 	for range 4 {
 		for _, id := range w.prov.Processing() {
 			w.prov.Pay(id, flashgate.IntentSucceeded)
 		}
 		w.flushEvents(ctx)
-		_, _ = d.DrainOnce(ctx)
-		_, _, _ = w.cp.Resync(ctx, w.sale.ID)
+		_, err := d.DrainOnce(ctx)
+		step("drain", err)
+		_, _, err = w.cp.Resync(ctx, w.sale.ID)
+		step("re-sync", err)
 		w.clock.Add(window + grace + 1)
-		_, _ = w.cp.ExpireDue(ctx)
-		_, _ = w.cp.ReconcilePayments(ctx)
+		_, err = w.cp.ExpireDue(ctx)
+		step("expiry", err)
+		_, err = w.cp.ReconcilePayments(ctx)
+		step("reconciliation", err)
 		w.flushEvents(ctx)
-		_, _, _ = w.cp.Resync(ctx, w.sale.ID)
+		_, _, err = w.cp.Resync(ctx, w.sale.ID)
+		step("re-sync", err)
 	}
 }
 

@@ -102,6 +102,9 @@ func runOne(ctx context.Context, e *env, seed uint64) (result, error) {
 		return r, runErr
 	}
 	w.quiesce(ctx)
+	if *flagDump {
+		r.trace = w.s.Trace() // with the quiet phase's steps
+	}
 	if r.findings, err = w.check(ctx); err != nil {
 		return r, fmt.Errorf("checking: %w", err)
 	}
