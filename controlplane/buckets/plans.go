@@ -22,11 +22,13 @@ const noMark = "~"
 // of two plans can add up to more than the sale's: a stale snapshot counts
 // an order live in one bucket that a fresh one counts in another, and even
 // two fresh ones split the spare units after each bucket's live units, which
-// releases between them change (explorer seed 20262328: totals of 3 in a
-// sale of 2, and three live units). Bucket hashes are in different slots, so
-// no script can write the shares of every bucket at once; instead no bucket
-// that sells nothing now reopens (nor, on a sale not open, keeps its total)
-// until its total fits the totals of all the others.
+// releases between them change (explorer seed 20262328 on ef24b44: totals
+// of 3 in a sale of 2, and three live units; seed 20263080: two passes each
+// gave a bucket lost during it its share, 4 of 2). Bucket hashes are in
+// different slots, so no script can write the shares of every bucket at
+// once; instead no bucket that sells nothing now reopens (nor, on a sale
+// not open, keeps its total) until its total fits the totals of all the
+// others.
 //
 // The targets are the buckets that sell nothing now and are the re-sync's
 // to open: paused for their rebuild (resume = 1), or on a sale not open,

@@ -95,9 +95,9 @@ func toString(a any) string {
 // fresh snapshot, finds bucket 0 present and rebuilds bucket 1 with 1. The
 // buckets' totals add up to 3 of a sale of 2: once reopened, bucket 0
 // sells two units beside o2's, three live units of two (explorer seed
-// 20262328). However the passes interleave, the buckets may not reopen
-// until their totals add up to the sale's (and each variant's) and each
-// covers its live units; then the sale sells exactly what is left.
+// 20262328 on ef24b44). However the passes interleave, the buckets may not
+// reopen until their totals add up to the sale's (and each variant's) and
+// each covers its live units; then the sale sells exactly what is left.
 func TestBucketRebuildsOfTwoPlans(t *testing.T) {
 	for _, variants := range []bool{false, true} {
 		t.Run("variants="+strconv.FormatBool(variants), func(t *testing.T) { testBucketRebuildsOfTwoPlans(t, variants) })

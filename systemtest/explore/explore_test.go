@@ -53,11 +53,13 @@ var (
 var corpus = []uint64{1803, 6269, 701, 2116, 766, 4056, 490, 400, 624, 40, 222, 1200, 20261678, 2953, 20261464, 20261639, 20264038, 102466, 20263050}
 
 // bucketedCorpus holds the corpus's seeds found on a bucketed sale
-// (pickBuckets' draw split their sale over two buckets, as it still does):
-// 20262328 oversells (two rebuilds of the sale at once, each writing the
-// totals of the buckets it found missing from a plan of its own, added up
-// to 3 of 2). Run with the corpus.
-var bucketedCorpus = []uint64{20262328}
+// (pickBuckets' draw split their sale over two buckets, as it still does),
+// run with the corpus: 20263080 oversells (two rebuilds of the sale at once,
+// each giving the bucket Redis lost during it the share of its own plan,
+// which added up to totals of 4 of 2; found with the reopen gate of
+// controlplane/buckets/plans.go left out). 20262328, which found the race on
+// ef24b44 (totals of 3 of 2), takes other steps since and no longer meets it.
+var bucketedCorpus = []uint64{20263080}
 
 // corpusSeeds are corpus and bucketedCorpus.
 func corpusSeeds() []uint64 { return append(append([]uint64(nil), corpus...), bucketedCorpus...) }
