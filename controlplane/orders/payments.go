@@ -135,8 +135,13 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	}
 	p, err := s.paymentStore.Payment(ctx, orderID)
 	switch {
-	case err == nil:
+	case err == nil && (o.Status == flashgate.StatusPendingPayment || o.Status == flashgate.StatusPaid):
 		return s.withPayment(o, p), nil
+	case err == nil:
+		// A payment does not make a dead order payable: one cancelled,
+		// expired or refunded after its checkout is not_payable, as one
+		// without a payment is.
+		return s.withPayment(o, p), fmt.Errorf("order %q is %s: %w", orderID, o.Status, flashgate.ErrNotPayable)
 	case !errors.Is(err, flashgate.ErrNotFound):
 		return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
 	}
