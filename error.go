@@ -42,6 +42,12 @@ var (
 	// retries. A gateway gives back the admission it counted for it, so
 	// that refused attempts never use up the admission cap.
 	ErrPaused = fmt.Errorf("flashgate: paused for a rebuild: %w", ErrUnavailable)
+	// ErrSaleLost is a reserve of a sale that exists (the gateway's cached
+	// state says it sells) answered "no such sale" by Redis: the sale was
+	// lost with Redis's data (a FLUSHALL, a fresh Redis, a failover) and
+	// the re-sync has not rebuilt it yet. Nothing was taken; a client sees
+	// it as ErrUnavailable and retries, never as ErrNotFound.
+	ErrSaleLost = fmt.Errorf("flashgate: sale lost from Redis: %w", ErrUnavailable)
 
 	// ErrNotCapturable is a capture of a hold that holds nothing any more:
 	// declined at capture, expired, canceled, or never confirmed.

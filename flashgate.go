@@ -230,6 +230,30 @@ type Payment struct {
 	Checks int `json:"-"`
 }
 
+// SecondCharge is an intent whose metadata names an order whose payment is
+// another intent (made outside the checkout, in the provider's dashboard
+// for example): a second charge of the order, never honoured. The
+// reconciliation cancels it while it can, refunds it once it succeeded,
+// and records what it did, so that each is dealt with once.
+type SecondCharge struct {
+	IntentID string
+	OrderID  string
+	// Status is the intent's last known status.
+	Status string
+	// Outcome is "" (open: looked at again until it succeeds or is
+	// canceled), "refunding" (the refund is under way), "refunded" or
+	// "canceled" (nothing was taken).
+	Outcome     string
+	AmountCents int64
+	Currency    string
+	RefundID    string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// Checks counts the reconciliation's looks at it so far (its
+	// backoff); set by the store's list of due ones only.
+	Checks int
+}
+
 // InFlight reports whether p still holds its order's units against the
 // expiry: not settled and not canceled (a succeeded intent not yet
 // applied holds them too).

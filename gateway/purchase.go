@@ -162,6 +162,14 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 		s.reserves.Release(end.Sub(began), end.UnixNano())
 	}
 	if err != nil {
+		if errors.Is(err, flashgate.ErrNotFound) {
+			// The cached state judged the sale open, so it exists: a
+			// reserve that finds no sale in Redis means Redis lost it
+			// (a FLUSHALL, a fresh Redis) before the state refresh saw
+			// the loss. The re-sync rebuilds it: retry, not 404.
+			s.lostSale(ctx, e, st)
+			return
+		}
 		if st.fairQueue() == nil && couldNotBuy(err) {
 			// The attempt did not buy (the buyer holds an order already,
 			// the quantity or variant is refused, the sale is paused or
@@ -193,10 +201,25 @@ func (s *Server) purchase(ctx *fasthttp.RequestCtx, id []byte) {
 	writeOrder(ctx, fasthttp.StatusCreated, flashgate.Order{ID: orderID, SaleID: e.id, UserID: user, Variant: vid, Status: flashgate.StatusReserved})
 }
 
-// shedRetryAfter are the Retry-After values of a shed purchase, one
-// picked at random so that the buyers turned away together do not all
-// come back in the same second.
+// shedRetryAfter are the Retry-After values of a shed purchase (and of
+// one whose sale Redis lost), one picked at random so that the buyers
+// turned away together do not all come back in the same second.
 var shedRetryAfter = [...][]byte{[]byte("1"), []byte("2"), []byte("3")}
+
+// ansSaleLost answers a purchase of a sale Redis lost.
+var ansSaleLost = answerFor(flashgate.ErrSaleLost)
+
+// lostSale answers a purchase whose reserve found no sale in Redis while
+// the cached state (st) said it sells: 503 unavailable with a jittered
+// Retry-After, the admission given back (nothing was taken).
+func (s *Server) lostSale(ctx *fasthttp.RequestCtx, e *sale, st *saleState) {
+	if st.fairQueue() == nil {
+		e.admitted.Add(-1)
+	}
+	s.logUnavailable(flashgate.ErrSaleLost)
+	writeAnswer(ctx, ansSaleLost)
+	ctx.Response.Header.SetCanonical(hRetryAfter, shedRetryAfter[rand.IntN(len(shedRetryAfter))])
+}
 
 // shed answers a purchase the adaptive reserve limit turns away: 503
 // unavailable with a jittered Retry-After.

@@ -310,6 +310,30 @@ var migrations = []migration{
 			)`,
 		},
 	},
+	{
+		// Version 16 keeps second charges (flashgate.SecondCharge): intents
+		// whose metadata names an order whose payment is another intent,
+		// each once, with what the reconciliation made of it (canceled,
+		// refunded) and its backoff, so that an intent adopted as one is
+		// never listed as unadopted again.
+		version: 16,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS second_charges (
+				intent_id     TEXT PRIMARY KEY,
+				order_id      TEXT NOT NULL,
+				status        TEXT NOT NULL,
+				outcome       TEXT NOT NULL DEFAULT '',
+				amount_cents  {int} NOT NULL,
+				currency      TEXT NOT NULL,
+				refund_id     TEXT NOT NULL DEFAULT '',
+				created_at    {time} NOT NULL,
+				updated_at    {time} NOT NULL,
+				next_check_at {time},
+				checks        {int} NOT NULL DEFAULT 0
+			)`,
+			`CREATE INDEX IF NOT EXISTS second_charges_open ON second_charges (outcome, next_check_at)`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

@@ -28,7 +28,9 @@ func scanPayment(r rowScanner) (flashgate.Payment, error) {
 
 // InsertPayment stores p unless its order already has a payment, and
 // returns the order's payment as stored: a second checkout of one order
-// gets the first one's. The refunded and disputed flags of events stored
+// gets the first one's. A returned payment that names another intent than
+// p's means p's intent is a second charge of the order (the caller's to
+// deal with: controlplane/orders, secondCharge). The refunded and disputed flags of events stored
 // before the row (a charge.refunded or a dispute that came first) are set
 // in the same statement. On PostgreSQL the insert holds the intent's flag
 // lock (lockFlags) as RecordEvent does, so that under READ COMMITTED a flag
@@ -237,13 +239,16 @@ func (d *DB) SalePayments(ctx context.Context, saleID string) (map[string]flashg
 }
 
 // UnadoptedIntents returns up to limit intents named by webhook events
-// received since since that no payment names, of orders that are rows
-// now: events that came before their order (or its payment) was stored.
+// received since since that neither a payment nor a second charge names,
+// of orders that are rows now: events that came before their order (or
+// its payment) was stored. An intent adopted as a second charge of its
+// order (RecordSecondCharge) is never listed again.
 func (d *DB) UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error) {
 	rows, err := d.w.QueryContext(ctx, d.q(`SELECT DISTINCT e.intent_id FROM payment_events e
 		JOIN orders o ON o.order_id = e.order_id
 		WHERE e.intent_id <> '' AND e.received_at >= ?
 		AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.intent_id = e.intent_id)
+		AND NOT EXISTS (SELECT 1 FROM second_charges c WHERE c.intent_id = e.intent_id)
 		ORDER BY e.intent_id LIMIT ?`), d.ts(since), limit)
 	if err != nil {
 		return nil, fmt.Errorf("unadopted intents: %w", err)

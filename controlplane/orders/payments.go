@@ -59,6 +59,16 @@ type PaymentStore interface {
 	OldestOpenPayment(ctx context.Context) (time.Time, bool, error)
 	SalePayments(ctx context.Context, saleID string) (map[string]flashgate.Payment, error)
 	UnadoptedIntents(ctx context.Context, since time.Time, limit int) ([]string, error)
+	// RecordSecondCharge stores an intent whose order's payment is
+	// another intent once, and returns it as stored; StepSecondCharge
+	// moves its outcome (a compare-and-set); DueSecondCharges are those
+	// not settled whose next look is due, DeferSecondCharge counts a
+	// look and sets the next.
+	RecordSecondCharge(ctx context.Context, c flashgate.SecondCharge, now time.Time) (flashgate.SecondCharge, error)
+	SecondCharge(ctx context.Context, intentID string) (flashgate.SecondCharge, error)
+	StepSecondCharge(ctx context.Context, intentID string, from []string, to, status, refundID string, now time.Time) (bool, error)
+	DueSecondCharges(ctx context.Context, now time.Time, limit int) ([]flashgate.SecondCharge, error)
+	DeferSecondCharge(ctx context.Context, intentID string, next time.Time) error
 }
 
 // The outcomes of a payment (flashgate.Payment.Outcome). latePending and
@@ -94,7 +104,7 @@ type paymentMetrics struct {
 func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
 	m := &paymentMetrics{
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flashgate_payments_total",
-			Help: "Payments by result: succeeded (order paid in time), failed, late_honoured, late_refunded."}, []string{"result"}),
+			Help: "Payments by result: succeeded (order paid in time), failed, late_honoured, late_refunded, second_refunded (a second charge of an order that has its payment)."}, []string{"result"}),
 		badSigs: prometheus.NewCounter(prometheus.CounterOpts{Name: "flashgate_webhook_signature_failures_total",
 			Help: "Webhooks refused for a bad or stale signature."}),
 		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flashgate_payment_oldest_unsettled_seconds",
@@ -110,7 +120,7 @@ func newPaymentMetrics(reg prometheus.Registerer) (*paymentMetrics, error) {
 	if m.oldest, err = promreg.Register(reg, m.oldest); err != nil {
 		return nil, err
 	}
-	for _, r := range []string{"succeeded", "failed", "late_honoured", "late_refunded"} {
+	for _, r := range []string{"succeeded", "failed", "late_honoured", "late_refunded", "second_refunded"} {
 		m.results.WithLabelValues(r)
 	}
 	return m, nil
@@ -135,8 +145,13 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	}
 	p, err := s.paymentStore.Payment(ctx, orderID)
 	switch {
-	case err == nil:
+	case err == nil && (o.Status == flashgate.StatusPendingPayment || o.Status == flashgate.StatusPaid):
 		return s.withPayment(o, p), nil
+	case err == nil:
+		// A payment does not make a dead order payable: one cancelled,
+		// expired or refunded after its checkout is not_payable, as one
+		// without a payment is.
+		return s.withPayment(o, p), fmt.Errorf("order %q is %s: %w", orderID, o.Status, flashgate.ErrNotPayable)
 	case !errors.Is(err, flashgate.ErrNotFound):
 		return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
 	}
@@ -164,6 +179,16 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 		AmountCents: amount, Currency: currency}, s.clock.Now())
 	if err != nil {
 		return flashgate.Order{}, err
+	}
+	if p.IntentID != in.ID {
+		// The order's payment is another intent (one made outside the
+		// checkout, adopted first): this one is a second charge, canceled
+		// before the page can confirm it, and the page is answered the
+		// order's payment, as a pay after it was stored is.
+		if err := s.secondCharge(ctx, in, p); err != nil {
+			return flashgate.Order{}, err
+		}
+		return s.checkout(ctx, orderID, userID)
 	}
 	p.Status = in.Status
 	// The order may have left pending between the read and the insert (a

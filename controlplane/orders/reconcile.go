@@ -42,10 +42,13 @@ type retryAfter interface{ RetryAfter() time.Duration }
 // longer take money, and the next expiry pass releases the order's units).
 // It reads them longest due first and looks at as many as its budget
 // allows, each then put off (backoff), so that every open payment is
-// reached in turn however many there are; a 429 of the provider pauses it
-// for the Retry-After asked. It sets the age of the oldest unsettled
-// payment (flashgate_payment_oldest_unsettled_seconds) and returns how many
-// it looked at. The leader calls it every tick.
+// reached in turn however many there are; the adoption of intents no
+// payment names and the second charges not settled take turns with them
+// (each side gets at least every other call of the budget while both
+// have work); a 429 of the provider pauses it for the Retry-After asked.
+// It sets the age of the oldest unsettled payment
+// (flashgate_payment_oldest_unsettled_seconds) and returns how many
+// payments it looked at. The leader calls it every tick.
 func (s *Service) ReconcilePayments(ctx context.Context) (int, error) {
 	if s.provider == nil {
 		return 0, nil
@@ -69,30 +72,67 @@ func (s *Service) ReconcilePayments(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var first error
-	// Events that came before their order's payment was stored: adopt
-	// the intent once the order is a row.
+	// The other work: events that came before their order's payment was
+	// stored (adopt the intent once the order is a row), and second
+	// charges not settled yet. It takes turns with the due payments, so
+	// that neither starves the other of the budget.
+	var side []func() error
 	if ids, err := s.paymentStore.UnadoptedIntents(ctx, now.Add(-adoptFor), reconcileBatch); err != nil {
 		first = err
 	} else {
 		for _, id := range ids {
-			if !s.reconcileLimit.Allow() {
-				break
-			}
-			p, err := s.adopt(ctx, flashgate.PaymentEvent{IntentID: id})
-			if err == nil {
-				open = append(open, p)
-			}
+			side = append(side, func() error {
+				p, err := s.adopt(ctx, flashgate.PaymentEvent{IntentID: id})
+				var ra retryAfter
+				switch {
+				case err == nil:
+					open = append(open, p)
+				case errors.As(err, &ra):
+					return err // pauses the pass
+				case !errors.Is(err, errSecondCharge):
+					// Not adoptable yet: tried again next pass, as before.
+					s.log.Debug("payment reconciliation: intent not adopted yet", "payment_intent", id, "err", err)
+				}
+				return nil
+			})
+		}
+	}
+	if cs, err := s.paymentStore.DueSecondCharges(ctx, now, reconcileBatch); err != nil {
+		if first == nil {
+			first = err
+		}
+	} else {
+		for _, c := range cs {
+			side = append(side, func() error {
+				err := s.reconcileSecond(ctx, c)
+				if derr := s.paymentStore.DeferSecondCharge(ctx, c.IntentID, now.Add(backoff(c.Checks))); derr != nil && err == nil {
+					err = derr
+				}
+				return err
+			})
 		}
 	}
 	n := 0
-	for _, p := range open {
+	for turn, pi, si := 0, 0, 0; pi < len(open) || si < len(side); turn++ {
 		if ctx.Err() != nil || !s.reconcileLimit.Allow() {
 			break
 		}
-		n++
-		err := s.reconcile(ctx, p, now)
-		if derr := s.paymentStore.DeferPayment(ctx, p.OrderID, now.Add(backoff(p.Checks))); derr != nil && err == nil {
-			err = derr
+		var (
+			err   error
+			order string
+		)
+		if si < len(side) && (pi >= len(open) || turn%2 == 1) {
+			err = side[si]()
+			si++
+		} else {
+			p := open[pi]
+			pi++
+			n++
+			order = p.OrderID
+			err = s.reconcile(ctx, p, now)
+			if derr := s.paymentStore.DeferPayment(ctx, p.OrderID, now.Add(backoff(p.Checks))); derr != nil && err == nil {
+				err = derr
+			}
 		}
 		var ra retryAfter
 		if errors.As(err, &ra) {
@@ -106,7 +146,7 @@ func (s *Service) ReconcilePayments(ctx context.Context) (int, error) {
 			if first == nil {
 				first = err
 			}
-			s.log.Warn("payment reconciliation", "order", p.OrderID, "err", err)
+			s.log.Warn("payment reconciliation", "order", order, "err", err)
 		}
 	}
 	return n, first

@@ -69,6 +69,9 @@ func (s *Service) Webhook(ctx context.Context, payload []byte, signature string)
 		// its answer was lost). Adopt the intent from its metadata when
 		// the order is stored; else the reconciliation's next pass does.
 		p, err = s.adopt(ctx, ev)
+		if errors.Is(err, errSecondCharge) {
+			return nil // recorded and settled as a second charge, never the order's payment
+		}
 	case err == nil && !fresh:
 		return nil // a redelivery of an event applied before
 	}
@@ -101,8 +104,22 @@ func (s *Service) Webhook(ctx context.Context, payload []byte, signature string)
 }
 
 // adopt stores the payment of an intent an event names before its
-// checkout stored it, reading the intent's current state.
+// checkout stored it, reading the intent's current state. An intent whose
+// order already has its payment, another intent, is a second charge of
+// the order: it is recorded and settled as one (secondCharge), and adopt
+// answers errSecondCharge; so it does for an intent recorded as one
+// before.
 func (s *Service) adopt(ctx context.Context, ev flashgate.PaymentEvent) (flashgate.Payment, error) {
+	if c, err := s.paymentStore.SecondCharge(ctx, ev.IntentID); err == nil {
+		if c.Outcome == "" || c.Outcome == outcomeRefunding {
+			if err := s.reconcileSecond(ctx, c); err != nil {
+				s.log.Warn("second charge not settled yet; the reconciliation retries", "order", c.OrderID, "payment_intent", c.IntentID, "err", err)
+			}
+		}
+		return flashgate.Payment{}, fmt.Errorf("intent %s: %w", ev.IntentID, errSecondCharge)
+	} else if !errors.Is(err, flashgate.ErrNotFound) {
+		return flashgate.Payment{}, err
+	}
 	in, err := s.provider.Intent(ctx, ev.IntentID)
 	if err != nil {
 		return flashgate.Payment{}, err
@@ -113,6 +130,13 @@ func (s *Service) adopt(ctx context.Context, ev flashgate.PaymentEvent) (flashga
 	if _, err := s.store.Order(ctx, in.OrderID); err != nil {
 		return flashgate.Payment{}, err
 	}
-	return s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: in.OrderID, IntentID: in.ID, Status: in.Status,
+	p, err := s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: in.OrderID, IntentID: in.ID, Status: in.Status,
 		AmountCents: in.AmountCents, Currency: in.Currency}, s.clock.Now())
+	if err != nil || p.IntentID == in.ID {
+		return p, err
+	}
+	if err := s.secondCharge(ctx, in, p); err != nil {
+		return flashgate.Payment{}, err
+	}
+	return flashgate.Payment{}, fmt.Errorf("intent %s: %w", in.ID, errSecondCharge)
 }
