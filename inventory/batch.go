@@ -191,7 +191,12 @@ func (s *Service) send(ctx context.Context, b *reserveBatch) {
 			args = append(args, r.order, r.user, r.qty, r.variant)
 		}
 	}
-	res, acked, want, err := s.runReserve(ctx, script, b.tag, b.keys, args...)
+	// A lane's call goes on a pooled connection, from this goroutine,
+	// never through the auto-pipeliner: the lane has batched its reserves
+	// already, and the pipeliner would add a hand-off to its flusher and
+	// a new goroutine per flush (whose stack then grows through go-redis'
+	// calls) to every call.
+	res, acked, want, err := s.runReserve(ctx, s.rdb, script, b.tag, b.keys, args...)
 	if err != nil {
 		b.err = s.redisError("reserving", err)
 		return
