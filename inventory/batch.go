@@ -38,6 +38,12 @@ type reserveBatch struct {
 	reqs   []*reserveReq
 	err    error         // set when the call failed: every request fails
 	done   chan struct{} // closed once code, existing or err are set
+	// turn, of a batch that waits behind its lane's calls, gets one value
+	// when the batch is to be sent: the caller that takes it sends the
+	// batch (handOff). waiters counts the callers still waiting for it
+	// (guarded by Service.batchMu).
+	turn    chan struct{}
+	waiters int
 }
 
 // lane is one tag's batches. Invariant (under Service.batchMu): batches
@@ -59,9 +65,13 @@ func (s *Service) reserveBatched(ctx context.Context, tag, sale, bucket, orderID
 	} else {
 		select {
 		case <-b.done:
+		case <-b.turn:
+			// The call before it returned: this caller sends the batch.
+			s.runBatch(ctx, b)
 		case <-ctx.Done():
 			// The reserve may still run with its batch: the buyer hears
 			// unavailable, and a retry finds the order.
+			s.leave(ctx, b)
 			s.m.call(opReserve, start)
 			s.m.outcome(outError)
 			return 0, "", s.redisError("reserving", ctx.Err())
@@ -96,22 +106,46 @@ func (s *Service) join(tag, sale, bucket string, r *reserveReq) (b *reserveBatch
 		b = ln.waiting[k-1]
 	} else {
 		b = s.newBatch(tag, sale, bucket)
+		b.turn = make(chan struct{}, 1)
 		ln.waiting = append(ln.waiting, b)
 	}
 	b.reqs = append(b.reqs, r)
+	b.waiters++
 	return b, false
+}
+
+// leave is a waiting caller's of b giving up. Should b's turn have come
+// already, the turn goes to another caller still waiting, or with none
+// left the batch goes as one every caller gave up (handOff).
+func (s *Service) leave(ctx context.Context, b *reserveBatch) {
+	s.batchMu.Lock()
+	b.waiters--
+	var mine bool
+	select {
+	case <-b.turn:
+		mine = true
+	default:
+	}
+	if !mine {
+		s.batchMu.Unlock()
+		return
+	}
+	run := s.handOff(ctx, b)
+	s.batchMu.Unlock()
+	if run {
+		s.runBatch(ctx, b)
+	}
 }
 
 func (s *Service) newBatch(tag, sale, bucket string) *reserveBatch {
 	return &reserveBatch{tag: tag, keys: lua.ReserveKeys(tag), sale: sale, bucket: bucket, done: make(chan struct{})}
 }
 
-// finish ends a call of tag's lane and returns the batch to send next, if
-// one waits; a lane with nothing in flight is dropped, so lanes stay as
-// many as the tags being bought right now. With a batch to send, own
-// reports that it goes on a goroutine of its own, counted in s.batches;
-// once Close was called it goes on the caller's (no new goroutine starts).
-func (s *Service) finish(tag string) (next *reserveBatch, own bool) {
+// finish ends a call of tag's lane and sends the batch that waited behind
+// it, if one did (handOff); it returns that batch when it is to go on the
+// caller's goroutine. A lane with nothing in flight is dropped, so lanes
+// stay as many as the tags being bought right now.
+func (s *Service) finish(ctx context.Context, tag string) (next *reserveBatch) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	ln := s.lanes[tag]
@@ -119,47 +153,60 @@ func (s *Service) finish(tag string) (next *reserveBatch, own bool) {
 		next = ln.waiting[0]
 		ln.waiting[0] = nil
 		ln.waiting = ln.waiting[1:]
-		if s.closed {
-			return next, false
+		if s.handOff(ctx, next) {
+			return next
 		}
-		// Counted under batchMu after checking closed, so every Add
-		// happens before Close's Wait.
-		s.batches.Add(1)
-		return next, true
+		return nil
 	}
 	ln.inflight--
 	if ln.inflight == 0 {
 		delete(s.lanes, tag)
 	}
-	return nil, false
+	return nil
 }
 
-// runBatch sends b, answers its requests and starts the batch that waited
-// behind it. The call does not stop when the leader's caller goes away:
+// handOff sends b, whose turn has come, under batchMu: on the goroutine
+// of one of its callers still waiting (b.turn), who is then woken once,
+// with a stack grown already; with none left, on a goroutine of the
+// Service's own, counted in s.batches; once Close was called, it reports
+// that the batch goes on the caller's goroutine instead (no new goroutine
+// starts).
+func (s *Service) handOff(ctx context.Context, b *reserveBatch) (caller bool) {
+	switch {
+	case b.waiters > 0:
+		b.turn <- struct{}{} // b's one turn: the channel has room
+		return false
+	case s.closed:
+		return true
+	}
+	// Counted under batchMu after checking closed, so every Add happens
+	// before Close's Wait.
+	s.batches.Add(1)
+	go func() {
+		defer s.batches.Done()
+		s.runBatch(ctx, b)
+	}()
+	return false
+}
+
+// runBatch sends b, answers its requests and sends the batch that waited
+// behind it (finish). The call does not stop when the caller goes away:
 // the other requests of the batch wait for it.
 func (s *Service) runBatch(ctx context.Context, b *reserveBatch) {
 	ctx = context.WithoutCancel(ctx)
 	for b != nil {
 		s.send(ctx, b)
 		close(b.done)
-		next, own := s.finish(b.tag)
-		if own {
-			// The leader's own caller is answered now; the next batch gets a
-			// goroutine of its own, which Close waits for.
-			go func() {
-				defer s.batches.Done()
-				s.runBatch(ctx, next)
-			}()
-			return
-		}
-		b = next
+		b = s.finish(ctx, b.tag)
 	}
 }
 
 // Close waits for the batches of reserves still being sent on goroutines
 // of the Service's own (each reserve's caller waits for its answer; a
-// batch that waited behind another is sent on a new goroutine), and makes
-// any batch queued after it go on its caller's goroutine instead. The
+// batch that waited behind another is sent by one of its callers, or on a
+// new goroutine when all of them gave up), and makes any such batch
+// queued after it go on the goroutine of the caller that ends the call
+// before it instead. The
 // Service still answers calls after Close; it starts no goroutine. It
 // never closes the Redis client, which belongs to the caller. Calling it
 // again waits again and returns nil.
@@ -191,7 +238,12 @@ func (s *Service) send(ctx context.Context, b *reserveBatch) {
 			args = append(args, r.order, r.user, r.qty, r.variant)
 		}
 	}
-	res, acked, want, err := s.runReserve(ctx, script, b.tag, b.keys, args...)
+	// A lane's call goes on a pooled connection, from this goroutine,
+	// never through the auto-pipeliner: the lane has batched its reserves
+	// already, and the pipeliner would add a hand-off to its flusher and
+	// a new goroutine per flush (whose stack then grows through go-redis'
+	// calls) to every call.
+	res, acked, want, err := s.runReserve(ctx, s.rdb, script, b.tag, b.keys, args...)
 	if err != nil {
 		b.err = s.redisError("reserving", err)
 		return

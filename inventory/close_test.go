@@ -118,3 +118,121 @@ func TestCloseWaitsForAbandonedBatch(t *testing.T) {
 		t.Errorf("goroutines left after Close: %v", err)
 	}
 }
+
+// TestWaitingBatchSentByItsCaller: a batch that waits behind its sale's
+// call is sent, once that call returns, by a caller of its own still
+// waiting, even after another of its callers gave up: both orders are
+// reserved, the one who stayed is answered with theirs, and nothing is
+// left running (goleak, with no Close first).
+func TestWaitingBatchSentByItsCaller(t *testing.T) {
+	_, rdb := newRedis(t)
+	prepSale(t, rdb, "h", 10, 1, "open")
+	hook := &slowHook{delay: time.Second, entered: make(chan struct{}, 1)}
+	rdb.AddHook(hook)
+	svc := inventory.New(rdb, inventory.Config{Logger: quiet(), ReserveCallsInFlight: 1})
+	if _, err := svc.Reserve(context.Background(), "h", "warm", "", 1); err != nil {
+		t.Fatalf("warming Reserve: %v", err)
+	}
+	before := goleak.IgnoreCurrent()
+	hook.armed.Store(true)
+	lead := make(chan error, 1)
+	go func() {
+		_, err := svc.Reserve(context.Background(), "h", "leader", "", 1)
+		lead <- err
+	}()
+	select {
+	case <-hook.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's reserve never reached Redis")
+	}
+	stayed := make(chan error, 1)
+	go func() {
+		_, err := svc.Reserve(context.Background(), "h", "stayed", "", 1)
+		stayed <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := svc.Reserve(ctx, "h", "gave-up", "", 1); err == nil {
+		t.Fatalf("Reserve of a buyer who gave up: got nil error, want unavailable")
+	}
+	hook.armed.Store(false)
+	if err := <-lead; err != nil {
+		t.Fatalf("leader's Reserve: %v", err)
+	}
+	if err := <-stayed; err != nil {
+		t.Fatalf("Reserve of the buyer who stayed: %v", err)
+	}
+	for _, u := range []string{"leader", "stayed", "gave-up"} {
+		if got, err := rdb.HGet(context.Background(), lua.BuyersKey("h"), u).Result(); err != nil || got == "" {
+			t.Errorf("order of %s: got %q, %v; want it reserved", u, got, err)
+		}
+	}
+	_ = rdb.Close()
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("goroutines left: %v", err)
+	}
+}
+
+// scriptHook counts the reserve scripts (EVALSHA, EVAL) sent as a command
+// of their own and inside a pipeline (which the auto-pipeliner sends).
+type scriptHook struct{ alone, piped atomic.Int64 }
+
+func isScript(cmd redis.Cmder) bool {
+	n := cmd.Name()
+	return n == "evalsha" || n == "eval"
+}
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd) {
+			h.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if isScript(c) {
+				h.piped.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatchedReservesBypassPipeliner: with batching on (the default) and
+// no WAIT, a crowd's script calls go as commands of their own from the
+// goroutine that sends each batch, none through the auto-pipeliner; with
+// MaxReserveBatch 1 they keep it.
+func TestBatchedReservesBypassPipeliner(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		batch     int
+		wantPiped bool
+	}{
+		{"batched", 0, false},
+		{"one-a-call", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := newRedis(t)
+			prepSale(t, rdb, "p", 1000, 1, "open")
+			hook := &scriptHook{}
+			rdb.AddHook(hook)
+			svc := inventory.New(rdb, inventory.Config{Logger: quiet(), MaxReserveBatch: tc.batch})
+			ctx := context.Background()
+			run(300, 32, func(i int) {
+				if _, err := svc.Reserve(ctx, "p", "user-"+strconv.Itoa(i), "", 1); err != nil {
+					t.Errorf("Reserve: %v", err)
+				}
+			})
+			alone, piped := hook.alone.Load(), hook.piped.Load()
+			if got := piped > 0; got != tc.wantPiped || alone+piped == 0 {
+				t.Errorf("script calls: %d alone, %d pipelined; want pipelined %v", alone, piped, tc.wantPiped)
+			}
+		})
+	}
+}

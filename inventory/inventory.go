@@ -80,12 +80,16 @@ type Config struct {
 	// flashgate_redis_call_seconds{op}. Nil: no metrics.
 	Metrics prometheus.Registerer
 	// NoAutoPipeline turns off go-redis's automatic pipelining of concurrent
-	// reserves. By default, when primary is a *redis.Client or a
-	// *redis.ClusterClient (which groups each batch by slot), reserves that
-	// send no WAIT and run at the same time share one pipelined round trip
-	// (each still one atomic script); the pipeliner belongs to the client and
-	// closes with it. A reserve that waits for replicas never uses it: it
-	// would send WAIT on another connection than the write's.
+	// reserves sent one script each (MaxReserveBatch 1, and a bucketed
+	// sale's spill). By default, when primary is a *redis.Client or a
+	// *redis.ClusterClient (which groups each batch by slot), such reserves
+	// that send no WAIT and run at the same time share one pipelined round
+	// trip (each still one atomic script); the pipeliner belongs to the
+	// client and closes with it. A reserve that waits for replicas never
+	// uses it: it would send WAIT on another connection than the write's.
+	// Nor does a batched reserve (MaxReserveBatch above 1): its lane has
+	// grouped the reserves already, and its call goes on a pooled
+	// connection from the caller's goroutine.
 	NoAutoPipeline bool
 	// MaxReserveBatch is the most reserves of one sale (or bucket) that one
 	// script call carries (lua.ReserveMany): reserves arriving while

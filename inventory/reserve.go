@@ -139,7 +139,7 @@ func (s *Service) answer(code int64) (string, error) {
 // answer it cannot read counts as an error outcome.
 func (s *Service) reserveIn(ctx context.Context, what, tag string, keys []string, args ...any) (code int64, existing string, err error) {
 	start := time.Now()
-	res, acked, want, err := s.runReserve(ctx, lua.Reserve, tag, keys, args...)
+	res, acked, want, err := s.runReserve(ctx, s.scripter, lua.Reserve, tag, keys, args...)
 	s.m.call(opReserve, start)
 	if err != nil {
 		s.m.outcome(outError)

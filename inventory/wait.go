@@ -74,7 +74,7 @@ func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client
 }
 
 // runReserve runs script (lua.Reserve or lua.ReserveMany, on tag's keys)
-// and, when the sale's primary has replicas to wait for (wantReplicas),
+// through via (s.scripter, or s.rdb for a batch: see send) and, when the sale's primary has replicas to wait for (wantReplicas),
 // WAIT on the same connection: one WAIT covers every reserve of the batch
 // (group commit). acked is the number of replicas WAIT counted (0 when WAIT
 // failed) and want the number it asked for; acked < 0 means no WAIT was
@@ -82,7 +82,7 @@ func (s *Service) primaryOf(ctx context.Context, key string) (node *redis.Client
 // purchased) with no order of the call's own written is covered by a write
 // of the WAIT mark on the same connection before a second WAIT: the order
 // was written earlier, and replication is in order.
-func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag string, keys []string, args ...any) (res any, acked int64, want int, err error) {
+func (s *Service) runReserve(ctx context.Context, via redis.Scripter, script *redis.Script, tag string, keys []string, args ...any) (res any, acked int64, want int, err error) {
 	var node *redis.Client
 	var c *replwait.Count
 	if s.waitReplicas >= 0 {
@@ -94,7 +94,7 @@ func (s *Service) runReserve(ctx context.Context, script *redis.Script, tag stri
 		}
 	}
 	if want == 0 {
-		res, err = script.Run(ctx, s.scripter, keys, args...).Result()
+		res, err = script.Run(ctx, via, keys, args...).Result()
 		expireOnFailure(c, err)
 		return res, -1, 0, err
 	}
