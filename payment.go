@@ -119,14 +119,14 @@ type PaymentStep struct {
 	// no longer holds its units.
 	DropRetake bool
 	// OweRetake marks the order's honoured retake (its retakes row) as
-	// owed back, in the step that refunds the honoured order: from this
-	// transaction the database no longer counts its units among the
-	// persisted ones, so a re-sync counts them as reserved in Redis and
-	// not yet persisted (taken) until an unretake gives them back
-	// (lua/unretake.lua with "1"), the refunder's or a later re-sync
-	// pass's (PaymentStore.OwedRetakes). Before, a pass between the step
-	// and the unretake counted the order out, and the unretake gave its
-	// units back a second time.
+	// owed back, in the step that refunds the honoured order: its units
+	// stay among the persisted ones (as a released row's do), and are
+	// given back in Redis once (lua/unretake.lua, SREM-guarded) by the
+	// refunder or by a re-sync pass, which delivers the owed ones after
+	// its snapshot as it delivers queued releases, so the pass's releases
+	// counter sees it (PaymentStore.OwedRetakes, RetakeGivenBack).
+	// Before, a pass between the step and the give-back counted the
+	// order out, and the give-back freed its unit a second time.
 	OweRetake bool
 	// Refunded and RefundID set the payment's refund; IntentStatus, when
 	// not "", its intent's status.

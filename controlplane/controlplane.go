@@ -78,6 +78,11 @@ type Store interface {
 	// HonouredRetakes are the orders whose late payment's retake an
 	// honour step recorded, while they are still paid.
 	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// OwedRetakes are a sale's orders whose honoured retake a refund
+	// marked as owed back (flashgate.PaymentStep.OweRetake) and no give-back
+	// has been recorded for yet; RetakeGivenBack records one.
+	OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	RetakeGivenBack(ctx context.Context, orderID string) error
 	// The fair queues' journal (controlplane/queueleader).
 	queueleader.Store
 	// The draws' entries (controlplane/drawjournal) and their closes

@@ -18,13 +18,6 @@ func (s *Service) Resync(ctx context.Context, id string) (before, after ResyncFi
 		return before, after, fmt.Errorf("sale %q: %w", id, flashgate.ErrNotFound)
 	}
 	err = s.fencedCall(ctx, func(ctx context.Context) error {
-		// The units of refunded honoured retakes whose refunder stopped
-		// before giving them back go first (orders.GiveBackOwedRetakes):
-		// until then the pass counts them taken. A failure is retried by
-		// the next pass and does not stop this one.
-		if err := s.orders.GiveBackOwedRetakes(ctx, id); err != nil {
-			s.log.Info("giving back owed retakes failed; the next re-sync tries again", "sale", id, "err", err)
-		}
 		var e error
 		before, after, e = s.sync.Resync(ctx, id)
 		return e

@@ -42,17 +42,22 @@
 --         ("3:1765000000.123456"): a rebuilt sale is then reopened only by
 --         a pass that read the mark it has now, one whose snapshot was
 --         taken after that rebuild (without ':', no mark compared)
--- ARGV[14 ..] optional, with ARGV[9] = "1" only: triples order id,
---         quantity, variant id ('' none) of the pending retakes the caller
---         held in the rebuilt sale (lua/retakehold.lua). The units of each
---         one whose refusal is still recorded as held (6 in KEYS[2]) are
---         added to L and P (and to its variant's): lua/unretake.lua records
---         3 when it gives the units back (its late payment refunded since
---         the hold), which a pass counting them from the hold would take
---         again. (Not the retaken set: a concurrent rebuild's restore page
---         drops the order from it until that rebuild's own hold.)
+-- ARGV[14 ..] optional, with ARGV[9] = "1" (or "1:<id>") only: quadruples
+--         user id, order id, quantity, variant id ('' none) of the pending
+--         retakes the caller holds in the rebuilt sale. Each one is held
+--         here (fragments/hold.lua: the retaken and released sets, its
+--         refusal recorded as held, 6, its buyer entry) unless its refusal
+--         is recorded with another code (lua/unretake.lua records 3 when
+--         it gives the units back: its late payment refunded), and the
+--         units of each one held are added to L and P (and to its
+--         variant's), in this one call: a hold the count did not follow (a
+--         rebuild stopped between two calls) let the refund give back a
+--         unit no hash had taken.
 --
 -- KEYS[2] optional, with ARGV[14 ..]: refusals  fg:{<sale>}:retakerefused
+-- KEYS[3] optional, with ARGV[14 ..]: retaken set  fg:{<sale>}:retaken
+-- KEYS[4] optional, with ARGV[14 ..]: released set  fg:{<sale>}:released
+-- KEYS[5] optional, with ARGV[14 ..]: buyers hash  fg:{<sale>}:buyers
 --
 -- Returns {-2} refused (a newer writer's token is in the hash; nothing
 -- changed).
@@ -113,25 +118,6 @@ if relRead then
   end
 end
 
--- The held retakes' units (ARGV[14 ..]) still held now (not given back by
--- an unretake), counted as live and persisted; by variant in heldv.
-local heldv = {}
-if restored and KEYS[2] then
-  local i = 14
-  while i + 2 <= #ARGV do
-    local q = tonumber(ARGV[i + 1]) or 0
-    if q > 0 and redis.call('HGET', KEYS[2], ARGV[i]) == '6' then
-      L = L + q
-      P = P + q
-      local vid = ARGV[i + 2]
-      if vid ~= '' then
-        heldv[vid] = (heldv[vid] or 0) + q
-      end
-    end
-    i = i + 3
-  end
-end
-
 local token = tonumber(ARGV[10]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
 if token < fence then
@@ -162,6 +148,29 @@ if not restored then
       redis.call('HSET', KEYS[1], 'start', 0, 'resume', 1)
     end
     return {-1}
+  end
+end
+
+-- The pending retakes (ARGV[14 ..]) are held here, in the call that
+-- counts them, as live and persisted units (by variant in heldv): a hold
+-- no final Resync counted (a rebuild stopped between the two) left an
+-- order held whose refund then gave back a unit no hash had taken (a
+-- reviewer's window: an oversell).
+local heldv = {}
+if restored and KEYS[5] then
+  local i = 14
+  while i + 3 <= #ARGV do
+    local q = tonumber(ARGV[i + 2]) or 0
+    -- hold_retake: fragments/hold.lua
+    if q > 0 and hold_retake(KEYS[5], KEYS[3], KEYS[2], KEYS[4], ARGV[i], ARGV[i + 1]) then
+      L = L + q
+      P = P + q
+      local vid = ARGV[i + 3]
+      if vid ~= '' then
+        heldv[vid] = (heldv[vid] or 0) + q
+      end
+    end
+    i = i + 4
   end
 end
 

@@ -3,9 +3,12 @@
 -- retake the database records as pending (a retakes row written before
 -- the retake in Redis, not yet honoured or dropped): the retake may have
 -- taken them before Redis lost the sale, and a settler past it may still
--- honour it. It runs after Restore's pages and before the final Resync,
--- which counts the held units as reserved and booked (the caller adds
--- them to L and P). A held order is in the retaken set, so the refund of
+-- honour it. This is the hold alone: a rebuild holds its pending retakes
+-- in its final Resync (lua/resync.lua's ARGV[14 ..], the same
+-- fragments/hold.lua), which counts their units in the same step (a hold
+-- no count followed, a rebuild stopped between two calls, let the refund
+-- give back a unit no hash had taken); tests use this script to place a
+-- hold at a chosen step. A held order is in the retaken set, so the refund of
 -- its payment gives its units back (lua/unretake.lua) and an honour step
 -- finds them counted; its refusal is recorded as held (6), so a retake
 -- asked about it again takes nothing: the late payment is refunded unless
@@ -37,16 +40,11 @@ end
 local out = {}
 local i = 2
 while i + 1 <= #ARGV do
-  local user, order = ARGV[i], ARGV[i + 1]
-  local code = redis.call('HGET', KEYS[4], order)
-  if code and code ~= '6' then
-    out[#out + 1] = 0
-  else
-    redis.call('SADD', KEYS[3], order)
-    redis.call('SADD', KEYS[5], order)
-    redis.call('HSET', KEYS[4], order, 6)
-    redis.call('HSETNX', KEYS[1], user, order)
+  -- hold_retake: fragments/hold.lua
+  if hold_retake(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1]) then
     out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
   end
   i = i + 2
 end

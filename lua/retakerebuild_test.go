@@ -158,14 +158,14 @@ func TestRetakeHold(t *testing.T) {
 func TestResyncCountsHeldStillRetaken(t *testing.T) {
 	forEach(t, backends(t), "held", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		key := lua.SaleKey(saleID)
-		keys := []string{key, lua.RetakeRefusedKey(saleID)}
+		keys := []string{key, lua.RetakeRefusedKey(saleID), lua.RetakenKey(saleID), lua.ReleasedKey(saleID), lua.BuyersKey(saleID)}
 		// A concurrent rebuild held o1 (booked 1, reserved 2 with P 1), then
 		// the refund's unretake gave its unit back (and recorded 3).
 		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o1", 3)
 		rdb.HSet(ctx, key, "total", 1, "booked", 0, "reserved", 1, "start", 0, "resume", 1, "count", 0, "access", 0)
 		resync := func() []int64 {
 			t.Helper()
-			v, err := lua.Resync.Run(ctx, rdb, keys, 0, 1, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "o1", 1, "").Int64Slice()
+			v, err := lua.Resync.Run(ctx, rdb, keys, 0, 1, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "u1", "o1", 1, "").Int64Slice()
 			if err != nil || len(v) != 10 {
 				t.Fatalf("resync: got %v, %v", v, err)
 			}
@@ -200,8 +200,8 @@ func TestUnretakeHeldWhileRebuilding(t *testing.T) {
 		if rdb.SIsMember(ctx, lua.RetakenKey(saleID), "o1").Val() {
 			t.Errorf("o1 still in the retaken set after the unretake")
 		}
-		keys := []string{lua.SaleKey(saleID), lua.RetakeRefusedKey(saleID)}
-		v, err := lua.Resync.Run(ctx, rdb, keys, 0, 0, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "o1", 1, "").Int64Slice()
+		keys := []string{lua.SaleKey(saleID), lua.RetakeRefusedKey(saleID), lua.RetakenKey(saleID), lua.ReleasedKey(saleID), lua.BuyersKey(saleID)}
+		v, err := lua.Resync.Run(ctx, rdb, keys, 0, 0, 1, 1, 100, "open", "1.5", 0, "1", 5, "", "", "", "u1", "o1", 1, "").Int64Slice()
 		if err != nil || len(v) != 10 {
 			t.Fatalf("resync: got %v, %v", v, err)
 		}

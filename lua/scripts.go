@@ -17,6 +17,11 @@ var (
 	// ReleaseBatch, Unretake).
 	//go:embed fragments/giveback.lua
 	giveBackSrc string
+	// holdSrc defines hold_retake, what holding a pending retake's units
+	// in a rebuilt sale writes; it is put in front of RetakeHold and
+	// Resync.
+	//go:embed fragments/hold.lua
+	holdSrc string
 	//go:embed reserve.lua
 	reserveSrc string
 	//go:embed release.lua
@@ -100,7 +105,7 @@ var (
 	Release  = redis.NewScript(giveBackSrc + releaseSrc)
 	Prepare  = redis.NewScript(saleStaticSrc + prepareSrc)
 	SetState = redis.NewScript(setStateSrc)
-	Resync   = redis.NewScript(saleStaticSrc + resyncSrc)
+	Resync   = redis.NewScript(saleStaticSrc + holdSrc + resyncSrc)
 	Extend   = redis.NewScript(extendSrc)
 	Unlock   = redis.NewScript(unlockSrc)
 
@@ -152,9 +157,11 @@ var (
 	// Unretake gives back the units a late payment took again when its
 	// honoured order is refunded.
 	Unretake = redis.NewScript(giveBackSrc + unretakeSrc)
-	// RetakeHold holds, in a rebuilt sale, the units of the retakes the
-	// database records as pending.
-	RetakeHold = redis.NewScript(retakeHoldSrc)
+	// RetakeHold holds, in a sale being rebuilt, the units of the retakes
+	// the database records as pending, alone: the product holds them in
+	// the rebuild's final Resync (ARGV[14 ..]), which counts them in the
+	// same step; tests use it to place a hold at a chosen step.
+	RetakeHold = redis.NewScript(holdSrc + retakeHoldSrc)
 
 	// A draw sale's entries (their keys, fields and codes in draw.go).
 	DrawEnter    = redis.NewScript(drawEnterSrc)

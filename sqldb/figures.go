@@ -14,7 +14,7 @@ import (
 // (order_counts), so it costs the same for ten orders as for a million.
 func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?
-		UNION ALL `+retakenUnits+` WHERE sale_id = ? AND pending = 0`), saleID, saleID)
+		UNION ALL `+retakenUnits+` WHERE sale_id = ? AND pending <> 1`), saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
 	}
@@ -33,7 +33,7 @@ func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashga
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM orders WHERE sale_id = ? GROUP BY bucket, status
 		UNION ALL SELECT bucket, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM retakes WHERE sale_id = ? AND pending = 0 GROUP BY bucket`), saleID, saleID)
+		FROM retakes WHERE sale_id = ? AND pending <> 1 GROUP BY bucket`), saleID, saleID)
 	if err != nil {
 		return nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
 	}
@@ -66,7 +66,7 @@ func (d *DB) BucketVariantFigures(ctx context.Context, saleID string, n int) ([]
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM orders WHERE sale_id = ? GROUP BY bucket, variant, status
 		UNION ALL SELECT bucket, variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM retakes WHERE sale_id = ? AND pending = 0 GROUP BY bucket, variant`), saleID, saleID)
+		FROM retakes WHERE sale_id = ? AND pending <> 1 GROUP BY bucket, variant`), saleID, saleID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bucket figures of sale %s: %w", saleID, err)
 	}
@@ -134,8 +134,11 @@ func scanFigures(rows *sql.Rows) (flashgate.SaleFigures, error) {
 
 // statusRetaken is the status figures queries give the units of retakes,
 // and retakenUnits the query that reads a sale's (a row even when none).
-// Only honoured retakes count (pending = 0): a pending one may never take
-// its units, and Redis counts them as reserved once it does.
+// Every retake but a pending one counts (pending <> 1: honoured 0, owed
+// back 2, given back 3): a pending one may never take its units, and Redis
+// counts them as reserved once it does; an honoured one's units stay
+// persisted after its order's refund, as a released row's do (P never goes
+// down, so a re-sync never reads Redis as older than the database).
 const (
 	statusRetaken = "retaken"
 	retakenUnits  = `SELECT '` + statusRetaken + `', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes`
@@ -177,9 +180,9 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT '', status, orders, units FROM order_counts WHERE sale_id = ?
 		UNION ALL SELECT variant, status, orders, units FROM variant_counts WHERE sale_id = ?
-		UNION ALL SELECT '', '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes WHERE sale_id = ? AND pending = 0
+		UNION ALL SELECT '', '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes WHERE sale_id = ? AND pending <> 1
 		UNION ALL SELECT variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
-		FROM retakes WHERE sale_id = ? AND pending = 0 AND variant <> '' GROUP BY variant`), saleID, saleID, saleID, saleID)
+		FROM retakes WHERE sale_id = ? AND pending <> 1 AND variant <> '' GROUP BY variant`), saleID, saleID, saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, nil, fmt.Errorf("variant figures of sale %s: %w", saleID, err)
 	}

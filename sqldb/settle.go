@@ -187,10 +187,11 @@ func (d *DB) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order,
 }
 
 // RetakeGivenBack records that an unretake gave back the units of the
-// order's owed retake (or found nothing to give back): its retakes row
-// goes. A no-op for an order with no owed retake.
+// order's owed retake (or found nothing to give back): its retakes row is
+// marked given back (pending = 3), still among the persisted units. A
+// no-op for an order with no owed retake.
 func (d *DB) RetakeGivenBack(ctx context.Context, orderID string) error {
-	if _, err := d.w.ExecContext(ctx, d.q(`DELETE FROM retakes WHERE order_id = ? AND pending = 2`), orderID); err != nil {
+	if _, err := d.w.ExecContext(ctx, d.q(`UPDATE retakes SET pending = 3 WHERE order_id = ? AND pending = 2`), orderID); err != nil {
 		return fmt.Errorf("retake of %s given back: %w", orderID, err)
 	}
 	return nil

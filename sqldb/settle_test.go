@@ -202,8 +202,8 @@ func TestPendRetake(t *testing.T) {
 		if got, err := db.HonouredRetakes(ctx, "s"); err != nil || len(got) != 0 {
 			t.Errorf("honoured retakes after o1's refund: got %+v, %v, want none", got, err)
 		}
-		if got, _ := db.Figures(ctx, "s"); got.PersistedUnits != before.PersistedUnits {
-			t.Errorf("persisted units after o1's refund: got %d, want %d (its retake owed back, no longer counted)", got.PersistedUnits, before.PersistedUnits)
+		if got, _ := db.Figures(ctx, "s"); got.PersistedUnits != before.PersistedUnits+1 {
+			t.Errorf("persisted units after o1's refund: got %d, want %d (its retake owed back, still counted: P never goes down)", got.PersistedUnits, before.PersistedUnits+1)
 		}
 		if got, err := db.OwedRetakes(ctx, "s"); err != nil || len(got) != 1 || got[0].ID != "o1" || got[0].UserID != "uo1" {
 			t.Errorf("owed retakes after o1's refund: got %+v, %v, want o1", got, err)
@@ -215,6 +215,9 @@ func TestPendRetake(t *testing.T) {
 		}
 		if got, err := db.OwedRetakes(ctx, "s"); err != nil || len(got) != 0 {
 			t.Errorf("owed retakes after the give-back: got %+v, %v, want none", got, err)
+		}
+		if got, _ := db.Figures(ctx, "s"); got.PersistedUnits != before.PersistedUnits+1 {
+			t.Errorf("persisted units after the give-back: got %d, want %d", got.PersistedUnits, before.PersistedUnits+1)
 		}
 	})
 }

@@ -46,7 +46,7 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	}
 	// The pending retakes, read before the snapshot as the one-bucket
 	// re-sync reads them (controlplane/resync): a bucket rebuilt below
-	// holds the units of those of its orders (lua.RetakeHold), so that a
+	// holds the units of those of its orders (its final lua.Resync), so that a
 	// settler past its retake that honours after a Redis loss does not
 	// commit a unit the rebuilt bucket sold again.
 	pending, err := k.store.PendingRetakes(ctx, sale.ID)
@@ -58,6 +58,9 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		return before, after, fmt.Errorf("reading figures: %w", err)
 	}
 	if err := k.deliverReleases(ctx, l); err != nil {
+		return before, after, err
+	}
+	if err := salehash.DeliverOwed(ctx, k.rdb, k.store, sale); err != nil {
 		return before, after, err
 	}
 	// The sale's own hash: prepared again (with its layout) if Redis lost it.
@@ -178,13 +181,9 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 				// in another bucket (a reviewer's window: an oversell).
 				rebuild, vrebuild = k.rebuildShares(sale, stock, led, figs, vfigs, pending)
 			}
-			// The bucket's pending retakes are held, and counted by the
-			// script while still held (see controlplane/resync).
-			held, err := salehash.HoldRetakes(ctx, k.rdb, t, inBucket(pending, b))
-			if err != nil {
-				return before, after, err
-			}
-			v, err = run(restoreArgs[t], held)
+			// The bucket's pending retakes are held and counted by its
+			// final script, in one step (see controlplane/resync).
+			v, err = run(restoreArgs[t], inBucket(pending, b))
 			if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 				return before, after, salehash.ErrLostAgain("bucket " + t)
 			}

@@ -45,10 +45,8 @@ type PaymentStore interface {
 	// retake in Redis may take the order's units (a pending retakes row a
 	// rebuild holds); it reports whether the payment was late_pending.
 	PendRetake(ctx context.Context, orderID string, now time.Time) (bool, error)
-	// OwedRetakes are a sale's orders whose honoured retake a refund
-	// marked as owed back and no unretake has given back yet;
-	// RetakeGivenBack records that one has.
-	OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// RetakeGivenBack records that the units of an order's owed retake
+	// (flashgate.PaymentStep.OweRetake) were given back in Redis.
 	RetakeGivenBack(ctx context.Context, orderID string) error
 	RecordEvent(ctx context.Context, eventID, typ, intentID, orderID, status string, now time.Time) (bool, error)
 	// DuePayments are the open payments whose next look is due, longest

@@ -77,10 +77,9 @@ func (s *Service) primaryOf(ctx context.Context, key string) (*redis.Client, err
 
 // unretake gives back the units of a refunded order that a late payment
 // took again (lua.Unretake; a no-op for any other order): Release leaves
-// them, the order being in the released set. unhonoured says no retakes
-// row counts the units among the persisted ones (no honour step recorded
-// the retake, the late payment being refunded; or the refund of the
-// honoured order marked it owed back), so the units leave reserved too. It returns
+// them, the order being in the released set. unhonoured says no honour
+// step recorded the retake (the late payment is refunded), so the units
+// leave reserved too: no retakes row will ever count them. It returns
 // what failed; the callers that only log it leave the units to the next
 // re-sync (the buyer entry stays until the sale's next rebuild).
 func (s *Service) unretake(ctx context.Context, o flashgate.Order, unhonoured bool) error {
@@ -97,45 +96,16 @@ func (s *Service) unretake(ctx context.Context, o flashgate.Order, unhonoured bo
 }
 
 // unretakeOrLog is unretake after an admin refund of an honoured order,
-// whose failure is only logged: the refund's step marked the retake as
-// owed back (flashgate.PaymentStep.OweRetake), so its units leave the
-// persisted ones and are given back with reserved ("1"), here or by the
-// next re-sync pass (GiveBackOwedRetakes). A no-op for an order no late
-// payment took again.
+// whose failure is only logged: the refund's step marked the retake owed
+// back (flashgate.PaymentStep.OweRetake), and the next re-sync pass gives
+// it back if this does not. A no-op for an order no late payment took
+// again, and for one a pass gave back already.
 func (s *Service) unretakeOrLog(ctx context.Context, o flashgate.Order) {
-	if err := s.giveBack(ctx, o); err != nil {
+	if err := s.unretake(ctx, o, false); err != nil {
 		s.log.Warn("giving back a retaken order's units failed; the next re-sync gives them back", "order", o.ID, "sale", o.SaleID, "err", err)
+		return
 	}
-}
-
-// giveBack gives back the units of o's owed retake (unretake with "1")
-// and records that it did.
-func (s *Service) giveBack(ctx context.Context, o flashgate.Order) error {
-	if err := s.unretake(ctx, o, true); err != nil {
-		return err
+	if err := s.paymentStore.RetakeGivenBack(ctx, o.ID); err != nil {
+		s.log.Info("recording a retake given back failed; the next re-sync records it", "order", o.ID, "sale", o.SaleID, "err", err)
 	}
-	return s.paymentStore.RetakeGivenBack(ctx, o.ID)
-}
-
-// GiveBackOwedRetakes gives back, in the sale's Redis, the units of the
-// retakes a refund marked as owed back but whose refunder stopped before
-// its unretake (a process killed between the two): each re-sync pass
-// runs it first, so such units are held (counted as reserved and not
-// persisted) only until the next pass. It returns the first failure; one
-// failed order does not stop the others.
-func (s *Service) GiveBackOwedRetakes(ctx context.Context, saleID string) error {
-	if s.paymentStore == nil {
-		return nil
-	}
-	owed, err := s.paymentStore.OwedRetakes(ctx, saleID)
-	if err != nil {
-		return err
-	}
-	var first error
-	for _, o := range owed {
-		if err := s.giveBack(ctx, o); err != nil && first == nil {
-			first = fmt.Errorf("giving back the retake of order %s: %w", o.ID, err)
-		}
-	}
-	return first
 }

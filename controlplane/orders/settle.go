@@ -126,7 +126,7 @@ func (s *Service) decideLate(ctx context.Context, p flashgate.Payment) (bool, er
 	}
 	// The database records the retake as pending before Redis makes it:
 	// a rebuild of the sale between the retake and the honour step then
-	// holds its units (lua.RetakeHold) instead of selling them again.
+	// holds its units (its final lua.Resync) instead of selling them again.
 	pend, err := s.paymentStore.PendRetake(ctx, p.OrderID, s.clock.Now())
 	if err != nil {
 		return false, err

@@ -44,6 +44,11 @@ type Store interface {
 	// HonouredRetakes are the orders whose late payment's retake an
 	// honour step recorded, while they are still paid.
 	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// OwedRetakes are a sale's orders whose honoured retake a refund
+	// marked as owed back (flashgate.PaymentStep.OweRetake) and no give-back
+	// has been recorded for yet; RetakeGivenBack records one.
+	OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	RetakeGivenBack(ctx context.Context, orderID string) error
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -138,6 +143,9 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	if err != nil {
 		return before, after, err
 	}
+	if err := salehash.DeliverOwed(ctx, s.rdb, s.store, sale); err != nil {
+		return before, after, err
+	}
 	keys := lua.SaleKeys(id)
 	tok := fencing.Of(ctx)
 	resync := func(restored string, held []flashgate.Order) ([]int64, error) {
@@ -184,18 +192,16 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err != nil {
 			return before, after, fmt.Errorf("reading honoured retakes: %w", err)
 		}
-		held, err := salehash.HoldRetakes(ctx, s.rdb, id, salehash.RetakesToHold(pending, late, honoured))
-		if err != nil {
-			return before, after, err
-		}
-		// The held units count as live and persisted in the rebuild's
-		// figures: it sets reserved := P + held and booked := L + held,
-		// so they stay taken (reserved and not yet persisted) until the
-		// honour step's row counts them, or the refund's unretake gives
-		// them back. The script adds them, and only those of orders still
-		// recorded as held: a refund's unretake between the hold and the
-		// script gave them back (explorer seed 1200: a concurrent
-		// rebuild's hash lost them, this pass's figures took them again).
+		// The final script holds them and counts their units as live and
+		// persisted in the rebuild's figures, in one step: it sets
+		// reserved := P + held and booked := L + held, so they stay taken
+		// (reserved and not yet persisted) until the honour step's row
+		// counts them, or the refund's unretake gives them back. It holds
+		// no order whose refusal an unretake recorded (its units given
+		// back; explorer seed 1200), and a hold is never left uncounted
+		// (a rebuild stopped between a hold and its count let the refund
+		// give back a unit no hash had taken: a reviewer's window).
+		held := salehash.RetakesToHold(pending, late, honoured)
 		v, err = resync(restored, held)
 		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 			// Redis lost the restored pages since (a second loss): a hash

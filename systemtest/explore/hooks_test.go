@@ -191,6 +191,15 @@ func (w cpStore) BucketVariantFigures(ctx context.Context, saleID string, n int)
 	return figs, per, err
 }
 
+func (w cpStore) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return call(ctx, w.s, "db OwedRetakes", func() ([]flashgate.Order, error) { return w.Store.OwedRetakes(ctx, saleID) })
+}
+
+func (w cpStore) RetakeGivenBack(ctx context.Context, orderID string) error {
+	_, err := call(ctx, w.s, "db RetakeGivenBack "+orderID, func() (bool, error) { return true, w.Store.RetakeGivenBack(ctx, orderID) })
+	return err
+}
+
 func (w cpStore) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
 	return call(ctx, w.s, "db HonouredRetakes", func() ([]flashgate.Order, error) { return w.Store.HonouredRetakes(ctx, saleID) })
 }
@@ -235,10 +244,6 @@ func (w payStore) StepPayment(ctx context.Context, st flashgate.PaymentStep, now
 
 func (w payStore) PendRetake(ctx context.Context, orderID string, now time.Time) (bool, error) {
 	return call(ctx, w.s, "db PendRetake "+orderID, func() (bool, error) { return w.PaymentStore.PendRetake(ctx, orderID, now) })
-}
-
-func (w payStore) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
-	return call(ctx, w.s, "db OwedRetakes", func() ([]flashgate.Order, error) { return w.PaymentStore.OwedRetakes(ctx, saleID) })
 }
 
 func (w payStore) RetakeGivenBack(ctx context.Context, orderID string) error {

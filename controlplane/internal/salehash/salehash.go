@@ -95,39 +95,6 @@ func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) 
 	return out, nil
 }
 
-// HoldRetakes holds, in a sale (or bucket, tag) being rebuilt after its
-// restore, the units of the retakes the database records as pending
-// (lua.RetakeHold): a settler past its retake may still honour one, and
-// the units must not sell again meanwhile. It returns the orders held,
-// whose units the caller's final Resync counts (its ARGV[14 ..], with
-// HeldArgs).
-func HoldRetakes(ctx context.Context, rdb redis.UniversalClient, tag string, pending []flashgate.Order) ([]flashgate.Order, error) {
-	if len(pending) == 0 {
-		return nil, nil
-	}
-	tok := fencing.Of(ctx)
-	args := make([]any, 0, 1+2*len(pending))
-	args = append(args, tok)
-	for _, o := range pending {
-		args = append(args, o.UserID, o.ID)
-	}
-	r, err := lua.RetakeHold.Run(ctx, rdb, lua.RetakeHoldKeys(tag), args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("holding pending retakes: %w: %w", flashgate.ErrUnavailable, err)
-	}
-	res, ok := r.([]any)
-	if !ok {
-		return nil, fencing.Err("holding pending retakes", tok) // {-1}: a newer writer's token
-	}
-	var held []flashgate.Order
-	for i, r := range res {
-		if n, ok := r.(int64); ok && n == 1 && i < len(pending) {
-			held = append(held, pending[i])
-		}
-	}
-	return held, nil
-}
-
 // MarkRestored records, at the end of a restore's pages in tag's hash, a
 // fresh id of that restore (lua.Restored), and returns the final Resync's
 // ARGV[9] that checks it ("1:<id>"): that Resync rebuilds nothing if Redis
@@ -157,16 +124,53 @@ func ErrLostAgain(tag string) error {
 	return fmt.Errorf("rebuilding %s: its restore was lost or overtaken before the hash was written; the next pass rebuilds it: %w", tag, flashgate.ErrUnavailable)
 }
 
-// HeldArgs adds the held retakes to a Resync call of tag: its KEYS[2]
-// (the refusals hash) and ARGV[14 ..] (order id, quantity, variant of
-// each). With none held, keys and args are returned as they are.
+// OwedStore is the database's record of the retakes refunds owe back.
+type OwedStore interface {
+	OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	RetakeGivenBack(ctx context.Context, orderID string) error
+}
+
+// DeliverOwed gives back, in Redis, the units of the sale's retakes that an
+// admin refund of their honoured order owes back (lua.Unretake with "",
+// the retakes row counting them among the persisted units still; a no-op
+// for one given back already), and records each one. A re-sync pass runs
+// it after its snapshot and before its script, as it delivers queued
+// releases: an unretake raises the hash's releases counter, so the
+// script keeps the lesser booked (see lua/resync.lua's ARGV[13]) and the
+// refund's unit is freed once, whether the snapshot counted the order
+// live or not. It stops at the first failure (the next pass goes on).
+func DeliverOwed(ctx context.Context, rdb redis.Scripter, store OwedStore, sale flashgate.Sale) error {
+	owed, err := store.OwedRetakes(ctx, sale.ID)
+	if err != nil {
+		return fmt.Errorf("reading owed retakes: %w", err)
+	}
+	for _, o := range owed {
+		tag := sale.ID
+		if l := (lua.Layout{Sale: sale.ID, Salts: sale.BucketSalts}); sale.Bucketed() && o.Bucket >= 0 && o.Bucket < l.N() {
+			tag = l.Tag(o.Bucket)
+		}
+		if err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(tag), o.ID, o.UserID, o.Quantity, o.Variant, "").Err(); err != nil {
+			return fmt.Errorf("giving back the retake of order %s: %w: %w", o.ID, flashgate.ErrUnavailable, err)
+		}
+		if err := store.RetakeGivenBack(ctx, o.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HeldArgs adds the pending retakes a rebuild holds to its final Resync
+// call of tag, which holds them and counts their units in one step: its
+// KEYS[2..5] (refusals, retaken, released, buyers) and ARGV[14 ..] (user
+// id, order id, quantity, variant of each). With none, keys and args are
+// returned as they are.
 func HeldArgs(tag string, keys []string, args []any, held []flashgate.Order) ([]string, []any) {
 	if len(held) == 0 {
 		return keys, args
 	}
-	k := append(append([]string(nil), keys...), lua.RetakeRefusedKey(tag))
+	k := append(append([]string(nil), keys...), lua.RetakeRefusedKey(tag), lua.RetakenKey(tag), lua.ReleasedKey(tag), lua.BuyersKey(tag))
 	for _, o := range held {
-		args = append(args, o.ID, o.Quantity, o.Variant)
+		args = append(args, o.UserID, o.ID, o.Quantity, o.Variant)
 	}
 	return k, args
 }

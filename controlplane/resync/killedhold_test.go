@@ -1,0 +1,140 @@
+package resync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/internal/cptest"
+	"github.com/flashgate/flashgate/controlplane/internal/fencing"
+	"github.com/flashgate/flashgate/controlplane/internal/salehash"
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// TestHoldOfStoppedRebuild: a rebuild that read a pending retake and
+// stops before its final Resync (its process killed, or its lease lost)
+// leaves nothing held: the hold is that Resync's, with the count of its
+// units. A second rebuild, which no longer reads the retake as pending
+// (the late payment's refund dropped its row in between), writes the
+// hash without it, and the refund's unretake, resumed after the sale
+// reopened, gives nothing back. Before (a reviewer's window), the first
+// rebuild held the order in a call of its own (retaken, refusal 6), and
+// the unretake gave back a unit the hash never counted: booked dropped
+// below the live units, and two new buyers took three units of two.
+func TestHoldOfStoppedRebuild(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) { testHoldOfStoppedRebuild(t, be.dsn(t)) })
+	}
+}
+
+func testHoldOfStoppedRebuild(t *testing.T, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := cptest.OpenDB(t, dsn)
+	rdb := redistest.Start(t).Client(t)
+	sale := flashgate.Sale{ID: "stopped", Name: "Stopped", Total: 2, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
+		t.Fatalf("SetState: %v", err)
+	}
+	for _, u := range []string{"u0", "u1"} {
+		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, u, "o"+u[1:], time.Now()); code != lua.ReserveOK {
+			t.Fatalf("reserve of %s: got code %d, want %d", u, code, lua.ReserveOK)
+		}
+	}
+	orders := cptest.Persist(t, ctx, rdb, db, sale.ID)
+	o1 := orders[1]
+	now := time.Now()
+	// o1 expires (released); its payment succeeds late, a settler pends
+	// its retake and makes it in Redis (decideLate).
+	if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: o1.ID, IntentID: "pi_o1", Status: flashgate.IntentSucceeded, AmountCents: 100, Currency: "usd"}, now); err != nil {
+		t.Fatalf("InsertPayment: %v", err)
+	}
+	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, now); err != nil {
+		t.Fatalf("Transition: %v", err)
+	}
+	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{""}, ToOutcome: "late_pending"}, now); !won || err != nil {
+		t.Fatalf("late_pending: %v, %v", won, err)
+	}
+	if ok, err := db.PendRetake(ctx, o1.ID, now); !ok || err != nil {
+		t.Fatalf("PendRetake: %v, %v", ok, err)
+	}
+	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
+		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
+	}
+	// Redis loses the sale.
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	newSyncer := func() *Syncer {
+		return New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	}
+	// Rebuild A runs Resync's restore path up to its hold
+	// (controlplane/resync/resync.go: Restore, MarkRestored, the second
+	// reads, HoldRetakes) and stops there: its process is killed (or its
+	// final Resync is fenced) before the final Resync.
+	a := newSyncer()
+	if err := a.Restore(ctx, sale.ID); err != nil {
+		t.Fatalf("A's Restore: %v", err)
+	}
+	if _, err := salehash.MarkRestored(ctx, rdb, sale.ID); err != nil {
+		t.Fatalf("A's MarkRestored: %v", err)
+	}
+	pending, err := db.PendingRetakes(ctx, sale.ID)
+	if err != nil || len(pending) != 1 {
+		t.Fatalf("PendingRetakes: got %d, %v; want o1's", len(pending), err)
+	}
+	// A's hold is its final Resync's, which never runs: nothing is held.
+	// The settler asks again and takes nothing (the sale is not rebuilt
+	// yet); the late payment is refunded (the sale closed in the
+	// database, say). Its first step drops the retakes row; it stops
+	// before its unretake (finishRefundLate), which the reconciliation
+	// resumes later.
+	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got == lua.RetakeOK {
+		t.Fatalf("retake while the sale is rebuilt: got %d, %v; want it to take nothing", got, err)
+	}
+	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{"late_pending"}, ToOutcome: "refunding_late", DropRetake: true}, now); !won || err != nil {
+		t.Fatalf("refunding_late: %v, %v", won, err)
+	}
+	// Rebuild B (the next pass, on any control plane) rebuilds the sale,
+	// and the pass after it reopens it.
+	b := newSyncer()
+	for i := range 2 {
+		if _, after, err := b.Resync(ctx, sale.ID); err != nil {
+			t.Fatalf("pass %d after A stopped: %v", i, err)
+		} else {
+			t.Logf("pass %d: booked %d reserved %d start %d", i, after.Booked, after.Reserved, cptest.Field(t, rdb, sale.ID, lua.FieldStart))
+		}
+	}
+	if start, booked := cptest.Field(t, rdb, sale.ID, lua.FieldStart), cptest.Field(t, rdb, sale.ID, lua.FieldBooked); start != 1 || booked != 1 {
+		t.Fatalf("after two passes: got start %d, booked %d; want the sale open with booked 1 (o0 live)", start, booked)
+	}
+	// The reconciliation resumes the late refund: its unretake.
+	n, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(sale.ID), o1.ID, o1.UserID, 1, "", "1").Int()
+	if err != nil {
+		t.Fatalf("unretake: %v", err)
+	}
+	if got := cptest.Field(t, rdb, sale.ID, lua.FieldBooked); got != 1 {
+		code2, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u2", "o2", time.Now())
+		code3, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u3", "o3", time.Now())
+		t.Fatalf("after the resumed unretake (answer %d): got booked %d, want 1 (o0 live; the hash never counted o1); reserves of o2 and o3 then answer %d, %d (%d = reserved: three live units of two)",
+			n, got, code2, code3, lua.ReserveOK)
+	}
+}
