@@ -209,8 +209,11 @@ func (h *qHistory) mayLose(from, until time.Time) {
 	h.mu.Unlock()
 }
 
-// excuse turns the acknowledged entries inside a loss window into entries
-// without an answer (they may be lost) and returns how many it turned.
+// excuse turns the acknowledged entries of a loss window into entries
+// without an answer (they may be lost) and returns how many it turned: an
+// entry answered from the window's start on and sent before its end (an
+// entry sent before the loss returned may have taken effect before it,
+// though its answer came after: the end is read when the loss returned).
 func (h *qHistory) excuse(ops []porcupine.Operation) int {
 	n := 0
 	for i, o := range ops {
@@ -218,7 +221,7 @@ func (h *qHistory) excuse(ops []porcupine.Operation) int {
 			continue
 		}
 		for _, w := range h.losses {
-			if r := h.base.Add(time.Duration(o.Return)); !r.Before(w[0]) && !r.After(w[1]) {
+			if c, r := h.base.Add(time.Duration(o.Call)), h.base.Add(time.Duration(o.Return)); !r.Before(w[0]) && !c.After(w[1]) {
 				ops[i].Output = qOut{res: qNone}
 				n++
 				break

@@ -109,6 +109,27 @@ func TestQueueModel(t *testing.T) {
 		total    int
 		want     porcupine.CheckResult
 	}{"an entry lost before an allowed loss window", outside, []string{"b"}, 2, bad})
+	// One sent inside the window and answered after its end (the loss
+	// returned first; the entry may have taken effect before it).
+	straddle := newQB().enter("a", qOK, 0, 10).enter("b", qOK, 115, 130)
+	straddle.h.mayLose(straddle.at(50), straddle.at(120))
+	tests = append(tests, struct {
+		name     string
+		b        *qb
+		entrants []string
+		total    int
+		want     porcupine.CheckResult
+	}{"an entry sent in an allowed loss window and answered after it, lost", straddle, []string{"a"}, 2, ok})
+	// One sent after the window's end is never excused.
+	after := newQB().enter("a", qOK, 0, 10).enter("b", qOK, 125, 130)
+	after.h.mayLose(after.at(50), after.at(120))
+	tests = append(tests, struct {
+		name     string
+		b        *qb
+		entrants []string
+		total    int
+		want     porcupine.CheckResult
+	}{"an entry sent after an allowed loss window, lost", after, []string{"a"}, 2, bad})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, _ := tt.b.h.check(tt.total, tt.entrants, tt.b.at(1000), 10*time.Second)
