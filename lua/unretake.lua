@@ -33,11 +33,12 @@
 --      re-sync whose snapshot still counts the order live keeps the lower
 --      figure, as after a Release)
 --   0  the order was not retaken here (or was given back before); no
---      figure changed. With ARGV[5] = "1" its refusal is recorded as sold
---      out (3) all the same: a rebuild under way that read its retake as
---      pending before the refund dropped the row, and whose hash this
---      call found (written by a concurrent rebuild), then does not hold it
---      (a reviewer's window: the hold counted a unit nobody gave back)
+--      figure changed. Its refusal is recorded as sold out (3) all the
+--      same: a rebuild under way that read its retake as pending, or
+--      honoured, and whose hash this call found (written by a concurrent
+--      rebuild), then does not hold it again (reviewers' windows: the
+--      hold counted a unit nobody gave back; or put a refunded order back
+--      in the retaken set, and a later give-back freed its unit twice)
 --  -1  no such sale in Redis (no total; a re-sync from the database
 --      rebuilds it without the order). The refusal is recorded as sold
 --      out (3) whatever it was: a rebuild under way that read the retake
@@ -65,9 +66,7 @@ if redis.call('HEXISTS', KEYS[1], 'total') == 0 then
   return -1
 end
 if redis.call('SREM', KEYS[3], ARGV[1]) == 0 then
-  if ARGV[5] == '1' then
-    redis.call('HSET', KEYS[4], ARGV[1], 3)
-  end
+  redis.call('HSET', KEYS[4], ARGV[1], 3)
   return 0
 end
 -- give_back: fragments/giveback.lua
