@@ -13,7 +13,7 @@ import (
 // counters that triggers keep in the transaction of every row change
 // (order_counts), so it costs the same for ten orders as for a million.
 func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?
+	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT status, orders, units FROM order_counts WHERE sale_id = ?
 		UNION ALL `+retakenUnits+` WHERE sale_id = ? AND pending <> 1`), saleID, saleID)
 	if err != nil {
 		return flashgate.SaleFigures{}, fmt.Errorf("figures of sale %s: %w", saleID, err)
@@ -30,7 +30,7 @@ func (d *DB) Figures(ctx context.Context, saleID string) (flashgate.SaleFigures,
 // aggregates the sale's rows (the counters are per sale): a bucketed
 // sale's re-sync pass costs a scan of its orders_sale_status_id index.
 func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT bucket, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM orders WHERE sale_id = ? GROUP BY bucket, status
 		UNION ALL SELECT bucket, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM retakes WHERE sale_id = ? AND pending <> 1 GROUP BY bucket`), saleID, saleID)
@@ -63,7 +63,7 @@ func (d *DB) BucketFigures(ctx context.Context, saleID string, n int) ([]flashga
 // each bucket's figures per variant id, from one query and hence one
 // snapshot. Rows whose variant is "" count in their bucket's figures only.
 func (d *DB) BucketVariantFigures(ctx context.Context, saleID string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT bucket, variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
+	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT bucket, variant, status, COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM orders WHERE sale_id = ? GROUP BY bucket, variant, status
 		UNION ALL SELECT bucket, variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)
 		FROM retakes WHERE sale_id = ? AND pending <> 1 GROUP BY bucket, variant`), saleID, saleID)
@@ -178,7 +178,7 @@ func addFigures(f *flashgate.SaleFigures, st flashgate.OrderStatus, orders, unit
 // for ten orders as for a million. Rows whose variant is "" (none) count
 // in the whole sale's figures only.
 func (d *DB) VariantFigures(ctx context.Context, saleID string) (flashgate.SaleFigures, map[string]flashgate.SaleFigures, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT '', status, orders, units FROM order_counts WHERE sale_id = ?
+	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT '', status, orders, units FROM order_counts WHERE sale_id = ?
 		UNION ALL SELECT variant, status, orders, units FROM variant_counts WHERE sale_id = ?
 		UNION ALL SELECT '', '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT) FROM retakes WHERE sale_id = ? AND pending <> 1
 		UNION ALL SELECT variant, '`+statusRetaken+`', COUNT(*), CAST(COALESCE(SUM(quantity), 0) AS BIGINT)

@@ -201,7 +201,7 @@ func (d *DB) RetakeGivenBack(ctx context.Context, orderID string) error {
 // pending (PendRetake wrote it, no honour or refund step resolved it), as
 // orders (id, user, bucket, variant, quantity), by id.
 func (d *DB) PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
+	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
 		FROM retakes r JOIN orders o ON o.order_id = r.order_id
 		WHERE r.sale_id = ? AND r.pending = 1 ORDER BY r.order_id`), saleID)
 	if err != nil {

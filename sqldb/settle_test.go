@@ -221,3 +221,52 @@ func TestPendRetake(t *testing.T) {
 		}
 	})
 }
+
+// TestSnapshot: the reads of a Snapshot see the database as it was at its
+// first read, whatever commits meanwhile: a pending retake honoured
+// between the pending read and the figures' is seen pending by both.
+func TestSnapshot(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		if _, err := db.InsertOrders(ctx, []flashgate.Order{order("o1", "s", "uo1", 1, t0)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: "o1", IntentID: "pi_o1", Status: "succeeded", AmountCents: 1, Currency: "usd"}, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Transition(ctx, "o1", []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, t0); err != nil {
+			t.Fatal(err)
+		}
+		if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: "o1", FromOutcome: []string{""}, ToOutcome: "late_pending"}, t0); !won || err != nil {
+			t.Fatalf("late_pending: %v, %v", won, err)
+		}
+		if ok, err := db.PendRetake(ctx, "o1", t0); !ok || err != nil {
+			t.Fatalf("PendRetake: %v, %v", ok, err)
+		}
+		before, _ := db.Figures(ctx, "s")
+		var pending []flashgate.Order
+		var fig flashgate.SaleFigures
+		err := db.Snapshot(ctx, func(ctx context.Context) error {
+			var err error
+			if pending, err = db.PendingRetakes(ctx, "s"); err != nil {
+				return err
+			}
+			honour := flashgate.PaymentStep{OrderID: "o1", FromOutcome: []string{"late_pending"}, ToOutcome: "honoured_late",
+				FromStatus: []flashgate.OrderStatus{flashgate.StatusExpired}, ToStatus: flashgate.StatusPaid, Retake: true}
+			if won, err := db.StepPayment(context.Background(), honour, t0); !won || err != nil {
+				t.Errorf("honour inside the snapshot: %v, %v", won, err)
+			}
+			fig, err = db.Figures(ctx, "s")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("Snapshot: %v", err)
+		}
+		if len(pending) != 1 || fig != before {
+			t.Errorf("inside the snapshot: got %d pending and figures %+v, want o1 pending and %+v (the honour after the snapshot unseen)", len(pending), fig, before)
+		}
+		if after, _ := db.Figures(ctx, "s"); after.LiveUnits != before.LiveUnits+1 {
+			t.Errorf("after the snapshot: got %+v, want the honour counted", after)
+		}
+	})
+}

@@ -32,6 +32,10 @@ type Store interface {
 	// HonouredRetakes are the orders whose late payment's retake an
 	// honour step recorded, while they are still paid.
 	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// Snapshot runs read with a context in which the reads of
+	// PendingRetakes and of the figures (Figures, VariantFigures, and a
+	// bucketed sale's) see one database snapshot.
+	Snapshot(ctx context.Context, read func(ctx context.Context) error) error
 	// OwedRetakes are a sale's orders whose honoured retake a refund
 	// marked as owed back (flashgate.PaymentStep.OweRetake) and no give-back
 	// has been recorded for yet; RetakeGivenBack records one.

@@ -44,18 +44,26 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
-	// The pending retakes, read before the snapshot as the one-bucket
-	// re-sync reads them (controlplane/resync): a bucket rebuilt below
-	// holds the units of those of its orders (its final lua.Resync), so that a
-	// settler past its retake that honours after a Redis loss does not
-	// commit a unit the rebuilt bucket sold again.
-	pending, err := k.store.PendingRetakes(ctx, sale.ID)
+	// The pending retakes and the figures, read in one database snapshot
+	// as the one-bucket re-sync reads them (controlplane/resync): a bucket
+	// rebuilt below holds the units of those of its orders (its final
+	// lua.Resync), so that a settler past its retake that honours after a
+	// Redis loss does not commit a unit the rebuilt bucket sold again.
+	var pending []flashgate.Order
+	var figs []flashgate.SaleFigures
+	var vfigs []map[string]flashgate.SaleFigures
+	err = k.store.Snapshot(ctx, func(ctx context.Context) error {
+		var err error
+		if pending, err = k.store.PendingRetakes(ctx, sale.ID); err != nil {
+			return fmt.Errorf("reading pending retakes: %w", err)
+		}
+		if figs, vfigs, err = bucketFigures(ctx, bs, sale, l.N()); err != nil {
+			return fmt.Errorf("reading figures: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return before, after, fmt.Errorf("reading pending retakes: %w", err)
-	}
-	figs, vfigs, err := bucketFigures(ctx, bs, sale, l.N())
-	if err != nil {
-		return before, after, fmt.Errorf("reading figures: %w", err)
+		return before, after, err
 	}
 	if err := k.deliverReleases(ctx, l); err != nil {
 		return before, after, err

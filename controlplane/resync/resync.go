@@ -44,6 +44,10 @@ type Store interface {
 	// HonouredRetakes are the orders whose late payment's retake an
 	// honour step recorded, while they are still paid.
 	HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
+	// Snapshot runs read with a context in which the reads of
+	// PendingRetakes and of the figures (Figures, VariantFigures, and a
+	// bucketed sale's) see one database snapshot.
+	Snapshot(ctx context.Context, read func(ctx context.Context) error) error
 	// OwedRetakes are a sale's orders whose honoured retake a refund
 	// marked as owed back (flashgate.PaymentStep.OweRetake) and no give-back
 	// has been recorded for yet; RetakeGivenBack records one.
@@ -123,21 +127,32 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 	if err != nil {
 		return before, after, fmt.Errorf("re-syncing: %w", err)
 	}
-	// The pending retakes (held if the pass rebuilds the sale) are read
-	// before the snapshot: a retake honoured in between is then counted
-	// twice (its unit hidden until the next rebuild, never sold twice),
-	// where the other order could count it in neither and a concurrent
-	// rebuild reopen the sale without it. One indexed query, empty but
-	// for late payments under way.
-	pending, err := s.store.PendingRetakes(ctx, id)
+	// The pending retakes (held if the pass rebuilds the sale) and the
+	// figures are read in one database snapshot (Store.Snapshot): a late
+	// payment's honour falls before both reads (counted by the figures,
+	// not pending) or after both (pending, held by a rebuild, not counted).
+	// Read before the snapshot, an honour between was counted twice (a
+	// unit hidden until the next rebuild, which may never come); read
+	// after it, in neither (a concurrent rebuild reopened the sale without
+	// it: explorer seed 1849). The pending read is one indexed query,
+	// empty but for late payments under way. Every order released in the
+	// snapshot is in the pending releases read below, or was delivered by
+	// an earlier pass.
+	var pending []flashgate.Order
+	var fig flashgate.SaleFigures
+	var per map[string]flashgate.SaleFigures
+	err = s.store.Snapshot(ctx, func(ctx context.Context) error {
+		var err error
+		if pending, err = s.store.PendingRetakes(ctx, id); err != nil {
+			return fmt.Errorf("reading pending retakes: %w", err)
+		}
+		if fig, per, err = s.figures(ctx, sale); err != nil {
+			return fmt.Errorf("reading figures: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return before, after, fmt.Errorf("reading pending retakes: %w", err)
-	}
-	// The snapshot comes next: every order released in it is then in the
-	// pending releases read below, or was delivered by an earlier pass.
-	fig, per, err := s.figures(ctx, sale)
-	if err != nil {
-		return before, after, fmt.Errorf("reading figures: %w", err)
+		return before, after, err
 	}
 	delivered, err := s.deliverReleases(ctx, id)
 	if err != nil {

@@ -95,12 +95,18 @@ func cmdLabel(cmd redis.Cmder) string {
 
 // call yields before f, the call what of an actor.
 func call[T any](ctx context.Context, s *Sched, what string, f func() (T, error)) (T, error) {
-	if err := s.Yield(ctx, what); err != nil {
-		var zero T
-		return zero, err
+	if ctx.Value(inSnapshot{}) == nil {
+		if err := s.Yield(ctx, what); err != nil {
+			var zero T
+			return zero, err
+		}
 	}
 	return f()
 }
+
+// inSnapshot marks the context of a database snapshot's reads
+// (cpStore.Snapshot): they run in one step, with no yield between them.
+type inSnapshot struct{}
 
 // cpStore is the control plane's database with a yield before each call
 // the order actions, the expiry and the re-sync make.
@@ -197,6 +203,15 @@ func (w cpStore) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Or
 
 func (w cpStore) RetakeGivenBack(ctx context.Context, orderID string) error {
 	_, err := call(ctx, w.s, "db RetakeGivenBack "+orderID, func() (bool, error) { return true, w.Store.RetakeGivenBack(ctx, orderID) })
+	return err
+}
+
+// Snapshot yields once; the reads in it (pending retakes, figures) run
+// as one step, in one database snapshot.
+func (w cpStore) Snapshot(ctx context.Context, read func(ctx context.Context) error) error {
+	_, err := call(ctx, w.s, "db Snapshot", func() (bool, error) {
+		return true, w.Store.Snapshot(context.WithValue(ctx, inSnapshot{}, true), read)
+	})
 	return err
 }
 
