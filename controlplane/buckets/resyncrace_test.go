@@ -46,16 +46,14 @@ func (h *hookStore) fire(p int) {
 	}
 }
 
-func (h *hookStore) BucketFigures(ctx context.Context, id string, n int) ([]flashgate.SaleFigures, error) {
+// Snapshot runs the steps of atBeforeSnapshot before the pass's database
+// snapshot begins (its first read, the pending retakes, fixes it: a step
+// run in the figures' read would land after it), and those of
+// atAfterSnapshot once its reads are done.
+func (h *hookStore) Snapshot(ctx context.Context, read func(ctx context.Context) error) error {
 	h.fire(atBeforeSnapshot)
 	defer h.fire(atAfterSnapshot)
-	return h.DB.BucketFigures(ctx, id, n)
-}
-
-func (h *hookStore) BucketVariantFigures(ctx context.Context, id string, n int) ([]flashgate.SaleFigures, []map[string]flashgate.SaleFigures, error) {
-	h.fire(atBeforeSnapshot)
-	defer h.fire(atAfterSnapshot)
-	return h.DB.BucketVariantFigures(ctx, id, n)
+	return h.DB.Snapshot(ctx, read)
 }
 
 func (h *hookStore) PendingReleases(ctx context.Context, id string, limit int) ([]flashgate.Order, int64, error) {
