@@ -252,9 +252,9 @@ func VariantSpec(vs []flashgate.Variant, totals []int64, figs map[string]flashga
 
 // RetakesToHold are the retakes a rebuild holds, from its two reads of
 // the database: those pending in the second read (after its restore),
-// then those pending in the first (before its snapshot) whose honour
+// then those pending in the first (in its snapshot) whose honour
 // step ran since (in honoured, the second read's honoured retakes of
-// still-paid orders: the snapshot may not count them). A retake of the
+// still-paid orders: the snapshot does not count them). A retake of the
 // first read refunded since (its row dropped) is not held: its units
 // were given back, or will be by the refund's unretake, and holding it
 // would count a unit no order gives back.
