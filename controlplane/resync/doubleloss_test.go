@@ -6,12 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -49,25 +45,9 @@ func TestRebuildLosesRedisAfterRestore(t *testing.T) {
 }
 
 func testRebuildLosesRedisAfterRestore(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "twice", Name: "Twice", Total: 2, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	for _, u := range []string{"u0", "u3"} {
 		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, u, "o"+u[1:], time.Now()); code != lua.ReserveOK {
 			t.Fatalf("reserve of %s: got code %d, want %d", u, code, lua.ReserveOK)
@@ -76,15 +56,11 @@ func testRebuildLosesRedisAfterRestore(t *testing.T, dsn string) {
 	cptest.Persist(t, ctx, rdb, db, sale.ID)
 	// Redis loses the sale; o3 expires meanwhile (its release, finding
 	// no sale, stays queued in the database).
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
+	f.flush()
 	if _, err := db.Transition(ctx, "o3", []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, time.Now()); err != nil {
 		t.Fatalf("Transition: %v", err)
 	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	newSyncer := f.syncer
 	// The rebuild; Redis loses the sale again after its restore's pages.
 	store := &lossStore{DB: db, after: func() {
 		if err := rdb.FlushAll(ctx).Err(); err != nil {

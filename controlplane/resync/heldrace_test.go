@@ -5,12 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -57,25 +53,9 @@ func TestRebuildsRacingHeldRetake(t *testing.T) {
 }
 
 func testRebuildsRacingHeldRetake(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "held", Name: "Held", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	// o1 expired (its release delivered); its late payment's retake is
 	// pending when Redis loses the sale.
 	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
@@ -88,12 +68,8 @@ func testRebuildsRacingHeldRetake(t *testing.T, dsn string) {
 	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	f.flush()
+	newSyncer := f.syncer
 	holder := &pageStore{DB: db, pending: []flashgate.Order{o1}}
 	other := &pageStore{DB: db, before: map[flashgate.OrderStatus]func(){flashgate.StatusExpired: func() {
 		if _, after, err := newSyncer(holder).Resync(ctx, sale.ID); err != nil || after.Booked != 1 {
@@ -129,25 +105,9 @@ func TestReopenHoldsRetakeTheRebuildMissed(t *testing.T) {
 }
 
 func testReopenHoldsRetakeTheRebuildMissed(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "missed", Name: "Missed", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
 		t.Fatalf("reserve o1: got code %d, want %d", code, lua.ReserveOK)
 	}
@@ -158,18 +118,14 @@ func testReopenHoldsRetakeTheRebuildMissed(t *testing.T, dsn string) {
 	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	newSyncer := f.syncer
 	// o1's late payment retakes its unit, Redis loses the sale, and the
 	// rebuild's first read of the pending retakes came before o1's row.
 	store := &pageStore{DB: db, first: [][]flashgate.Order{nil}, pending: []flashgate.Order{o1}}
 	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
 		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
 	}
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
+	f.flush()
 	if _, _, err := newSyncer(store).Resync(ctx, sale.ID); err != nil {
 		t.Fatalf("the rebuild: %v", err)
 	}
@@ -201,25 +157,9 @@ func TestRebuildSkipsRetakeRefundedAfterFirstRead(t *testing.T) {
 }
 
 func testRebuildSkipsRetakeRefundedAfterFirstRead(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "refunded", Name: "Refunded", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
 		t.Fatalf("reserve o1: got code %d, want %d", code, lua.ReserveOK)
 	}
@@ -239,11 +179,9 @@ func testRebuildSkipsRetakeRefundedAfterFirstRead(t *testing.T, dsn string) {
 	if n, err := lua.Unretake.Run(ctx, rdb, lua.UnretakeKeys(sale.ID), o1.ID, o1.UserID, 1, "", "1").Int(); err != nil || n != 1 {
 		t.Fatalf("unretake: got %d, %v; want 1 (given back)", n, err)
 	}
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
+	f.flush()
 	store := &pageStore{DB: db, first: [][]flashgate.Order{{o1}}}
-	s := New(rdb, store, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	s := f.syncer(store)
 	if _, after, err := s.Resync(ctx, sale.ID); err != nil || after.Booked != 0 {
 		t.Fatalf("the rebuild: got booked %d, %v; want 0 (o1 refunded, no live order)", after.Booked, err)
 	}

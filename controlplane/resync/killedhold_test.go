@@ -1,17 +1,12 @@
 package resync
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
 	"github.com/flashgate/flashgate/controlplane/internal/salehash"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -32,64 +27,24 @@ func TestHoldOfStoppedRebuild(t *testing.T) {
 }
 
 func testHoldOfStoppedRebuild(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "stopped", Name: "Stopped", Total: 2, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
-	for _, u := range []string{"u0", "u1"} {
-		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, u, "o"+u[1:], time.Now()); code != lua.ReserveOK {
-			t.Fatalf("reserve of %s: got code %d, want %d", u, code, lua.ReserveOK)
-		}
-	}
-	orders := cptest.Persist(t, ctx, rdb, db, sale.ID)
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
+	orders := f.buy("u0", "u1")
 	o1 := orders[1]
 	now := time.Now()
 	// o1 expires (released); its payment succeeds late, a settler pends
 	// its retake and makes it in Redis (decideLate).
-	if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: o1.ID, IntentID: "pi_o1", Status: flashgate.IntentSucceeded, AmountCents: 100, Currency: "usd"}, now); err != nil {
-		t.Fatalf("InsertPayment: %v", err)
-	}
-	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, now); err != nil {
-		t.Fatalf("Transition: %v", err)
-	}
-	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{""}, ToOutcome: "late_pending"}, now); !won || err != nil {
-		t.Fatalf("late_pending: %v, %v", won, err)
-	}
-	if ok, err := db.PendRetake(ctx, o1.ID, now); !ok || err != nil {
-		t.Fatalf("PendRetake: %v, %v", ok, err)
-	}
-	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
-		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
-	}
+	f.lateRetake(o1)
 	// Redis loses the sale.
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
+	f.flush()
 	newSyncer := func() *Syncer {
-		return New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+		return f.syncer(db)
 	}
-	// Rebuild A runs Resync's restore path up to its hold
+	// Rebuild A runs Resync's restore path up to its final Resync
 	// (controlplane/resync/resync.go: Restore, MarkRestored, the second
-	// reads, HoldRetakes) and stops there: its process is killed (or its
-	// final Resync is fenced) before the final Resync.
+	// reads) and stops there: its process is killed (or its final Resync
+	// is fenced).
 	a := newSyncer()
 	if err := a.Restore(ctx, sale.ID); err != nil {
 		t.Fatalf("A's Restore: %v", err)

@@ -1,16 +1,11 @@
 package resync
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -30,31 +25,13 @@ func TestRebuildRacingStalePass(t *testing.T) {
 }
 
 func testRebuildRacingStalePass(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "rebuild", Name: "Rebuild", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
 		t.Fatalf("reserve o1: got code %d, want %d", code, lua.ReserveOK)
 	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	newSyncer := f.syncer
 	first, second := &hookStore{DB: db}, &hookStore{DB: db}
 	// The second pass's snapshot (o1 not a row yet), then the whole first
 	// pass, whose snapshot misses o1 too: the sink stores o1 and Redis

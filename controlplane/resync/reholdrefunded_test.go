@@ -5,12 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
 	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -77,67 +74,24 @@ func TestHoldOfRefundedHonoured(t *testing.T) {
 }
 
 func testHoldOfRefundedHonoured(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "rehold", Name: "Rehold", Total: 2, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
-	for _, u := range []string{"u0", "u1"} {
-		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, u, "o"+u[1:], time.Now()); code != lua.ReserveOK {
-			t.Fatalf("reserve of %s: got code %d, want %d", u, code, lua.ReserveOK)
-		}
-	}
-	orders := cptest.Persist(t, ctx, rdb, db, sale.ID)
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
+	orders := f.buy("u0", "u1")
 	o1 := orders[1]
 	now := time.Now()
 	// o1 expires (released); its payment succeeds late, a settler pends
 	// its retake and makes it in Redis.
-	if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: o1.ID, IntentID: "pi_o1", Status: flashgate.IntentSucceeded, AmountCents: 100, Currency: "usd"}, now); err != nil {
-		t.Fatalf("InsertPayment: %v", err)
-	}
-	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, now); err != nil {
-		t.Fatalf("Transition: %v", err)
-	}
+	f.lateRetake(o1)
 	rel := &cptest.Releaser{RDB: rdb}
-	if _, err := rel.Release(ctx, o1); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{""}, ToOutcome: "late_pending"}, now); !won || err != nil {
-		t.Fatalf("late_pending: %v, %v", won, err)
-	}
-	if ok, err := db.PendRetake(ctx, o1.ID, now); !ok || err != nil {
-		t.Fatalf("PendRetake: %v, %v", ok, err)
-	}
-	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
-		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
-	}
 	// Redis loses the sale.
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	f.flush()
+	newSyncer := f.syncer
 	hs := &reholdStore{DB: db}
 	// Right after X's snapshot (o1 expired in it), the settler's honour
 	// step lands (settle.go: RetakeOK).
 	hs.afterFigures = func() {
-		if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{"late_pending"}, ToOutcome: "honoured_late",
-			FromStatus: []flashgate.OrderStatus{flashgate.StatusExpired}, ToStatus: flashgate.StatusPaid, Retake: true}, now); !won || err != nil {
+		if won, err := db.StepPayment(ctx, honourStep(o1), now); !won || err != nil {
 			t.Errorf("honour: %v, %v", won, err)
 		}
 	}
@@ -145,7 +99,7 @@ func testHoldOfRefundedHonoured(t *testing.T, dsn string) {
 	// older token) rebuilds the sale.
 	yctx := ctx
 	xtok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil || xtok <= tok {
+	if err != nil || xtok <= fencing.Of(yctx) {
 		t.Fatalf("TakeFence: %d, %v", xtok, err)
 	}
 	ctx = fencing.WithValue(ctx, xtok)

@@ -1,16 +1,11 @@
 package resync
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -31,59 +26,20 @@ func TestUnretakeAfterResyncOfRefund(t *testing.T) {
 }
 
 func testUnretakeAfterResyncOfRefund(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "again", Name: "Again", Total: 2, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
-	for _, u := range []string{"u0", "u1"} {
-		if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, u, "o"+u[1:], time.Now()); code != lua.ReserveOK {
-			t.Fatalf("reserve of %s: got code %d, want %d", u, code, lua.ReserveOK)
-		}
-	}
-	orders := cptest.Persist(t, ctx, rdb, db, sale.ID)
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
+	orders := f.buy("u0", "u1")
 	o1 := orders[1]
 	now := time.Now()
 	// o1 expires (released), its payment succeeds late, the retake takes
 	// its unit again and the honour step pays it.
-	if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: o1.ID, IntentID: "pi_o1", Status: flashgate.IntentSucceeded, AmountCents: 100, Currency: "usd"}, now); err != nil {
-		t.Fatalf("InsertPayment: %v", err)
-	}
-	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, now); err != nil {
-		t.Fatalf("Transition: %v", err)
-	}
-	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{""}, ToOutcome: "late_pending"}, now); !won || err != nil {
-		t.Fatalf("late_pending: %v, %v", won, err)
-	}
-	if ok, err := db.PendRetake(ctx, o1.ID, now); !ok || err != nil {
-		t.Fatalf("PendRetake: %v, %v", ok, err)
-	}
-	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
-		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
-	}
-	honour := flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{"late_pending"}, ToOutcome: "honoured_late",
-		FromStatus: []flashgate.OrderStatus{flashgate.StatusExpired}, ToStatus: flashgate.StatusPaid, Retake: true}
+	f.lateRetake(o1)
+	honour := honourStep(o1)
 	if won, err := db.StepPayment(ctx, honour, now); !won || err != nil {
 		t.Fatalf("honour: %v, %v", won, err)
 	}
-	s := New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	s := f.syncer(db)
 	if _, after, err := s.Resync(ctx, sale.ID); err != nil || after.Booked != 2 {
 		t.Fatalf("pass after the honour: got booked %d, %v; want 2", after.Booked, err)
 	}

@@ -5,12 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
 )
@@ -49,54 +45,17 @@ func TestUnretakeOnRebuiltHashBeforeHold(t *testing.T) {
 }
 
 func testUnretakeOnRebuiltHashBeforeHold(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db := cptest.OpenDB(t, dsn)
-	rdb := redistest.Start(t).Client(t)
 	sale := flashgate.Sale{ID: "gap", Name: "Gap", Total: 1, PerUser: 1, PriceCents: 100, State: flashgate.StateOpen}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	if err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale.ID), sale.Total, flashgate.AdmitCap(sale.Total, 0), 1, sale.PriceCents).Err(); err != nil {
-		t.Fatalf("Prepare: %v", err)
-	}
-	if err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale.ID), "open", tok).Err(); err != nil {
-		t.Fatalf("SetState: %v", err)
-	}
+	f := openSale(t, dsn, sale)
+	ctx, db, rdb := f.ctx, f.db, f.rdb
 	if code, _ := cptest.Reserve(t, ctx, rdb, sale.ID, "u1", "o1", time.Now()); code != lua.ReserveOK {
 		t.Fatalf("reserve o1: got code %d, want %d", code, lua.ReserveOK)
 	}
 	o1 := cptest.Persist(t, ctx, rdb, db, sale.ID)[0]
 	now := time.Now()
-	if _, err := db.InsertPayment(ctx, flashgate.Payment{OrderID: o1.ID, IntentID: "pi_o1", Status: flashgate.IntentSucceeded, AmountCents: 100, Currency: "usd"}, now); err != nil {
-		t.Fatalf("InsertPayment: %v", err)
-	}
-	if _, err := db.Transition(ctx, o1.ID, []flashgate.OrderStatus{flashgate.StatusPendingPayment}, flashgate.StatusExpired, now); err != nil {
-		t.Fatalf("Transition: %v", err)
-	}
-	if _, err := (&cptest.Releaser{RDB: rdb}).Release(ctx, o1); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if won, err := db.StepPayment(ctx, flashgate.PaymentStep{OrderID: o1.ID, FromOutcome: []string{""}, ToOutcome: "late_pending"}, now); !won || err != nil {
-		t.Fatalf("late_pending: %v, %v", won, err)
-	}
-	if ok, err := db.PendRetake(ctx, o1.ID, now); !ok || err != nil {
-		t.Fatalf("PendRetake: %v, %v", ok, err)
-	}
-	if got, err := lua.Retake.Run(ctx, rdb, lua.RetakeKeys(sale.ID), o1.ID, o1.UserID, 1, "").Int64(); err != nil || got != lua.RetakeOK {
-		t.Fatalf("retake: got %d, %v; want %d", got, err, lua.RetakeOK)
-	}
-	if err := rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatalf("FLUSHALL: %v", err)
-	}
-	newSyncer := func(st Store) *Syncer {
-		return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-	}
+	f.lateRetake(o1)
+	f.flush()
+	newSyncer := f.syncer
 	b := &honouredHookStore{DB: db, before: func() {
 		// The late payment is refunded (the sale closed in the database,
 		// say): its row dropped ...
