@@ -139,25 +139,7 @@ func (d *DB) PendRetake(ctx context.Context, orderID string, now time.Time) (boo
 // the snapshot may not count them) from those refunded since (which it
 // must not: nothing would give their units back).
 func (d *DB) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
-		FROM retakes r JOIN orders o ON o.order_id = r.order_id
-		WHERE r.sale_id = ? AND r.pending = 0 AND o.status = ? ORDER BY r.order_id`), saleID, string(flashgate.StatusPaid))
-	if err != nil {
-		return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
-	}
-	defer rows.Close()
-	var out []flashgate.Order
-	for rows.Next() {
-		o := flashgate.Order{SaleID: saleID}
-		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
-			return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("honoured retakes of sale %s: %w", saleID, err)
-	}
-	return out, nil
+	return d.retakeOrders(ctx, "honoured retakes", saleID, `r.pending = 0 AND o.status = ?`, string(flashgate.StatusPaid))
 }
 
 // OwedRetakes are the orders of a sale whose honoured retake a refund
@@ -165,25 +147,7 @@ func (d *DB) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Or
 // no unretake has been recorded as giving back yet (RetakeGivenBack), as
 // orders (id, user, bucket, variant, quantity), by id.
 func (d *DB) OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
-		FROM retakes r JOIN orders o ON o.order_id = r.order_id
-		WHERE r.sale_id = ? AND r.pending = 2 ORDER BY r.order_id`), saleID)
-	if err != nil {
-		return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
-	}
-	defer rows.Close()
-	var out []flashgate.Order
-	for rows.Next() {
-		o := flashgate.Order{SaleID: saleID}
-		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
-			return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
-		}
-		out = append(out, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("owed retakes of sale %s: %w", saleID, err)
-	}
-	return out, nil
+	return d.retakeOrders(ctx, "owed retakes", saleID, `r.pending = 2`)
 }
 
 // RetakeGivenBack records that an unretake gave back the units of the
@@ -201,23 +165,31 @@ func (d *DB) RetakeGivenBack(ctx context.Context, orderID string) error {
 // pending (PendRetake wrote it, no honour or refund step resolved it), as
 // orders (id, user, bucket, variant, quantity), by id.
 func (d *DB) PendingRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
+	return d.retakeOrders(ctx, "pending retakes", saleID, `r.pending = 1`)
+}
+
+// retakeOrders are the orders of a sale whose retakes row matches cond (on
+// r, the row, and o, its order; args fill cond's placeholders), as orders
+// (id, user, bucket, variant, quantity), by id; what names them in errors.
+// It reads in ctx's Snapshot, if any.
+func (d *DB) retakeOrders(ctx context.Context, what, saleID, cond string, args ...any) ([]flashgate.Order, error) {
 	rows, err := d.reader(ctx).QueryContext(ctx, d.q(`SELECT o.order_id, o.user_id, r.bucket, r.variant, r.quantity
 		FROM retakes r JOIN orders o ON o.order_id = r.order_id
-		WHERE r.sale_id = ? AND r.pending = 1 ORDER BY r.order_id`), saleID)
+		WHERE r.sale_id = ? AND `+cond+` ORDER BY r.order_id`), append([]any{saleID}, args...)...)
 	if err != nil {
-		return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+		return nil, fmt.Errorf("%s of sale %s: %w", what, saleID, err)
 	}
 	defer rows.Close()
 	var out []flashgate.Order
 	for rows.Next() {
 		o := flashgate.Order{SaleID: saleID}
 		if err := rows.Scan(&o.ID, &o.UserID, &o.Bucket, &o.Variant, &o.Quantity); err != nil {
-			return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+			return nil, fmt.Errorf("%s of sale %s: %w", what, saleID, err)
 		}
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pending retakes of sale %s: %w", saleID, err)
+		return nil, fmt.Errorf("%s of sale %s: %w", what, saleID, err)
 	}
 	return out, nil
 }
