@@ -36,10 +36,20 @@ func (s *Server) rejectLocal(ctx *fasthttp.RequestCtx, e *sale, v int) {
 	if v <= verdictAdmit || v >= len(verdictAnswers) {
 		v = verdictSoldOut
 	}
-	if v == verdictNotFound && e.meta.Load() == nil {
-		// The catalog never answered for this id (it is down): it may name
-		// a sale, so answer as for an unreadable one.
-		v = verdictUnavailable
+	if v == verdictNotFound {
+		switch m := e.meta.Load(); {
+		case m == nil:
+			// The catalog never answered for this id (it is down): it may
+			// name a sale, so answer as for an unreadable one.
+			v = verdictUnavailable
+		case m.found:
+			// The catalog has the sale, Redis has no hash of it: Redis
+			// lost it (a FLUSHALL, a fresh Redis) and the re-sync
+			// rebuilds it. Retry, not 404.
+			s.m.decision(ctx, decUnavailable)
+			s.answerSaleLost(ctx)
+			return
+		}
 	}
 	writeAnswer(ctx, verdictAnswers[v])
 	switch v {
@@ -216,6 +226,13 @@ func (s *Server) lostSale(ctx *fasthttp.RequestCtx, e *sale, st *saleState) {
 	if st.fairQueue() == nil {
 		e.admitted.Add(-1)
 	}
+	s.answerSaleLost(ctx)
+}
+
+// answerSaleLost answers a request about a sale Redis lost: 503
+// unavailable with a jittered Retry-After. The cached state says so once
+// the state refresh saw the loss (rejectLocal); a reserve says so before.
+func (s *Server) answerSaleLost(ctx *fasthttp.RequestCtx) {
 	s.logUnavailable(flashgate.ErrSaleLost)
 	writeAnswer(ctx, ansSaleLost)
 	ctx.Response.Header.SetCanonical(hRetryAfter, shedRetryAfter[rand.IntN(len(shedRetryAfter))])

@@ -11,8 +11,10 @@ import (
 // TestPurchaseOfLostSale: a purchase of a sale the cached state says is
 // open, whose reserve finds no sale in Redis (lost by a FLUSHALL before
 // the state refresh saw it), is 503 unavailable with a Retry-After of
-// 1–3 s and its admission given back, never 404; an id the gateway does
-// not know stays 404, and the lost-sale answer allocates nothing.
+// 1–3 s and its admission given back, never 404, and so is one answered
+// from the cached state once the state refresh saw the loss (the catalog
+// has the sale); an id the gateway does not know stays 404, and the
+// lost-sale answer allocates nothing.
 func TestPurchaseOfLostSale(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.UserRate = -1 })
 	h := e.s.Handler()
@@ -50,6 +52,22 @@ func TestPurchaseOfLostSale(t *testing.T) {
 				t.Errorf("got %d admitted, want %d (the admission given back)", got, before)
 			}
 		})
+	}
+	// Once the state refresh saw the loss, the cached state answers: the
+	// catalog still has the sale, so 503 too, and an unknown id 404.
+	e.s.refreshCatalog(ctx)
+	e.s.refreshState(ctx)
+	if st := s.state.Load(); st == nil || st.found {
+		t.Fatalf("after the refresh: got cached state %+v, want the sale not found in Redis", st)
+	}
+	for _, tc := range tests {
+		r := do(h, req{method: "POST", path: tc.path, token: token(t, "u1")})
+		if got, code := r.StatusCode(), errCode(r); got != tc.status || code != tc.code {
+			t.Fatalf("%s, after the refresh: got %d %s, want %d %s", tc.name, got, r.Body(), tc.status, tc.code)
+		}
+		if ra := string(r.Header.Peek("Retry-After")); tc.status == 503 && ra != "1" && ra != "2" && ra != "3" {
+			t.Errorf("%s, after the refresh: got Retry-After %q, want 1, 2 or 3", tc.name, ra)
+		}
 	}
 }
 

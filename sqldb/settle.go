@@ -135,7 +135,7 @@ func (d *DB) PendRetake(ctx context.Context, orderID string, now time.Time) (boo
 // honour step recorded (the retakes row no longer pending) and that are
 // still paid, as orders (id, user, bucket, variant, quantity), by id. A
 // rebuild reads them after its restore to tell, of the retakes it read
-// as pending before its snapshot, those honoured since (which it holds:
+// as pending in its snapshot, those honoured since (which it holds:
 // the snapshot may not count them) from those refunded since (which it
 // must not: nothing would give their units back).
 func (d *DB) HonouredRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error) {
