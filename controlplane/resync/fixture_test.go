@@ -52,8 +52,12 @@ func openSale(t *testing.T, dsn string, sale flashgate.Sale) *fixture {
 }
 
 // syncer is a Syncer over st: the database, or a test's wrapper of it.
-func (f *fixture) syncer(st Store) *Syncer {
-	return New(f.rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+func (f *fixture) syncer(st Store) *Syncer { return f.syncerOn(f.rdb, st) }
+
+// syncerOn is syncer on another client of the test's Redis (one with a
+// hook, say).
+func (f *fixture) syncerOn(rdb redis.UniversalClient, st Store) *Syncer {
+	return New(rdb, st, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
 }
 
 // buy reserves a unit for each user ("u<n>", its order "o<n>") and stores

@@ -1,12 +1,18 @@
 package resync
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/salehash"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -41,20 +47,18 @@ func testHoldOfStoppedRebuild(t *testing.T, dsn string) {
 	newSyncer := func() *Syncer {
 		return f.syncer(db)
 	}
-	// Rebuild A runs Resync's restore path up to its final Resync
-	// (controlplane/resync/resync.go: Restore, MarkRestored, the second
-	// reads) and stops there: its process is killed (or its final Resync
-	// is fenced).
-	a := newSyncer()
-	if err := a.Restore(ctx, sale.ID); err != nil {
-		t.Fatalf("A's Restore: %v", err)
+	// Rebuild A runs Resync's restore path (controlplane/resync/resync.go:
+	// Restore, MarkRestored, the second reads) and stops at its final
+	// Resync: its process is killed there (the call never reaches Redis).
+	killed := errors.New("killed before the final Resync")
+	ardb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+	t.Cleanup(func() { _ = ardb.Close() })
+	ardb.AddHook(failHook{fail: finalResync, err: killed})
+	if _, _, err := f.syncerOn(ardb, db).Resync(ctx, sale.ID); !errors.Is(err, killed) {
+		t.Fatalf("rebuild A: got %v, want it stopped at its final Resync", err)
 	}
-	if _, err := salehash.MarkRestored(ctx, rdb, sale.ID); err != nil {
-		t.Fatalf("A's MarkRestored: %v", err)
-	}
-	pending, err := db.PendingRetakes(ctx, sale.ID)
-	if err != nil || len(pending) != 1 {
-		t.Fatalf("PendingRetakes: got %d, %v; want o1's", len(pending), err)
+	if rdb.SIsMember(ctx, lua.RetakenKey(sale.ID), o1.ID).Val() {
+		t.Fatalf("after A stopped: o1 held (in the retaken set) by a rebuild that counted nothing")
 	}
 	// A's hold is its final Resync's, which never runs: nothing is held.
 	// The settler asks again and takes nothing (the sale is not rebuilt
@@ -92,4 +96,44 @@ func testHoldOfStoppedRebuild(t *testing.T, dsn string) {
 		t.Fatalf("after the resumed unretake (answer %d): got booked %d, want 1 (o0 live; the hash never counted o1); reserves of o2 and o3 then answer %d, %d (%d = reserved: three live units of two)",
 			n, got, code2, code3, lua.ReserveOK)
 	}
+}
+
+// failHook fails, with err and without sending it, every command fail
+// picks.
+type failHook struct {
+	fail func(redis.Cmder) bool
+	err  error
+}
+
+func (h failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fail(cmd) {
+			cmd.SetErr(h.err)
+			return h.err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// finalResync reports whether cmd is a rebuild's final lua.Resync call:
+// its ARGV[9] says the restore is done ("1:<id>").
+func finalResync(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 3 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return false
+	}
+	if fmt.Sprint(args[1]) != lua.Resync.Hash() && !strings.Contains(fmt.Sprint(args[1]), "-- Resync gives") {
+		return false
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if i := 3 + n + 8; err != nil || i >= len(args) {
+		return false
+	}
+	return strings.HasPrefix(fmt.Sprint(args[3+n+8]), "1:")
 }

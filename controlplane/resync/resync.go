@@ -185,8 +185,8 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
-		restored, err := salehash.MarkRestored(ctx, s.rdb, id)
-		if err != nil {
+		var restored string
+		if restored, err = salehash.MarkRestored(ctx, s.rdb, id); err != nil {
 			return before, after, err
 		}
 		// The pending retakes again, after the restore: a row written
@@ -199,12 +199,11 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		// honoured since are held too (the snapshot may have missed the
 		// honour), those refunded since are not (their units were given
 		// back: holding them hid a unit until the next rebuild).
-		late, err := s.store.PendingRetakes(ctx, id)
-		if err != nil {
+		var late, honoured []flashgate.Order
+		if late, err = s.store.PendingRetakes(ctx, id); err != nil {
 			return before, after, fmt.Errorf("reading pending retakes: %w", err)
 		}
-		honoured, err := s.store.HonouredRetakes(ctx, id)
-		if err != nil {
+		if honoured, err = s.store.HonouredRetakes(ctx, id); err != nil {
 			return before, after, fmt.Errorf("reading honoured retakes: %w", err)
 		}
 		// The final script holds them and counts their units as live and
