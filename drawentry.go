@@ -119,6 +119,11 @@ type DrawEntry struct {
 	OrderID   string    `json:"order_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Seq orders the changes stamped in one millisecond of UpdatedAt: a
+	// journaled change's stream sequence within its millisecond (0 for a
+	// change not journaled), so that of two writers of the journal the
+	// later change wins whichever writes last.
+	Seq int64 `json:"-"`
 }
 
 // ValidateEntry checks an entry's wish against the draw sale s: a variant

@@ -310,6 +310,10 @@ type Service struct {
 	drawing    map[string]bool
 	drawn      map[string]bool
 	noReserver map[string]bool
+	// drawFlush serializes this process's flushes of the draws' journals
+	// (the tick's and a close's, flushDraw): two at once deadlocked on
+	// PostgreSQL.
+	drawFlush sync.Mutex
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper

@@ -30,10 +30,19 @@ func newDrawCloser(s *Service, cfg Config) *drawclose.Closer {
 	return drawclose.New(drawclose.Config{
 		Redis: s.rdb, Store: s.store, Reserver: cfg.DrawReserver, Capturer: cfg.DrawCapturer,
 		SeedSecret: seed, Workers: cfg.DrawWorkers, Clock: s.clock, Logger: s.log,
-		Flush: func(ctx context.Context, sale string) (int, error) {
-			return drawjournal.Flush(ctx, s.rdb, s.store, sale, 0)
-		},
+		Flush: s.flushDraw,
 	})
+}
+
+// flushDraw writes sale's journaled entry changes to the database
+// (drawjournal.Flush), one flush of this process at a time. Flushes of two
+// processes (an old leader's and a new one's) may still run at once: each
+// entry's latest change wins (flashgate.DrawEntry.Seq), and a flush that
+// fails leaves its changes in the journal for the next.
+func (s *Service) flushDraw(ctx context.Context, sale string) (int, error) {
+	s.drawFlush.Lock()
+	defer s.drawFlush.Unlock()
+	return drawjournal.Flush(ctx, s.rdb, s.store, sale, 0)
 }
 
 // drawTick writes each live draw sale's journaled entry changes to the
@@ -46,7 +55,7 @@ func (s *Service) drawTick(ctx, term context.Context, sales []flashgate.Sale) {
 		if !sale.Draw() {
 			continue
 		}
-		if _, err := drawjournal.Flush(ctx, s.rdb, s.store, sale.ID, 0); err != nil && ctx.Err() == nil {
+		if _, err := s.flushDraw(ctx, sale.ID); err != nil && ctx.Err() == nil {
 			s.log.Warn("draw journal", "sale", sale.ID, "err", err)
 		}
 		if err := s.draws.Commit(ctx, sale); err != nil && ctx.Err() == nil {

@@ -11,8 +11,8 @@ import (
 // PutDrawEntries stores draw entries, each as its row's latest word: a new
 // entry id is inserted, a known one takes the entry's state and updated_at
 // (and its payment intent and order id once they are set; an empty one
-// keeps the row's) unless the row's updated_at is later (a stale writer's
-// change, written after a newer one, changes nothing). One transaction; at most one live entry (pending or
+// keeps the row's) unless the row's (updated_at, seq) is later (a stale
+// writer's change, written after a newer one, changes nothing). One transaction; at most one live entry (pending or
 // entered) per (sale, user), so entries of one user go in the order they
 // happened. A bad state is ErrBadRequest.
 func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
@@ -26,12 +26,13 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	q := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (entry_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at,
+	q := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (entry_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, seq = excluded.seq,
 			payment_intent = CASE WHEN excluded.payment_intent <> '' THEN excluded.payment_intent ELSE draw_entries.payment_intent END,
 			order_id = CASE WHEN excluded.order_id <> '' THEN excluded.order_id ELSE draw_entries.order_id END
-		WHERE draw_entries.updated_at <= excluded.updated_at`)
+		WHERE draw_entries.updated_at < excluded.updated_at
+			OR (draw_entries.updated_at = excluded.updated_at AND draw_entries.seq <= excluded.seq)`)
 	now := nowUTC()
 	for _, e := range entries {
 		created, updated := e.CreatedAt, e.UpdatedAt
@@ -42,7 +43,7 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 			updated = created
 		}
 		if _, err := tx.ExecContext(ctx, q, e.ID, e.SaleID, e.UserID, e.Variant, e.Quantity, string(e.State),
-			e.PaymentIntent, e.OrderID, d.ts(created), d.ts(updated)); err != nil {
+			e.PaymentIntent, e.OrderID, d.ts(created), d.ts(updated), e.Seq); err != nil {
 			return fmt.Errorf("storing draw entry %s: %w", e.ID, err)
 		}
 	}
@@ -54,7 +55,7 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 
 // DrawEntries returns a sale's draw entries, by entry id.
 func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEntry, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
 		FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
 	if err != nil {
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
@@ -65,7 +66,7 @@ func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEn
 		var e flashgate.DrawEntry
 		var st string
 		var created, updated stamp
-		if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated); err != nil {
+		if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated, &e.Seq); err != nil {
 			return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 		}
 		e.State, e.CreatedAt, e.UpdatedAt = flashgate.DrawEntryState(st), created.T, updated.T

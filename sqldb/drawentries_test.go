@@ -69,6 +69,27 @@ func TestDrawEntries(t *testing.T) {
 		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
 			t.Errorf("after a stale change: got %+v, want e1 entered", got)
 		}
+		// Of two changes in one millisecond, the later in sequence wins
+		// whichever is written last.
+		later := e1
+		later.State, later.UpdatedAt, later.Seq = flashgate.DrawWithdrawn, e1.UpdatedAt.Add(time.Second), 3
+		earlier := later
+		earlier.State, earlier.Seq = flashgate.DrawEntered, 2
+		for _, e := range []flashgate.DrawEntry{later, earlier} {
+			if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawWithdrawn || got[0].Seq != 3 {
+			t.Errorf("after an earlier change of the same millisecond: got %+v, want e1 withdrawn, seq 3", got)
+		}
+		later.State, later.Seq = flashgate.DrawEntered, 4
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{later}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
+			t.Errorf("after a later change of the same millisecond: got %+v, want e1 entered", got)
+		}
 		// A second live entry of bob's is refused, and nothing of its
 		// transaction stays.
 		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}

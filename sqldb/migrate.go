@@ -334,6 +334,20 @@ var migrations = []migration{
 			`CREATE INDEX IF NOT EXISTS second_charges_open ON second_charges (outcome, next_check_at)`,
 		},
 	},
+	{
+		// Version 17 orders a draw entry's changes stamped in one
+		// millisecond (flashgate.DrawEntry.Seq): two flushes of a draw's
+		// journal at once (the leader's tick and a close) wrote an entry's
+		// pending after its entered, both of one millisecond, and the entry
+		// was left out of the draw.
+		version: 17,
+		postgres: []string{
+			`ALTER TABLE draw_entries ADD COLUMN IF NOT EXISTS seq BIGINT NOT NULL DEFAULT 0`,
+		},
+		sqlite: []string{
+			`ALTER TABLE draw_entries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

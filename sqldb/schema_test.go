@@ -30,6 +30,7 @@ var wantStatements = map[int][2]string{ // version: postgres, sqlite
 	14: {"ac6fbf411ebce430e26d8eeeb8806868dfafad806cecd36f5781d11bda26ff28", "851294ff47dde2a6ea988a11a743783d6708decda27fce0a649fef705b53defb"},
 	15: {"81e0e922e376f1b6e69e49390cb0e93e2538546c1320328d20ebfb4247f17ec7", "d7458d014cbcae4bc3f5fc658880464310e171ef8761f96bb01edc2fe36f7743"},
 	16: {"4a5f1f6ab0236bc75bc082cada8de5a530b9253d0626b31cb51f598ab81c72dd", "7a2e1f4dff1fd6db30fbeddcc7e4a06ee5a7c52221087bb204ba3be769cd6cbf"},
+	17: {"f1e8b8136a78555648dba0568926cf6c2b7d174f8c0290e526bb90abc7672c4c", "192f5990b9f67b8d2ee706f2a4ea0cce1bcf380d4a21c720351a44198546a668"},
 }
 
 // TestMigrationsUnchanged: every released schema version renders, in each

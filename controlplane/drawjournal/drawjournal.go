@@ -29,7 +29,8 @@ const DefaultBatch = 1000
 
 // Flush writes up to batch (0 means DefaultBatch) of sale's journaled
 // entry changes to store, in stream order, each stamped with its stream
-// entry's time, and deletes what it wrote from the stream; it returns how
+// entry's id (time and sequence: Flushes may run at once, the leader's tick
+// beside a close, and the store keeps each entry's latest), and deletes what it wrote from the stream; it returns how
 // many it wrote. A stream entry of another shape is deleted unwritten and
 // reported in the error, after the others are written.
 func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, batch int64) (int, error) {
@@ -71,7 +72,9 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 }
 
 // parse reads one journal entry: "e" = "<state> <entry id> <quantity>
-// <variant> <user id>", stamped with its stream id's milliseconds, and
+// <variant> <user id>", stamped with its stream id (milliseconds and
+// sequence, so that a flush running beside another never writes an
+// entry's older change over its newer one), and
 // "pi" = the entry's hold when lua.DrawHold recorded it.
 func parse(sale string, m redis.XMessage) (flashgate.DrawEntry, bool) {
 	v, _ := m.Values["e"].(string)
@@ -80,14 +83,15 @@ func parse(sale string, m redis.XMessage) (flashgate.DrawEntry, bool) {
 	q, v, ok3 := strings.Cut(v, " ")
 	variant, user, ok4 := strings.Cut(v, " ")
 	qty, err := strconv.ParseInt(q, 10, 64)
-	ms, _, _ := strings.Cut(m.ID, "-")
+	ms, seq, _ := strings.Cut(m.ID, "-")
 	at, err2 := strconv.ParseInt(ms, 10, 64)
+	n, err3 := strconv.ParseInt(seq, 10, 64)
 	e := flashgate.DrawEntry{ID: id, SaleID: sale, UserID: user, Variant: variant, Quantity: qty, State: flashgate.DrawEntryState(st)}
-	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil || err2 != nil || !e.State.Valid() || !flashgate.ValidID(id) || user == "" {
+	if !ok1 || !ok2 || !ok3 || !ok4 || err != nil || err2 != nil || err3 != nil || !e.State.Valid() || !flashgate.ValidID(id) || user == "" {
 		return flashgate.DrawEntry{}, false
 	}
 	e.CreatedAt = time.UnixMilli(at).UTC()
-	e.UpdatedAt = e.CreatedAt
+	e.UpdatedAt, e.Seq = e.CreatedAt, n
 	e.PaymentIntent, _ = m.Values[lua.DrawJournalIntent].(string)
 	return e, true
 }

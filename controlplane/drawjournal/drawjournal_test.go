@@ -3,6 +3,7 @@ package drawjournal_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,5 +71,57 @@ func TestFlush(t *testing.T) {
 		if s := e.UserID + " " + string(e.State) + " " + e.Variant + " " + strconv.FormatInt(e.Quantity, 10); s != want[e.ID] {
 			t.Errorf("entry %s: got %q, want %q", e.ID, s, want[e.ID])
 		}
+	}
+}
+
+// gatedStore holds its first PutDrawEntries until release is closed, after
+// signalling held.
+type gatedStore struct {
+	drawjournal.Store
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (g *gatedStore) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
+	g.once.Do(func() { close(g.held); <-g.release })
+	return g.Store.PutDrawEntries(ctx, entries)
+}
+
+// TestFlushesAtOnce: two Flushes of one journal at once (the leader's tick
+// beside a close): the first read an entry's pending, the second its
+// pending and entered, all in one millisecond, and wrote first. The
+// entry stays entered (it was left out of the draw when the first wrote
+// its pending last).
+func TestFlushesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	db := cptest.OpenDB(t, cptest.SQLiteDSN(t))
+	// The entry's enter and its move, journaled in one millisecond.
+	for i, st := range []flashgate.DrawEntryState{flashgate.DrawPending, flashgate.DrawEntered} {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: lua.DrawJournalKey("dr"), ID: "2000-" + strconv.Itoa(i),
+			Values: []any{"e", string(st) + " e1 1 S ann"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := &gatedStore{Store: db, held: make(chan struct{}), release: make(chan struct{})}
+	first := make(chan error, 1)
+	go func() {
+		_, err := drawjournal.Flush(ctx, rdb, g, "dr", 1) // reads the pending only
+		first <- err
+	}()
+	<-g.held
+	if n, err := drawjournal.Flush(ctx, rdb, db, "dr", 0); err != nil || n != 2 {
+		t.Fatalf("the second Flush: %d, %v; want 2", n, err)
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first Flush: %v", err)
+	}
+	got, err := db.DrawEntries(ctx, "dr")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("entries: %+v, %v; want one", got, err)
+	}
+	if got[0].State != flashgate.DrawEntered {
+		t.Errorf("entry e1: got %s, want entered (the first Flush's older change written last)", got[0].State)
 	}
 }
