@@ -614,7 +614,15 @@ func (h *Holder) apply(ctx context.Context, saleID, userID, entryID, intent stri
 		return errOpen // moved meanwhile: the next look sees how
 	case closed:
 		// Never authorised in time (or authorised after the close): it
-		// does not count, and nobody should confirm it now.
+		// does not count, and nobody should confirm it now. Unless its
+		// webhook entered it while the provider was asked (in time, before
+		// the close): read again, an entered entry's hold is the close's.
+		if e, ok, err := h.readEntry(ctx, saleID, userID); err != nil {
+			return err
+		} else if ok && e.id == entryID && e.st != flashgate.DrawPending && e.st != flashgate.DrawWithdrawn {
+			h.done(ctx, saleID, entryID)
+			return nil
+		}
 		if _, err := h.provider.Cancel(ctx, intent); err != nil {
 			return fmt.Errorf("releasing the late hold of %s: %w", entryID, err)
 		}
