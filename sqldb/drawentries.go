@@ -11,8 +11,9 @@ import (
 // PutDrawEntries stores draw entries, each as its row's latest word: a new
 // entry id is inserted, a known one takes the entry's state and updated_at
 // (and its payment intent and order id once they are set; an empty one
-// keeps the row's) unless the row's (updated_at, seq) is later (a stale
-// writer's change, written after a newer one, changes nothing). One transaction; at most one live entry (pending or
+// keeps the row's) unless the row's entry has gone further (drawRank) or,
+// as far, its (updated_at, seq) is later (a stale writer's change, written
+// after a newer one, changes nothing). One transaction; at most one live entry (pending or
 // entered) per (sale, user), so entries of one user go in the order they
 // happened. A bad state is ErrBadRequest.
 func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
@@ -31,8 +32,9 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		ON CONFLICT (entry_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, seq = excluded.seq,
 			payment_intent = CASE WHEN excluded.payment_intent <> '' THEN excluded.payment_intent ELSE draw_entries.payment_intent END,
 			order_id = CASE WHEN excluded.order_id <> '' THEN excluded.order_id ELSE draw_entries.order_id END
-		WHERE draw_entries.updated_at < excluded.updated_at
-			OR (draw_entries.updated_at = excluded.updated_at AND draw_entries.seq <= excluded.seq)`)
+		WHERE `+drawRank("excluded")+` > `+drawRank("draw_entries")+`
+			OR (`+drawRank("excluded")+` = `+drawRank("draw_entries")+` AND (draw_entries.updated_at < excluded.updated_at
+				OR (draw_entries.updated_at = excluded.updated_at AND draw_entries.seq <= excluded.seq)))`)
 	now := nowUTC()
 	for _, e := range entries {
 		created, updated := e.CreatedAt, e.UpdatedAt
@@ -51,6 +53,17 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	return nil
+}
+
+// drawRank is the SQL of how far the entry of table t's row has gone:
+// pending 0, entered 1, withdrawn, won and lost 2, captured and released
+// 3. Every move of an entry goes forward (lua.DrawSet, lua.DrawWithdraw),
+// so a change of a lower rank than the row's is older whatever its stamp:
+// the journal's stamps are Redis's clock and a close's own writes (Redis
+// lost the entry) this process's, and a skew between the two must not
+// take a captured or released entry back to won or lost.
+func drawRank(t string) string {
+	return `(CASE ` + t + `.state WHEN 'pending' THEN 0 WHEN 'entered' THEN 1 WHEN 'captured' THEN 3 WHEN 'released' THEN 3 ELSE 2 END)`
 }
 
 // DrawEntries returns a sale's draw entries, by entry id.

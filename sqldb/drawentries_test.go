@@ -69,12 +69,12 @@ func TestDrawEntries(t *testing.T) {
 		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
 			t.Errorf("after a stale change: got %+v, want e1 entered", got)
 		}
-		// Of two changes in one millisecond, the later in sequence wins
-		// whichever is written last.
+		// Of two changes in one millisecond (of one rank: drawRank), the
+		// later in sequence wins whichever is written last.
 		later := e1
 		later.State, later.UpdatedAt, later.Seq = flashgate.DrawWithdrawn, e1.UpdatedAt.Add(time.Second), 3
 		earlier := later
-		earlier.State, earlier.Seq = flashgate.DrawEntered, 2
+		earlier.State, earlier.Seq = flashgate.DrawLost, 2
 		for _, e := range []flashgate.DrawEntry{later, earlier} {
 			if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e}); err != nil {
 				t.Fatal(err)
@@ -83,12 +83,25 @@ func TestDrawEntries(t *testing.T) {
 		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawWithdrawn || got[0].Seq != 3 {
 			t.Errorf("after an earlier change of the same millisecond: got %+v, want e1 withdrawn, seq 3", got)
 		}
-		later.State, later.Seq = flashgate.DrawEntered, 4
+		later.State, later.Seq = flashgate.DrawReleased, 4
 		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{later}); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawEntered {
-			t.Errorf("after a later change of the same millisecond: got %+v, want e1 entered", got)
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawReleased {
+			t.Errorf("after a later change of the same millisecond: got %+v, want e1 released", got)
+		}
+		// A change back to a state the entry has left (a move goes
+		// forward only) changes nothing, whatever its stamp says: the
+		// journal's are Redis's clock, a close's own this process's.
+		for _, st := range []flashgate.DrawEntryState{flashgate.DrawLost, flashgate.DrawEntered, flashgate.DrawPending} {
+			back := later
+			back.State, back.UpdatedAt = st, later.UpdatedAt.Add(time.Hour)
+			if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{back}); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := db.DrawEntries(ctx, "d"); len(got) == 0 || got[0].State != flashgate.DrawReleased {
+				t.Errorf("after a later-stamped change back to %s: got %+v, want e1 released", st, got)
+			}
 		}
 		// A second live entry of bob's is refused, and nothing of its
 		// transaction stays.

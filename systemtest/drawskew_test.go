@@ -1,0 +1,102 @@
+package systemtest
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane"
+	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
+	"github.com/flashgate/flashgate/draw"
+	"github.com/flashgate/flashgate/lua"
+)
+
+// losingCapturer runs lost once, before the close's first capture.
+type losingCapturer struct {
+	next draw.Capturer
+	once atomic.Bool
+	lost func()
+}
+
+func (c *losingCapturer) Capture(ctx context.Context, id, key string) (flashgate.Intent, error) {
+	if c.once.CompareAndSwap(false, true) {
+		c.lost()
+	}
+	return c.next.Capture(ctx, id, key)
+}
+
+func (c *losingCapturer) Cancel(ctx context.Context, id string) (flashgate.Intent, error) {
+	return c.next.Cancel(ctx, id)
+}
+
+// TestDrawRaceRedisClockAhead: Redis's clock runs ahead of the control
+// plane's, so the journal stamps the close's won and lost moves later than
+// the control plane's now. The leader's tick writes them to the database,
+// then Redis loses the draw's entries (a rebuild brings none back) before
+// the first capture: the close's moves to captured and released go to the
+// database directly, stamped with the control plane's clock. Each row must
+// end as the close left its entry (captured or released), not as the
+// earlier won or lost whose stamp the skew made later.
+func TestDrawRaceRedisClockAhead(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 12, func(string) string { return "4242424242424242" })
+		// Redis's clock an hour ahead: a journal entry stamped then (the
+		// pending entry's state, as lua.DrawHold journals it) makes the
+		// stream stamp every later change at least as late.
+		ahead := time.Now().Add(time.Hour).UnixMilli()
+		pending := "pending d12 1 S buyer-12"
+		if err := s.rdb.XAdd(s.ctx, &redis.XAddArgs{Stream: lua.DrawJournalKey(s.sale.ID), ID: formatID(ahead),
+			Values: []any{"e", pending}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		capt := &losingCapturer{next: s.pacer(), lost: func() {
+			// The tick's flush of the won and lost moves, then the loss.
+			if _, err := drawjournal.Flush(s.ctx, s.rdb, s.db, s.sale.ID, 0); err != nil {
+				t.Errorf("the tick's flush: %v", err)
+			}
+			if err := s.rdb.Del(s.ctx, lua.DrawKey(s.sale.ID), lua.DrawJournalKey(s.sale.ID)).Err(); err != nil {
+				t.Errorf("losing the entries: %v", err)
+			}
+		}}
+		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: capt,
+			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
+			Flush: func(ctx context.Context, sale string) (int, error) {
+				return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
+			}})
+		s.clock.Set(*s.sale.EntriesCloseAt)
+		s.runClose(c)
+		rows, err := s.db.DrawEntries(s.ctx, s.sale.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		charged := 0
+		for _, r := range rows {
+			e, ok := s.entrants[r.ID]
+			if !ok {
+				continue
+			}
+			want := flashgate.DrawReleased
+			if in, _ := s.stand.Intent(e.PaymentIntent); in.Status == flashgate.IntentSucceeded {
+				want = flashgate.DrawCaptured
+				charged++
+			}
+			if r.State != want {
+				t.Errorf("entry %s: got %s, want %s (the close's move)", r.ID, r.State, want)
+			}
+		}
+		if charged != int(s.sale.Total) {
+			t.Errorf("charged: got %d, want %d", charged, s.sale.Total)
+		}
+	})
+}
+
+// formatID is a stream entry id of ms, sequence 0.
+func formatID(ms int64) string { return strconv.FormatInt(ms, 10) + "-0" }
