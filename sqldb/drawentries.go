@@ -27,13 +27,14 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	newRank, rowRank := drawRank("excluded"), drawRank("draw_entries")
 	q := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (entry_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at, seq = excluded.seq,
 			payment_intent = CASE WHEN excluded.payment_intent <> '' THEN excluded.payment_intent ELSE draw_entries.payment_intent END,
 			order_id = CASE WHEN excluded.order_id <> '' THEN excluded.order_id ELSE draw_entries.order_id END
-		WHERE `+drawRank("excluded")+` > `+drawRank("draw_entries")+`
-			OR (`+drawRank("excluded")+` = `+drawRank("draw_entries")+` AND (draw_entries.updated_at < excluded.updated_at
+		WHERE ` + newRank + ` > ` + rowRank + `
+			OR (` + newRank + ` = ` + rowRank + ` AND (draw_entries.updated_at < excluded.updated_at
 				OR (draw_entries.updated_at = excluded.updated_at AND draw_entries.seq <= excluded.seq)))`)
 	now := nowUTC()
 	for _, e := range entries {
