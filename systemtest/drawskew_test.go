@@ -12,6 +12,7 @@ import (
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/draw"
 	"github.com/flashgate/flashgate/lua"
@@ -100,3 +101,74 @@ func TestDrawRaceRedisClockAhead(t *testing.T) {
 
 // formatID is a stream entry id of ms, sequence 0.
 func formatID(ms int64) string { return strconv.FormatInt(ms, 10) + "-0" }
+
+// TestDrawRaceUndrawnHoldAfterLoss: a pending entry's hold, authorised
+// without its webhook (the read path has it on its list, to release at
+// the close), and Redis loses the draw's entries, holds and that list (a
+// FLUSHALL; the rebuild brings the sale back, none of them). The close
+// draws the entered entries and settles them; the pending entry is not in
+// the draw, and its hold must be released all the same, not left on the
+// card until the provider lets it lapse (about 7 days).
+//
+// It fails: only the read path releases the hold of an entry not drawn,
+// and its list lived in Redis only; the close settles the drawn entries
+// only, although the database names the pending entry's intent. The fix
+// (the close releasing the holds of the rows it did not draw, pending or
+// withdrawn with an intent, beside the read path: a cancel is idempotent)
+// adds provider calls to every close and is left to the design. Skipped
+// until then.
+func TestDrawRaceUndrawnHoldAfterLoss(t *testing.T) {
+	// SKIPTMP t.Skip("defect: after Redis lost a draw's holds list, the hold of an entry not drawn is never released (see above)")
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 8, func(string) string { return "4242424242424242" })
+		rows, err := s.db.DrawEntries(s.ctx, s.sale.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending flashgate.DrawEntry
+		for _, r := range rows {
+			if r.State == flashgate.DrawPending {
+				pending = r
+			}
+		}
+		in, err := s.pay.Hold(s.ctx, flashgate.Hold{EntryID: pending.ID, SaleID: s.sale.ID, AmountCents: 1200, Currency: "usd"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.stand.Confirm(in.ID, "4242424242424242"); err != nil {
+			t.Fatal(err)
+		}
+		// The hold as lua.DrawHold records it: with the entry in Redis
+		// (the read path's list) and journaled to its row.
+		if v, err := lua.DrawHold.Run(s.ctx, s.rdb, lua.DrawHoldKeys(s.sale.ID), pending.UserID, pending.ID, in.ID,
+			s.clock.Now().UnixMilli()).Slice(); err != nil || v[0] != int64(0) {
+			t.Fatalf("DrawHold: %v, %v", v, err)
+		}
+		if _, err := drawjournal.Flush(s.ctx, s.rdb, s.db, s.sale.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Redis loses the draw's entries, holds and list; the sale's hash
+		// is rebuilt.
+		if err := s.rdb.Del(s.ctx, lua.DrawKey(s.sale.ID), lua.DrawHoldKey(s.sale.ID), lua.DrawCheckKey(s.sale.ID),
+			lua.DrawJournalKey(s.sale.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.Set(*s.sale.EntriesCloseAt)
+		s.closeDraw(cp)
+		// The leader's read path.
+		h := drawhold.New(drawhold.Config{Redis: s.rdb, Store: s.db, Provider: s.pay, Clock: s.clock, Logger: quiet,
+			Grace: time.Second, Rate: 1000})
+		draws := []flashgate.Sale{s.sale}
+		for range 3 {
+			s.clock.Add(10 * time.Minute)
+			if _, err := h.Reconcile(s.ctx, draws); err != nil {
+				t.Logf("read path: %v", err)
+			}
+		}
+		if got, _ := s.stand.Intent(in.ID); got.Status != flashgate.IntentCanceled {
+			t.Errorf("the pending entry's hold after the close: got %s, want canceled", got.Status)
+		}
+	})
+}
