@@ -118,7 +118,7 @@ func formatID(ms int64) string { return strconv.FormatInt(ms, 10) + "-0" }
 // adds provider calls to every close and is left to the design. Skipped
 // until then.
 func TestDrawRaceUndrawnHoldAfterLoss(t *testing.T) {
-	// SKIPTMP t.Skip("defect: after Redis lost a draw's holds list, the hold of an entry not drawn is never released (see above)")
+	t.Skip("defect: after Redis lost a draw's holds list, the hold of an entry not drawn is never released (see above)")
 	drawBackends(t, func(t *testing.T, dsn string) {
 		s := newDrawStack(t, dsn)
 		cp := s.controlPlane(s.pacer())
