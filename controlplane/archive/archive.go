@@ -38,6 +38,9 @@ type Store interface {
 	PendingReleases(ctx context.Context, saleID string, limit int) (queued []flashgate.Order, delivered int64, err error)
 	ArchiveSale(ctx context.Context, id string) (bool, error)
 	UnarchiveSale(ctx context.Context, id string) error
+	// DrawFile reads a draw's file and whether its close finished
+	// (flashgate.ErrNotFound before the close stored it).
+	DrawFile(ctx context.Context, saleID string) (body []byte, done bool, err error)
 }
 
 // Archiver archives sales. Its methods are safe for concurrent use.
@@ -68,10 +71,26 @@ const (
 // for a replay, no order pending payment (expiry would still move it), no
 // release queued for delivery, Redis' booked equal to the live rows'
 // units, for a fair sale every queue entry journaled, and for a draw every
-// entry change journaled and no hold left for its read path.
+// entry change journaled, no hold left for its read path and its close
+// finished.
 func (s *Archiver) Over(ctx context.Context, sale flashgate.Sale) (State, error) {
 	if sale.State != flashgate.StateClosed {
 		return Wait, nil
+	}
+	if sale.Draw() {
+		// A draw stopped before or during its close: archived, it leaves
+		// the leader's listing, so a close not run never runs and one cut
+		// short is never run again, and the entrants' holds stay on their
+		// cards.
+		_, done, err := s.store.DrawFile(ctx, sale.ID)
+		switch {
+		case errors.Is(err, flashgate.ErrNotFound):
+			return Wait, nil
+		case err != nil:
+			return Wait, fmt.Errorf("reading the draw: %w", err)
+		case !done:
+			return Wait, nil
+		}
 	}
 	fig, err := s.store.Figures(ctx, sale.ID)
 	if err != nil {
