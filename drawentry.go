@@ -93,6 +93,24 @@ func (st DrawEntryState) Final() bool {
 	return st == DrawCaptured || st == DrawReleased
 }
 
+// Rank is how far an entry in state st has gone: pending 0, entered 1,
+// withdrawn, won and lost 2, captured and released 3 (-1 for no state).
+// Every move of an entry goes to a higher rank, so a change of a lower
+// rank than an entry's state is older than it, whatever its time says.
+func (st DrawEntryState) Rank() int {
+	switch st {
+	case DrawPending:
+		return 0
+	case DrawEntered:
+		return 1
+	case DrawWithdrawn, DrawWon, DrawLost:
+		return 2
+	case DrawCaptured, DrawReleased:
+		return 3
+	}
+	return -1
+}
+
 // DrawOrderID is the order a won entry becomes at the draw's close: one
 // per entry ("o" and the entry id), so that a close run again finds the
 // order it made, and the entrant's page can name it.

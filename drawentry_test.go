@@ -108,3 +108,26 @@ func TestDrawEntryStates(t *testing.T) {
 		t.Error("live states: pending and entered only")
 	}
 }
+
+// TestDrawEntryRank: every move an entry makes (lua.DrawSet,
+// lua.DrawWithdraw) goes to a higher rank, which the database's rows rely
+// on to refuse a change older than theirs whatever its time.
+func TestDrawEntryRank(t *testing.T) {
+	for _, m := range []struct{ from, to DrawEntryState }{
+		{DrawPending, DrawEntered}, {DrawPending, DrawWithdrawn}, {DrawEntered, DrawWithdrawn},
+		{DrawEntered, DrawWon}, {DrawEntered, DrawLost}, {DrawWon, DrawCaptured}, {DrawLost, DrawCaptured},
+		{DrawWon, DrawReleased}, {DrawLost, DrawReleased}, {DrawWithdrawn, DrawReleased},
+	} {
+		if m.to.Rank() <= m.from.Rank() {
+			t.Errorf("%s → %s: got ranks %d → %d, want a higher one", m.from, m.to, m.from.Rank(), m.to.Rank())
+		}
+	}
+	for _, st := range drawStates {
+		if st.Rank() < 0 {
+			t.Errorf("%s: got rank %d, want one", st, st.Rank())
+		}
+	}
+	if got := DrawEntryState("bogus").Rank(); got != -1 {
+		t.Errorf("bogus: got rank %d, want -1", got)
+	}
+}

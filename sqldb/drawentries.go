@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/flashgate/flashgate"
 )
@@ -56,15 +57,22 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 	return nil
 }
 
-// drawRank is the SQL of how far the entry of table t's row has gone:
-// pending 0, entered 1, withdrawn, won and lost 2, captured and released
-// 3. Every move of an entry goes forward (lua.DrawSet, lua.DrawWithdraw),
-// so a change of a lower rank than the row's is older whatever its stamp:
-// the journal's stamps are Redis's clock and a close's own writes (Redis
-// lost the entry) this process's, and a skew between the two must not
-// take a captured or released entry back to won or lost.
+// drawRank is the SQL of how far the entry of table t's row has gone
+// (flashgate.DrawEntryState.Rank). Every move of an entry goes forward
+// (lua.DrawSet, lua.DrawWithdraw), so a change of a lower rank than the
+// row's is older whatever its stamp: the journal's stamps are Redis's
+// clock and a close's own writes (Redis lost the entry) this process's,
+// and a skew between the two must not take a captured or released entry
+// back to won or lost.
 func drawRank(t string) string {
-	return `(CASE ` + t + `.state WHEN 'pending' THEN 0 WHEN 'entered' THEN 1 WHEN 'captured' THEN 3 WHEN 'released' THEN 3 ELSE 2 END)`
+	var b strings.Builder
+	b.WriteString("(CASE " + t + ".state")
+	for _, st := range []flashgate.DrawEntryState{flashgate.DrawPending, flashgate.DrawEntered, flashgate.DrawWithdrawn,
+		flashgate.DrawWon, flashgate.DrawLost, flashgate.DrawCaptured, flashgate.DrawReleased} {
+		fmt.Fprintf(&b, " WHEN '%s' THEN %d", st, st.Rank())
+	}
+	b.WriteString(" ELSE -1 END)")
+	return b.String()
 }
 
 // DrawEntries returns a sale's draw entries, by entry id.

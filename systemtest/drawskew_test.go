@@ -67,8 +67,10 @@ func TestDrawRaceRedisClockAhead(t *testing.T) {
 				t.Errorf("losing the entries: %v", err)
 			}
 		}}
+		// One capture at a time: no capture's move is journaled while the
+		// loss runs (TestDrawRaceJournalLostAfterMoves has that case).
 		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: capt,
-			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
+			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 1, Clock: s.clock, Logger: quiet,
 			Flush: func(ctx context.Context, sale string) (int, error) {
 				return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
 			}})
@@ -169,6 +171,56 @@ func TestDrawRaceUndrawnHoldAfterLoss(t *testing.T) {
 		}
 		if got, _ := s.stand.Intent(in.ID); got.Status != flashgate.IntentCanceled {
 			t.Errorf("the pending entry's hold after the close: got %s, want canceled", got.Status)
+		}
+	})
+}
+
+// TestDrawRaceJournalLostAfterMoves: Redis loses the draw's entries and
+// journal (a FLUSHALL, the sale's hash rebuilt) after the close moved
+// every drawn entry (won or lost, then captured or released: journaled,
+// not yet flushed) and before its last flush. The close knows where it
+// left each entry; the rows must say so too, not entered.
+func TestDrawRaceJournalLostAfterMoves(t *testing.T) {
+	drawBackends(t, func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp := s.controlPlane(s.pacer())
+		s.enter(cp, 12, func(string) string { return "4242424242424242" })
+		var settling atomic.Bool
+		capt := &losingCapturer{next: s.pacer(), lost: func() { settling.Store(true) }}
+		lost := false
+		c := drawclose.New(drawclose.Config{Redis: s.rdb, Store: s.db, Reserver: s.inv, Capturer: capt,
+			SeedSecret: controlplane.DeriveQueueSeedSecret(drawToken), Workers: 4, Clock: s.clock, Logger: quiet,
+			Flush: func(ctx context.Context, sale string) (int, error) {
+				if settling.Load() && !lost {
+					// The close's flush after its moves: Redis lost them.
+					lost = true
+					if err := s.rdb.Del(ctx, lua.DrawKey(sale), lua.DrawJournalKey(sale)).Err(); err != nil {
+						return 0, err
+					}
+				}
+				return drawjournal.Flush(ctx, s.rdb, s.db, sale, 0)
+			}})
+		s.clock.Set(*s.sale.EntriesCloseAt)
+		s.runClose(c)
+		if !lost {
+			t.Fatal("the close made no flush after its captures")
+		}
+		rows, err := s.db.DrawEntries(s.ctx, s.sale.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			e, ok := s.entrants[r.ID]
+			if !ok {
+				continue
+			}
+			want := flashgate.DrawReleased
+			if in, _ := s.stand.Intent(e.PaymentIntent); in.Status == flashgate.IntentSucceeded {
+				want = flashgate.DrawCaptured
+			}
+			if r.State != want {
+				t.Errorf("entry %s: got %s, want %s (where the close left it)", r.ID, r.State, want)
+			}
 		}
 	})
 }

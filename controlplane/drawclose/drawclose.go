@@ -623,7 +623,7 @@ func (c *Closer) settle(ctx context.Context, sale flashgate.Sale, f *draw.File, 
 	if err := c.flush(ctx, sale.ID); err != nil {
 		return false, err
 	}
-	if err := c.recordOrders(ctx, sale.ID, charged); err != nil {
+	if err := c.recordOrders(ctx, sale.ID, f, cur, charged); err != nil {
 		return false, err
 	}
 	c.cfg.Logger.Info("draw settled", "sale", sale.ID, "entries", len(entries), "captured", len(charged),
@@ -700,29 +700,42 @@ func (c *Closer) order(ctx context.Context, sale flashgate.Sale, cur *entryState
 	return c.move(ctx, sale.ID, cur, r, flashgate.DrawCaptured, flashgate.DrawWon, flashgate.DrawLost)
 }
 
-// recordOrders writes the charged entries' order ids to their rows, each
-// with its row's latest time, so that it changes no state the journal
-// wrote.
-func (c *Closer) recordOrders(ctx context.Context, sale string, charged []flashgate.DrawEntry) error {
-	if len(charged) == 0 {
-		return nil
-	}
+// recordOrders writes the charged entries' order ids to their rows, and
+// the state the close left each drawn entry in to its row where the row
+// has not gone that far (the journal of its moves lost with Redis before
+// a flush), each with its row's latest time, so that it changes no state
+// the journal wrote.
+func (c *Closer) recordOrders(ctx context.Context, sale string, f *draw.File, cur *entryStates, charged []flashgate.DrawEntry) error {
 	rows, err := c.cfg.Store.DrawEntries(ctx, sale)
 	if err != nil {
 		return err
 	}
-	cur := make(map[string]flashgate.DrawEntry, len(rows))
+	byID := make(map[string]flashgate.DrawEntry, len(rows))
 	for _, r := range rows {
-		cur[r.ID] = r
+		byID[r.ID] = r
 	}
-	out := make([]flashgate.DrawEntry, 0, len(charged))
+	orders := make(map[string]string, len(charged))
 	for _, ch := range charged {
-		r, ok := cur[ch.ID]
-		if !ok || r.OrderID == ch.OrderID {
+		orders[ch.ID] = ch.OrderID
+	}
+	cur.mu.Lock()
+	defer cur.mu.Unlock()
+	var out []flashgate.DrawEntry
+	for _, e := range f.Entries {
+		r, ok := byID[e.ID]
+		if !ok {
 			continue
 		}
-		r.OrderID = ch.OrderID
-		out = append(out, r)
+		changed := false
+		if o := orders[e.ID]; o != "" && r.OrderID != o {
+			r.OrderID, changed = o, true
+		}
+		if st := cur.m[e.ID]; st.Rank() > r.State.Rank() {
+			r.State, changed = st, true
+		}
+		if changed {
+			out = append(out, r)
+		}
 	}
 	if len(out) == 0 {
 		return nil
