@@ -19,8 +19,9 @@ import (
 
 // Store is what Flush writes (*sqldb.DB).
 type Store interface {
-	// PutDrawEntries stores entries by id; a change older than the row's
-	// (its UpdatedAt) leaves the row as it is.
+	// PutDrawEntries stores entries by id; a change to a state the row's
+	// entry has left (flashgate.DrawEntryState.Rank), or of its rank and
+	// older than the row's (UpdatedAt, Seq), leaves the row as it is.
 	PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error
 }
 
