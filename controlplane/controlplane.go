@@ -411,7 +411,7 @@ func New(cfg Config) (*Service, error) {
 		Logger: s.log, AuditLogger: cfg.AuditLogger, PaymentWindow: cfg.PaymentWindow, PersistWait: cfg.PersistWait,
 		PaymentGrace: cfg.PaymentGrace, Currency: cfg.Currency, Payments: cfg.Payments, PaymentStore: cfg.PaymentStore,
 		Metrics: reg, Expired: m.Expired, Refunds: m.Refunds, Yield: cfg.PaymentYield,
-		ReconcileRate: cfg.PaymentReconcileRate, HoldEvents: s.holds.Event})
+		ReconcileRate: cfg.PaymentReconcileRate, HoldEvents: s.holds.Event, DrawHold: s.drawHold})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: registering metrics: %w", err)
 	}

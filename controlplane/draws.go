@@ -162,3 +162,24 @@ func (s *Service) drawFinished(ctx context.Context, sale flashgate.Sale) bool {
 	}
 	return err == nil && done
 }
+
+// drawHold returns the card hold whose capture paid o when o is a draw
+// winner's order (its id is drawclose.OrderID of its entry's), "" for any
+// other order: an admin refund refunds that hold (orders.Config.DrawHold).
+// It reads the sale's entries, as refunds are rare.
+func (s *Service) drawHold(ctx context.Context, o flashgate.Order) (string, error) {
+	sale, err := s.store.Sale(ctx, o.SaleID)
+	if err != nil || !sale.Draw() {
+		return "", err
+	}
+	rows, err := s.store.DrawEntries(ctx, o.SaleID)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rows {
+		if drawclose.OrderID(r.ID) == o.ID && r.UserID == o.UserID {
+			return r.PaymentIntent, nil
+		}
+	}
+	return "", nil
+}

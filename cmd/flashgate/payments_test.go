@@ -406,8 +406,8 @@ func paymentWebhookCases(t *testing.T, ctx context.Context, db string) {
 		if a := p.hook(ev, time.Now().Add(-6*time.Minute), payHookSecret); a.status != 400 || a.body["error"] != "bad_signature" {
 			t.Errorf("stale timestamp: got %d %s, want 400 bad_signature", a.status, a.raw)
 		}
-		if a := p.do("POST", p.public+"/webhooks/stripe", "", ev, nil); a.status != 400 {
-			t.Errorf("no signature: got %d %s, want 400", a.status, a.raw)
+		if a := p.do("POST", p.public+"/webhooks/stripe", "", ev, nil); a.status != 400 || a.body["error"] != "bad_signature" {
+			t.Errorf("no signature: got %d %s, want 400 bad_signature", a.status, a.raw)
 		}
 		if got := p.order(o).Status; got != flashgate.StatusPendingPayment {
 			t.Errorf("after refused webhooks: got order %s, want pending_payment (nothing changed)", got)

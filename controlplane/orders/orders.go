@@ -76,6 +76,11 @@ type Config struct {
 	// whose intent names an entry: controlplane/drawhold); nil: they are
 	// acknowledged and ignored.
 	HoldEvents func(ctx context.Context, ev flashgate.PaymentEvent) error
+	// DrawHold returns the card hold whose capture paid o, when o is a
+	// draw winner's order ("" otherwise): an admin refund of such an
+	// order, which has no payment of its own, refunds that hold. Nil
+	// means no order is a draw's.
+	DrawHold func(ctx context.Context, o flashgate.Order) (string, error)
 }
 
 // Service runs the order actions. Its methods are safe for concurrent use.
@@ -100,6 +105,7 @@ type Service struct {
 	pm           *paymentMetrics
 	hook         func(ctx context.Context, point string) // Config.Yield
 	holdEvents   func(ctx context.Context, ev flashgate.PaymentEvent) error
+	drawHold     func(ctx context.Context, o flashgate.Order) (string, error)
 	// reconcileLimit paces the reconciliation's calls to the provider;
 	// pausedUntil, guarded by pmu, is when a 429's Retry-After ends.
 	reconcileLimit *rate.Limiter
@@ -112,7 +118,8 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{rdb: cfg.Redis, store: cfg.Store, releaser: cfg.Releaser, clock: cfg.Clock, log: cfg.Logger,
 		auditLogger: cfg.AuditLogger, paymentWindow: cfg.PaymentWindow, persistWait: cfg.PersistWait,
 		expired: cfg.Expired, refunds: cfg.Refunds, provider: cfg.Payments, paymentStore: cfg.PaymentStore,
-		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield, holdEvents: cfg.HoldEvents}
+		currency: cfg.Currency, paymentGrace: cfg.PaymentGrace, hook: cfg.Yield, holdEvents: cfg.HoldEvents,
+		drawHold: cfg.DrawHold}
 	r := cfg.ReconcileRate
 	if r <= 0 {
 		r = DefaultReconcileRate

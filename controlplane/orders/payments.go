@@ -153,6 +153,13 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	case !errors.Is(err, flashgate.ErrNotFound):
 		return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
 	}
+	if o.Status == flashgate.StatusPaid {
+		// Paid without a payment of its own (a draw winner's order, paid
+		// by the capture of its entry's hold; one paid before payments
+		// were taken at a provider): paying it again answers it, as
+		// paying any paid order does.
+		return o, nil
+	}
 	if o.Status != flashgate.StatusPendingPayment {
 		return o, fmt.Errorf("order %q is %s: %w", orderID, o.Status, flashgate.ErrNotPayable)
 	}

@@ -31,10 +31,53 @@ func (s *Service) Refund(ctx context.Context, orderID string) (flashgate.Order, 
 		case !errors.Is(err, flashgate.ErrNotFound):
 			return flashgate.Order{}, fmt.Errorf("reading payment: %w", err)
 		}
+		switch p, ok, err := s.adoptDrawHold(ctx, orderID); {
+		case err != nil:
+			return flashgate.Order{}, err
+		case ok:
+			return s.refundOwned(ctx, p)
+		}
 		s.yield(ctx, "refund:nopayment")
 		return s.refundUnpaid(ctx, orderID)
 	}
 	return s.transition(ctx, orderID, "", []flashgate.OrderStatus{flashgate.StatusPendingPayment, flashgate.StatusPaid}, flashgate.StatusRefunded)
+}
+
+// adoptDrawHold stores, as the payment of orderID, the card hold whose
+// capture paid it when it is a draw winner's order (Config.DrawHold): the
+// close charges the hold and marks the order paid without a payment row,
+// so a refund that found none would otherwise mark the order refunded
+// and keep the money. ok is false for any other order (and for an order
+// that is not in the database: refundUnpaid answers it).
+func (s *Service) adoptDrawHold(ctx context.Context, orderID string) (flashgate.Payment, bool, error) {
+	if s.drawHold == nil {
+		return flashgate.Payment{}, false, nil
+	}
+	o, err := s.store.Order(ctx, orderID)
+	if errors.Is(err, flashgate.ErrNotFound) {
+		return flashgate.Payment{}, false, nil
+	}
+	if err != nil {
+		return flashgate.Payment{}, false, fmt.Errorf("reading order: %w", err)
+	}
+	intent, err := s.drawHold(ctx, o)
+	if err != nil || intent == "" {
+		return flashgate.Payment{}, false, err
+	}
+	in, err := s.provider.Intent(ctx, intent)
+	if err != nil {
+		return flashgate.Payment{}, false, fmt.Errorf("reading the hold of %s: %w", orderID, err)
+	}
+	amount, err := flashgate.OrderAmount(o.PriceCents, o.Quantity)
+	if err != nil {
+		return flashgate.Payment{}, false, fmt.Errorf("order %q: %w", orderID, err)
+	}
+	p, err := s.paymentStore.InsertPayment(ctx, flashgate.Payment{OrderID: o.ID, IntentID: intent, Status: in.Status,
+		AmountCents: amount, Currency: in.Currency}, s.clock.Now())
+	if err != nil {
+		return flashgate.Payment{}, false, err
+	}
+	return p, true, nil
 }
 
 // refundUnpaid is Refund, with a provider, of an order that had no payment
