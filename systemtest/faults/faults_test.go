@@ -317,9 +317,18 @@ func (s *suite) runScenario(t *testing.T, sc scenario) (r result) {
 		if t.Failed() && len(r.problems) == 0 {
 			r.problems = []string{"the scenario could not run (see its log)"}
 		}
-		if len(r.problems) > 0 && x.c != nil {
+		keep := os.Getenv("FAULTS_KEEP_LOGS") != ""
+		if (len(r.problems) > 0 || keep) && x.c != nil {
 			for _, p := range x.c.all() {
-				t.Logf("last lines of %s:\n%s", p.name, procgroup.Tail(p.log, 8))
+				if len(r.problems) > 0 {
+					t.Logf("last lines of %s:\n%s", p.name, procgroup.Tail(p.log, 8))
+				}
+				// The whole log goes with the artifacts (-artifacts), for
+				// a failure no tail explains (every run's with
+				// FAULTS_KEEP_LOGS set).
+				if b, err := os.ReadFile(p.log); err == nil {
+					_ = os.WriteFile(filepath.Join(t.ArtifactDir(), p.name+".log"), b, 0o644)
+				}
 			}
 		}
 	}()
