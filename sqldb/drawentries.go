@@ -142,6 +142,24 @@ func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEn
 	if err != nil {
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
+	return scanDrawEntries(rows, saleID)
+}
+
+// DrawEntriesPage returns up to limit of a sale's draw entries whose ids
+// come after afterID ("": from the first), by entry id: the rebuild of a
+// draw sale Redis lost reads them a page at a time.
+func (d *DB) DrawEntriesPage(ctx context.Context, saleID, afterID string, limit int) ([]flashgate.DrawEntry, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
+		FROM draw_entries WHERE sale_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?`), saleID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+	}
+	return scanDrawEntries(rows, saleID)
+}
+
+// scanDrawEntries reads and closes rows of draw_entries (DrawEntries'
+// columns).
+func scanDrawEntries(rows *sql.Rows, saleID string) ([]flashgate.DrawEntry, error) {
 	defer rows.Close()
 	var out []flashgate.DrawEntry
 	for rows.Next() {
