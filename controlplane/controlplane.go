@@ -93,9 +93,9 @@ type Store interface {
 	// (controlplane/drawclose).
 	drawjournal.Store
 	drawclose.Store
-	// DrawEntriesPage reads a draw's entries a page at a time, for the
-	// rebuild of a draw sale Redis lost (controlplane/resync).
-	DrawEntriesPage(ctx context.Context, saleID, afterID string, limit int) ([]flashgate.DrawEntry, error)
+	// EachDrawEntry reads a draw's entries in one query, for the rebuild
+	// of a draw sale Redis lost (controlplane/resync).
+	EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error
 	Ping(ctx context.Context) error
 }
 

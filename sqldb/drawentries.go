@@ -145,16 +145,30 @@ func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEn
 	return scanDrawEntries(rows, saleID)
 }
 
-// DrawEntriesPage returns up to limit of a sale's draw entries whose ids
-// come after afterID ("": from the first), by entry id: the rebuild of a
-// draw sale Redis lost reads them a page at a time.
-func (d *DB) DrawEntriesPage(ctx context.Context, saleID, afterID string, limit int) ([]flashgate.DrawEntry, error) {
+// EachDrawEntry calls fn with each of a sale's draw entries, by entry id,
+// from one query (the rebuild of a draw sale Redis lost reads a million
+// rows this way: one sort, where pages by id would sort the sale's rows
+// once a page); an error from fn stops it and is returned.
+func (d *DB) EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error {
 	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
-		FROM draw_entries WHERE sale_id = ? AND entry_id > ? ORDER BY entry_id LIMIT ?`), saleID, afterID, limit)
+		FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
 	if err != nil {
-		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+		return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
-	return scanDrawEntries(rows, saleID)
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanDrawEntry(rows)
+		if err != nil {
+			return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+	}
+	return nil
 }
 
 // scanDrawEntries reads and closes rows of draw_entries (DrawEntries'
@@ -163,19 +177,28 @@ func scanDrawEntries(rows *sql.Rows, saleID string) ([]flashgate.DrawEntry, erro
 	defer rows.Close()
 	var out []flashgate.DrawEntry
 	for rows.Next() {
-		var e flashgate.DrawEntry
-		var st string
-		var created, updated stamp
-		if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated, &e.Seq); err != nil {
+		e, err := scanDrawEntry(rows)
+		if err != nil {
 			return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 		}
-		e.State, e.CreatedAt, e.UpdatedAt = flashgate.DrawEntryState(st), created.T, updated.T
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
 	return out, nil
+}
+
+// scanDrawEntry reads the row rows is at (DrawEntries' columns).
+func scanDrawEntry(rows *sql.Rows) (flashgate.DrawEntry, error) {
+	var e flashgate.DrawEntry
+	var st string
+	var created, updated stamp
+	if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated, &e.Seq); err != nil {
+		return flashgate.DrawEntry{}, err
+	}
+	e.State, e.CreatedAt, e.UpdatedAt = flashgate.DrawEntryState(st), created.T, updated.T
+	return e, nil
 }
 
 // PutDrawFile stores a draw's entries file once: a sale that has one keeps
