@@ -8,12 +8,15 @@
 -- and change nothing). Every page may be restored again (a restore cut
 -- short is run again from its first page): an entry in place is left.
 --
--- KEYS[1] sale hash       fg:{<sale>}:sale (its fence field, the counts
---                         draw_<state>, draw_entries and
---                         variant:<id>:draw_entries)
--- KEYS[2] entries hash    fg:{<sale>}:draw (lua.DrawKey)
--- KEYS[3] holds hash      fg:{<sale>}:dholds (lua.DrawHoldKey)
--- KEYS[4] checks zset     fg:{<sale>}:dcheck (lua.DrawCheckKey)
+-- KEYS[1] sale hash       fg:{<sale>}:sale
+--         (its fence field, the counts draw_<state>, draw_entries and
+--         variant:<id>:draw_entries)
+-- KEYS[2] entries hash    fg:{<sale>}:draw
+--         (lua.DrawKey)
+-- KEYS[3] holds hash      fg:{<sale>}:dholds
+--         (lua.DrawHoldKey)
+-- KEYS[4] checks zset     fg:{<sale>}:dcheck
+--         (lua.DrawCheckKey)
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
 --         field, which it raises (creating the field when Redis lost the
 --         hash, as lua/restore.lua does)
