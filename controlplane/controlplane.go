@@ -93,6 +93,9 @@ type Store interface {
 	// (controlplane/drawclose).
 	drawjournal.Store
 	drawclose.Store
+	// EachDrawEntry reads a draw's entries in one query, for the rebuild
+	// of a draw sale Redis lost (controlplane/resync).
+	EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error
 	Ping(ctx context.Context) error
 }
 

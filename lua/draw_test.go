@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -249,6 +250,85 @@ func TestDrawSurvivesRebuild(t *testing.T) {
 			t.Errorf("purchase of a rebuilt draw: got %v, %v; want not started", r, err)
 		}
 	})
+}
+
+// TestDrawRestore: DrawRestore's rules for the rows of a rebuilt draw
+// sale. A live or drawn row stands over a withdrawn one, whichever page
+// comes first; a live entry already in Redis stays; the holds come back to
+// their records, the withdrawn and pending ones' onto the read path's
+// list; counts are raised to the rows', never lowered; a page run again
+// changes nothing; a token below the fence is refused.
+func TestDrawRestore(t *testing.T) {
+	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		const sale = "drr"
+		prepareDraw(t, ctx, rdb, sale, false)
+		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale, ""), "dan", "e10", "", 1, drawOpen+1, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawEnter dan: %v, %v", v, err)
+		}
+		restore := func(token int64, counts []any, rows ...string) int64 {
+			t.Helper()
+			args := []any{token, 7, len(counts) / 2}
+			args = append(args, counts...)
+			for _, r := range rows {
+				args = append(args, splitRow(r)...)
+			}
+			n, err := lua.DrawRestore.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64()
+			if err != nil {
+				t.Fatalf("DrawRestore: %v", err)
+			}
+			return n
+		}
+		pages := [][]string{
+			{"ann withdrawn a1 1 pi_a1", "eve released x1 1 pi_x1"},
+			{"ann entered a2 2 pi_a2", "dan entered d1 1 pi_d1", "eve withdrawn x0 1 -"},
+		}
+		for range 2 { // the second time: a restore run again
+			if n := restore(5, nil, pages[0]...); n != 2 {
+				t.Errorf("first page: got %d rows, want 2", n)
+			}
+			if n := restore(5, []any{lua.FieldDrawEntries, 5}, pages[1]...); n != 3 {
+				t.Errorf("last page: got %d rows, want 3", n)
+			}
+		}
+		if n := restore(5, []any{lua.FieldDrawEntries, 3}); n != 0 {
+			t.Errorf("a count below: got %d rows, want 0", n)
+		}
+		entries, err := rdb.HGetAll(ctx, lua.DrawKey(sale)).Result()
+		if want := map[string]string{"ann": "entered a2 2 ", "dan": "pending e10 1 ", "eve": "released x1 1 "}; err != nil || !reflect.DeepEqual(entries, want) {
+			t.Errorf("entries: got %v, %v; want %v", entries, err, want)
+		}
+		counts, err := rdb.HMGet(ctx, lua.SaleKey(sale), lua.FieldDrawEntries, "draw_pending", "draw_entered", "draw_withdrawn", "draw_released", "fence").Result()
+		if want := []any{"5", "1", "1", "0", "1", "5"}; err != nil || !reflect.DeepEqual(counts, want) {
+			t.Errorf("counts (made, pending, entered, withdrawn, released, fence): got %v, %v; want %v", counts, err, want)
+		}
+		holds, err := rdb.HGetAll(ctx, lua.DrawHoldKey(sale)).Result()
+		if want := map[string]string{"a1": "pi_a1 ann", "a2": "pi_a2 ann", "d1": "pi_d1 dan", "x1": "pi_x1 eve"}; err != nil || !reflect.DeepEqual(holds, want) {
+			t.Errorf("holds: got %v, %v; want %v", holds, err, want)
+		}
+		listed, err := rdb.ZRangeWithScores(ctx, lua.DrawCheckKey(sale), 0, -1).Result()
+		if want := []redis.Z{{Score: 7, Member: "a1"}}; err != nil || !reflect.DeepEqual(listed, want) {
+			t.Errorf("the read path's list: got %v, %v; want %v", listed, err, want)
+		}
+		if n := restore(4, nil, "fay pending f1 1 -"); n != lua.DrawRestoreFenced {
+			t.Errorf("a token below the fence: got %d, want %d", n, lua.DrawRestoreFenced)
+		}
+		if ok, err := rdb.HExists(ctx, lua.DrawKey(sale), "fay").Result(); err != nil || ok {
+			t.Errorf("fay's entry after a fenced page: got %v, %v; want none", ok, err)
+		}
+	})
+}
+
+// splitRow is DrawRestore's six values of "user state id quantity intent"
+// (intent "-" for none) on a sale of one stock.
+func splitRow(r string) []any {
+	var user, st, id, q, intent string
+	if _, err := fmt.Sscan(r, &user, &st, &id, &q, &intent); err != nil {
+		panic(err)
+	}
+	if intent == "-" {
+		intent = ""
+	}
+	return []any{user, st, id, q, "", intent}
 }
 
 func TestDrawError(t *testing.T) {

@@ -42,3 +42,21 @@ func ParseDrawHold(v string) (intent, user string, ok bool) {
 	intent, user, ok = strings.Cut(v, " ")
 	return intent, user, ok && intent != "" && user != ""
 }
+
+//go:embed drawrestore.lua
+var drawRestoreSrc string
+
+// DrawRestore puts a page of a draw sale's database rows back into its
+// entries and holds, for the rebuild of a sale Redis lost
+// (drawrestore.lua).
+var DrawRestore = redis.NewScript(drawRestoreSrc)
+
+// DrawRestoreFenced is DrawRestore's answer to a token below the sale
+// hash's fence.
+const DrawRestoreFenced = -1
+
+// DrawRestoreKeys is DrawRestore's KEYS: sale hash, entries hash, holds
+// hash, checks.
+func DrawRestoreKeys(sale string) []string {
+	return []string{SaleKey(sale), DrawKey(sale), DrawHoldKey(sale), DrawCheckKey(sale)}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/flashgate/flashgate"
 )
@@ -16,8 +17,23 @@ import (
 // as far, its (updated_at, seq) is later (a stale writer's change, written
 // after a newer one, changes nothing). One transaction; at most one live entry (pending or
 // entered) per (sale, user), so entries of one user go in the order they
-// happened. A bad state is ErrBadRequest.
+// happened: a new live entry supersedes its user's live row of another
+// id (SupersedeDrawEntries). A bad state is ErrBadRequest.
 func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
+	return d.SupersedeDrawEntries(ctx, entries, nil)
+}
+
+// SupersedeDrawEntries is PutDrawEntries that reports the rows it
+// supersedes. A live entry (pending or entered) whose id the table does
+// not hold, of a user whose live row is another entry (Redis lost that
+// entry, and its buyer entered again: docs/api.md, "Draws"), supersedes
+// that row: the row becomes withdrawn, stamped as the new entry, and the
+// new entry is stored, so that one user's entries never stop the others'
+// (draw_entries_live refusing the new row failed the whole batch). The
+// superseded rows, in their new state, go to before inside the
+// transaction, before it commits (nil: nobody is told); an error from
+// before stores nothing.
+func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error {
 	for _, e := range entries {
 		if !e.State.Valid() || !flashgate.ValidID(e.ID) || !flashgate.ValidSaleID(e.SaleID) {
 			return &flashgate.FieldError{Field: "entry", Reason: fmt.Sprintf("entry %q of sale %q in state %q", e.ID, e.SaleID, e.State)}
@@ -37,6 +53,13 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		WHERE ` + newRank + ` > ` + rowRank + `
 			OR (` + newRank + ` = ` + rowRank + ` AND (draw_entries.updated_at < excluded.updated_at
 				OR (draw_entries.updated_at = excluded.updated_at AND draw_entries.seq <= excluded.seq)))`)
+	// supersede withdraws the user's live row of another id, unless the
+	// table holds the new entry's id already (then it is no new entry).
+	supersede := d.q(`UPDATE draw_entries SET state = ?, updated_at = ?, seq = ?
+		WHERE sale_id = ? AND user_id = ? AND entry_id <> ? AND state IN (?, ?)
+			AND NOT EXISTS (SELECT 1 FROM draw_entries n WHERE n.entry_id = ?)
+		RETURNING entry_id, user_id, variant, quantity, payment_intent, order_id, created_at`)
+	var superseded []flashgate.DrawEntry
 	now := nowUTC()
 	for _, e := range entries {
 		created, updated := e.CreatedAt, e.UpdatedAt
@@ -46,15 +69,52 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 		if updated.IsZero() {
 			updated = created
 		}
+		if e.State == flashgate.DrawPending || e.State == flashgate.DrawEntered {
+			old, err := d.supersede(ctx, tx, supersede, e, updated)
+			if err != nil {
+				return err
+			}
+			superseded = append(superseded, old...)
+		}
 		if _, err := tx.ExecContext(ctx, q, e.ID, e.SaleID, e.UserID, e.Variant, e.Quantity, string(e.State),
 			e.PaymentIntent, e.OrderID, d.ts(created), d.ts(updated), e.Seq); err != nil {
 			return fmt.Errorf("storing draw entry %s: %w", e.ID, err)
+		}
+	}
+	if len(superseded) > 0 && before != nil {
+		if err := before(superseded); err != nil {
+			return fmt.Errorf("storing draw entries: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	return nil
+}
+
+// supersede runs q (SupersedeDrawEntries' update) for the new live entry
+// e, stamped updated, in tx, and returns the rows it withdrew.
+func (d *DB) supersede(ctx context.Context, tx *sql.Tx, q string, e flashgate.DrawEntry, updated time.Time) ([]flashgate.DrawEntry, error) {
+	rows, err := tx.QueryContext(ctx, q, string(flashgate.DrawWithdrawn), d.ts(updated), e.Seq, e.SaleID, e.UserID, e.ID,
+		string(flashgate.DrawPending), string(flashgate.DrawEntered), e.ID)
+	if err != nil {
+		return nil, fmt.Errorf("superseding the live entry of %s before %s: %w", e.UserID, e.ID, err)
+	}
+	defer rows.Close()
+	var out []flashgate.DrawEntry
+	for rows.Next() {
+		o := flashgate.DrawEntry{SaleID: e.SaleID, State: flashgate.DrawWithdrawn, UpdatedAt: updated, Seq: e.Seq}
+		var created stamp
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Variant, &o.Quantity, &o.PaymentIntent, &o.OrderID, &created); err != nil {
+			return nil, fmt.Errorf("superseding the live entry of %s before %s: %w", e.UserID, e.ID, err)
+		}
+		o.CreatedAt = created.T
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("superseding the live entry of %s before %s: %w", e.UserID, e.ID, err)
+	}
+	return out, nil
 }
 
 // drawRank is the SQL of how far the entry of table t's row has gone
@@ -82,22 +142,63 @@ func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEn
 	if err != nil {
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
+	return scanDrawEntries(rows, saleID)
+}
+
+// EachDrawEntry calls fn with each of a sale's draw entries, by entry id,
+// from one query (the rebuild of a draw sale Redis lost reads a million
+// rows this way: one sort, where pages by id would sort the sale's rows
+// once a page); an error from fn stops it and is returned.
+func (d *DB) EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
+		FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
+	if err != nil {
+		return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanDrawEntry(rows)
+		if err != nil {
+			return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
+	}
+	return nil
+}
+
+// scanDrawEntries reads and closes rows of draw_entries (DrawEntries'
+// columns).
+func scanDrawEntries(rows *sql.Rows, saleID string) ([]flashgate.DrawEntry, error) {
 	defer rows.Close()
 	var out []flashgate.DrawEntry
 	for rows.Next() {
-		var e flashgate.DrawEntry
-		var st string
-		var created, updated stamp
-		if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated, &e.Seq); err != nil {
+		e, err := scanDrawEntry(rows)
+		if err != nil {
 			return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 		}
-		e.State, e.CreatedAt, e.UpdatedAt = flashgate.DrawEntryState(st), created.T, updated.T
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
 	return out, nil
+}
+
+// scanDrawEntry reads the row rows is at (DrawEntries' columns).
+func scanDrawEntry(rows *sql.Rows) (flashgate.DrawEntry, error) {
+	var e flashgate.DrawEntry
+	var st string
+	var created, updated stamp
+	if err := rows.Scan(&e.ID, &e.SaleID, &e.UserID, &e.Variant, &e.Quantity, &st, &e.PaymentIntent, &e.OrderID, &created, &updated, &e.Seq); err != nil {
+		return flashgate.DrawEntry{}, err
+	}
+	e.State, e.CreatedAt, e.UpdatedAt = flashgate.DrawEntryState(st), created.T, updated.T
+	return e, nil
 }
 
 // PutDrawFile stores a draw's entries file once: a sale that has one keeps

@@ -103,15 +103,43 @@ func TestDrawEntries(t *testing.T) {
 				t.Errorf("after a later-stamped change back to %s: got %+v, want e1 released", st, got)
 			}
 		}
-		// A second live entry of bob's is refused, and nothing of its
-		// transaction stays.
-		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
+		// A new live entry of bob's (Redis lost his e3) supersedes his
+		// live row: e3 becomes withdrawn, stamped as e4, and goes to
+		// before; cat's e5 is stored all the same. A before that fails
+		// stores nothing of its transaction.
+		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0.Add(3 * time.Second), Seq: 7}
 		e5 := flashgate.DrawEntry{ID: "e5", SaleID: "d", UserID: "cat", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
-		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}); err == nil {
-			t.Error("a second live entry: got nil, want an error")
+		boom := errors.New("boom")
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, func([]flashgate.DrawEntry) error { return boom }); !errors.Is(err, boom) {
+			t.Errorf("a before that fails: got %v, want %v", err, boom)
 		}
-		if got, _ := db.DrawEntries(ctx, "d"); len(got) != 3 {
-			t.Errorf("after a refused batch: %d entries, want 3", len(got))
+		if got, _ := db.DrawEntries(ctx, "d"); len(got) != 3 || got[2].State != flashgate.DrawPending {
+			t.Errorf("after a failed before: got %+v, want e1, e2, e3 pending", got)
+		}
+		var told []flashgate.DrawEntry
+		before := func(old []flashgate.DrawEntry) error { told = append(told, old...); return nil }
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, before); err != nil {
+			t.Fatalf("a second live entry: %v", err)
+		}
+		wantTold := []flashgate.DrawEntry{{ID: "e3", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawWithdrawn,
+			CreatedAt: e3.CreatedAt, UpdatedAt: e4.CreatedAt, Seq: 7}}
+		if !reflect.DeepEqual(told, wantTold) {
+			t.Errorf("superseded: got %+v, want %+v", told, wantTold)
+		}
+		states := map[string]flashgate.DrawEntryState{}
+		all, _ := db.DrawEntries(ctx, "d")
+		for _, e := range all {
+			states[e.ID] = e.State
+		}
+		if want := map[string]flashgate.DrawEntryState{"e1": flashgate.DrawReleased, "e2": flashgate.DrawWithdrawn,
+			"e3": flashgate.DrawWithdrawn, "e4": flashgate.DrawPending, "e5": flashgate.DrawPending}; !reflect.DeepEqual(states, want) {
+			t.Errorf("after a second live entry: got %v, want %v", states, want)
+		}
+		// The same batch again (a flush whose trim failed) supersedes
+		// nothing: e4 is no new entry.
+		told = nil
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, before); err != nil || told != nil {
+			t.Errorf("the batch again: got %v, superseded %+v; want nil, none", err, told)
 		}
 		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{{ID: "e6", SaleID: "d", UserID: "x", Quantity: 1, State: "bogus"}}); !errors.Is(err, flashgate.ErrBadRequest) {
 			t.Errorf("a bad state: got %v, want ErrBadRequest", err)

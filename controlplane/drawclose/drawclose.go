@@ -270,6 +270,9 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	if err != nil {
 		return false, err
 	}
+	if err := c.listUndrawn(ctx, sale.ID, rows); err != nil {
+		return false, err
+	}
 	if body == nil {
 		if body, err = c.draw(ctx, sale, rows); err != nil {
 			return false, err
@@ -283,6 +286,34 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 		return false, err
 	}
 	return c.settle(ctx, sale, f, rows)
+}
+
+// listUndrawn puts the holds of sale's pending rows with an intent (out of
+// the draw: never authorised in time, or authorised without the entry's
+// move) on the read path's list (lua.DrawHoldKey, lua.DrawCheckKey), due
+// now, unless they are there: the read path releases them (an entry not
+// entered by the close does not count). A pending entry's hold is on the
+// list until it is authorised or released, but the list lives in Redis
+// only, and after Redis lost it nothing else released such a hold: it
+// stayed on the card until the provider let it lapse.
+func (c *Closer) listUndrawn(ctx context.Context, sale string, rows []flashgate.DrawEntry) error {
+	now := float64(c.cfg.Clock.Now().UnixMilli())
+	var n int
+	_, err := c.cfg.Redis.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range rows {
+			if r.State != flashgate.DrawPending || r.PaymentIntent == "" {
+				continue
+			}
+			n++
+			p.HSetNX(ctx, lua.DrawHoldKey(sale), r.ID, r.PaymentIntent+" "+r.UserID)
+			p.ZAddNX(ctx, lua.DrawCheckKey(sale), redis.Z{Score: now, Member: r.ID})
+		}
+		return nil
+	})
+	if err != nil && n > 0 {
+		return fmt.Errorf("listing the holds of %s's entries not drawn: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // shut marks sale's entry window shut in Redis (lua.FieldDrawShut) before

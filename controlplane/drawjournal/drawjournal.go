@@ -23,6 +23,11 @@ type Store interface {
 	// entry has left (flashgate.DrawEntryState.Rank), or of its rank and
 	// older than the row's (UpdatedAt, Seq), leaves the row as it is.
 	PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error
+	// SupersedeDrawEntries is PutDrawEntries in which a new live entry
+	// (pending or entered) of a user whose live row is another entry
+	// withdraws that row; the rows it withdrew go to before, in its
+	// transaction, before it commits.
+	SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error
 }
 
 // DefaultBatch is how many stream entries one Flush reads.
@@ -34,6 +39,16 @@ const DefaultBatch = 1000
 // beside a close, and the store keeps each entry's latest), and deletes what it wrote from the stream; it returns how
 // many it wrote. A stream entry of another shape is deleted unwritten and
 // reported in the error, after the others are written.
+//
+// A buyer has one live entry (pending or entered) in the database
+// (draw_entries_live). When Redis lost a buyer's live entry and the buyer
+// entered again, the later entry supersedes the earlier: the earlier row
+// becomes withdrawn, as Redis already has it (the buyer's entry there is
+// the new one, and the close draws the database's rows), and its card
+// hold, if it has one, goes on the read path's list (lua.DrawHoldKey,
+// lua.DrawCheckKey) before the row's change commits: the read path
+// releases the hold of an entry its buyer no longer has
+// (controlplane/drawhold). So one buyer's entries never stop the journal.
 func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, batch int64) (int, error) {
 	if batch <= 0 {
 		batch = DefaultBatch
@@ -59,7 +74,9 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 		entries = append(entries, e)
 	}
 	if len(entries) > 0 {
-		if err := store.PutDrawEntries(ctx, entries); err != nil {
+		if err := store.SupersedeDrawEntries(ctx, entries, func(old []flashgate.DrawEntry) error {
+			return listHolds(ctx, rdb, sale, old)
+		}); err != nil {
 			return 0, fmt.Errorf("journaling the draw of %s: %w", sale, err)
 		}
 	}
@@ -95,4 +112,24 @@ func parse(sale string, m redis.XMessage) (flashgate.DrawEntry, bool) {
 	e.UpdatedAt, e.Seq = e.CreatedAt, n
 	e.PaymentIntent, _ = m.Values[lua.DrawJournalIntent].(string)
 	return e, true
+}
+
+// listHolds puts the holds of superseded entries (those with an intent) on
+// sale's read path's list, due at once: the hold's record keeps the one
+// there, if any, and the list an earlier due time.
+func listHolds(ctx context.Context, rdb redis.UniversalClient, sale string, superseded []flashgate.DrawEntry) error {
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, e := range superseded {
+			if e.PaymentIntent == "" {
+				continue
+			}
+			p.HSetNX(ctx, lua.DrawHoldKey(sale), e.ID, e.PaymentIntent+" "+e.UserID)
+			p.ZAddLT(ctx, lua.DrawCheckKey(sale), redis.Z{Score: float64(e.UpdatedAt.UnixMilli()), Member: e.ID})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing the holds of superseded entries: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	return nil
 }

@@ -74,17 +74,17 @@ func TestFlush(t *testing.T) {
 	}
 }
 
-// gatedStore holds its first PutDrawEntries until release is closed, after
-// signalling held.
+// gatedStore holds its first SupersedeDrawEntries (Flush's write) until
+// release is closed, after signalling held.
 type gatedStore struct {
 	drawjournal.Store
 	once          sync.Once
 	held, release chan struct{}
 }
 
-func (g *gatedStore) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
+func (g *gatedStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func([]flashgate.DrawEntry) error) error {
 	g.once.Do(func() { close(g.held); <-g.release })
-	return g.Store.PutDrawEntries(ctx, entries)
+	return g.Store.SupersedeDrawEntries(ctx, entries, before)
 }
 
 // TestFlushesAtOnce: two Flushes of one journal at once (the leader's tick

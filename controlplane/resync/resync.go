@@ -53,6 +53,9 @@ type Store interface {
 	// has been recorded for yet; RetakeGivenBack records one.
 	OwedRetakes(ctx context.Context, saleID string) ([]flashgate.Order, error)
 	RetakeGivenBack(ctx context.Context, orderID string) error
+	// EachDrawEntry calls fn with each of a draw sale's entries, by id,
+	// from one query (the rebuild of a draw sale).
+	EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -184,6 +187,11 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		ctx = rctx
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
+		}
+		if sale.Draw() {
+			if err := s.RestoreDraw(ctx, sale); err != nil {
+				return before, after, err
+			}
 		}
 		var restored string
 		if restored, err = salehash.MarkRestored(ctx, s.rdb, id); err != nil {
@@ -371,6 +379,63 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+// RestoreDraw puts a draw sale's entries back into Redis from every row of
+// draw_entries, read in one query and sent a page at a time
+// (lua.DrawRestore), before the rebuild's final Resync writes the sale
+// hash: a buyer whose entry the database holds pending or entered is
+// answered that entry by lua.DrawEnter, as before the loss, not entered a
+// second time; the entries' holds go back to their records, and the holds
+// of pending and withdrawn entries onto the read path's list, due at once.
+// The last call raises the sale's counts of entries made to the rows' (it
+// knows them only then). Entries whose changes were still in the journal
+// Redis lost come back as the database last stored them.
+func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
+	keys := lua.DrawRestoreKeys(sale.ID)
+	tok := fencing.Of(ctx)
+	made := int64(0)
+	perVariant := map[string]int64{}
+	page := make([]flashgate.DrawEntry, 0, salehash.ReleaseChunk)
+	send := func(last bool) error {
+		args := make([]any, 0, 5+2*len(perVariant)+6*len(page))
+		args = append(args, tok, 0)
+		if last {
+			args = append(args, 1+len(perVariant), lua.FieldDrawEntries, made)
+			for v, n := range perVariant {
+				args = append(args, lua.VariantField(v, lua.FieldDrawEntries), n)
+			}
+		} else {
+			args = append(args, 0)
+		}
+		for _, e := range page {
+			args = append(args, e.UserID, string(e.State), e.ID, e.Quantity, e.Variant, e.PaymentIntent)
+		}
+		page = page[:0]
+		n, err := lua.DrawRestore.Run(ctx, s.rdb, keys, args...).Int()
+		if err != nil {
+			return fmt.Errorf("restoring draw entries: %w: %w", flashgate.ErrUnavailable, err)
+		}
+		if n == lua.DrawRestoreFenced {
+			return fencing.Err("restoring draw entries", tok)
+		}
+		return nil
+	}
+	err := s.store.EachDrawEntry(ctx, sale.ID, func(e flashgate.DrawEntry) error {
+		made++
+		if e.Variant != "" {
+			perVariant[e.Variant]++
+		}
+		page = append(page, e)
+		if len(page) < salehash.ReleaseChunk {
+			return nil
+		}
+		return send(false)
+	})
+	if err != nil {
+		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
+	}
+	return send(true)
 }
 
 // Bucketed is Resync for a bucketed sale: the sale and its bucket tags

@@ -1,0 +1,87 @@
+-- DrawRestore puts a page of a draw sale's database rows (draw_entries)
+-- back into its entries and holds, for a re-sync that rebuilds a sale
+-- Redis lost (or holds from an older snapshot), so that a buyer whose
+-- entry the database holds live (pending or entered) is answered that
+-- entry by lua.DrawEnter, as before the loss, and is not entered twice.
+-- It runs before the rebuild's final Resync writes the sale hash's stock
+-- (while the hash has no total field, the entry scripts answer "no sale"
+-- and change nothing). Every page may be restored again (a restore cut
+-- short is run again from its first page): an entry in place is left.
+--
+-- KEYS[1] sale hash       fg:{<sale>}:sale
+--         (its fence field, the counts draw_<state>, draw_entries and
+--         variant:<id>:draw_entries)
+-- KEYS[2] entries hash    fg:{<sale>}:draw
+--         (lua.DrawKey)
+-- KEYS[3] holds hash      fg:{<sale>}:dholds
+--         (lua.DrawHoldKey)
+-- KEYS[4] checks zset     fg:{<sale>}:dcheck
+--         (lua.DrawCheckKey)
+-- ARGV[1] the caller's fencing token: refused below the sale hash's fence
+--         field, which it raises (creating the field when Redis lost the
+--         hash, as lua/restore.lua does)
+-- ARGV[2] when the read path looks at a restored hold, unix milliseconds
+-- ARGV[3] c: how many count pairs follow (0 on every page but the last)
+-- ARGV[4 .. 3+2c] pairs field, count: the entries the database holds
+--         (draw_entries, and variant:<id>:draw_entries per variant); a
+--         field below its count is raised to it (never lowered: an entry
+--         made meanwhile counts)
+-- ARGV[4+2c ..] six values per row: user id, state, entry id, quantity,
+--         variant ("" on a sale of one stock), payment intent ("" without
+--         a hold)
+--
+-- A row becomes its user's entry (lua.DrawKey's "<state> <entry id>
+-- <quantity> <variant>") when the user has none, or when the user's entry
+-- is withdrawn and the row is not (a buyer's live or drawn entry is the
+-- one that stands; of two live ones, the one in Redis, newer than the
+-- database's, stays: the journal's flush supersedes the other). The sale
+-- hash's draw_<state> counts follow each change of the entries hash. A
+-- row with an intent gets its hold record (lua.DrawHoldKey, "<intent>
+-- <user>") unless one is there; a pending or withdrawn one is also put on
+-- the read path's list (lua.DrawCheckKey) at ARGV[2] unless it is there,
+-- so that the read path enters an authorised pending entry or releases a
+-- hold nobody wants (a provider's cancel of a released hold changes
+-- nothing).
+--
+-- Returns the number of rows read, or -1 refused (a newer writer's token
+-- is in the sale hash; nothing changed).
+local token = tonumber(ARGV[1]) or 0
+local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
+if token < fence then
+  return -1
+end
+if token > fence then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+local at = ARGV[2]
+local c = tonumber(ARGV[3]) or 0
+local i = 4
+for _ = 1, c do
+  local field, n = ARGV[i], tonumber(ARGV[i + 1]) or 0
+  if (tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0) < n then
+    redis.call('HSET', KEYS[1], field, n)
+  end
+  i = i + 2
+end
+local rows = 0
+while i + 5 <= #ARGV do
+  local user, st, id, q, variant, intent = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local cur = redis.call('HGET', KEYS[2], user)
+  local curSt = cur and string.match(cur, '^(%S+)')
+  if not cur or (curSt == 'withdrawn' and st ~= 'withdrawn') then
+    redis.call('HSET', KEYS[2], user, st .. ' ' .. id .. ' ' .. q .. ' ' .. variant)
+    redis.call('HINCRBY', KEYS[1], 'draw_' .. st, 1)
+    if curSt then
+      redis.call('HINCRBY', KEYS[1], 'draw_' .. curSt, -1)
+    end
+  end
+  if intent ~= '' then
+    redis.call('HSETNX', KEYS[3], id, intent .. ' ' .. user)
+    if st == 'pending' or st == 'withdrawn' then
+      redis.call('ZADD', KEYS[4], 'NX', at, id)
+    end
+  end
+  rows = rows + 1
+  i = i + 6
+end
+return rows
