@@ -29,8 +29,9 @@ type proc struct {
 	cred  *syscall.Credential // run as this user (PostgreSQL refuses root)
 	ready func(ctx context.Context) error
 
-	mu  sync.Mutex
-	cur *procgroup.Proc // the latest run; nil before the first start
+	mu     sync.Mutex
+	cur    *procgroup.Proc // the latest run; nil before the first start
+	killed time.Time       // when kill9 last killed it (guarded by mu)
 }
 
 // start starts the process and waits (at most limit) until ready answers.
@@ -80,7 +81,18 @@ func (p *proc) kill9() error {
 	if cur == nil {
 		return nil
 	}
-	return cur.Kill()
+	err := cur.Kill()
+	p.mu.Lock()
+	p.killed = time.Now()
+	p.mu.Unlock()
+	return err
+}
+
+// killedAt is when kill9 last killed the process (zero if never).
+func (p *proc) killedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.killed
 }
 
 // stop asks the process to end with sig, and kills it after limit.

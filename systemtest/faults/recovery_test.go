@@ -54,6 +54,7 @@ var redisRestartPausedSinks = scenario{
 			return
 		}
 		x.event("kill -9 %s", x.c.primary.name)
+		x.aofLoss(x.c.primary.killedAt())
 		time.Sleep(time.Second) // not a synchronisation: Redis stays down 1s
 		x.repair("restarted redis-primary from its AOF, then SIGCONT both order sinks", func() error {
 			if err := x.c.primary.start(30 * time.Second); err != nil {
