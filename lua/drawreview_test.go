@@ -1,0 +1,38 @@
+package lua_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/lua"
+)
+
+// TestDrawRestoreSameIDRank shows that DrawRestore keeps a stale live entry
+// in Redis (pending e1) over the database's row of the same entry that has
+// gone further (won e1), and does not list its hold: a Redis restored from
+// an older snapshot keeps answering the old state.
+func TestDrawRestoreSameIDRank(t *testing.T) {
+	forEach(t, backends(t), "restore-rank", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		const sale = "drk"
+		prepareDraw(t, ctx, rdb, sale, false)
+		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale, ""), "dan", "e1", "", 1, drawOpen+1, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawEnter dan: %v, %v", v, err)
+		}
+		args := []any{5, 7, 0}
+		args = append(args, splitRow("dan won e1 1 pi_e1")...)
+		if _, err := lua.DrawRestore.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64(); err != nil {
+			t.Fatalf("DrawRestore: %v", err)
+		}
+		got, err := rdb.HGet(ctx, lua.DrawKey(sale), "dan").Result()
+		if want := "won e1 1 "; err != nil || got != want {
+			t.Errorf("dan's entry after restoring the row won: got %q, %v; want %q", got, err, want)
+		}
+		listed, _ := rdb.ZRange(ctx, lua.DrawCheckKey(sale), 0, -1).Result()
+		if !reflect.DeepEqual(listed, []string{}) {
+			t.Logf("listed: %v", listed)
+		}
+	})
+}
