@@ -34,7 +34,9 @@
 -- <quantity> <variant>") when the user has none, or when the user's entry
 -- is withdrawn and the row is not (a buyer's live or drawn entry is the
 -- one that stands; of two live ones, the one in Redis, newer than the
--- database's, stays: the journal's flush supersedes the other). The sale
+-- database's, stays: the journal's flush supersedes the other), or when
+-- the user's entry is the row's own in a state the row has gone past (a
+-- Redis from an older snapshot, as a lagging replica promoted). The sale
 -- hash's draw_<state> counts follow each change of the entries hash. A
 -- row with an intent gets its hold record (lua.DrawHoldKey, "<intent>
 -- <user>") unless one is there; a pending or withdrawn one is also put on
@@ -63,12 +65,19 @@ for _ = 1, c do
   end
   i = i + 2
 end
+-- rank is how far an entry in a state has gone (flashgate.DrawEntryState.Rank):
+-- every move of an entry goes to a higher rank.
+local rank = {pending = 0, entered = 1, withdrawn = 2, won = 2, lost = 2, captured = 3, released = 3}
 local rows = 0
 while i + 5 <= #ARGV do
   local user, st, id, q, variant, intent = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local cur = redis.call('HGET', KEYS[2], user)
-  local curSt = cur and string.match(cur, '^(%S+)')
-  if not cur or (curSt == 'withdrawn' and st ~= 'withdrawn') then
+  local curSt, curID
+  if cur then
+    curSt, curID = string.match(cur, '^(%S+) (%S+)')
+  end
+  if not cur or (curSt == 'withdrawn' and st ~= 'withdrawn')
+      or (curID == id and (rank[st] or -1) > (rank[curSt] or -1)) then
     redis.call('HSET', KEYS[2], user, st .. ' ' .. id .. ' ' .. q .. ' ' .. variant)
     redis.call('HINCRBY', KEYS[1], 'draw_' .. st, 1)
     if curSt then

@@ -466,10 +466,10 @@ func (c *Closer) moved(ctx context.Context, cur *entryStates, r flashgate.DrawEn
 		}
 		return nil
 	case lua.DrawNoSale, lua.DrawNoEntry:
-		// Redis lost the entry (a rebuild of the sale does not bring the
-		// entries back): the database, the system of record, takes the
-		// move under the script's rule, so that the close goes on
-		// capturing and releasing.
+		// Redis lost the entry (the sale's hash missing until a rebuild
+		// restores its entries from the rows): the database, the system
+		// of record, takes the move under the script's rule, so that the
+		// close goes on capturing and releasing.
 		cur.mu.Lock()
 		defer cur.mu.Unlock()
 		if st := cur.m[r.ID]; st == to || !slices.Contains(from, st) {
