@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate"
@@ -166,20 +168,24 @@ func (s *Service) drawFinished(ctx context.Context, sale flashgate.Sale) bool {
 // drawHold returns the card hold whose capture paid o when o is a draw
 // winner's order (its id is drawclose.OrderID of its entry's), "" for any
 // other order: an admin refund refunds that hold (orders.Config.DrawHold).
-// It reads the sale's entries, as refunds are rare.
+// It reads the one entry the order's id names.
 func (s *Service) drawHold(ctx context.Context, o flashgate.Order) (string, error) {
 	sale, err := s.store.Sale(ctx, o.SaleID)
 	if err != nil || !sale.Draw() {
 		return "", err
 	}
-	rows, err := s.store.DrawEntries(ctx, o.SaleID)
-	if err != nil {
+	id, ok := strings.CutPrefix(o.ID, drawclose.OrderID(""))
+	if !ok {
+		return "", nil
+	}
+	r, err := s.store.DrawEntry(ctx, o.SaleID, id)
+	switch {
+	case errors.Is(err, flashgate.ErrNotFound):
+		return "", nil
+	case err != nil:
 		return "", err
+	case r.UserID != o.UserID:
+		return "", nil
 	}
-	for _, r := range rows {
-		if drawclose.OrderID(r.ID) == o.ID && r.UserID == o.UserID {
-			return r.PaymentIntent, nil
-		}
-	}
-	return "", nil
+	return r.PaymentIntent, nil
 }

@@ -137,21 +137,44 @@ func drawRank(t string) string {
 
 // DrawEntries returns a sale's draw entries, by entry id.
 func (d *DB) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEntry, error) {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
-		FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
-	if err != nil {
-		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
-	}
-	return scanDrawEntries(rows, saleID)
+	var out []flashgate.DrawEntry
+	err := d.EachDrawEntry(ctx, saleID, func(e flashgate.DrawEntry) error {
+		out = append(out, e)
+		return nil
+	})
+	return out, err
 }
+
+// DrawEntry reads one of a sale's draw entries; flashgate.ErrNotFound when
+// the sale has none of that id.
+func (d *DB) DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error) {
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+drawEntryCols+` FROM draw_entries WHERE sale_id = ? AND entry_id = ?`), saleID, entryID)
+	if err != nil {
+		return flashgate.DrawEntry{}, fmt.Errorf("reading draw entry %s: %w", entryID, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return flashgate.DrawEntry{}, fmt.Errorf("reading draw entry %s: %w", entryID, err)
+		}
+		return flashgate.DrawEntry{}, fmt.Errorf("draw entry %s: %w", entryID, flashgate.ErrNotFound)
+	}
+	e, err := scanDrawEntry(rows)
+	if err != nil {
+		return flashgate.DrawEntry{}, fmt.Errorf("reading draw entry %s: %w", entryID, err)
+	}
+	return e, nil
+}
+
+// drawEntryCols are the columns scanDrawEntry reads.
+const drawEntryCols = `entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq`
 
 // EachDrawEntry calls fn with each of a sale's draw entries, by entry id,
 // from one query (the rebuild of a draw sale Redis lost reads a million
 // rows this way: one sort, where pages by id would sort the sale's rows
 // once a page); an error from fn stops it and is returned.
 func (d *DB) EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error {
-	rows, err := d.r.QueryContext(ctx, d.q(`SELECT entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq
-		FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
+	rows, err := d.r.QueryContext(ctx, d.q(`SELECT `+drawEntryCols+` FROM draw_entries WHERE sale_id = ? ORDER BY entry_id`), saleID)
 	if err != nil {
 		return fmt.Errorf("reading draw entries of %s: %w", saleID, err)
 	}
@@ -171,25 +194,7 @@ func (d *DB) EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate
 	return nil
 }
 
-// scanDrawEntries reads and closes rows of draw_entries (DrawEntries'
-// columns).
-func scanDrawEntries(rows *sql.Rows, saleID string) ([]flashgate.DrawEntry, error) {
-	defer rows.Close()
-	var out []flashgate.DrawEntry
-	for rows.Next() {
-		e, err := scanDrawEntry(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading draw entries of %s: %w", saleID, err)
-	}
-	return out, nil
-}
-
-// scanDrawEntry reads the row rows is at (DrawEntries' columns).
+// scanDrawEntry reads the row rows is at (drawEntryCols).
 func scanDrawEntry(rows *sql.Rows) (flashgate.DrawEntry, error) {
 	var e flashgate.DrawEntry
 	var st string

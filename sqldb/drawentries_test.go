@@ -60,6 +60,14 @@ func TestDrawEntries(t *testing.T) {
 		if want := []flashgate.DrawEntry{e1, e2, e3}; !reflect.DeepEqual(got, want) {
 			t.Errorf("DrawEntries: got %+v, want %+v", got, want)
 		}
+		if one, err := db.DrawEntry(ctx, "d", "e2"); err != nil || !reflect.DeepEqual(one, e2) {
+			t.Errorf("DrawEntry e2: got %+v, %v; want %+v", one, err, e2)
+		}
+		for _, k := range [][2]string{{"d", "e9"}, {"other", "e1"}} {
+			if _, err := db.DrawEntry(ctx, k[0], k[1]); !errors.Is(err, flashgate.ErrNotFound) {
+				t.Errorf("DrawEntry %s of sale %s: got %v, want ErrNotFound", k[1], k[0], err)
+			}
+		}
 		// A stale change (older than the row's) changes nothing.
 		stale := e1
 		stale.State, stale.UpdatedAt = flashgate.DrawPending, t0
