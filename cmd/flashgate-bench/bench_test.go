@@ -46,6 +46,7 @@ const crowdOut = `requests      100000 in 3.18s
   first transport error: dial tcp: refused
 throughput    31448 requests/s
 latency       p50 7.29ms  p99 21.54ms  p999 88.1ms  max 144ms
+  of the 201s p50 1.2ms  p99 3.4ms  p999 5.6ms  max 7.8ms
 cross-check   201s 100, units booked +100, DB rows +100, admitted +150
 cross-check   ok
 `
@@ -66,6 +67,13 @@ func TestParseCrowd(t *testing.T) {
 	}
 	if c.Check != "ok" {
 		t.Errorf("got cross-check %q, want ok", c.Check)
+	}
+	if got, want := c.createdP99(), 3400*time.Microsecond; got != want {
+		t.Errorf("got the 201s' p99 %v, want %v", got, want)
+	}
+	all := crowdRun{Requests: 10, Answers: map[string]int{"201": 10}, P99: time.Second}
+	if got, want := all.createdP99(), time.Second; got != want {
+		t.Errorf("every answer a 201: got the 201s' p99 %v, want %v (the p99 of all)", got, want)
 	}
 }
 

@@ -37,8 +37,9 @@ type crowdRun struct {
 	Rate               float64
 	Answers            map[string]int
 	P50, P99, P999, Mx time.Duration
-	Check              string  // the cross-check's last line, if any
-	ServerCPU          float64 // cores the server process used while the crowd ran (after minting its tokens)
+	CreatedP99         time.Duration // the 201s' p99, when not every answer was one
+	Check              string        // the cross-check's last line, if any
+	ServerCPU          float64       // cores the server process used while the crowd ran (after minting its tokens)
 }
 
 var (
@@ -46,6 +47,7 @@ var (
 	reCrowdAns  = regexp.MustCompile(`(?m)^  ([0-9][0-9][0-9][ a-z_]*|transport error)\s+(\d+)\s*$`)
 	reCrowdRate = regexp.MustCompile(`(?m)^throughput\s+([\d.]+)`)
 	reCrowdLat  = regexp.MustCompile(`(?m)^latency\s+p50 (\S+)\s+p99 (\S+)\s+p999 (\S+)\s+max (\S+)`)
+	reCrowdMade = regexp.MustCompile(`(?m)^  of the 201s p50 (\S+)\s+p99 (\S+)`)
 	reCrowdChk  = regexp.MustCompile(`(?m)^cross-check\s+(.*)$`)
 )
 
@@ -71,6 +73,9 @@ func parseCrowd(out string) (crowdRun, error) {
 		c.P99, _ = time.ParseDuration(m[2])
 		c.P999, _ = time.ParseDuration(m[3])
 		c.Mx, _ = time.ParseDuration(m[4])
+	}
+	if m = reCrowdMade.FindStringSubmatch(out); m != nil {
+		c.CreatedP99, _ = time.ParseDuration(m[2])
 	}
 	if ms := reCrowdChk.FindAllStringSubmatch(out, -1); len(ms) > 0 {
 		c.Check = strings.TrimSpace(ms[len(ms)-1][1])

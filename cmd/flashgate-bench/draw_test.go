@@ -42,3 +42,38 @@ func TestSpliceDraw(t *testing.T) {
 		}
 	}
 }
+
+// TestSpliceOverload: a run of the overload phase alone replaces its own
+// section, and leaves the draw's where it was.
+func TestSpliceOverload(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	doc := "# Benchmarks\n\n## Draw: a draw\n\ndraw figures\n\n## Go benchmarks\n\ngo figures\n\n## Commands\n\ncommands\n"
+	if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: settings{Phases: "overload", Out: out}, rep: &report{}}
+	for run, secs := range []int{3, 7} {
+		capacity := crowdRun{Requests: 100, Elapsed: time.Second, Answers: map[string]int{"201": 100}}
+		b.rep.overload = &overloadResult{Seconds: secs, Conc: 512, Timeout: "30s", Capacity: capacity,
+			Levels: []overloadLevel{{K: 2, Rate: 200, Gate: capacity, Bare: capacity}}}
+		if err := b.writeReport(); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := string(raw)
+		if n := strings.Count(got, overloadHeading); n != 1 {
+			t.Errorf("run %d: got %d overload sections, want 1", run, n)
+		}
+		for _, want := range []string{"draw figures", "go figures", "commands", "OVERLOAD_SECONDS=" + strconv.Itoa(secs), "| 2× (200/s) | 100/s (100%) |"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run %d: got a report without %q:\n%s", run, want, got)
+			}
+		}
+		if i, j := strings.Index(got, overloadHeading), strings.Index(got, "## Go benchmarks"); i < 0 || i > j {
+			t.Errorf("run %d: got the overload section at %d, the Go benchmarks at %d; want it before them", run, i, j)
+		}
+	}
+}

@@ -41,7 +41,7 @@ type settings struct {
 	StormLimit  time.Duration // STORM_LIMIT: give up on the storm after; 180s
 	StormRate   int           // STORM_BUY_RATE: purchases/s going on during the storm; 500
 	IdleSeconds int           // IDLE_SECONDS: the idle window after the storm; 10
-	Phases      string        // PHASES: which parts run; "go,http,crowd,storm,buckets,drop,draw"
+	Phases      string        // PHASES: which parts run; "go,http,crowd,storm,buckets,drop,draw,overload"
 	Scenarios   string        // SCENARIOS: which wrk scenarios of the http phase run, by key (a64,c64,...); "" = all
 	DB          string        // BENCH_DB: database of the wrk and storm phases, sqlite or postgres; sqlite
 	ServeFlags  []string      // SERVE_FLAGS: more flags for every `flashgate serve`; none
@@ -117,7 +117,7 @@ func loadSettings() (settings, error) {
 		s.CrowdUnits < 1 || s.OpenSeconds < 1 || s.StormOrders < 1 || s.IdleSeconds < 1 || s.Tokens < s.Threads {
 		return s, errors.New("ROUNDS, THREADS, CROWD_*, OPEN_SECONDS, STORM_ORDERS, IDLE_SECONDS and TOKENS must be at least 1")
 	}
-	s.Phases = envStr("PHASES", "go,http,crowd,storm,buckets,drop,draw")
+	s.Phases = envStr("PHASES", "go,http,crowd,storm,buckets,drop,draw,overload")
 	s.Scenarios = os.Getenv("SCENARIOS")
 	s.DB = envStr("BENCH_DB", "sqlite")
 	if s.DB != "sqlite" && s.DB != "postgres" {
@@ -281,9 +281,10 @@ func run(ctx context.Context, cfg settings) int {
 	phase("http", b.httpPhase) // http.go, httpcheck.go, queue.go; QUEUE_ENTRANTS, QUEUE_MAXNUMBER
 	phase("crowd", b.crowdPhase)
 	phase("storm", b.stormPhase)
-	phase("buckets", b.bucketsPhase) // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)
-	phase("drop", b.dropPhase)       // drop.go; DROP_PEOPLE, DROP_SCALPERS, DROP_ACCOUNTS, DROP_UNITS, DROP_MAXNUMBER, DROP_ENTRANTS
-	phase("draw", b.drawPhase)       // draw.go; DRAW_ENTRIES, DRAW_UNITS, DRAW_RELEASE_SECONDS
+	phase("buckets", b.bucketsPhase)   // buckets.go; BUCKETS_SECONDS (3), BUCKETS_ROUNDS (3)
+	phase("drop", b.dropPhase)         // drop.go; DROP_PEOPLE, DROP_SCALPERS, DROP_ACCOUNTS, DROP_UNITS, DROP_MAXNUMBER, DROP_ENTRANTS
+	phase("draw", b.drawPhase)         // draw.go; DRAW_ENTRIES, DRAW_UNITS, DRAW_RELEASE_SECONDS
+	phase("overload", b.overloadPhase) // overload.go; OVERLOAD_SECONDS
 	// drop.go: only the drop's memory part (DROP_ENTRANTS); not in the
 	// default PHASES.
 	phase("drop-memory", b.dropMemoryPhase)

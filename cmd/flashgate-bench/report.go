@@ -15,9 +15,10 @@ type report struct {
 	http     *httpResult
 	crowd    *crowdResult
 	storm    *stormResult
-	buckets  *bucketsResult // buckets.go
-	drop     *dropResult    // drop.go
-	draw     *drawResult    // draw.go
+	buckets  *bucketsResult  // buckets.go
+	drop     *dropResult     // drop.go
+	draw     *drawResult     // draw.go
+	overload *overloadResult // overload.go
 	failures []string
 	commands []string
 	elapsed  time.Duration
@@ -209,6 +210,7 @@ func (b *bench) markdown() []byte {
 	p("%s", r.bucketsSection())
 	p("%s", r.dropSection())
 	p("%s", r.drawSection())
+	p("%s", r.overloadSection())
 
 	if len(r.goBench) > 0 {
 		p("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -count %d` over the packages that have benchmarks (real redis-server where the benchmark needs one); ns/op as median (min–max).\n\n| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n", cfg.GoBench)
@@ -233,8 +235,11 @@ const (
 
 // writeReport writes the report and the README's headline table.
 func (b *bench) writeReport() error {
-	if strings.TrimSpace(b.cfg.Phases) == "draw" {
+	switch strings.TrimSpace(b.cfg.Phases) {
+	case "draw":
 		return b.spliceDraw()
+	case "overload":
+		return b.spliceOverload()
 	}
 	if err := os.WriteFile(b.cfg.Out, b.markdown(), 0o644); err != nil {
 		return err
@@ -288,19 +293,37 @@ func wrkVerdict(cs []wrkCheck) string {
 const drawHeading = "\n## Draw: "
 
 // spliceDraw writes a run of the draw phase alone (PHASES=draw) into the
-// report already there: its section replaces the draw section (or goes
-// before the Go benchmarks), saying which run it came from; the rest of
-// the report, and the README, keep the full run's figures. Without a
-// report there it writes a whole one.
+// report already there (splice).
 func (b *bench) spliceDraw() error {
-	raw, err := os.ReadFile(b.cfg.Out)
-	if err != nil || b.rep.draw == nil {
+	if b.rep.draw == nil {
 		return os.WriteFile(b.cfg.Out, b.markdown(), 0o644)
 	}
-	sec := b.rep.drawSection() + fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s), spliced into this report: `PHASES=draw DRAW_ENTRIES=%d DRAW_UNITS=%d DRAW_RELEASE_SECONDS=%d`.\n",
-		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.draw.Entries, b.rep.draw.Units, int(b.rep.draw.ReleaseWindow/time.Second))
+	return b.splice(drawHeading, b.rep.drawSection()+fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s), spliced into this report: `PHASES=draw DRAW_ENTRIES=%d DRAW_UNITS=%d DRAW_RELEASE_SECONDS=%d`.\n",
+		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.draw.Entries, b.rep.draw.Units, int(b.rep.draw.ReleaseWindow/time.Second)))
+}
+
+// spliceOverload writes a run of the overload phase alone (PHASES=overload)
+// into the report already there (splice).
+func (b *bench) spliceOverload() error {
+	sec := b.rep.overloadSection()
+	if sec == "" {
+		return os.WriteFile(b.cfg.Out, b.markdown(), 0o644)
+	}
+	return b.splice(overloadHeading, sec+fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s, flashgate commit %s, load average %s at its start), spliced into this report: `PHASES=overload OVERLOAD_SECONDS=%d BENCH_DB=%s`.\n",
+		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.machine.Commit, b.rep.machine.LoadStart, b.rep.overload.Seconds, b.cfg.DB))
+}
+
+// splice puts sec, a phase's section beginning with heading, into the
+// report already there: it replaces the section of that heading (or goes
+// before the Go benchmarks); the rest of the report, and the README, keep
+// the full run's figures. Without a report there it writes a whole one.
+func (b *bench) splice(heading, sec string) error {
+	raw, err := os.ReadFile(b.cfg.Out)
+	if err != nil {
+		return os.WriteFile(b.cfg.Out, b.markdown(), 0o644)
+	}
 	doc := string(raw)
-	i := strings.Index(doc, drawHeading)
+	i := strings.Index(doc, heading)
 	if i < 0 {
 		i = strings.Index(doc, "\n## Go benchmarks")
 		if i < 0 {
