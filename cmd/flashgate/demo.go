@@ -91,7 +91,14 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		return runFairDemo(ctx, cfg, stdout, s, c, base, admin)
 	}
 	if cfg.Draw {
-		return runDrawDemo(ctx, cfg, stdout, s, c, stand, base, admin)
+		if err := runDrawDemo(ctx, cfg, stdout, s, c, stand, base, admin); err != nil || !cfg.Serve {
+			return err
+		}
+		if err := serveDrawDemo(ctx, cfg, stdout, s, base, admin); err != nil {
+			return err
+		}
+		<-g.ctx.Done()
+		return nil
 	}
 	const saleID = "demo"
 	fmt.Fprintf(stdout, "flashgate demo: %d units, %d buyers, gateway %s, embedded store and SQLite\n", cfg.Units, cfg.Users, base)

@@ -238,6 +238,40 @@ func drawChecks(ctx context.Context, stdout io.Writer, c conns, stand *stripeloc
 	return nil
 }
 
+// drawDemoNext is the draw `demo --draw --serve` opens after its report,
+// for a visitor to enter from the item page; drawDemoNextWindow is how
+// long its entries stay open (the leader then closes it).
+const (
+	drawDemoNext       = "draw-next"
+	drawDemoNextWindow = 10 * time.Minute
+)
+
+// serveDrawDemo is `demo --draw --serve` after the report: a second draw
+// of the three sizes, entries open for drawDemoNextWindow, so a visitor can
+// enter from its item page (the card form is the stand-in provider's), and
+// the URLs of both draws' pages, the dashboard and a token.
+func serveDrawDemo(ctx context.Context, cfg *Config, stdout io.Writer, s *system, base, admin string) error {
+	open := time.Now()
+	closeAt := open.Add(drawDemoNextWindow)
+	sizes := []string{"S", "M", "L"}
+	if _, err := s.cp.CreateSale(ctx, flashgate.Sale{ID: drawDemoNext, Name: "Next sneaker draw", PriceCents: 18000, Total: 30,
+		PerUser: 1, Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt, Variants: splitUnits(sizes, 30)}); err != nil {
+		return fmt.Errorf("creating draw %s: %w", drawDemoNext, err)
+	}
+	visitor, err := mintToken([]byte(cfg.JWTSecret), "visitor", time.Now().Add(24*time.Hour))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nserving until interrupted (Ctrl-C); draw %s takes entries until %s, then the leader draws it\n",
+		drawDemoNext, closeAt.Format(time.TimeOnly))
+	for _, id := range []string{drawDemoSale, drawDemoNext} {
+		fmt.Fprintf(stdout, "  item page  %s/sales/%s#token=%s\n", base, id, visitor)
+	}
+	fmt.Fprintf(stdout, "  dashboard  %s/admin/  (admin token %s)\n", admin, cfg.AdminToken)
+	fmt.Fprintf(stdout, "  token      flashgate token --jwt-secret %s --user alice\n", cfg.JWTSecret)
+	return nil
+}
+
 // verified words the file's check.
 func verified(err error) string {
 	if err != nil {

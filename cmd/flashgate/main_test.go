@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/valyala/fasthttp"
+
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 func env(m map[string]string) func(string) string {
@@ -177,6 +180,62 @@ func TestDemoDraw(t *testing.T) {
 	}
 	if w := warnLines(errb.String()); len(w) > 0 {
 		t.Errorf("demo --draw logged warnings or errors:\n%s", strings.Join(w, "\n"))
+	}
+}
+
+// TestDemoDrawServe: `demo --draw --serve` keeps serving after its report,
+// with a second draw taking entries whose item page and state the gateway
+// answers, until interrupted.
+func TestDemoDrawServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	var out, errb lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--draw", "--serve", "--units", "30", "--users", "300", "--progress=false",
+			"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, &out, &errb, env(nil))
+	}()
+	var page string
+	testwait.Eventually(t, 90*time.Second, func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("demo --draw --serve returned before it was interrupted: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+		default:
+		}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "item" && strings.Contains(f[2], "/sales/"+drawDemoNext+"#") {
+				page = f[2]
+			}
+		}
+		return page != ""
+	}, "demo --draw --serve printed no item page of %s:\n%s", drawDemoNext, out.String())
+	if !strings.Contains(out.String(), "every invariant held") {
+		t.Errorf("demo --draw --serve's report lacks its checks:\n%s", out.String())
+	}
+	base := page[:strings.Index(page, "/sales/")]
+	status, _, err := fasthttp.Get(nil, page[:strings.Index(page, "#")])
+	if err != nil || status != fasthttp.StatusOK {
+		t.Errorf("GET %s: got %d, %v; want 200", page, status, err)
+	}
+	// The visitor of the printed page enters the open draw.
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(base + "/api/sales/" + drawDemoNext + "/entry")
+	req.Header.Set("Authorization", "Bearer "+page[strings.Index(page, "#token=")+len("#token="):])
+	req.Header.SetContentType("application/json")
+	req.SetBodyString(`{"variant":"M"}`)
+	if err := fasthttp.DoTimeout(req, resp, 10*time.Second); err != nil || resp.StatusCode() != fasthttp.StatusCreated ||
+		!strings.Contains(string(resp.Body()), `"client_secret"`) {
+		t.Errorf("the visitor's entry into %s: got %d %s, %v; want 201 with a card hold to confirm", drawDemoNext, resp.StatusCode(), resp.Body(), err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("demo --draw --serve, interrupted: got %v, want nil", err)
 	}
 }
 
