@@ -67,7 +67,7 @@ func TestSpliceOverload(t *testing.T) {
 		if n := strings.Count(got, overloadHeading); n != 1 {
 			t.Errorf("run %d: got %d overload sections, want 1", run, n)
 		}
-		for _, want := range []string{"draw figures", "go figures", "commands", "OVERLOAD_SECONDS=" + strconv.Itoa(secs), "| 2× (200/s) | 100/s (100%) |"} {
+		for _, want := range []string{"draw figures", "go figures", "commands", "OVERLOAD_SECONDS=" + strconv.Itoa(secs), "| 2× (200/s) | 100/s (100%), –, –; 201: 100 |"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("run %d: got a report without %q:\n%s", run, want, got)
 			}

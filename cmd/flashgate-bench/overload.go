@@ -19,17 +19,18 @@ var overloadLevels = []float64{1, 2, 3, 5}
 // cheapest answer any server could give the buyers it turns away).
 type overloadResult struct {
 	Seconds  int      // OVERLOAD_SECONDS: arrivals per level
+	Limit    int      // OVERLOAD_LIMIT: --reserve-limit of a second serve run beside the first (0: none)
 	Conc     int      // the crowd's connections
 	Timeout  string   // the crowd's per-request timeout
-	Capacity crowdRun // closed loop, 64 connections
+	Capacity crowdRun // closed loop, Conc connections
 	Unloaded crowdRun // open model at half the capacity
 	Levels   []overloadLevel
 }
 
 // overloadLevel is one offered load, flashgate's run and the bare server's.
 type overloadLevel struct {
-	K, Rate    float64
-	Gate, Bare crowdRun
+	K, Rate           float64
+	Gate, Limit, Bare crowdRun
 }
 
 // goodput is a run's 201s a second over the time to its last answer.
@@ -53,20 +54,26 @@ func (c crowdRun) createdP99() time.Duration {
 }
 
 // overloadPhase measures the purchase path past its capacity: the
-// capacity closed-loop (64 connections), the unloaded latency at half of
+// capacity closed-loop (on the 512 connections of the open runs: fewer
+// fill the reserve's batches less and measure less), the unloaded latency at half of
 // it, then each of overloadLevels × the capacity as an open model (a fresh
 // 1M-unit sale each, OVERLOAD_SECONDS of arrivals, 512 connections, latency
 // from each request's due time), the bare server at the same rate right
-// after each.
+// after each, and, with OVERLOAD_LIMIT, a serve with --reserve-limit
+// OVERLOAD_LIMIT between them.
 func (b *bench) overloadPhase(ctx context.Context) error {
 	secs, err := envInt("OVERLOAD_SECONDS", 4)
 	if err != nil {
 		return err
 	}
-	if secs < 1 {
-		return fmt.Errorf("OVERLOAD_SECONDS=%d: want at least 1", secs)
+	limit, err := envInt("OVERLOAD_LIMIT", 1024)
+	if err != nil {
+		return err
 	}
-	res := &overloadResult{Seconds: secs, Conc: 512, Timeout: "30s"}
+	if secs < 1 || limit < 0 {
+		return fmt.Errorf("OVERLOAD_SECONDS=%d, OVERLOAD_LIMIT=%d: want at least 1 and 0", secs, limit)
+	}
+	res := &overloadResult{Seconds: secs, Limit: limit, Conc: 512, Timeout: "30s"}
 	b.rep.overload = res
 	db, err := b.dbURL(ctx, "bench_overload")
 	if err != nil {
@@ -75,6 +82,16 @@ func (b *bench) overloadPhase(ctx context.Context) error {
 	st, err := b.startStack(ctx, "overload", db)
 	if err != nil {
 		return err
+	}
+	var lst *stack
+	if limit > 0 {
+		ldb, err := b.dbURL(ctx, "bench_overload_limit")
+		if err != nil {
+			return err
+		}
+		if lst, err = b.startStack(ctx, "overload-limit", ldb, "--reserve-limit", strconv.Itoa(limit)); err != nil {
+			return err
+		}
 	}
 	bareAddr, err := freeAddr()
 	if err != nil {
@@ -90,8 +107,13 @@ func (b *bench) overloadPhase(ctx context.Context) error {
 	}
 	const units = 1_000_000
 	sale := func(id string) error {
-		if err := b.createSale(st, id, units, true); err != nil {
-			return err
+		for _, s := range []*stack{st, lst} {
+			if s == nil {
+				continue
+			}
+			if err := b.createSale(s, id, units, true); err != nil {
+				return err
+			}
 		}
 		time.Sleep(300 * time.Millisecond) // the gateway's state refresh
 		return nil
@@ -103,8 +125,8 @@ func (b *bench) overloadPhase(ctx context.Context) error {
 	if err := sale("ov-capacity"); err != nil {
 		return err
 	}
-	b.logf("  overload: capacity, closed loop of 64")
-	if res.Capacity, err = b.overloadCrowd(ctx, st.gw, "ov-capacity", 60_000, 64, 0, res.Timeout); err != nil {
+	b.logf("  overload: capacity, closed loop of %d", res.Conc)
+	if res.Capacity, err = b.overloadCrowd(ctx, st.gw, "ov-capacity", 80_000, res.Conc, 0, res.Timeout); err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
 	c := res.Capacity.goodput()
@@ -127,9 +149,14 @@ func (b *bench) overloadPhase(ctx context.Context) error {
 		if err := sale(id); err != nil {
 			return err
 		}
-		b.logf("  overload: %g× (%.0f/s), flashgate then bare", k, l.Rate)
+		b.logf("  overload: %g× (%.0f/s), flashgate, then with the limit, then bare", k, l.Rate)
 		if l.Gate, err = open(st.gw, id, l.Rate); err != nil {
 			return fmt.Errorf("%g×, flashgate: %w", k, err)
+		}
+		if lst != nil {
+			if l.Limit, err = open(lst.gw, id, l.Rate); err != nil {
+				return fmt.Errorf("%g×, flashgate --reserve-limit %d: %w", k, limit, err)
+			}
 		}
 		if l.Bare, err = open(bareAddr, id, l.Rate); err != nil {
 			return fmt.Errorf("%g×, bare: %w", k, err)
@@ -170,15 +197,24 @@ func (r *report) overloadSection() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	c := o.Capacity.goodput()
 	p("%spurchases arriving faster than the path serves them\n\n", overloadHeading)
-	p("Purchases of a large stock (1M units, a fresh sale each level), each by a new buyer, against `flashgate serve` with its defaults (redis-server without persistence, BENCH_DB) and against the bare server answering every request at once with a constant (the cheapest answer any server could give a buyer it turns away). ")
-	p("Capacity: `flashgate crowd --concurrency 64` closed loop, **%s `201`/s** (p99 %s). Each level: %d s of arrivals at k × that rate, `--concurrency %d --timeout %s`, latency from each request's due time (waiting for a free connection counts); goodput = `201`s / the time to the last answer. ",
-		num(c), ms(o.Capacity.P99), o.Seconds, o.Conc, o.Timeout)
+	p("Purchases of a large stock (1M units, a fresh sale each level), each by a new buyer, against `flashgate serve` with its defaults (redis-server without persistence, BENCH_DB), against a second one with the adaptive limit on (`OVERLOAD_LIMIT`, when above 0) and against the bare server answering every request at once with a constant (the cheapest answer any server could give a buyer it turns away). ")
+	p("Capacity: `flashgate crowd --concurrency %d` closed loop, **%s `201`/s** (p99 %s). Each level: %d s of arrivals at k × that rate on as many connections (`--timeout %s`), latency from each request's due time (waiting for a free connection counts); goodput = `201`s / the time to the last answer. ",
+		o.Conc, num(c), ms(o.Capacity.P99), o.Seconds, o.Timeout)
 	p("Unloaded (½×, %s/s): `201` p99 **%s**, max %s.\n\n", num(c/2), ms(o.Unloaded.createdP99()), ms(o.Unloaded.Mx))
-	p("| offered | flashgate goodput (of capacity) | `201` p99 | slowest answer | answers | bare server: answered/s | bare p99 | bare slowest |\n|---|---|---|---|---|---|---|---|\n")
+	limitCols, limitSep := "", ""
+	if o.Limit > 0 {
+		limitCols, limitSep = fmt.Sprintf(" `--reserve-limit %d`: goodput, `201` p99, slowest, answers |", o.Limit), "---|"
+	}
+	p("| offered | flashgate (defaults): goodput (of capacity), `201` p99, slowest answer, answers |%s bare server: answered/s, p99, slowest |\n|---|---|%s---|\n", limitCols, limitSep)
+	run := func(r crowdRun) string {
+		return fmt.Sprintf("%s/s (%.0f%%), %s, %s; %s", num(r.goodput()), 100*r.goodput()/c, ms(r.createdP99()), ms(r.Mx), r.answers())
+	}
 	for _, l := range o.Levels {
-		p("| %g× (%s/s) | %s/s (%.0f%%) | %s | %s | %s | %s | %s | %s |\n", l.K, num(l.Rate),
-			num(l.Gate.goodput()), 100*l.Gate.goodput()/c, ms(l.Gate.createdP99()), ms(l.Gate.Mx), l.Gate.answers(),
-			num(l.Bare.Rate), ms(l.Bare.P99), ms(l.Bare.Mx))
+		lim := ""
+		if o.Limit > 0 {
+			lim = " " + run(l.Limit) + " |"
+		}
+		p("| %g× (%s/s) | %s |%s %s/s, %s, %s |\n", l.K, num(l.Rate), run(l.Gate), lim, num(l.Bare.Rate), ms(l.Bare.P99), ms(l.Bare.Mx))
 	}
 	p("\nRead the bare columns first: where the bare server, which does no work at all, answers slower than the offered rate or with a p99 far above flashgate's unloaded one, the load generator and the answers themselves have used the machine up (both run on these cores), and no admission control in flashgate can give the buyers it turns away a quicker answer than that. docs/internals.md, \"Adaptive admission\", says what this means for `--reserve-limit`.\n")
 	return sb.String()

@@ -309,8 +309,8 @@ func (b *bench) spliceOverload() error {
 	if sec == "" {
 		return os.WriteFile(b.cfg.Out, b.markdown(), 0o644)
 	}
-	return b.splice(overloadHeading, sec+fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s, flashgate commit %s, load average %s at its start), spliced into this report: `PHASES=overload OVERLOAD_SECONDS=%d BENCH_DB=%s`.\n",
-		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.machine.Commit, b.rep.machine.LoadStart, b.rep.overload.Seconds, b.cfg.DB))
+	return b.splice(overloadHeading, sec+fmt.Sprintf("\nFrom a run of this phase alone on %s (%d × %s, flashgate commit %s, load average %s at its start), spliced into this report: `PHASES=overload OVERLOAD_SECONDS=%d OVERLOAD_LIMIT=%d BENCH_DB=%s`.\n",
+		b.rep.machine.Date, b.rep.machine.CPUs, b.rep.machine.CPUModel, b.rep.machine.Commit, b.rep.machine.LoadStart, b.rep.overload.Seconds, b.rep.overload.Limit, b.cfg.DB))
 }
 
 // splice puts sec, a phase's section beginning with heading, into the
