@@ -40,7 +40,10 @@ func newDrawCloser(s *Service, cfg Config) *drawclose.Closer {
 // (drawjournal.Flush), one flush of this process at a time. Flushes of two
 // processes (an old leader's and a new one's) may still run at once: each
 // entry's latest change wins (flashgate.DrawEntry.Seq), and a flush that
-// fails leaves its changes in the journal for the next.
+// fails leaves its changes in the journal for the next. A rebuild of the
+// sale (resync.Syncer.RestoreDraw) does not take this lock: a flush whose
+// write lands after the rebuild read the rows finds the restore's mark
+// changed and puts its rows into Redis itself, in any process.
 func (s *Service) flushDraw(ctx context.Context, sale string) (int, error) {
 	s.drawFlush.Lock()
 	defer s.drawFlush.Unlock()

@@ -50,6 +50,11 @@ const (
 	// says, so that every change the draw does not see is refused, not
 	// lost.
 	FieldDrawShut = "draw_shut"
+	// FieldDrawRestore is the id of the last restore of the sale's entries
+	// that began (DrawRestoreMark, written by a rebuild before it reads
+	// the rows): a journal's flush reads it with the journal and compares
+	// it at its trim (DrawTrim).
+	FieldDrawRestore = "draw_restore"
 )
 
 // DrawStateField is the sale hash field counting the entries now in state

@@ -43,13 +43,55 @@ func ParseDrawHold(v string) (intent, user string, ok bool) {
 	return intent, user, ok && intent != "" && user != ""
 }
 
-//go:embed drawrestore.lua
-var drawRestoreSrc string
+var (
+	// drawRowsSrc defines put_draw_rows, how a database row moves a draw
+	// entry in Redis; it is put in front of DrawRestore and DrawReapply.
+	//go:embed fragments/drawrows.lua
+	drawRowsSrc string
+	//go:embed drawrestore.lua
+	drawRestoreSrc string
+	//go:embed drawrestoremark.lua
+	drawRestoreMarkSrc string
+	//go:embed drawtrim.lua
+	drawTrimSrc string
+	//go:embed drawreapply.lua
+	drawReapplySrc string
+)
 
 // DrawRestore puts a page of a draw sale's database rows back into its
 // entries and holds, for the rebuild of a sale Redis lost
 // (drawrestore.lua).
-var DrawRestore = redis.NewScript(drawRestoreSrc)
+var DrawRestore = redis.NewScript(drawRowsSrc + drawRestoreSrc)
+
+// DrawRestoreMark records in a draw sale's hash (FieldDrawRestore) that a
+// rebuild's restore of its entries begins, before it reads the rows
+// (drawrestoremark.lua); KEYS: the sale hash.
+var DrawRestoreMark = redis.NewScript(drawRestoreMarkSrc)
+
+// DrawRestoreMarkFenced is DrawRestoreMark's answer to a token below the
+// sale hash's fence.
+const DrawRestoreMarkFenced = -1
+
+// DrawTrim deletes the stream entries a journal's flush wrote, unless a
+// restore began since the flush read them (drawtrim.lua).
+var DrawTrim = redis.NewScript(drawTrimSrc)
+
+// DrawTrimRestored is DrawTrim's answer when the sale hash's
+// FieldDrawRestore is not the one the flush read: nothing deleted, and the
+// flush puts its rows into Redis (DrawReapply).
+const DrawTrimRestored = -1
+
+// DrawTrimKeys is DrawTrim's KEYS: sale hash, journal.
+func DrawTrimKeys(sale string) []string { return []string{SaleKey(sale), DrawJournalKey(sale)} }
+
+// DrawReapply puts the rows a journal's flush wrote, read back, into a
+// draw sale's entries and holds after a restore began during the flush
+// (drawreapply.lua); its KEYS are DrawRestoreKeys.
+var DrawReapply = redis.NewScript(drawRowsSrc + drawReapplySrc)
+
+// DrawReapplyLost is DrawReapply's answer when the sale hash has no
+// FieldDrawRestore (Redis lost the sale again): nothing changed.
+const DrawReapplyLost = -1
 
 // DrawRestoreFenced is DrawRestore's answer to a token below the sale
 // hash's fence.

@@ -30,20 +30,23 @@
 --         variant ("" on a sale of one stock), payment intent ("" without
 --         a hold)
 --
--- A row becomes its user's entry (lua.DrawKey's "<state> <entry id>
--- <quantity> <variant>") when the user has none, or when the user's entry
--- is withdrawn and the row is not (a buyer's live or drawn entry is the
--- one that stands; of two live ones, the one in Redis, newer than the
+-- The rows go in by put_draw_rows (lua/fragments/drawrows.lua): a row
+-- becomes its user's entry (lua.DrawKey's "<state> <entry id> <quantity>
+-- <variant>") when the user has none, or when the user's entry is another
+-- one, withdrawn, and the row is not (a buyer's live or drawn entry is
+-- the one that stands; of two live ones, the one in Redis, newer than the
 -- database's, stays: the journal's flush supersedes the other), or when
 -- the user's entry is the row's own in a state the row has gone past (a
--- Redis from an older snapshot, as a lagging replica promoted). The sale
--- hash's draw_<state> counts follow each change of the entries hash. A
--- row with an intent gets its hold record (lua.DrawHoldKey, "<intent>
--- <user>") unless one is there; a pending or withdrawn one is also put on
--- the read path's list (lua.DrawCheckKey) at ARGV[2] unless it is there,
--- so that the read path enters an authorised pending entry or releases a
--- hold nobody wants (a provider's cancel of a released hold changes
--- nothing).
+-- Redis from an older snapshot, as a lagging replica promoted); an entry
+-- never goes back (a row read before a journal's flush withdrew the entry
+-- and sent after lua.DrawReapply put the withdrawal in leaves it
+-- withdrawn). The sale hash's draw_<state> counts follow each change of
+-- the entries hash. A row with an intent gets its hold record
+-- (lua.DrawHoldKey, "<intent> <user>") unless one is there; a pending or
+-- withdrawn one is also put on the read path's list (lua.DrawCheckKey) at
+-- ARGV[2] unless it is there, so that the read path enters an authorised
+-- pending entry or releases a hold nobody wants (a provider's cancel of a
+-- released hold changes nothing).
 --
 -- Returns the number of rows read, or -1 refused (a newer writer's token
 -- is in the sale hash; nothing changed).
@@ -65,32 +68,4 @@ for _ = 1, c do
   end
   i = i + 2
 end
--- rank is how far an entry in a state has gone (flashgate.DrawEntryState.Rank):
--- every move of an entry goes to a higher rank.
-local rank = {pending = 0, entered = 1, withdrawn = 2, won = 2, lost = 2, captured = 3, released = 3}
-local rows = 0
-while i + 5 <= #ARGV do
-  local user, st, id, q, variant, intent = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  local cur = redis.call('HGET', KEYS[2], user)
-  local curSt, curID
-  if cur then
-    curSt, curID = string.match(cur, '^(%S+) (%S+)')
-  end
-  if not cur or (curSt == 'withdrawn' and st ~= 'withdrawn')
-      or (curID == id and (rank[st] or -1) > (rank[curSt] or -1)) then
-    redis.call('HSET', KEYS[2], user, st .. ' ' .. id .. ' ' .. q .. ' ' .. variant)
-    redis.call('HINCRBY', KEYS[1], 'draw_' .. st, 1)
-    if curSt then
-      redis.call('HINCRBY', KEYS[1], 'draw_' .. curSt, -1)
-    end
-  end
-  if intent ~= '' then
-    redis.call('HSETNX', KEYS[3], id, intent .. ' ' .. user)
-    if st == 'pending' or st == 'withdrawn' then
-      redis.call('ZADD', KEYS[4], 'NX', at, id)
-    end
-  end
-  rows = rows + 1
-  i = i + 6
-end
-return rows
+return put_draw_rows(i, at)

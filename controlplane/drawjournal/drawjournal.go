@@ -6,7 +6,9 @@ package drawjournal
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,9 @@ type Store interface {
 	// withdraws that row; the rows it withdrew go to before, in its
 	// transaction, before it commits.
 	SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error
+	// DrawEntry reads one entry's row; flashgate.ErrNotFound when there
+	// is none.
+	DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error)
 }
 
 // DefaultBatch is how many stream entries one Flush reads.
@@ -35,10 +40,11 @@ const DefaultBatch = 1000
 
 // Flush writes up to batch (0 means DefaultBatch) of sale's journaled
 // entry changes to store, in stream order, each stamped with its stream
-// entry's id (time and sequence: Flushes may run at once, the leader's tick
-// beside a close, and the store keeps each entry's latest), and deletes what it wrote from the stream; it returns how
-// many it wrote. A stream entry of another shape is deleted unwritten and
-// reported in the error, after the others are written.
+// entry's id (time and sequence: Flushes may run at once, the leader's
+// tick beside a close, and the store keeps each entry's latest), and
+// deletes what it wrote from the stream; it returns how many it wrote. A
+// stream entry of another shape is deleted unwritten and reported in the
+// error, after the others are written.
 //
 // A buyer has one live entry (pending or entered) in the database
 // (draw_entries_live). When Redis lost a buyer's live entry and the buyer
@@ -49,23 +55,33 @@ const DefaultBatch = 1000
 // lua.DrawCheckKey) before the row's change commits: the read path
 // releases the hold of an entry its buyer no longer has
 // (controlplane/drawhold). So one buyer's entries never stop the journal.
+//
+// Redis may lose the sale between Flush's read of the journal and its
+// write, and a rebuild (resync.Syncer.RestoreDraw) restore the entries
+// from rows it read before the write: a withdrawn entry came back entered,
+// its hold off the read path's list. So Flush reads the sale hash's
+// lua.FieldDrawRestore with the journal, in one step, and its trim
+// (lua.DrawTrim) compares it: when a restore began since, nothing is
+// deleted and the rows written (and those superseded), read back, go into
+// Redis by the restore's rule (lua.DrawReapply: an entry only goes
+// forward), whichever process's flush or rebuild it was.
 func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, batch int64) (int, error) {
 	if batch <= 0 {
 		batch = DefaultBatch
 	}
-	key := lua.DrawJournalKey(sale)
-	msgs, err := rdb.XRangeN(ctx, key, "-", "+", batch).Result()
+	mark, msgs, err := read(ctx, rdb, sale, batch)
 	if err != nil {
-		return 0, fmt.Errorf("reading the draw journal of %s: %w: %w", sale, flashgate.ErrUnavailable, err)
+		return 0, err
 	}
 	if len(msgs) == 0 {
 		return 0, nil
 	}
 	entries := make([]flashgate.DrawEntry, 0, len(msgs))
-	ids := make([]string, 0, len(msgs))
+	args := make([]any, 0, 1+len(msgs))
+	args = append(args, mark)
 	var bad []string
 	for _, m := range msgs {
-		ids = append(ids, m.ID)
+		args = append(args, m.ID)
 		e, ok := parse(sale, m)
 		if !ok {
 			bad = append(bad, m.ID)
@@ -73,20 +89,103 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 		}
 		entries = append(entries, e)
 	}
+	var superseded []flashgate.DrawEntry
 	if len(entries) > 0 {
 		if err := store.SupersedeDrawEntries(ctx, entries, func(old []flashgate.DrawEntry) error {
+			superseded = append(superseded[:0], old...)
 			return listHolds(ctx, rdb, sale, old)
 		}); err != nil {
 			return 0, fmt.Errorf("journaling the draw of %s: %w", sale, err)
 		}
 	}
-	if err := rdb.XDel(ctx, key, ids...).Err(); err != nil {
+	n, err := lua.DrawTrim.Run(ctx, rdb, lua.DrawTrimKeys(sale), args...).Int()
+	if err != nil {
 		return len(entries), fmt.Errorf("trimming the draw journal of %s: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	if n == lua.DrawTrimRestored {
+		if err := reapply(ctx, rdb, store, sale, superseded, entries); err != nil {
+			return len(entries), err
+		}
 	}
 	if len(bad) > 0 {
 		return len(entries), fmt.Errorf("the draw journal of %s: entries of another shape dropped: %v", sale, bad)
 	}
 	return len(entries), nil
+}
+
+// read returns the sale hash's lua.FieldDrawRestore ("" when it has none)
+// and up to batch entries of sale's journal, read in one MULTI.
+func read(ctx context.Context, rdb redis.UniversalClient, sale string, batch int64) (string, []redis.XMessage, error) {
+	var mark *redis.StringCmd
+	var rng *redis.XMessageSliceCmd
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		mark = p.HGet(ctx, lua.SaleKey(sale), lua.FieldDrawRestore)
+		rng = p.XRangeN(ctx, lua.DrawJournalKey(sale), "-", "+", batch)
+		return nil
+	})
+	if err == nil || errors.Is(err, redis.Nil) {
+		err = rng.Err()
+	}
+	if err == nil {
+		if err = mark.Err(); errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the draw journal of %s: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	return mark.Val(), rng.Val(), nil
+}
+
+// reapplyPage is how many rows one DrawReapply call takes.
+const reapplyPage = 1000
+
+// reapply reads back the rows of the entries a Flush superseded and wrote
+// and puts them into sale's Redis entries (lua.DrawReapply), withdrawn
+// rows first: a buyer's live row replaces the buyer's withdrawn entry of
+// another id, never the other way round.
+func reapply(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, superseded, written []flashgate.DrawEntry) error {
+	seen := make(map[string]bool, len(superseded)+len(written))
+	var rows []flashgate.DrawEntry
+	for _, e := range slices.Concat(superseded, written) {
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		r, err := store.DrawEntry(ctx, sale, e.ID)
+		switch {
+		case errors.Is(err, flashgate.ErrNotFound):
+			continue
+		case err != nil:
+			return fmt.Errorf("reading back the draw entries of %s after a restore: %w", sale, err)
+		}
+		rows = append(rows, r)
+	}
+	slices.SortStableFunc(rows, func(a, b flashgate.DrawEntry) int {
+		aw, bw := a.State == flashgate.DrawWithdrawn, b.State == flashgate.DrawWithdrawn
+		switch {
+		case aw && !bw:
+			return -1
+		case bw && !aw:
+			return 1
+		}
+		return 0
+	})
+	for page := range slices.Chunk(rows, reapplyPage) {
+		args := make([]any, 0, 1+6*len(page))
+		args = append(args, 0)
+		for _, r := range page {
+			args = append(args, r.UserID, string(r.State), r.ID, r.Quantity, r.Variant, r.PaymentIntent)
+		}
+		n, err := lua.DrawReapply.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int()
+		if err != nil {
+			return fmt.Errorf("putting the draw entries of %s back after a restore: %w: %w", sale, flashgate.ErrUnavailable, err)
+		}
+		if n == lua.DrawReapplyLost {
+			return nil // Redis lost the sale again: its next rebuild reads the rows
+		}
+	}
+	return nil
 }
 
 // parse reads one journal entry: "e" = "<state> <entry id> <quantity>

@@ -6,6 +6,8 @@ package resync
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -391,9 +393,19 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 // The last call raises the sale's counts of entries made to the rows' (it
 // knows them only then). Entries whose changes were still in the journal
 // Redis lost come back as the database last stored them.
+//
+// Before it reads the rows it marks the sale hash with a fresh id of this
+// restore (lua.DrawRestoreMark): a journal's flush that read the journal
+// before Redis lost the sale and writes the rows after this read (a flush
+// of another process, or of this one: the flush's lock is not taken here)
+// finds the mark changed at its trim and puts its rows into Redis itself
+// (drawjournal.Flush); the pages sent after it never take an entry back.
 func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
 	keys := lua.DrawRestoreKeys(sale.ID)
 	tok := fencing.Of(ctx)
+	if err := markDrawRestore(ctx, s.rdb, sale.ID, tok); err != nil {
+		return err
+	}
 	made := int64(0)
 	perVariant := map[string]int64{}
 	page := make([]flashgate.DrawEntry, 0, salehash.ReleaseChunk)
@@ -436,6 +448,23 @@ func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
 		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
 	}
 	return send(true)
+}
+
+// markDrawRestore writes a fresh id into sale's lua.FieldDrawRestore
+// under token tok (lua.DrawRestoreMark).
+func markDrawRestore(ctx context.Context, rdb redis.Scripter, sale string, tok int64) error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("marking the restore of draw entries: %w", err)
+	}
+	n, err := lua.DrawRestoreMark.Run(ctx, rdb, []string{lua.SaleKey(sale)}, tok, hex.EncodeToString(b[:])).Int()
+	if err != nil {
+		return fmt.Errorf("marking the restore of draw entries: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if n == lua.DrawRestoreMarkFenced {
+		return fencing.Err("marking the restore of draw entries", tok)
+	}
+	return nil
 }
 
 // Bucketed is Resync for a bucketed sale: the sale and its bucket tags
