@@ -349,7 +349,7 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	st := newStack(cfg, stderr)
 	defer st.close()
-	primary, err := st.primary(ctx, cfg.Redis)
+	primary, err := st.controlplanePrimary(ctx, cfg.Redis)
 	if err != nil {
 		return err
 	}

@@ -82,19 +82,26 @@ type redisTune struct {
 // sentinelDialEvery, reaches it. Failing at once instead (one try) counts a
 // failed dial each time, and after the pool's size of them go-redis stops
 // dialing: every call fails at once with the last dial error, and a probe
-// in the background dials once a second, which kept the order sink off the
-// promoted replica for up to a second after the Sentinel named it (and the
-// count of failed dials is only cleared by that probe, so it grows from
-// one failover to the next). The sink's calls wait; nothing but Redis has
-// work for it while Redis is out of reach. A caller whose context ends
-// stops waiting, but go-redis dials on a goroutine of its own, which goes
-// on trying (its connection, once made, waits idle in the pool), even
-// after Close, for up to sentinelDialPatience; a dial that fails for that
-// long is counted. The request path's clients keep failing a dial at once:
-// a buyer hears 503 rather than waits.
+// in the background dials once a second, which kept the order sink and the
+// control plane off the promoted replica for up to a second after the
+// Sentinel named it (and the count of failed dials is only cleared by that
+// probe, so it grows from one failover to the next). The order sink's and
+// the control plane's calls wait; nothing but Redis has work for them while
+// Redis is out of reach. A caller whose context ends stops waiting, but
+// go-redis dials on a goroutine of its own, which goes on trying (its
+// connection, once made, waits idle in the pool), even after Close, for up
+// to sentinelDialPatience; a dial that fails for that long is counted. At
+// most sentinelDialsAtOnce such dials run at a time (a caller beyond them
+// waits for one to end), and such a client keeps no idle connections of
+// its own (go-redis refills those with dials of their own, beyond that
+// bound), so a client probes a dead primary at most sentinelDialsAtOnce
+// times every sentinelDialEvery, however many calls wait. The request
+// path's clients keep failing a dial at once: a buyer hears 503 rather
+// than waits.
 const (
 	sentinelDialEvery    = 50 * time.Millisecond
 	sentinelDialPatience = time.Minute
+	sentinelDialsAtOnce  = 2
 )
 
 // redisClient opens a client for rawURL (any form parseRedisURL takes) and
@@ -134,6 +141,8 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		o.DialerRetries = 1
 		if t.followPrimary {
 			o.DialerRetries = int(sentinelDialPatience / sentinelDialEvery)
+			o.MaxConcurrentDials = sentinelDialsAtOnce
+			t.minIdle = 0
 			log := s.log
 			o.DialerRetryBackoff = func(attempt int) time.Duration {
 				if attempt == 0 {
@@ -174,6 +183,19 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 // request path.
 func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
+}
+
+// controlplanePrimary opens the Redis primary of a control plane process
+// (`flashgate controlplane`): its loops and its admin API, which serves no
+// buyer. On a Sentinel set-up its dials follow the primary
+// (redisTune.followPrimary): after a failover the leader's next tick
+// reaches the promoted replica within sentinelDialEvery of the Sentinel
+// naming it, takes its lease back and rebuilds the sale, where a dial that
+// failed at once left it to go-redis's probe, up to a second later. A tick
+// (and an admin call) sent while the primary is out of reach waits for it,
+// each within its own deadline.
+func (s *stack) controlplanePrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary (control plane)", url, redisTune{poolSize: 64, followPrimary: true})
 }
 
 // blockingReader opens a second client on url for the order sink, so that
