@@ -190,10 +190,13 @@ func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient,
 // buyer. On a Sentinel set-up its dials follow the primary
 // (redisTune.followPrimary): after a failover the leader's next tick
 // reaches the promoted replica within sentinelDialEvery of the Sentinel
-// naming it, takes its lease back and rebuilds the sale, where a dial that
-// failed at once left it to go-redis's probe, up to a second later. A tick
-// (and an admin call) sent while the primary is out of reach waits for it,
-// each within its own deadline.
+// naming it, renews its lease and rebuilds the sale, where a dial that
+// failed at once left it to go-redis's probe, up to a second later (and the
+// leader had lost its lease meanwhile). A tick sent while the primary is out
+// of reach waits for it within the tick's deadline (the lease's time to
+// live); an admin call waits too (/readyz at most 2 s, then 503), where it
+// failed at once before. A control plane inside `flashgate serve` shares
+// the request path's client and keeps failing a dial at once.
 func (s *stack) controlplanePrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary (control plane)", url, redisTune{poolSize: 64, followPrimary: true})
 }
