@@ -72,6 +72,9 @@ type redisTune struct {
 	// followPrimary makes a Sentinel client's failed dial wait for the
 	// primary (see sentinelDialEvery) instead of failing at once.
 	followPrimary bool
+	// poolPerPrimary makes a Sentinel client keep a pool per address of
+	// the primary (see inventoryPrimary).
+	poolPerPrimary bool
 }
 
 // A Sentinel client made with followPrimary retries a dial that fails
@@ -153,12 +156,22 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 			}
 		}
 		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
-		if t.readOnly {
+		switch {
+		case t.readOnly:
 			// A cluster client over the master and its replicas: read-only
 			// commands go to replicas, to the master when none answers.
 			o.ReplicaOnly = true
 			c = redis.NewFailoverClusterClient(o)
-		} else {
+		case t.poolPerPrimary:
+			// The same over the master alone: every command goes to it.
+			cc := redis.NewFailoverClusterClient(o)
+			h := reloadOnFailure{cc}
+			cc.AddHook(h)
+			// The reserves' WAIT goes on a connection of the master's own
+			// node client.
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+			c = cc
+		default:
 			c = redis.NewFailoverClient(o)
 		}
 	default:
@@ -183,6 +196,27 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 // request path.
 func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
+}
+
+// inventoryPrimary opens the Redis primary of an inventory process
+// (`flashgate inventory`), on the request path: a dial fails at once, and
+// a buyer hears 503 while the primary is out of reach. On a Sentinel
+// set-up it is a cluster client over the master and its replicas
+// (redisTune.poolPerPrimary) that sends every command to the master, with
+// a pool per address: the replica the Sentinel promotes is an address of
+// its own, whose pool never failed a dial, and the client routes to it
+// once it reloads its view of the master, at the Sentinel's +switch-master
+// or within 200 ms of a failed call (reloadOnFailure; go-redis asks the
+// Sentinel then). A
+// single client's one pool, after as many failed dials to the dead primary
+// as its size, answered every call with the last dial error until
+// go-redis's probe, once a second, dialled again: up to a second after the
+// Sentinel named the promoted replica. The dead primary's pool keeps that
+// probe, once a second, until it answers again. The inventory's reserves
+// already follow a cluster client (the master of the sale's slot, and a
+// replica count per master address, so a promoted replica's is read anew).
+func (s *stack) inventoryPrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8, poolPerPrimary: true})
 }
 
 // controlplanePrimary opens the Redis primary of a control plane process
