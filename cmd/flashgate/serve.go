@@ -279,7 +279,7 @@ func runGateway(ctx context.Context, cfg *Config, stdout, stderr io.Writer) erro
 func runInventory(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	st := newStack(cfg, stderr)
 	defer st.close()
-	primary, err := st.primary(ctx, cfg.Redis)
+	primary, err := st.inventoryPrimary(ctx, cfg.Redis)
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func runOrdersink(ctx context.Context, cfg *Config, stdout, stderr io.Writer) er
 func runControlplane(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	st := newStack(cfg, stderr)
 	defer st.close()
-	primary, err := st.primary(ctx, cfg.Redis)
+	primary, err := st.controlplanePrimary(ctx, cfg.Redis)
 	if err != nil {
 		return err
 	}

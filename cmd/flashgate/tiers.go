@@ -72,6 +72,9 @@ type redisTune struct {
 	// followPrimary makes a Sentinel client's failed dial wait for the
 	// primary (see sentinelDialEvery) instead of failing at once.
 	followPrimary bool
+	// poolPerPrimary makes a Sentinel client keep a pool per address of
+	// the primary (see inventoryPrimary).
+	poolPerPrimary bool
 }
 
 // A Sentinel client made with followPrimary retries a dial that fails
@@ -82,19 +85,26 @@ type redisTune struct {
 // sentinelDialEvery, reaches it. Failing at once instead (one try) counts a
 // failed dial each time, and after the pool's size of them go-redis stops
 // dialing: every call fails at once with the last dial error, and a probe
-// in the background dials once a second, which kept the order sink off the
-// promoted replica for up to a second after the Sentinel named it (and the
-// count of failed dials is only cleared by that probe, so it grows from
-// one failover to the next). The sink's calls wait; nothing but Redis has
-// work for it while Redis is out of reach. A caller whose context ends
-// stops waiting, but go-redis dials on a goroutine of its own, which goes
-// on trying (its connection, once made, waits idle in the pool), even
-// after Close, for up to sentinelDialPatience; a dial that fails for that
-// long is counted. The request path's clients keep failing a dial at once:
-// a buyer hears 503 rather than waits.
+// in the background dials once a second, which kept the order sink and the
+// control plane off the promoted replica for up to a second after the
+// Sentinel named it (and the count of failed dials is only cleared by that
+// probe, so it grows from one failover to the next). The order sink's and
+// the control plane's calls wait; nothing but Redis has work for them while
+// Redis is out of reach. A caller whose context ends stops waiting, but
+// go-redis dials on a goroutine of its own, which goes on trying (its
+// connection, once made, waits idle in the pool), even after Close, for up
+// to sentinelDialPatience; a dial that fails for that long is counted. At
+// most sentinelDialsAtOnce such dials run at a time (a caller beyond them
+// waits for one to end), and such a client keeps no idle connections of
+// its own (go-redis refills those with dials of their own, beyond that
+// bound), so a client probes a dead primary at most sentinelDialsAtOnce
+// times every sentinelDialEvery, however many calls wait. The request
+// path's clients keep failing a dial at once: a buyer hears 503 rather
+// than waits.
 const (
 	sentinelDialEvery    = 50 * time.Millisecond
 	sentinelDialPatience = time.Minute
+	sentinelDialsAtOnce  = 2
 )
 
 // redisClient opens a client for rawURL (any form parseRedisURL takes) and
@@ -134,6 +144,8 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		o.DialerRetries = 1
 		if t.followPrimary {
 			o.DialerRetries = int(sentinelDialPatience / sentinelDialEvery)
+			o.MaxConcurrentDials = sentinelDialsAtOnce
+			t.minIdle = 0
 			log := s.log
 			o.DialerRetryBackoff = func(attempt int) time.Duration {
 				if attempt == 0 {
@@ -144,12 +156,22 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 			}
 		}
 		o.PoolSize, o.MinIdleConns = t.poolSize, t.minIdle
-		if t.readOnly {
+		switch {
+		case t.readOnly:
 			// A cluster client over the master and its replicas: read-only
 			// commands go to replicas, to the master when none answers.
 			o.ReplicaOnly = true
 			c = redis.NewFailoverClusterClient(o)
-		} else {
+		case t.poolPerPrimary:
+			// The same over the master alone: every command goes to it.
+			cc := redis.NewFailoverClusterClient(o)
+			h := reloadOnFailure{cc}
+			cc.AddHook(h)
+			// The reserves' WAIT goes on a connection of the master's own
+			// node client.
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+			c = cc
+		default:
 			c = redis.NewFailoverClient(o)
 		}
 	default:
@@ -174,6 +196,43 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 // request path.
 func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
+}
+
+// inventoryPrimary opens the Redis primary of an inventory process
+// (`flashgate inventory`), on the request path: a dial fails at once, and
+// a buyer hears 503 while the primary is out of reach. On a Sentinel
+// set-up it is a cluster client over the master and its replicas
+// (redisTune.poolPerPrimary) that sends every command to the master, with
+// a pool per address: the replica the Sentinel promotes is an address of
+// its own, whose pool never failed a dial, and the client routes to it
+// once it reloads its view of the master, at the Sentinel's +switch-master
+// or within 200 ms of a failed call (reloadOnFailure; go-redis asks the
+// Sentinel then). A
+// single client's one pool, after as many failed dials to the dead primary
+// as its size, answered every call with the last dial error until
+// go-redis's probe, once a second, dialled again: up to a second after the
+// Sentinel named the promoted replica. The dead primary's pool keeps that
+// probe, once a second, until it answers again. The inventory's reserves
+// already follow a cluster client (the master of the sale's slot, and a
+// replica count per master address, so a promoted replica's is read anew).
+func (s *stack) inventoryPrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8, poolPerPrimary: true})
+}
+
+// controlplanePrimary opens the Redis primary of a control plane process
+// (`flashgate controlplane`): its loops and its admin API, which serves no
+// buyer. On a Sentinel set-up its dials follow the primary
+// (redisTune.followPrimary): after a failover the leader's next tick
+// reaches the promoted replica within sentinelDialEvery of the Sentinel
+// naming it, renews its lease and rebuilds the sale, where a dial that
+// failed at once left it to go-redis's probe, up to a second later (and the
+// leader had lost its lease meanwhile). A tick sent while the primary is out
+// of reach waits for it within the tick's deadline (the lease's time to
+// live); an admin call waits too (/readyz at most 2 s, then 503), where it
+// failed at once before. A control plane inside `flashgate serve` shares
+// the request path's client and keeps failing a dial at once.
+func (s *stack) controlplanePrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return s.redisClient(ctx, "primary (control plane)", url, redisTune{poolSize: 64, followPrimary: true})
 }
 
 // blockingReader opens a second client on url for the order sink, so that

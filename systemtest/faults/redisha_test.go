@@ -148,6 +148,21 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 	r.sellAgain, r.rowLag = fig.cells(true)
 	t.Logf("recovery: sells again %s after the promotion; every 201 a row within %s of the later of its answer and the promotion (%v of its answer)",
 		r.sellAgain, r.rowLag, fig.rawLag.Round(10*time.Millisecond))
+	// The same moments by the wall clock, to line them up with the tiers'
+	// logs (FAULTS_WORKDIR keeps them).
+	wall := func(at time.Time) string {
+		if at.IsZero() {
+			return "never"
+		}
+		return at.UTC().Format("15:04:05.000")
+	}
+	namedAt := announced() // once: it waits for the watch's end
+	firstSale := time.Time{}
+	if fig.sellAgain >= 0 {
+		firstSale = faultEnd.Add(fig.sellAgain)
+	}
+	t.Logf("wall clock (UTC): killed %s, promoted %s, named by the Sentinel %s, first 201 after the promotion %s",
+		wall(killedAt), wall(promotedAt), wall(namedAt), wall(firstSale))
 	readCall := time.Now()
 	live, err := db.LiveOrders(ctx, sale)
 	if err != nil {
@@ -206,7 +221,7 @@ func haFailover(t *testing.T, s *suite, sc scenario, onCluster bool) (r result) 
 		promotion = fmt.Sprintf("at t=%v (detection and election took %v)", promotedAt.Sub(start).Round(10*time.Millisecond),
 			promotedAt.Sub(killedAt).Round(10*time.Millisecond))
 	}
-	if at := announced(); !at.IsZero() {
+	if at := namedAt; !at.IsZero() {
 		promotion += fmt.Sprintf(", named by the Sentinel at t=%v (%v after the promotion)", at.Sub(start).Round(10*time.Millisecond),
 			at.Sub(promotedAt).Round(10*time.Millisecond))
 	}
