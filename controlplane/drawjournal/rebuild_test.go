@@ -217,3 +217,102 @@ func check(t *testing.T, ctx context.Context, rdb *redis.Client, db *sqldb.DB, s
 		}
 	}
 }
+
+// TestReapplyAfterReentry: a flush (an old leader's, say, stalled) reads
+// ann's e1 entered from the journal; Redis loses the sale and the rebuild
+// restores e1 as its row held it (pending); ann then withdraws e1, enters
+// e2 and withdraws e2 on the rebuilt sale (its journal not flushed yet);
+// only then does the stalled flush write e1 entered and, the restore's
+// mark changed, put its rows back into Redis (lua.DrawReapply). The row
+// of e1 it reads back is entered (the database has not seen ann's changes
+// since the rebuild), and it must not replace ann's newer entry e2,
+// withdrawn: before the fix, ann's entry in Redis ended "entered e1"
+// while both rows were withdrawn, and the read path then took e1's hold
+// off its list as the close's (an entered entry's), which the close never
+// releases (it lists the pending rows' holds only).
+func TestReapplyAfterReentry(t *testing.T) {
+	for _, be := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+		t.Run(be.name, func(t *testing.T) { reapplyAfterReentry(t, be.dsn(t)) })
+	}
+}
+
+func reapplyAfterReentry(t *testing.T, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
+	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	closeAt := open.Add(time.Hour)
+	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 3, PerUser: 2, PriceCents: 500, State: flashgate.StateOpen,
+		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	rebuild := func() {
+		t.Helper()
+		s := resync.New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+			t.Errorf("Resync: %v", err)
+		}
+	}
+	now := time.Now().UnixMilli()
+	enter := func(id string) {
+		t.Helper()
+		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale.ID, ""), "ann", id, "", 1, now, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawEnter %s: %v, %v", id, v, err)
+		}
+	}
+	withdraw := func() {
+		t.Helper()
+		if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale.ID), "ann", now, now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawWithdraw: %v, %v", v, err)
+		}
+	}
+	rebuild()
+	enter("e1")
+	if v, err := lua.DrawHold.Run(ctx, rdb, lua.DrawHoldKeys(sale.ID), "ann", "e1", "pi_e1", now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawHold: %v, %v", v, err)
+	}
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys(sale.ID), "ann", "e1", string(flashgate.DrawEntered), now, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawSet: %v, %v", v, err)
+	}
+	// The stalled flush has read e1 entered; before its write Redis loses
+	// the sale, the rebuild restores e1 pending, and ann withdraws e1,
+	// enters e2 and withdraws it.
+	gate := &writeGate{Store: db, hook: func() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatalf("FLUSHALL: %v", err)
+		}
+		rebuild()
+		withdraw()
+		enter("e2")
+		withdraw()
+	}}
+	if _, err := drawjournal.Flush(ctx, rdb, gate, sale.ID, 0); err != nil {
+		t.Fatalf("the flush across the rebuild: %v", err)
+	}
+	// The leader's next flush writes ann's changes since the rebuild.
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	rows, err := db.DrawEntries(ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != flashgate.DrawWithdrawn {
+			t.Errorf("row %s: got %s, want withdrawn", r.ID, r.State)
+		}
+	}
+	check(t, ctx, rdb, db, sale.ID, "withdrawn e2 1 ", "e1", [3]string{"0", "0", "1"})
+}
