@@ -316,3 +316,93 @@ func reapplyAfterReentry(t *testing.T, dsn string) {
 	}
 	check(t, ctx, rdb, db, sale.ID, "withdrawn e2 1 ", "e1", [3]string{"0", "0", "1"})
 }
+
+// TestFlushAcrossTwoLosses: a flush reads ann's withdrawal of e1; Redis
+// loses the sale; the rebuild marks its restore and reads the rows (e1
+// entered), and Redis loses the sale again (the mark with it) before the
+// rebuild's pages; then the flush writes the withdrawal. The rebuild must
+// not finish over a Redis without its mark (nobody's flush can tell its
+// restore read the rows before the write): before the fix, it finished,
+// ann's e1 stayed entered in Redis (withdrawn in its row) and its hold off
+// the read path's list, whether the flush had read a mark (its trim found
+// none: DrawReapply, finding none either, did nothing) or had read none (a
+// sale never rebuilt: the trim took the two as the same). The next pass
+// must leave Redis as the rows are.
+func TestFlushAcrossTwoLosses(t *testing.T) {
+	for _, be := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+		for _, c := range []struct {
+			name   string
+			noMark bool // the sale hash had no draw_restore when the flush read it
+		}{{name: "mark read"}, {name: "no mark read", noMark: true}} {
+			t.Run(be.name+"/"+c.name, func(t *testing.T) { flushAcrossTwoLosses(t, be.dsn(t), c.noMark) })
+		}
+	}
+}
+
+func flushAcrossTwoLosses(t *testing.T, dsn string, noMark bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
+	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	closeAt := open.Add(time.Hour)
+	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 3, PerUser: 2, PriceCents: 500, State: flashgate.StateOpen,
+		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	rows := &rowsGate{DB: db}
+	s := resync.New(rdb, rows, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	lose := func() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Errorf("FLUSHALL: %v", err)
+		}
+	}
+	if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+		t.Fatalf("Resync: %v", err)
+	}
+	if noMark {
+		if err := rdb.HDel(ctx, lua.SaleKey(sale.ID), lua.FieldDrawRestore).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UnixMilli()
+	if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale.ID, ""), "ann", "e1", "", 1, now, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawEnter: %v, %v", v, err)
+	}
+	if v, err := lua.DrawHold.Run(ctx, rdb, lua.DrawHoldKeys(sale.ID), "ann", "e1", "pi_e1", now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawHold: %v, %v", v, err)
+	}
+	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys(sale.ID), "ann", "e1", string(flashgate.DrawEntered), now, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawSet: %v, %v", v, err)
+	}
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale.ID), "ann", now, now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawWithdraw: %v, %v", v, err)
+	}
+	gate := &writeGate{Store: db, hook: func() {
+		lose()
+		rows.hook = lose
+		// The rebuild may fail (Redis lost the sale under it): the next
+		// pass rebuilds it.
+		_, _, _ = s.Resync(ctx, sale.ID)
+		rows.hook = nil
+	}}
+	if _, err := drawjournal.Flush(ctx, rdb, gate, sale.ID, 0); err != nil {
+		t.Fatalf("the flush across the rebuild: %v", err)
+	}
+	// The leader's next pass.
+	if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+		t.Fatalf("Resync: %v", err)
+	}
+	check(t, ctx, rdb, db, sale.ID, "withdrawn e1 1 ", "e1", [3]string{"0", "0", "1"})
+}
