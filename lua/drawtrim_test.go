@@ -86,7 +86,7 @@ func TestDrawTrimAndReapply(t *testing.T) {
 		if n := reapply("ann entered a1 1 -", "bob withdrawn b1 1 pi_b1", "cat entered c1 1 -"); n != 3 {
 			t.Errorf("reapply: got %d rows, want 3", n)
 		}
-		args := []any{5, 0, 0}
+		args := []any{5, "r1", 0, 0}
 		args = append(args, splitRow("ann pending a1 1 -")...)
 		if n, err := lua.DrawRestore.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64(); err != nil || n != 1 {
 			t.Fatalf("DrawRestore: %d, %v", n, err)

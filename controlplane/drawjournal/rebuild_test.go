@@ -3,6 +3,7 @@ package drawjournal_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,7 +321,8 @@ func reapplyAfterReentry(t *testing.T, dsn string) {
 // TestFlushAcrossTwoLosses: a flush reads ann's withdrawal of e1; Redis
 // loses the sale; the rebuild marks its restore and reads the rows (e1
 // entered), and Redis loses the sale again (the mark with it) before the
-// rebuild's pages; then the flush writes the withdrawal. The rebuild must
+// rebuild's pages, or after them and before the rebuild records its
+// restore's id (lua.Restored); then the flush writes the withdrawal. The rebuild must
 // not finish over a Redis without its mark (nobody's flush can tell its
 // restore read the rows before the write): before the fix, it finished,
 // ann's e1 stayed entered in Redis (withdrawn in its row) and its hold off
@@ -336,13 +338,15 @@ func TestFlushAcrossTwoLosses(t *testing.T) {
 		for _, c := range []struct {
 			name   string
 			noMark bool // the sale hash had no draw_restore when the flush read it
-		}{{name: "mark read"}, {name: "no mark read", noMark: true}} {
-			t.Run(be.name+"/"+c.name, func(t *testing.T) { flushAcrossTwoLosses(t, be.dsn(t), c.noMark) })
+			late   bool // the second loss comes after the pages
+		}{{name: "mark read"}, {name: "no mark read", noMark: true},
+			{name: "mark read, lost after the pages", late: true}, {name: "no mark read, lost after the pages", noMark: true, late: true}} {
+			t.Run(be.name+"/"+c.name, func(t *testing.T) { flushAcrossTwoLosses(t, be.dsn(t), c.noMark, c.late) })
 		}
 	}
 }
 
-func flushAcrossTwoLosses(t *testing.T, dsn string, noMark bool) {
+func flushAcrossTwoLosses(t *testing.T, dsn string, noMark, late bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
@@ -389,13 +393,22 @@ func flushAcrossTwoLosses(t *testing.T, dsn string, noMark bool) {
 	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale.ID), "ann", now, now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
 		t.Fatalf("DrawWithdraw: %v, %v", v, err)
 	}
+	restored := &loseBefore{sha: lua.Restored.Hash(), lose: lose}
+	rdb.AddHook(restored)
 	gate := &writeGate{Store: db, hook: func() {
 		lose()
-		rows.hook = lose
+		if late {
+			restored.armed.Store(true)
+		} else {
+			rows.hook = lose
+		}
 		// The rebuild may fail (Redis lost the sale under it): the next
 		// pass rebuilds it.
 		_, _, _ = s.Resync(ctx, sale.ID)
 		rows.hook = nil
+		if restored.armed.Load() {
+			t.Errorf("the rebuild never recorded its restore's id")
+		}
 	}}
 	if _, err := drawjournal.Flush(ctx, rdb, gate, sale.ID, 0); err != nil {
 		t.Fatalf("the flush across the rebuild: %v", err)
@@ -405,4 +418,27 @@ func flushAcrossTwoLosses(t *testing.T, dsn string, noMark bool) {
 		t.Fatalf("Resync: %v", err)
 	}
 	check(t, ctx, rdb, db, sale.ID, "withdrawn e1 1 ", "e1", [3]string{"0", "0", "1"})
+}
+
+// loseBefore is a Redis hook that, once armed, runs lose before the next
+// call of the script whose SHA is sha (once).
+type loseBefore struct {
+	sha   string
+	lose  func()
+	armed atomic.Bool
+}
+
+func (*loseBefore) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseBefore) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+			h.lose()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*loseBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
