@@ -257,7 +257,8 @@ func TestDrawSurvivesRebuild(t *testing.T) {
 // comes first; a live entry already in Redis stays; the holds come back to
 // their records, the withdrawn and pending ones' onto the read path's
 // list; counts are raised to the rows', never lowered; a page run again
-// changes nothing; a token below the fence is refused.
+// changes nothing; a token below the fence is refused, and so is a page
+// of a restore whose mark the sale hash no longer holds.
 func TestDrawRestore(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		const sale = "drr"
@@ -265,9 +266,13 @@ func TestDrawRestore(t *testing.T) {
 		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale, ""), "dan", "e10", "", 1, drawOpen+1, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
 			t.Fatalf("DrawEnter dan: %v, %v", v, err)
 		}
+		if n, err := lua.DrawRestoreMark.Run(ctx, rdb, []string{lua.SaleKey(sale)}, 5, "m1").Int64(); err != nil || n != 1 {
+			t.Fatalf("DrawRestoreMark: %d, %v", n, err)
+		}
+		mark := "m1"
 		restore := func(token int64, counts []any, rows ...string) int64 {
 			t.Helper()
-			args := []any{token, 7, len(counts) / 2}
+			args := []any{token, mark, 7, len(counts) / 2}
 			args = append(args, counts...)
 			for _, r := range rows {
 				args = append(args, splitRow(r)...)
@@ -314,6 +319,13 @@ func TestDrawRestore(t *testing.T) {
 		}
 		if ok, err := rdb.HExists(ctx, lua.DrawKey(sale), "fay").Result(); err != nil || ok {
 			t.Errorf("fay's entry after a fenced page: got %v, %v; want none", ok, err)
+		}
+		mark = "m0" // another restore's (or a mark Redis lost)
+		if n := restore(5, nil, "fay pending f1 1 -"); n != lua.DrawRestoreLost {
+			t.Errorf("another restore's mark: got %d, want %d", n, lua.DrawRestoreLost)
+		}
+		if ok, err := rdb.HExists(ctx, lua.DrawKey(sale), "fay").Result(); err != nil || ok {
+			t.Errorf("fay's entry after a page of another restore: got %v, %v; want none", ok, err)
 		}
 	})
 }

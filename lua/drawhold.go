@@ -97,6 +97,11 @@ const DrawReapplyLost = -1
 // hash's fence.
 const DrawRestoreFenced = -1
 
+// DrawRestoreLost is DrawRestore's answer when the sale hash's
+// FieldDrawRestore is not the restore's id (Redis lost the sale since the
+// restore's DrawRestoreMark, or another restore began): nothing changed.
+const DrawRestoreLost = -2
+
 // DrawRestoreKeys is DrawRestore's KEYS: sale hash, entries hash, holds
 // hash, checks.
 func DrawRestoreKeys(sale string) []string {

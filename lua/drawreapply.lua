@@ -20,13 +20,18 @@
 -- KEYS[3] holds hash      fg:{<sale>}:dholds
 -- KEYS[4] checks zset     fg:{<sale>}:dcheck
 -- ARGV[1] when the read path looks at a hold it lists, unix milliseconds
--- ARGV[2 ..] six values per row: user id, state, entry id, quantity,
+-- ARGV[2 ..] seven values per row: user id, state, entry id, quantity,
 --         variant ("" on a sale of one stock), payment intent ("" without
---         a hold); the withdrawn rows of a user before the user's live one
+--         a hold), and the ids (space separated) of the withdrawn entries
+--         of another id the row may replace: those the database holds rows
+--         of (the user's entry in Redis, as the caller read it before the
+--         rows, when it has a row; the user's rows sent); an entry with no
+--         row is newer than every row of its buyer; the withdrawn rows of
+--         a user before the user's live one
 --
 -- Returns the number of rows read, or -1 (no draw_restore: nothing
 -- changed).
 if not redis.call('HGET', KEYS[1], 'draw_restore') then
   return -1
 end
-return put_draw_rows(2, ARGV[1])
+return put_draw_rows(2, ARGV[1], true)

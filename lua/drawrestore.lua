@@ -20,13 +20,18 @@
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
 --         field, which it raises (creating the field when Redis lost the
 --         hash, as lua/restore.lua does)
--- ARGV[2] when the read path looks at a restored hold, unix milliseconds
--- ARGV[3] c: how many count pairs follow (0 on every page but the last)
--- ARGV[4 .. 3+2c] pairs field, count: the entries the database holds
+-- ARGV[2] the restore's id, which lua.DrawRestoreMark wrote into the sale
+--         hash's draw_restore before the rows were read: refused when the
+--         hash holds another or none (Redis lost the sale since, the mark
+--         with it, and a journal's flush whose write came after the rows
+--         were read could no longer tell; or another restore began)
+-- ARGV[3] when the read path looks at a restored hold, unix milliseconds
+-- ARGV[4] c: how many count pairs follow (0 on every page but the last)
+-- ARGV[5 .. 4+2c] pairs field, count: the entries the database holds
 --         (draw_entries, and variant:<id>:draw_entries per variant); a
 --         field below its count is raised to it (never lowered: an entry
 --         made meanwhile counts)
--- ARGV[4+2c ..] six values per row: user id, state, entry id, quantity,
+-- ARGV[5+2c ..] six values per row: user id, state, entry id, quantity,
 --         variant ("" on a sale of one stock), payment intent ("" without
 --         a hold)
 --
@@ -44,23 +49,27 @@
 -- the entries hash. A row with an intent gets its hold record
 -- (lua.DrawHoldKey, "<intent> <user>") unless one is there; a pending or
 -- withdrawn one is also put on the read path's list (lua.DrawCheckKey) at
--- ARGV[2] unless it is there, so that the read path enters an authorised
+-- ARGV[3] unless it is there, so that the read path enters an authorised
 -- pending entry or releases a hold nobody wants (a provider's cancel of a
 -- released hold changes nothing).
 --
--- Returns the number of rows read, or -1 refused (a newer writer's token
--- is in the sale hash; nothing changed).
+-- Returns the number of rows read, -1 refused (a newer writer's token is
+-- in the sale hash; nothing changed), or -2 refused (the sale hash's
+-- draw_restore is not ARGV[2]; nothing changed).
 local token = tonumber(ARGV[1]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
 if token < fence then
   return -1
 end
+if redis.call('HGET', KEYS[1], 'draw_restore') ~= ARGV[2] then
+  return -2
+end
 if token > fence then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])
 end
-local at = ARGV[2]
-local c = tonumber(ARGV[3]) or 0
-local i = 4
+local at = ARGV[3]
+local c = tonumber(ARGV[4]) or 0
+local i = 5
 for _ = 1, c do
   local field, n = ARGV[i], tonumber(ARGV[i + 1]) or 0
   if (tonumber(redis.call('HGET', KEYS[1], field) or '0') or 0) < n then

@@ -22,7 +22,10 @@ func TestDrawRestoreSameIDRank(t *testing.T) {
 		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale, ""), "dan", "e1", "", 1, drawOpen+1, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
 			t.Fatalf("DrawEnter dan: %v, %v", v, err)
 		}
-		args := []any{5, 7, 0}
+		if n, err := lua.DrawRestoreMark.Run(ctx, rdb, []string{lua.SaleKey(sale)}, 5, "m1").Int64(); err != nil || n != 1 {
+			t.Fatalf("DrawRestoreMark: %d, %v", n, err)
+		}
+		args := []any{5, "m1", 7, 0}
 		args = append(args, splitRow("dan won e1 1 pi_e1")...)
 		if _, err := lua.DrawRestore.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64(); err != nil {
 			t.Fatalf("DrawRestore: %v", err)

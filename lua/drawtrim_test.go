@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +15,8 @@ import (
 // the sale hash's restore mark is the one it read with the journal;
 // DrawReapply then puts rows in only while a mark is there; and neither it
 // nor DrawRestore takes an entry back (a stale row of ann's withdrawn a1,
-// entered, leaves it withdrawn; a row of her new live a2 replaces it).
+// entered, leaves it withdrawn; a row of her new live a2 replaces it, in
+// DrawReapply only when the row names a1 as the entry it may replace).
 func TestDrawTrimAndReapply(t *testing.T) {
 	forEach(t, backends(t), "trim", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		const sale = "dtr"
@@ -43,11 +45,14 @@ func TestDrawTrimAndReapply(t *testing.T) {
 		if n := trim("", msgs[0].ID); n != 1 {
 			t.Errorf("trim with no mark read, none there: got %d, want 1", n)
 		}
+		// reapply's rows are splitRow's, then the entry of another id
+		// the row may replace after a "/" ("" none).
 		reapply := func(rows ...string) int64 {
 			t.Helper()
 			args := []any{7}
 			for _, r := range rows {
-				args = append(args, splitRow(r)...)
+				r, over, _ := strings.Cut(r, "/")
+				args = append(append(args, splitRow(r)...), over)
 			}
 			n, err := lua.DrawReapply.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64()
 			if err != nil {
@@ -81,7 +86,7 @@ func TestDrawTrimAndReapply(t *testing.T) {
 		if n := reapply("ann entered a1 1 -", "bob withdrawn b1 1 pi_b1", "cat entered c1 1 -"); n != 3 {
 			t.Errorf("reapply: got %d rows, want 3", n)
 		}
-		args := []any{5, 0, 0}
+		args := []any{5, "r1", 0, 0}
 		args = append(args, splitRow("ann pending a1 1 -")...)
 		if n, err := lua.DrawRestore.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int64(); err != nil || n != 1 {
 			t.Fatalf("DrawRestore: %d, %v", n, err)
@@ -90,7 +95,16 @@ func TestDrawTrimAndReapply(t *testing.T) {
 		if got, err := rdb.HGetAll(ctx, lua.DrawKey(sale)).Result(); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("entries after stale rows: got %v, %v; want %v", got, err, want)
 		}
-		if n := reapply("ann pending a2 1 -"); n != 1 {
+		// A row may replace a withdrawn entry of another id only when it
+		// names it (the caller found a row of it): a withdrawn entry with
+		// no row is newer than the row.
+		if n := reapply("ann pending a2 1 -/", "ann pending a2 1 -/a0"); n != 2 {
+			t.Errorf("reapply of a2 over another: got %d rows, want 2", n)
+		}
+		if got, err := rdb.HGet(ctx, lua.DrawKey(sale), "ann").Result(); err != nil || got != "withdrawn a1 1 " {
+			t.Errorf("ann's entry after a2 not over a1: got %q, %v; want %q", got, err, "withdrawn a1 1 ")
+		}
+		if n := reapply("ann pending a2 1 -/a1"); n != 1 {
 			t.Errorf("reapply of a2: got %d rows, want 1", n)
 		}
 		want["ann"] = "pending a2 1 "

@@ -143,8 +143,15 @@ const reapplyPage = 1000
 // reapply reads back the rows of the entries a Flush superseded and wrote
 // and puts them into sale's Redis entries (lua.DrawReapply), withdrawn
 // rows first: a buyer's live row replaces the buyer's withdrawn entry of
-// another id, never the other way round.
+// another id, never the other way round, and only an entry the database
+// holds a row of: the user's rows read back, and the user's entry in
+// Redis when it has a row, found before the rows are read back
+// (overridable).
 func reapply(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, superseded, written []flashgate.DrawEntry) error {
+	over, err := overridable(ctx, rdb, store, sale, slices.Concat(superseded, written))
+	if err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(superseded)+len(written))
 	var rows []flashgate.DrawEntry
 	for _, e := range slices.Concat(superseded, written) {
@@ -171,11 +178,20 @@ func reapply(ctx context.Context, rdb redis.UniversalClient, store Store, sale s
 		}
 		return 0
 	})
+	// known lists, for each user, the entries of the user the database
+	// holds rows of: a live row may replace those, once withdrawn.
+	known := make(map[string]string, len(over))
+	for u, id := range over {
+		known[u] = id
+	}
+	for _, r := range rows {
+		known[r.UserID] = strings.TrimSpace(known[r.UserID] + " " + r.ID)
+	}
 	for page := range slices.Chunk(rows, reapplyPage) {
-		args := make([]any, 0, 1+6*len(page))
+		args := make([]any, 0, 1+7*len(page))
 		args = append(args, 0)
 		for _, r := range page {
-			args = append(args, r.UserID, string(r.State), r.ID, r.Quantity, r.Variant, r.PaymentIntent)
+			args = append(args, r.UserID, string(r.State), r.ID, r.Quantity, r.Variant, r.PaymentIntent, known[r.UserID])
 		}
 		n, err := lua.DrawReapply.Run(ctx, rdb, lua.DrawRestoreKeys(sale), args...).Int()
 		if err != nil {
@@ -186,6 +202,47 @@ func reapply(ctx context.Context, rdb redis.UniversalClient, store Store, sale s
 		}
 	}
 	return nil
+}
+
+// overridable returns, for each user of entries, the id of the user's
+// entry in sale's Redis entries when the database holds a row of it: the
+// one entry of another id that lua.DrawReapply lets a live row of the user
+// replace (once withdrawn). An entry with no row was made on the rebuilt
+// sale, after its buyer withdrew every entry of a row (its journal not
+// flushed yet): a row read back, of an older entry whose withdrawal is in
+// that journal too, must not replace it. Read before the rows are: an
+// entry that has a row by then had its buyer's older entries' withdrawals
+// written before it (the journal's order), so the rows read after it show
+// them.
+func overridable(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, entries []flashgate.DrawEntry) (map[string]string, error) {
+	var users []string
+	for _, e := range entries {
+		if !slices.Contains(users, e.UserID) {
+			users = append(users, e.UserID)
+		}
+	}
+	over := make(map[string]string, len(users))
+	if len(users) == 0 {
+		return over, nil
+	}
+	cur, err := rdb.HMGet(ctx, lua.DrawKey(sale), users...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading the draw entries of %s after a restore: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	for i, u := range users {
+		v, _ := cur[i].(string)
+		_, id, _, _, ok := lua.ParseDrawEntry(v)
+		if !ok {
+			continue
+		}
+		switch _, err := store.DrawEntry(ctx, sale, id); {
+		case err == nil:
+			over[u] = id
+		case !errors.Is(err, flashgate.ErrNotFound):
+			return nil, fmt.Errorf("reading back the draw entries of %s after a restore: %w", sale, err)
+		}
+	}
+	return over, nil
 }
 
 // parse reads one journal entry: "e" = "<state> <entry id> <quantity>

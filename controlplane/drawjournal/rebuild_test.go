@@ -3,6 +3,7 @@ package drawjournal_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,4 +217,228 @@ func check(t *testing.T, ctx context.Context, rdb *redis.Client, db *sqldb.DB, s
 			t.Errorf("count %d (pending, entered, withdrawn): got %v, want %s", i, got[i], w)
 		}
 	}
+}
+
+// TestReapplyAfterReentry: a flush (an old leader's, say, stalled) reads
+// ann's e1 entered from the journal; Redis loses the sale and the rebuild
+// restores e1 as its row held it (pending); ann then withdraws e1, enters
+// e2 and withdraws e2 on the rebuilt sale (its journal not flushed yet);
+// only then does the stalled flush write e1 entered and, the restore's
+// mark changed, put its rows back into Redis (lua.DrawReapply). The row
+// of e1 it reads back is entered (the database has not seen ann's changes
+// since the rebuild), and it must not replace ann's newer entry e2,
+// withdrawn: before the fix, ann's entry in Redis ended "entered e1"
+// while both rows were withdrawn, and the read path then took e1's hold
+// off its list as the close's (an entered entry's), which the close never
+// releases (it lists the pending rows' holds only).
+func TestReapplyAfterReentry(t *testing.T) {
+	for _, be := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+		t.Run(be.name, func(t *testing.T) { reapplyAfterReentry(t, be.dsn(t)) })
+	}
+}
+
+func reapplyAfterReentry(t *testing.T, dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
+	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	closeAt := open.Add(time.Hour)
+	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 3, PerUser: 2, PriceCents: 500, State: flashgate.StateOpen,
+		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	rebuild := func() {
+		t.Helper()
+		s := resync.New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+			t.Errorf("Resync: %v", err)
+		}
+	}
+	now := time.Now().UnixMilli()
+	enter := func(id string) {
+		t.Helper()
+		if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale.ID, ""), "ann", id, "", 1, now, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawEnter %s: %v, %v", id, v, err)
+		}
+	}
+	withdraw := func() {
+		t.Helper()
+		if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale.ID), "ann", now, now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+			t.Fatalf("DrawWithdraw: %v, %v", v, err)
+		}
+	}
+	rebuild()
+	enter("e1")
+	if v, err := lua.DrawHold.Run(ctx, rdb, lua.DrawHoldKeys(sale.ID), "ann", "e1", "pi_e1", now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawHold: %v, %v", v, err)
+	}
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys(sale.ID), "ann", "e1", string(flashgate.DrawEntered), now, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawSet: %v, %v", v, err)
+	}
+	// The stalled flush has read e1 entered; before its write Redis loses
+	// the sale, the rebuild restores e1 pending, and ann withdraws e1,
+	// enters e2 and withdraws it.
+	gate := &writeGate{Store: db, hook: func() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatalf("FLUSHALL: %v", err)
+		}
+		rebuild()
+		withdraw()
+		enter("e2")
+		withdraw()
+	}}
+	if _, err := drawjournal.Flush(ctx, rdb, gate, sale.ID, 0); err != nil {
+		t.Fatalf("the flush across the rebuild: %v", err)
+	}
+	// The leader's next flush writes ann's changes since the rebuild.
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	rows, err := db.DrawEntries(ctx, sale.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != flashgate.DrawWithdrawn {
+			t.Errorf("row %s: got %s, want withdrawn", r.ID, r.State)
+		}
+	}
+	check(t, ctx, rdb, db, sale.ID, "withdrawn e2 1 ", "e1", [3]string{"0", "0", "1"})
+}
+
+// TestFlushAcrossTwoLosses: a flush reads ann's withdrawal of e1; Redis
+// loses the sale; the rebuild marks its restore and reads the rows (e1
+// entered), and Redis loses the sale again (the mark with it) before the
+// rebuild's pages, or after them and before the rebuild records its
+// restore's id (lua.Restored); then the flush writes the withdrawal. The rebuild must
+// not finish over a Redis without its mark (nobody's flush can tell its
+// restore read the rows before the write): before the fix, it finished,
+// ann's e1 stayed entered in Redis (withdrawn in its row) and its hold off
+// the read path's list, whether the flush had read a mark (its trim found
+// none: DrawReapply, finding none either, did nothing) or had read none (a
+// sale never rebuilt: the trim took the two as the same). The next pass
+// must leave Redis as the rows are.
+func TestFlushAcrossTwoLosses(t *testing.T) {
+	for _, be := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+		for _, c := range []struct {
+			name   string
+			noMark bool // the sale hash had no draw_restore when the flush read it
+			late   bool // the second loss comes after the pages
+		}{{name: "mark read"}, {name: "no mark read", noMark: true},
+			{name: "mark read, lost after the pages", late: true}, {name: "no mark read, lost after the pages", noMark: true, late: true}} {
+			t.Run(be.name+"/"+c.name, func(t *testing.T) { flushAcrossTwoLosses(t, be.dsn(t), c.noMark, c.late) })
+		}
+	}
+}
+
+func flushAcrossTwoLosses(t *testing.T, dsn string, noMark, late bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
+	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	closeAt := open.Add(time.Hour)
+	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 3, PerUser: 2, PriceCents: 500, State: flashgate.StateOpen,
+		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
+	if err := db.CreateSale(ctx, sale); err != nil {
+		t.Fatalf("CreateSale: %v", err)
+	}
+	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	if err != nil {
+		t.Fatalf("TakeFence: %v", err)
+	}
+	ctx = fencing.WithValue(ctx, tok)
+	rows := &rowsGate{DB: db}
+	s := resync.New(rdb, rows, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
+	lose := func() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Errorf("FLUSHALL: %v", err)
+		}
+	}
+	if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+		t.Fatalf("Resync: %v", err)
+	}
+	if noMark {
+		if err := rdb.HDel(ctx, lua.SaleKey(sale.ID), lua.FieldDrawRestore).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UnixMilli()
+	if v, err := lua.DrawEnter.Run(ctx, rdb, lua.DrawEnterKeys(sale.ID, ""), "ann", "e1", "", 1, now, 0).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawEnter: %v, %v", v, err)
+	}
+	if v, err := lua.DrawHold.Run(ctx, rdb, lua.DrawHoldKeys(sale.ID), "ann", "e1", "pi_e1", now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawHold: %v, %v", v, err)
+	}
+	if v, err := lua.DrawSet.Run(ctx, rdb, lua.DrawChangeKeys(sale.ID), "ann", "e1", string(flashgate.DrawEntered), now, string(flashgate.DrawPending)).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawSet: %v, %v", v, err)
+	}
+	if _, err := drawjournal.Flush(ctx, rdb, db, sale.ID, 0); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if v, err := lua.DrawWithdraw.Run(ctx, rdb, lua.DrawWithdrawKeys(sale.ID), "ann", now, now).Slice(); err != nil || v[0] != int64(lua.DrawOK) {
+		t.Fatalf("DrawWithdraw: %v, %v", v, err)
+	}
+	restored := &loseBefore{sha: lua.Restored.Hash(), lose: lose}
+	rdb.AddHook(restored)
+	gate := &writeGate{Store: db, hook: func() {
+		lose()
+		if late {
+			restored.armed.Store(true)
+		} else {
+			rows.hook = lose
+		}
+		// The rebuild may fail (Redis lost the sale under it): the next
+		// pass rebuilds it.
+		_, _, _ = s.Resync(ctx, sale.ID)
+		rows.hook = nil
+		if restored.armed.Load() {
+			t.Errorf("the rebuild never recorded its restore's id")
+		}
+	}}
+	if _, err := drawjournal.Flush(ctx, rdb, gate, sale.ID, 0); err != nil {
+		t.Fatalf("the flush across the rebuild: %v", err)
+	}
+	// The leader's next pass.
+	if _, _, err := s.Resync(ctx, sale.ID); err != nil {
+		t.Fatalf("Resync: %v", err)
+	}
+	check(t, ctx, rdb, db, sale.ID, "withdrawn e1 1 ", "e1", [3]string{"0", "0", "1"})
+}
+
+// loseBefore is a Redis hook that, once armed, runs lose before the next
+// call of the script whose SHA is sha (once).
+type loseBefore struct {
+	sha   string
+	lose  func()
+	armed atomic.Bool
+}
+
+func (*loseBefore) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseBefore) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+			h.lose()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*loseBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

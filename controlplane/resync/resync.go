@@ -187,17 +187,34 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 		rctx, cancel := RestoreContext(ctx)
 		defer cancel()
 		ctx = rctx
+		// A draw sale's restore is marked first (lua.DrawRestoreMark),
+		// before the orders' pages and the rows are read, and the mark
+		// must still be there once the restore's id is (checkDrawMark):
+		// Redis lost the sale again in between otherwise, the pages with
+		// it, and a journal's flush could no longer tell that the rows
+		// were read before its write.
+		var drawMark string
+		if sale.Draw() {
+			if drawMark, err = markDrawRestore(ctx, s.rdb, id, fencing.Of(ctx)); err != nil {
+				return before, after, err
+			}
+		}
 		if err := s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
 		if sale.Draw() {
-			if err := s.RestoreDraw(ctx, sale); err != nil {
+			if err := s.restoreDraw(ctx, sale, drawMark); err != nil {
 				return before, after, err
 			}
 		}
 		var restored string
 		if restored, err = salehash.MarkRestored(ctx, s.rdb, id); err != nil {
 			return before, after, err
+		}
+		if sale.Draw() {
+			if err := checkDrawMark(ctx, s.rdb, id, drawMark); err != nil {
+				return before, after, err
+			}
 		}
 		// The pending retakes again, after the restore: a row written
 		// after the first read may belong to a retake the lost Redis made
@@ -400,18 +417,30 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 // of another process, or of this one: the flush's lock is not taken here)
 // finds the mark changed at its trim and puts its rows into Redis itself
 // (drawjournal.Flush); the pages sent after it never take an entry back.
+//
+// Every page carries the mark's id and is refused once the sale hash holds
+// another or none (Redis lost the sale again, the mark with it): then it
+// returns the error of salehash.ErrLostAgain, and the next pass rebuilds
+// the sale.
 func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
-	keys := lua.DrawRestoreKeys(sale.ID)
-	tok := fencing.Of(ctx)
-	if err := markDrawRestore(ctx, s.rdb, sale.ID, tok); err != nil {
+	mark, err := markDrawRestore(ctx, s.rdb, sale.ID, fencing.Of(ctx))
+	if err != nil {
 		return err
 	}
+	return s.restoreDraw(ctx, sale, mark)
+}
+
+// restoreDraw is RestoreDraw after its mark, mark.
+func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark string) error {
+	keys := lua.DrawRestoreKeys(sale.ID)
+	tok := fencing.Of(ctx)
+	var err error
 	made := int64(0)
 	perVariant := map[string]int64{}
 	page := make([]flashgate.DrawEntry, 0, salehash.ReleaseChunk)
 	send := func(last bool) error {
-		args := make([]any, 0, 5+2*len(perVariant)+6*len(page))
-		args = append(args, tok, 0)
+		args := make([]any, 0, 6+2*len(perVariant)+6*len(page))
+		args = append(args, tok, mark, 0)
 		if last {
 			args = append(args, 1+len(perVariant), lua.FieldDrawEntries, made)
 			for v, n := range perVariant {
@@ -428,12 +457,15 @@ func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
 		if err != nil {
 			return fmt.Errorf("restoring draw entries: %w: %w", flashgate.ErrUnavailable, err)
 		}
-		if n == lua.DrawRestoreFenced {
+		switch n {
+		case lua.DrawRestoreFenced:
 			return fencing.Err("restoring draw entries", tok)
+		case lua.DrawRestoreLost:
+			return salehash.ErrLostAgain("the draw entries of sale " + sale.ID)
 		}
 		return nil
 	}
-	err := s.store.EachDrawEntry(ctx, sale.ID, func(e flashgate.DrawEntry) error {
+	err = s.store.EachDrawEntry(ctx, sale.ID, func(e flashgate.DrawEntry) error {
 		made++
 		if e.Variant != "" {
 			perVariant[e.Variant]++
@@ -451,18 +483,35 @@ func (s *Syncer) RestoreDraw(ctx context.Context, sale flashgate.Sale) error {
 }
 
 // markDrawRestore writes a fresh id into sale's lua.FieldDrawRestore
-// under token tok (lua.DrawRestoreMark).
-func markDrawRestore(ctx context.Context, rdb redis.Scripter, sale string, tok int64) error {
+// under token tok (lua.DrawRestoreMark) and returns it.
+func markDrawRestore(ctx context.Context, rdb redis.Scripter, sale string, tok int64) (string, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return fmt.Errorf("marking the restore of draw entries: %w", err)
+		return "", fmt.Errorf("marking the restore of draw entries: %w", err)
 	}
-	n, err := lua.DrawRestoreMark.Run(ctx, rdb, []string{lua.SaleKey(sale)}, tok, hex.EncodeToString(b[:])).Int()
+	id := hex.EncodeToString(b[:])
+	n, err := lua.DrawRestoreMark.Run(ctx, rdb, []string{lua.SaleKey(sale)}, tok, id).Int()
 	if err != nil {
-		return fmt.Errorf("marking the restore of draw entries: %w: %w", flashgate.ErrUnavailable, err)
+		return "", fmt.Errorf("marking the restore of draw entries: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if n == lua.DrawRestoreMarkFenced {
-		return fencing.Err("marking the restore of draw entries", tok)
+		return "", fencing.Err("marking the restore of draw entries", tok)
+	}
+	return id, nil
+}
+
+// checkDrawMark is the error of salehash.ErrLostAgain unless sale's
+// lua.FieldDrawRestore is still mark, read after salehash.MarkRestored: a
+// loss before that call took the mark (and the pages) and the call wrote
+// the restore's id into an empty hash; a loss after this read takes the
+// restore's id too, which the final Resync then misses.
+func checkDrawMark(ctx context.Context, rdb redis.UniversalClient, sale, mark string) error {
+	got, err := rdb.HGet(ctx, lua.SaleKey(sale), lua.FieldDrawRestore).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading the restore's mark: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if got != mark {
+		return salehash.ErrLostAgain("the draw entries of sale " + sale)
 	}
 	return nil
 }
