@@ -165,7 +165,7 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		case t.poolPerPrimary:
 			// The same over the master alone: every command goes to it.
 			cc := redis.NewFailoverClusterClient(o)
-			h := reloadOnFailure{cc}
+			h := newReloadOnFailure(cc)
 			cc.AddHook(h)
 			// The reserves' WAIT goes on a connection of the master's own
 			// node client.
