@@ -86,16 +86,22 @@ func (s *Service) renew(ctx context.Context) (bool, error) {
 // refreshFence takes a newer fencing token for the lease this Service
 // holds when one was handed out after its own (an admin call's, or that of
 // a lease taker whose check failed), so that its writes are not refused,
-// or when it holds none (its last try to take one failed).
+// or when it holds none (its last try to take one failed), or when the
+// counter is below its own: Redis lost the increments up to it (a failover
+// that the lease outlived, its renewal waiting for the promoted replica;
+// or a restart), and the next token handed out would be no newer than
+// this term's. The new token is above its own (lua.TakeFence's floor), and
+// so is every token after it.
 func (s *Service) refreshFence(ctx context.Context) error {
 	cur, err := s.rdb.Get(ctx, lua.FenceKey()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("reading fencing token: %w", err)
 	}
-	if mine := s.fence.Load(); mine > 0 && cur <= mine {
+	mine := s.fence.Load()
+	if mine > 0 && cur == mine {
 		return nil
 	}
-	tok, err := s.takeFence(ctx)
+	tok, err := s.takeFenceAbove(ctx, mine)
 	if err != nil {
 		return err
 	}
