@@ -313,3 +313,36 @@ func TestLeaderTokenAboveLostCounter(t *testing.T) {
 		t.Errorf("the next token after the renewal: got %d, want above the leader's %d (its token before the failover %d)", next, held, mine)
 	}
 }
+
+// TestTermTokenWhenTimerEndsDuringRenewal: the term's timer (its lease's
+// time by the local clock) fires while a renewal is out, after the renewal
+// kept the term's token (refreshFence) and before it extends the term
+// (holdTerm), as happens when the renewal waited for a promoted replica
+// until just before the term's end. The term the renewal starts anew must
+// carry the token, not none: before, it carried 0, the timer having
+// cleared the Service's token, and its writes were refused, or accepted
+// unfenced on a hash no token had written, until the next tick.
+func TestTermTokenWhenTimerEndsDuringRenewal(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.TickEvery, c.LeaderTTL = time.Hour, time.Hour })
+	a := e.svc
+	if ta, err := a.lead(e.ctx); err != nil || ta == nil {
+		t.Fatalf("a leads: %v, %v", ta, err)
+	}
+	mine := a.termFence()
+	sent := time.Now()
+	tok, err := a.refreshFence(e.ctx) // the renewal's
+	if err != nil || tok != mine {
+		t.Fatalf("the renewal's refreshFence: got %d, %v; want %d kept", tok, err, mine)
+	}
+	a.mu.Lock()
+	term := a.term
+	a.mu.Unlock()
+	a.endTermOf(term, errLeaseRanOut) // the timer fires
+	tctx := a.holdTerm(e.ctx, sent, tok)
+	if got := fencing.Of(tctx); got != mine {
+		t.Errorf("the renewed term's token: got %d, want %d", got, mine)
+	}
+	if got := a.termFence(); got != mine {
+		t.Errorf("termFence after the renewal: got %d, want %d", got, mine)
+	}
+}
