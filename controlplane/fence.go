@@ -60,7 +60,13 @@ func (s *Service) fencedCall(ctx context.Context, f func(context.Context) error)
 
 // takeFence takes a fresh fencing token (lua.TakeFence).
 func (s *Service) takeFence(ctx context.Context) (int64, error) {
-	tok, err := lua.TakeFence.Run(ctx, s.rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
+	return s.takeFenceAbove(ctx, 0)
+}
+
+// takeFenceAbove takes a fresh fencing token above floor, a token this
+// Service holds, even if the counter fell below it (lua.TakeFence).
+func (s *Service) takeFenceAbove(ctx context.Context, floor int64) (int64, error) {
+	tok, err := lua.TakeFence.Run(ctx, s.rdb, lua.FenceKeys(), time.Now().UnixMilli(), floor).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("taking a fencing token: %w: %w", flashgate.ErrUnavailable, err)
 	}

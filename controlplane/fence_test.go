@@ -278,3 +278,71 @@ func TestAdminResyncFences(t *testing.T) {
 		t.Errorf("leader's re-sync after an admin re-sync on it: %v", err)
 	}
 }
+
+// TestLeaderTokenAboveLostCounter: a Sentinel failover loses the fencing
+// counter's last increment (this leader's own newer token, taken just
+// before the primary died and not yet replicated), while the lease, older,
+// survives on the promoted replica. The leader's renewal, which now waits
+// for the promoted replica (a `flashgate controlplane` on Sentinel) instead
+// of failing and ending the term, finds its lease and keeps its term: its
+// token is then above the counter, and the next token handed out (an admin
+// call's, or the next leader's) must still outrank it. Before, the renewal
+// kept the token (the counter was not above it), and the next token taken
+// was the leader's own: an admin call's writes could not fence off a
+// paused leader, nor the next leader's.
+func TestLeaderTokenAboveLostCounter(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.TickEvery, c.LeaderTTL = time.Hour, time.Hour })
+	a := e.svc
+	if ta, err := a.lead(e.ctx); err != nil || ta == nil {
+		t.Fatalf("a leads: %v, %v", ta, err)
+	}
+	mine := a.termFence()
+	// The failover: the promoted replica never saw the counter reach mine.
+	if err := e.rdb.Set(e.ctx, lua.FenceKey(), mine-1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ta, err := a.lead(e.ctx); err != nil || ta == nil {
+		t.Fatalf("a's renewal on the promoted replica: %v, %v", ta, err)
+	}
+	held := a.termFence()
+	next, err := a.takeFence(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next <= held {
+		t.Errorf("the next token after the renewal: got %d, want above the leader's %d (its token before the failover %d)", next, held, mine)
+	}
+}
+
+// TestTermTokenWhenTimerEndsDuringRenewal: the term's timer (its lease's
+// time by the local clock) fires while a renewal is out, after the renewal
+// kept the term's token (refreshFence) and before it extends the term
+// (holdTerm), as happens when the renewal waited for a promoted replica
+// until just before the term's end. The term the renewal starts anew must
+// carry the token, not none: before, it carried 0, the timer having
+// cleared the Service's token, and its writes were refused, or accepted
+// unfenced on a hash no token had written, until the next tick.
+func TestTermTokenWhenTimerEndsDuringRenewal(t *testing.T) {
+	e := newEnv(t, sqliteDSN(t), func(c *Config) { c.TickEvery, c.LeaderTTL = time.Hour, time.Hour })
+	a := e.svc
+	if ta, err := a.lead(e.ctx); err != nil || ta == nil {
+		t.Fatalf("a leads: %v, %v", ta, err)
+	}
+	mine := a.termFence()
+	sent := time.Now()
+	tok, err := a.refreshFence(e.ctx) // the renewal's
+	if err != nil || tok != mine {
+		t.Fatalf("the renewal's refreshFence: got %d, %v; want %d kept", tok, err, mine)
+	}
+	a.mu.Lock()
+	term := a.term
+	a.mu.Unlock()
+	a.endTermOf(term, errLeaseRanOut) // the timer fires
+	tctx := a.holdTerm(e.ctx, sent, tok)
+	if got := fencing.Of(tctx); got != mine {
+		t.Errorf("the renewed term's token: got %d, want %d", got, mine)
+	}
+	if got := a.termFence(); got != mine {
+		t.Errorf("termFence after the renewal: got %d, want %d", got, mine)
+	}
+}

@@ -50,11 +50,12 @@ func (s *Service) lead(parent context.Context) (context.Context, error) {
 		return nil, fmt.Errorf("renewing leader lease: %w", err)
 	}
 	if ok {
-		if err := s.refreshFence(ctx); err != nil {
+		tok, err := s.refreshFence(ctx)
+		if err != nil {
 			s.endTerm(errRenewFailed)
 			return nil, err
 		}
-		return s.holdTerm(parent, sent), nil
+		return s.holdTerm(parent, sent, tok), nil
 	}
 	s.endTerm(errLeaseLost)
 	took, err := s.rdb.SetNX(ctx, lua.LeaderKey(), s.leaseToken, s.leaderTTL).Result()
@@ -74,7 +75,7 @@ func (s *Service) lead(parent context.Context) (context.Context, error) {
 		return nil, err
 	}
 	s.fence.Store(tok)
-	return s.holdTerm(parent, sent), nil
+	return s.holdTerm(parent, sent, tok), nil
 }
 
 // renew extends the lease if this Service holds it (lua.Extend).
@@ -86,35 +87,43 @@ func (s *Service) renew(ctx context.Context) (bool, error) {
 // refreshFence takes a newer fencing token for the lease this Service
 // holds when one was handed out after its own (an admin call's, or that of
 // a lease taker whose check failed), so that its writes are not refused,
-// or when it holds none (its last try to take one failed).
-func (s *Service) refreshFence(ctx context.Context) error {
+// or when it holds none (its last try to take one failed), or when the
+// counter is below its own: Redis lost the increments up to it (a failover
+// that the lease outlived, its renewal waiting for the promoted replica;
+// or a restart), and the next token handed out would be no newer than
+// this term's. The new token is above its own (lua.TakeFence's floor), and
+// so is every token after it. It returns the token the lease now holds.
+func (s *Service) refreshFence(ctx context.Context) (int64, error) {
 	cur, err := s.rdb.Get(ctx, lua.FenceKey()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reading fencing token: %w", err)
+		return 0, fmt.Errorf("reading fencing token: %w", err)
 	}
-	if mine := s.fence.Load(); mine > 0 && cur <= mine {
-		return nil
+	mine := s.fence.Load()
+	if mine > 0 && cur == mine {
+		return mine, nil
 	}
-	tok, err := s.takeFence(ctx)
+	tok, err := s.takeFenceAbove(ctx, mine)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if ok, err := s.renew(ctx); err != nil || !ok {
 		if err == nil {
 			err = errLeaseLost
 		}
-		return fmt.Errorf("renewing leader lease: %w", err)
+		return 0, fmt.Errorf("renewing leader lease: %w", err)
 	}
 	s.fence.Store(tok)
-	return nil
+	return tok, nil
 }
 
 // holdTerm starts a term, or extends the current one, after a renewal sent
-// at sent: the term ends by itself LeaderTTL after sent, before Redis lets
-// the lease go, unless a later renewal extends it. A new term gets a
-// keeper (keepTerm), which Close waits for; after Close the term ends at
-// once.
-func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Context {
+// at sent, with the lease's token tok: the term ends by itself LeaderTTL
+// after sent, before Redis lets the lease go, unless a later renewal
+// extends it. A new term gets a keeper (keepTerm), which Close waits for;
+// after Close the term ends at once. tok is the renewal's own: the term's
+// timer may have ended the last term meanwhile and cleared the Service's
+// token.
+func (s *Service) holdTerm(parent context.Context, sent time.Time, tok int64) context.Context {
 	left := time.Until(sent.Add(s.leaderTTL))
 	s.mu.Lock()
 	t := s.term
@@ -141,7 +150,8 @@ func (s *Service) holdTerm(parent context.Context, sent time.Time) context.Conte
 		t.timer.Reset(left)
 	}
 	t.sent = sent
-	t.fence.V.Store(s.fence.Load())
+	t.fence.V.Store(tok)
+	s.fence.Store(tok)
 	s.mu.Unlock()
 	s.setLeading(true)
 	return t.ctx

@@ -101,7 +101,8 @@ func TestFencedScripts(t *testing.T) {
 }
 
 // TestTakeFence: tokens increase; a counter Redis lost starts again above
-// the caller's clock, so above every token handed out before the loss.
+// the caller's clock, so above every token handed out before the loss; a
+// counter below the caller's floor starts again above it.
 func TestTakeFence(t *testing.T) {
 	forEach(t, backends(t), "take", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		const now = int64(1_800_000_000_000)
@@ -112,6 +113,16 @@ func TestTakeFence(t *testing.T) {
 		second, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), now-5).Int64()
 		if err != nil || second != first+1 {
 			t.Fatalf("second token: got %d, %v; want %d", second, err, first+1)
+		}
+		// A floor below the counter changes nothing; one above it (a
+		// leader's token the counter lost) raises it first.
+		third, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), now, first).Int64()
+		if err != nil || third != second+1 {
+			t.Fatalf("token with a floor below the counter: got %d, %v; want %d", third, err, second+1)
+		}
+		fourth, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), now, third+10).Int64()
+		if err != nil || fourth != third+11 {
+			t.Fatalf("token with a floor above the counter: got %d, %v; want %d", fourth, err, third+11)
 		}
 	})
 }

@@ -1,18 +1,37 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testwait"
+	"github.com/flashgate/flashgate/inventory"
+	"github.com/flashgate/flashgate/lua"
 )
+
+// waitDialProbesEnd waits, after the test (its clients closed), for
+// go-redis's dial probes to end: a pool whose dials to a dead primary all
+// failed probes it once a second, and sees its Close only when it wakes,
+// up to a second later, which the package's leak check would catch.
+func waitDialProbesEnd(t *testing.T) {
+	t.Cleanup(func() {
+		testwait.Eventually(t, 10*time.Second, func() bool {
+			buf := make([]byte, 1<<20)
+			return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*ConnPool).tryDial"))
+		}, "go-redis's dial probes to end after Close")
+	})
+}
 
 // TestInventoryFollowsSentinelPromotion kills (kill -9) the primary of a
 // Sentinel set-up under the inventory's client (as `inventory` opens it)
@@ -30,6 +49,7 @@ func TestInventoryFollowsSentinelPromotion(t *testing.T) {
 		t.Skip("short")
 	}
 	sen := redistest.StartSentinel(t)
+	waitDialProbesEnd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st := newStack(&Config{LogLevel: "error"}, io.Discard)
@@ -106,5 +126,74 @@ func TestInventoryFollowsSentinelPromotion(t *testing.T) {
 	}
 	if got, err := sen.Replica.Client(t).Get(ctx, "inv-follow").Result(); err != nil || got != "after" {
 		t.Errorf("the promoted replica's inv-follow: got %q (err %v), want %q", got, err, "after")
+	}
+}
+
+// TestInventoryReservesOnSentinelMaster runs the inventory's reserves (as
+// `inventory` runs them, WaitAuto) through its Sentinel client, a cluster
+// client over the master: one after another and a crowd at once, each on
+// the replica when answered (its WAIT went on the reserve's own
+// connection to the master); then, the primary killed, the first reserves
+// on the promoted replica, which has no replica of its own, are answered
+// once the client routes to it.
+func TestInventoryReservesOnSentinelMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	sen := redistest.StartSentinel(t)
+	waitDialProbesEnd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := newStack(&Config{LogLevel: "error"}, io.Discard)
+	defer st.close()
+	rdb, err := st.inventoryPrimary(ctx, sen.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sale = "inv-wait"
+	if n, err := lua.Prepare.Run(ctx, rdb, lua.SaleKeys(sale), 1000, flashgate.AdmitCap(1000, 0), 1, 500).Int64(); err != nil || n != 1 {
+		t.Fatalf("Prepare: got %d, %v; want 1", n, err)
+	}
+	if n, err := lua.SetState.Run(ctx, rdb, lua.SaleKeys(sale), "open").Int64(); err != nil || n != 1 {
+		t.Fatalf("SetState: got %d, %v; want 1", n, err)
+	}
+	inv := inventory.New(rdb, inventory.Config{Logger: st.log})
+	defer inv.Close()
+	rc := sen.Replica.Client(t)
+	for i := range 5 {
+		user := "u" + strconv.Itoa(i)
+		id, err := inv.Reserve(ctx, sale, user, "", 1)
+		if err != nil {
+			t.Fatalf("Reserve %s: %v", user, err)
+		}
+		if got, err := rc.HGet(ctx, lua.BuyersKey(sale), user).Result(); err != nil || got != id {
+			t.Errorf("the replica's buyer %s right after Reserve: got %q, %v; want %q", user, got, err, id)
+		}
+	}
+	const crowd = 64
+	ids := make([]string, crowd)
+	errs := make([]error, crowd)
+	var wg sync.WaitGroup
+	for i := range crowd {
+		wg.Go(func() { ids[i], errs[i] = inv.Reserve(ctx, sale, "c"+strconv.Itoa(i), "", 1) })
+	}
+	wg.Wait()
+	for i := range crowd {
+		if errs[i] != nil {
+			t.Fatalf("crowd Reserve %d: %v", i, errs[i])
+		}
+		if got, err := rc.HGet(ctx, lua.BuyersKey(sale), "c"+strconv.Itoa(i)).Result(); err != nil || got != ids[i] {
+			t.Errorf("the replica's buyer c%d after the crowd: got %q, %v; want %q", i, got, err, ids[i])
+		}
+	}
+
+	sen.Primary.Stop() // SIGKILL
+	var id string
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		id, err = inv.Reserve(ctx, sale, "after", "", 1)
+		return err == nil
+	}, "a reserve to be answered by the promoted replica")
+	if got, err := rc.HGet(ctx, lua.BuyersKey(sale), "after").Result(); err != nil || got != id {
+		t.Errorf("the promoted replica's buyer after: got %q, %v; want %q", got, err, id)
 	}
 }

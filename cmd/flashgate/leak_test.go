@@ -18,11 +18,11 @@ func TestMain(m *testing.M) {
 		// A fasthttp server's worker-pool cleaner sees Shutdown only when it
 		// wakes, up to MaxIdleWorkerDuration (10 s) later.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		// go-redis's NewFailoverClusterClient (the Sentinel read-only client)
-		// subscribes to its Sentinel and its Close never ends that
-		// subscription: the listener and the PubSub's two goroutines stay
-		// (redis/go-redis#3999, fix proposed in #4000). Nothing else here
-		// subscribes.
+		// go-redis's NewFailoverClusterClient (the Sentinel read-only client,
+		// and the inventory's Sentinel primary) subscribes to its Sentinel
+		// and its Close never ends that subscription: the listener and the
+		// PubSub's two goroutines stay (redis/go-redis#3999, fix proposed in
+		// #4000). Nothing else here subscribes.
 		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9.(*sentinelFailover).listen"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9.(*channel).initHealthCheck.func1"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9.(*channel).initMsgChan.func1"),

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,14 +16,29 @@ import (
 // view of the master, which asks the Sentinels again. go-redis reloads it
 // on the Sentinel's +switch-master, which a client whose subscription broke
 // (its Sentinel died with the primary) never hears, and otherwise only
-// every minute. A reload runs at most once per 200 ms (go-redis's
-// LazyReload), so a dead primary costs the Sentinels two questions per
-// reload, however many calls fail.
-type reloadOnFailure struct{ cc *redis.ClusterClient }
+// every minute. A reload is asked for at most once per reloadEvery, so a
+// dead primary costs the Sentinels two questions per reload, however many
+// calls fail. go-redis's LazyReload waits as long after a reload only when
+// it succeeded: with no Sentinel answering, each failed call would start
+// another at once.
+type reloadOnFailure struct {
+	reload func(context.Context) // the cluster client's ReloadState
+	now    func() time.Time
+	last   atomic.Int64 // when a reload was last asked for, unix nanoseconds
+}
 
-func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+// newReloadOnFailure returns the hook for cc.
+func newReloadOnFailure(cc *redis.ClusterClient) *reloadOnFailure {
+	return &reloadOnFailure{reload: cc.ReloadState, now: time.Now}
+}
 
-func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// reloadEvery is the least time between two reloads reloadOnFailure asks
+// for (go-redis's own LazyReload's wait after one).
+const reloadEvery = 200 * time.Millisecond
+
+func (h *reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		h.check(ctx, err)
@@ -29,7 +46,7 @@ func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		h.check(ctx, err)
@@ -38,10 +55,16 @@ func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 // check reloads the client's view after a call that failed with err
-// unanswered.
-func (h reloadOnFailure) check(ctx context.Context, err error) {
+// unanswered, unless a reload was asked for within reloadEvery.
+func (h *reloadOnFailure) check(ctx context.Context, err error) {
 	var reply redis.Error
-	if err != nil && ctx.Err() == nil && !errors.As(err, &reply) {
-		h.cc.ReloadState(ctx)
+	if err == nil || ctx.Err() != nil || errors.As(err, &reply) {
+		return
 	}
+	now := h.now().UnixNano()
+	last := h.last.Load()
+	if now-last < int64(reloadEvery) || !h.last.CompareAndSwap(last, now) {
+		return
+	}
+	h.reload(ctx)
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,8 +93,9 @@ type redisTune struct {
 // the control plane's calls wait; nothing but Redis has work for them while
 // Redis is out of reach. A caller whose context ends stops waiting, but
 // go-redis dials on a goroutine of its own, which goes on trying (its
-// connection, once made, waits idle in the pool), even after Close, for up
-// to sentinelDialPatience; a dial that fails for that long is counted. At
+// connection, once made, waits idle in the pool) for up to
+// sentinelDialPatience, until Close (its tries then fail at once, without
+// a pause between them); a dial that fails for that long is counted. At
 // most sentinelDialsAtOnce such dials run at a time (a caller beyond them
 // waits for one to end), and such a client keeps no idle connections of
 // its own (go-redis refills those with dials of their own, beyond that
@@ -147,7 +149,14 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 			o.MaxConcurrentDials = sentinelDialsAtOnce
 			t.minIdle = 0
 			log := s.log
+			closed := new(atomic.Bool)
+			s.onClose(func() { closed.Store(true) })
 			o.DialerRetryBackoff = func(attempt int) time.Duration {
+				if closed.Load() {
+					// Each try fails at once after Close: the dial's
+					// goroutine ends now rather than a minute later.
+					return 0
+				}
 				if attempt == 0 {
 					log.Warn("redis: a dial of the Sentinel's primary failed; dialling again, asking the Sentinel each time",
 						"client", what, "every", sentinelDialEvery, "for", sentinelDialPatience)
@@ -165,7 +174,7 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 		case t.poolPerPrimary:
 			// The same over the master alone: every command goes to it.
 			cc := redis.NewFailoverClusterClient(o)
-			h := reloadOnFailure{cc}
+			h := newReloadOnFailure(cc)
 			cc.AddHook(h)
 			// The reserves' WAIT goes on a connection of the master's own
 			// node client.
@@ -421,10 +430,13 @@ func serveUntil(ctx context.Context, serve func() error, shutdown func(context.C
 	return shutdown(sctx)
 }
 
-// serveHTTP runs an http.Server on ln until ctx ends, then shuts it down.
-// It refuses any request with a Transfer-Encoding (see refuseChunked) or
-// a head over headLimit (refuseLargeHead).
+// serveHTTP runs an http.Server on ln until ctx ends, then shuts it down:
+// a request in flight then has requestGrace to be answered before its
+// context ends. It refuses any request with a Transfer-Encoding (see
+// refuseChunked) or a head over headLimit (refuseLargeHead).
 func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	srv := &http.Server{
 		Handler:           refuseLargeHead(refuseChunked(h)),
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -432,9 +444,22 @@ func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
 	}
-	return serveUntil(ctx, func() error { return srv.Serve(ln) }, srv.Shutdown)
+	return serveUntil(ctx, func() error { return srv.Serve(ln) }, func(sctx context.Context) error {
+		t := time.AfterFunc(requestGrace, cancel)
+		defer t.Stop()
+		return srv.Shutdown(sctx)
+	})
 }
+
+// requestGrace is how long a request in flight when a net/http listener
+// stops has before its context ends. An admin call of a `flashgate
+// controlplane` on Sentinel waits for the primary for up to
+// sentinelDialPatience: without it, a stop while it waited took the whole
+// 10 s of serveUntil's shutdown and ended with its error, the call
+// unanswered.
+const requestGrace = time.Second
 
 // headLimit is the largest request head (request line and header lines)
 // the net/http listeners take: the public listener's
