@@ -325,9 +325,10 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 // released rows first (lua.Restore; a bucket Redis kept is unchanged by it),
 // and returns each bucket's restore id (salehash.BeginRestore), opened
 // before its first page's write (as controlplane/resync's Restore), or at
-// the end for a bucket with none: a page is refused once its bucket's hash holds
-// another or none (Redis lost the bucket again, the pages before with it),
-// and then restore returns the error of salehash.ErrLostAgain.
+// the end for a bucket with none: a page is refused once its bucket's
+// hash holds another or none (Redis lost the bucket again, the pages
+// before with it), and then restore returns the error of
+// salehash.ErrLostAgain.
 // A row reserved outside its buyer's home bucket (a spill) also restores
 // its final marker in the home bucket, as a buyer entry whose value is the
 // marker (lua.SpillMarker): a released row's marker joins the home's

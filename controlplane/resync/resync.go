@@ -360,14 +360,14 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first, and
-// returns the restore's id (salehash.BeginRestore), opened before the
-// first page's write (after its read, where the first page raised the
-// hash's fence before: a rebuild of an older token finishing between the
-// two is not fenced by this one): every page carries it and is refused
-// once the sale hash holds another or none (Redis lost the sale again, the
-// pages before with it), and then Restore returns the error of
-// salehash.ErrLostAgain. The caller's salehash.MarkRestored carries it
-// too.
+// returns the restore's id (salehash.BeginRestore), opened after the first
+// page's read and before its write (with no page, at the end), so that it
+// raises the hash's fence where the first page did before (a rebuild of
+// an older token that ends before it is not fenced by it). Every page
+// carries the id and is refused once the sale hash holds another or none
+// (Redis lost the sale again, the pages before with it): Restore then
+// returns the error of salehash.ErrLostAgain. The caller's
+// salehash.MarkRestored carries it too.
 func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 	keys := lua.RestoreKeys(id)
 	tok := fencing.Of(ctx)
