@@ -116,7 +116,7 @@ func TestStaleLeaderFenced(t *testing.T) {
 			if _, _, err := a.Resync(ta, sale); !errors.Is(err, flashgate.ErrFenced) {
 				t.Errorf("stale re-sync: got %v, want ErrFenced", err)
 			}
-			if err := a.sync.Restore(ta, sale); !errors.Is(err, flashgate.ErrFenced) {
+			if _, err := a.sync.Restore(ta, sale); !errors.Is(err, flashgate.ErrFenced) {
 				t.Errorf("stale restore: got %v, want ErrFenced", err)
 			}
 			if err := a.Stop(ta, sale); !errors.Is(err, flashgate.ErrFenced) {

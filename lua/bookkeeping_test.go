@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -153,8 +154,11 @@ func TestTally(t *testing.T) {
 func TestRestore(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		rdb.HSet(ctx, lua.BuyersKey(saleID), "u1", "o1", "u2", "o2-old")
+		if v, err := lua.RestoreBegin.Run(ctx, rdb, lua.SaleKeys(saleID), 0, "r1").Slice(); err != nil || fmt.Sprint(v) != "[1 r1]" {
+			t.Fatalf("RestoreBegin: got %v, %v; want [1 r1]", v, err)
+		}
 		keys := lua.RestoreKeys(saleID)
-		n, err := lua.Restore.Run(ctx, rdb, keys, 0, 2, "u1", "o1", "u2", "o2", "u3", "o3", "u4", "o1", "u2", "o2-new").Int64()
+		n, err := lua.Restore.Run(ctx, rdb, keys, 0, "r1", 2, "u1", "o1", "u2", "o2", "u3", "o3", "u4", "o1", "u2", "o2-new").Int64()
 		if err != nil || n != 5 {
 			t.Fatalf("Restore: got %d, %v; want 5", n, err)
 		}
@@ -162,8 +166,86 @@ func TestRestore(t *testing.T) {
 		if want := map[string]string{"u2": "o2-old", "u3": "o3"}; !reflect.DeepEqual(got, want) {
 			t.Errorf("buyers: got %v, want %v", got, want)
 		}
-		if n, _ := rdb.Exists(ctx, lua.SaleKey(saleID)).Result(); n != 0 {
-			t.Errorf("Restore touched the sale hash")
+		if got, want := rdb.HGetAll(ctx, lua.SaleKey(saleID)).Val(), map[string]string{lua.FieldRestoring: "r1"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("the sale hash after Restore: got %v, want %v (its restore's id alone)", got, want)
+		}
+	})
+}
+
+// TestRestoreRefusedOnceLost: RestoreBegin writes its id only into a hash
+// that holds none (a second rebuild at once joins the first's); a page of
+// Restore, and Restored, whose id the hash no longer holds (Redis lost the
+// sale since the restore began, or another restore began after a loss)
+// are refused and change nothing.
+func TestRestoreRefusedOnceLost(t *testing.T) {
+	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
+		keys := lua.RestoreKeys(saleID)
+		begin := func(id string) string {
+			t.Helper()
+			v, err := lua.RestoreBegin.Run(ctx, rdb, lua.SaleKeys(saleID), 0, id).Slice()
+			if err != nil || len(v) != 2 {
+				t.Fatalf("RestoreBegin %s: got %v, %v", id, v, err)
+			}
+			return fmt.Sprint(v[1])
+		}
+		page := func(id string) int64 {
+			t.Helper()
+			n, err := lua.Restore.Run(ctx, rdb, keys, 0, id, 0, "u1", "o1").Int64()
+			if err != nil {
+				t.Fatalf("Restore %s: %v", id, err)
+			}
+			return n
+		}
+		restored := func(id string) int64 {
+			t.Helper()
+			n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(saleID), 0, "d-"+id, id).Int64()
+			if err != nil {
+				t.Fatalf("Restored %s: %v", id, err)
+			}
+			return n
+		}
+		if got := page("r1"); got != lua.RestoreLost {
+			t.Errorf("a page before any restore began: got %d, want %d", got, lua.RestoreLost)
+		}
+		if got := begin("r1"); got != "r1" {
+			t.Fatalf("the first restore's id: got %s, want r1", got)
+		}
+		if got := begin("r2"); got != "r1" {
+			t.Errorf("a second restore at once: got id %s, want r1 (it joins the first)", got)
+		}
+		if got := page("r1"); got != 1 {
+			t.Errorf("a page of the restore: got %d, want 1", got)
+		}
+		// Redis loses the sale; a new rebuild begins before the old one's
+		// next page.
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := restored("r1"); got != lua.RestoredLost {
+			t.Errorf("Restored after the loss: got %d, want %d", got, lua.RestoredLost)
+		}
+		if n := rdb.Exists(ctx, lua.SaleKey(saleID)).Val(); n != 0 {
+			t.Errorf("a refused Restored wrote the hash")
+		}
+		if got := begin("r3"); got != "r3" {
+			t.Fatalf("the restore after the loss: got id %s, want r3", got)
+		}
+		for _, tc := range []struct {
+			what string
+			got  int64
+		}{{"page", page("r1")}, {"Restored", restored("r1")}} {
+			if tc.got != lua.RestoreLost {
+				t.Errorf("the old restore's %s after the new one began: got %d, want %d", tc.what, tc.got, lua.RestoreLost)
+			}
+		}
+		if n := rdb.HLen(ctx, lua.BuyersKey(saleID)).Val(); n != 0 {
+			t.Errorf("buyers after the refused pages: got %d, want 0", n)
+		}
+		if rdb.HExists(ctx, lua.SaleKey(saleID), "restored").Val() {
+			t.Errorf("a refused Restored wrote its id")
+		}
+		if got := restored("r3"); got != 1 {
+			t.Errorf("the new restore's Restored: got %d, want 1", got)
 		}
 	})
 }

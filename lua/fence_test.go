@@ -30,7 +30,8 @@ func fencedSaleState(t *testing.T, ctx context.Context, rdb *redis.Client) strin
 }
 
 // TestFencedScripts: every script the leader's loops write with (SetState,
-// Resync, ReleaseBatch of a re-sync, Restore, Pause, Mark, Replan) refuses a
+// Resync, ReleaseBatch of a re-sync, RestoreBegin, Restore, Restored,
+// Pause, Mark, Replan) refuses a
 // fencing token below the sale hash's fence field and changes nothing;
 // the same token is accepted, and a higher one is accepted and raises the
 // field.
@@ -38,34 +39,45 @@ func TestFencedScripts(t *testing.T) {
 	keys := lua.SaleKeys(saleID)
 	cases := []struct {
 		name    string
-		run     func(ctx context.Context, rdb *redis.Client, tok int64) (any, error)
+		run     func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error)
 		refused any
 	}{
-		{"SetState", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"SetState", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			return lua.SetState.Run(ctx, rdb, keys, "close", tok).Int64()
 		}, int64(lua.SetStateFenced)},
-		{"Resync", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"Resync", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			v, err := lua.Resync.Run(ctx, rdb, keys, 1, 2, 10, 1, 0, "open", "1.5", 0, "0", tok).Int64Slice()
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ResyncFenced})},
-		{"ReleaseBatch", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"ReleaseBatch", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf("0:%d", tok), "o1", "u1", 1, "").Int64Slice()
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ReleaseBatchFenced, 0, 0})},
-		{"ReleaseBatch without count", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"ReleaseBatch without count", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			v, err := lua.ReleaseBatch.Run(ctx, rdb, lua.ReleaseKeys(saleID), fmt.Sprintf(":%d", tok), "o1", "u1", 1, "").Int64Slice()
 			return fmt.Sprint(v), err
 		}, fmt.Sprint([]int64{lua.ReleaseBatchFenced, 0, 0})},
-		{"Restore", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
-			return lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), tok, 1, "u1", "o1", "u3", "o3").Int64()
+		{"RestoreBegin", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+			v, err := lua.RestoreBegin.Run(ctx, rdb, keys, tok, "r1").Slice()
+			return fmt.Sprint(v), err
+		}, fmt.Sprint([]any{int64(lua.RestoreBeginFenced)})},
+		{"Restore", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+			// The accepted tokens' restore began (RestoreBegin's id in
+			// the hash); the refused one's could not (fenced too).
+			beginRestore(t, ctx, rdb, tok)
+			return lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), tok, "r1", 1, "u1", "o1", "u3", "o3").Int64()
 		}, int64(lua.RestoreFenced)},
-		{"Pause", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"Restored", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+			beginRestore(t, ctx, rdb, tok)
+			return lua.Restored.Run(ctx, rdb, keys, tok, "d1", "r1").Int64()
+		}, int64(lua.RestoredFenced)},
+		{"Pause", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			return lua.Pause.Run(ctx, rdb, keys, tok).Int64()
 		}, int64(lua.PauseFenced)},
-		{"Mark", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"Mark", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			return lua.Mark.Run(ctx, rdb, keys, tok, "resume", 1, "reserved", -1).Int64()
 		}, int64(lua.MarkFenced)},
-		{"Replan", func(ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
+		{"Replan", func(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) (any, error) {
 			return lua.Replan.Run(ctx, rdb, keys, tok, "", 4).Int64()
 		}, int64(lua.ReplanFenced)},
 	}
@@ -80,7 +92,7 @@ func TestFencedScripts(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := fencedSaleState(t, ctx, rdb)
-			got, err := tc.run(ctx, rdb, 4)
+			got, err := tc.run(t, ctx, rdb, 4)
 			if err != nil || !reflect.DeepEqual(got, tc.refused) {
 				t.Fatalf("token 4 after 5: got %v, %v; want %v", got, err, tc.refused)
 			}
@@ -88,7 +100,7 @@ func TestFencedScripts(t *testing.T) {
 				t.Errorf("a refused write changed the sale:\n got %s\nwant %s", after, before)
 			}
 			for _, tok := range []int64{5, 6} {
-				got, err := tc.run(ctx, rdb, tok)
+				got, err := tc.run(t, ctx, rdb, tok)
 				if err != nil || reflect.DeepEqual(got, tc.refused) {
 					t.Fatalf("token %d: got %v, %v; want accepted", tok, got, err)
 				}
@@ -97,6 +109,18 @@ func TestFencedScripts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// beginRestore writes the test sale's restore id "r1" (as RestoreBegin
+// does) for a token the hash's fence (5) accepts.
+func beginRestore(t *testing.T, ctx context.Context, rdb *redis.Client, tok int64) {
+	t.Helper()
+	if tok < 5 {
+		return
+	}
+	if err := rdb.HSetNX(ctx, lua.SaleKey(saleID), lua.FieldRestoring, "r1").Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

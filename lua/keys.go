@@ -85,6 +85,12 @@ const (
 	// pass that read the mark the hash has reopens a rebuilt sale
 	// (lua/resync.lua's ARGV[13]).
 	FieldRebuild = "rebuild"
+	// FieldRestoring is the id of the restore of a sale's (or bucket's)
+	// released set and buyers under way or last done (RestoreBegin, written
+	// before its first page when the hash holds none): its pages (Restore)
+	// and its Restored are refused once the hash holds another or none,
+	// Redis having lost the sale during the restore.
+	FieldRestoring = "restoring"
 	// FieldLayout lists a bucketed sale's buckets' salts ("17,4,233"),
 	// absent on an unbucketed sale (buckets.go).
 	FieldLayout = "layout"

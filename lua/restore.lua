@@ -9,10 +9,14 @@
 -- KEYS[4] retaken set   fg:{<sale>}:retaken
 -- KEYS[5] refusals hash (order id -> code) fg:{<sale>}:retakerefused
 -- ARGV[1] the caller's fencing token: refused below the sale hash's fence
---         field, which it raises (creating the field when Redis lost the
---         hash: a stale restore then stops at its next page)
--- ARGV[2] r: how many released pairs follow
--- ARGV[3 .. 2+2r] pairs user id, order id of released rows (cancelled,
+--         field, which it raises (lua/restorebegin.lua raised it first,
+--         creating the field when Redis lost the hash: a stale restore
+--         then stops at its next page)
+-- ARGV[2] the restore's id (lua/restorebegin.lua): refused when the sale
+--         hash's restoring field holds another or none (Redis lost the
+--         sale since the restore began, the pages before this one with it)
+-- ARGV[3] r: how many released pairs follow
+-- ARGV[4 .. 3+2r] pairs user id, order id of released rows (cancelled,
 --         expired, refunded): the order joins the released set, so that a
 --         late Release of it changes nothing, the buyer entry goes if it
 --         names that order, and the order leaves the retaken set: the
@@ -26,22 +30,26 @@
 --         explorer seeds 2953 and 20261464: a concurrent rebuild's page
 --         after the hold dropped it, the unretake was a no-op and the unit
 --         stayed hidden)
--- ARGV[3+2r ..] pairs user id, order id of live rows (pending_payment,
+-- ARGV[4+2r ..] pairs user id, order id of live rows (pending_payment,
 --         paid): the buyer entry is set if the user has none and the order
 --         was not released
 --
--- Returns the number of pairs read, or -1 refused (a newer writer's token
--- is in the sale hash; nothing changed).
+-- Returns the number of pairs read, -1 refused (a newer writer's token is
+-- in the sale hash; nothing changed), or -2 refused (the hash's restoring
+-- is not ARGV[2]; nothing changed).
 local token = tonumber(ARGV[1]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') or 0
 if token < fence then
   return -1
 end
+if redis.call('HGET', KEYS[3], 'restoring') ~= ARGV[2] then
+  return -2
+end
 if token > fence then
   redis.call('HSET', KEYS[3], 'fence', ARGV[1])
 end
-local r = tonumber(ARGV[2]) or 0
-local i = 3
+local r = tonumber(ARGV[3]) or 0
+local i = 4
 for _ = 1, r do
   local user, order = ARGV[i], ARGV[i + 1]
   redis.call('SADD', KEYS[2], order)
@@ -60,4 +68,4 @@ while i + 1 <= #ARGV do
   end
   i = i + 2
 end
-return (#ARGV - 2) / 2
+return (#ARGV - 3) / 2

@@ -10,15 +10,23 @@
 --
 -- KEYS[1] sale hash  fg:{<sale>}:sale
 -- ARGV[1] the caller's fencing token: refused below the hash's fence
---         field, which it raises (creating the hash as Restore does)
+--         field, which it raises
 -- ARGV[2] the restore's id
+-- ARGV[3] the id its pages carried (lua/restorebegin.lua): refused when
+--         the hash's restoring field holds another or none (Redis lost the
+--         sale after the pages, or during them, and this id written into
+--         the empty hash let the final Resync rebuild it over nothing)
 --
 -- Returns 1 recorded, -1 refused (a newer writer's token is in the hash;
--- nothing changed).
+-- nothing changed), or -2 refused (restoring is not ARGV[3]; nothing
+-- changed).
 local token = tonumber(ARGV[1]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') or 0
 if token < fence then
   return -1
+end
+if redis.call('HGET', KEYS[1], 'restoring') ~= ARGV[3] then
+  return -2
 end
 if token > fence then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])

@@ -37,7 +37,8 @@ func TestRestoreDropsUnhonouredTakes(t *testing.T) {
 	forEach(t, backends(t), "restore", func(t *testing.T, ctx context.Context, rdb *redis.Client) {
 		rdb.SAdd(ctx, lua.RetakenKey(saleID), "o1", "o2", "o3")
 		rdb.HSet(ctx, lua.RetakeRefusedKey(saleID), "o3", 6)
-		if _, err := lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), 0, 2, "u1", "o1", "u3", "o3", "u2", "o2").Int64(); err != nil {
+		rdb.HSet(ctx, lua.SaleKey(saleID), lua.FieldRestoring, "r1")
+		if _, err := lua.Restore.Run(ctx, rdb, lua.RestoreKeys(saleID), 0, "r1", 2, "u1", "o1", "u3", "o3", "u2", "o2").Int64(); err != nil {
 			t.Fatal(err)
 		}
 		got := rdb.SMembers(ctx, lua.RetakenKey(saleID)).Val()
@@ -258,7 +259,8 @@ func TestResyncChecksRestore(t *testing.T) {
 		if rdb.HExists(ctx, key, lua.FieldTotal).Val() {
 			t.Fatalf("with no restore's id: the hash was written")
 		}
-		if n, err := lua.Restored.Run(ctx, rdb, []string{key}, 5, "b").Int(); err != nil || n != 1 {
+		rdb.HSet(ctx, key, lua.FieldRestoring, "r1")
+		if n, err := lua.Restored.Run(ctx, rdb, []string{key}, 5, "b", "r1").Int(); err != nil || n != 1 {
 			t.Fatalf("restored: got %d, %v", n, err)
 		}
 		if v := run("1:a"); len(v) != 10 || v[0] != 1 {

@@ -68,6 +68,8 @@ var (
 	markSrc string
 	//go:embed restored.lua
 	restoredSrc string
+	//go:embed restorebegin.lua
+	restoreBeginSrc string
 	//go:embed takefence.lua
 	takeFenceSrc string
 	//go:embed queueenter.lua
@@ -143,6 +145,9 @@ var (
 	// Restored records a restore's id in a sale hash, for the final
 	// Resync of its rebuild (ARGV[9] "1:<id>").
 	Restored = redis.NewScript(restoredSrc)
+	// RestoreBegin opens a rebuild's restore under the id its pages
+	// (Restore) and its Restored carry (FieldRestoring).
+	RestoreBegin = redis.NewScript(restoreBeginSrc)
 
 	// The fair queue (its keys and fields in keys.go).
 	QueueEnter   = redis.NewScript(queueEnterSrc)
@@ -244,6 +249,18 @@ const (
 	// database's, so Redis lost releases it had; a re-sync restores them.
 	ReleaseBatchBehind = -2
 )
+
+// RestoreLost is the answer of Restore and Restored when the hash's
+// FieldRestoring is not the id of the caller's restore (RestoreBegin):
+// Redis lost the sale since the restore began; nothing changed.
+const (
+	RestoreLost  = -2
+	RestoredLost = -2
+)
+
+// RestoreBeginFenced is RestoreBegin's one-value answer {-1} to a token
+// below the hash's fence.
+const RestoreBeginFenced = -1
 
 // ResyncRestore is Resync's one-value answer {-1}: Redis needs the sale's
 // released set and buyers restored from the database first.

@@ -156,14 +156,16 @@ func (k *Keeper) Resync(ctx context.Context, sale flashgate.Sale) (before, after
 		v, err := run("0", nil)
 		if err == nil && len(v) == 1 && v[0] == lua.ResyncRestore {
 			if !restored {
-				if err := k.restore(ctx, l); err != nil {
+				restoring, err := k.restore(ctx, l)
+				if err != nil {
 					return before, after, err
 				}
 				restored = true
-				// Each bucket's restore is marked, and its final run
-				// checks the mark (see controlplane/resync).
-				for _, tag := range tags {
-					arg, err := salehash.MarkRestored(ctx, k.rdb, tag)
+				// Each bucket's restore is marked, under the id its pages
+				// carried, and its final run checks the mark (see
+				// controlplane/resync).
+				for i, tag := range tags {
+					arg, err := salehash.MarkRestored(ctx, k.rdb, tag, restoring[i])
 					if err != nil {
 						return before, after, err
 					}
@@ -320,13 +322,28 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 
 // restore puts every released and live row of a bucketed sale back
 // into its own bucket's released set and buyers hash, a page at a time,
-// released rows first (lua.Restore; a bucket Redis kept is unchanged by it).
+// released rows first (lua.Restore; a bucket Redis kept is unchanged by it),
+// and returns each bucket's restore id (salehash.BeginRestore), opened
+// before its first page's write (as controlplane/resync's Restore), or at
+// the end for a bucket with none: a page is refused once its bucket's
+// hash holds another or none (Redis lost the bucket again, the pages
+// before with it), and then restore returns the error of
+// salehash.ErrLostAgain.
 // A row reserved outside its buyer's home bucket (a spill) also restores
 // its final marker in the home bucket, as a buyer entry whose value is the
 // marker (lua.SpillMarker): a released row's marker joins the home's
 // released set and goes from its buyers, a live row's is set unless so
 // released.
-func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
+func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]string, error) {
+	restoring := make([]string, l.N())
+	begin := func(b int) error {
+		if restoring[b] != "" {
+			return nil
+		}
+		var err error
+		restoring[b], err = salehash.BeginRestore(ctx, k.rdb, l.Tag(b))
+		return err
+	}
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
 		released := !st.Live()
@@ -334,7 +351,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 		for {
 			page, err := k.store.OrdersPage(ctx, l.Sale, st, after, salehash.ReleaseChunk)
 			if err != nil {
-				return fmt.Errorf("reading orders to restore: %w", err)
+				return nil, fmt.Errorf("reading orders to restore: %w", err)
 			}
 			if len(page) == 0 {
 				break
@@ -345,7 +362,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 					continue
 				}
 				if byBucket[o.Bucket] == nil {
-					byBucket[o.Bucket] = []any{fencing.Of(ctx), 0}
+					byBucket[o.Bucket] = []any{fencing.Of(ctx), "", 0}
 				}
 				byBucket[o.Bucket] = append(byBucket[o.Bucket], o.UserID, o.ID)
 				// A spilled order's marker in its buyer's home bucket
@@ -353,7 +370,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 				// lets the user buy again) and goes with a released one.
 				if h := l.Home(o.UserID); h != o.Bucket {
 					if byBucket[h] == nil {
-						byBucket[h] = []any{fencing.Of(ctx), 0}
+						byBucket[h] = []any{fencing.Of(ctx), "", 0}
 					}
 					byBucket[h] = append(byBucket[h], o.UserID, lua.SpillMarker(o.ID, o.Bucket))
 				}
@@ -362,16 +379,23 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 				if args == nil {
 					continue
 				}
+				if err := begin(b); err != nil {
+					return nil, err
+				}
+				args[1] = restoring[b]
 				if released {
-					args[1] = (len(args) - 2) / 2
+					args[2] = (len(args) - 3) / 2
 				}
 				t := l.Tag(b)
 				n, err := lua.Restore.Run(ctx, k.rdb, lua.RestoreKeys(t), args...).Int()
 				if err != nil {
-					return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+					return nil, fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
 				}
-				if n == lua.RestoreFenced {
-					return fencing.Err("restoring buyers", fencing.Of(ctx))
+				switch n {
+				case lua.RestoreFenced:
+					return nil, fencing.Err("restoring buyers", fencing.Of(ctx))
+				case lua.RestoreLost:
+					return nil, salehash.ErrLostAgain("bucket " + t)
 				}
 			}
 			if len(page) < salehash.ReleaseChunk {
@@ -380,7 +404,12 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) error {
 			after = page[len(page)-1].ID
 		}
 	}
-	return nil
+	for b := range restoring {
+		if err := begin(b); err != nil {
+			return nil, err
+		}
+	}
+	return restoring, nil
 }
 
 // markRebuilt gives a rebuilt bucket the ledger's move versions and fence:

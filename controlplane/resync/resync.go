@@ -199,7 +199,8 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 				return before, after, err
 			}
 		}
-		if err := s.Restore(ctx, id); err != nil {
+		var restoring string
+		if restoring, err = s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
 		if sale.Draw() {
@@ -208,7 +209,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			}
 		}
 		var restored string
-		if restored, err = salehash.MarkRestored(ctx, s.rdb, id); err != nil {
+		if restored, err = salehash.MarkRestored(ctx, s.rdb, id, restoring); err != nil {
 			return before, after, err
 		}
 		if sale.Draw() {
@@ -358,10 +359,27 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Restore puts every released and live row of a sale back into its
-// released set and buyers hash, a page at a time, released rows first.
-func (s *Syncer) Restore(ctx context.Context, id string) error {
+// released set and buyers hash, a page at a time, released rows first, and
+// returns the restore's id (salehash.BeginRestore), opened after the first
+// page's read and before its write (with no page, at the end), so that it
+// raises the hash's fence where the first page did before (a rebuild of
+// an older token that ends before it is not fenced by it). Every page
+// carries the id and is refused once the sale hash holds another or none
+// (Redis lost the sale again, the pages before with it): Restore then
+// returns the error of salehash.ErrLostAgain. The caller's
+// salehash.MarkRestored carries it too.
+func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 	keys := lua.RestoreKeys(id)
 	tok := fencing.Of(ctx)
+	restoring := ""
+	begin := func() error {
+		if restoring != "" {
+			return nil
+		}
+		var err error
+		restoring, err = salehash.BeginRestore(ctx, s.rdb, id)
+		return err
+	}
 	for _, st := range []flashgate.OrderStatus{flashgate.StatusCancelled, flashgate.StatusExpired, flashgate.StatusRefunded,
 		flashgate.StatusPendingPayment, flashgate.StatusPaid} {
 		released := !st.Live()
@@ -369,13 +387,16 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 		for {
 			page, err := s.store.OrdersPage(ctx, id, st, after, salehash.ReleaseChunk)
 			if err != nil {
-				return fmt.Errorf("reading orders to restore: %w", err)
+				return "", fmt.Errorf("reading orders to restore: %w", err)
 			}
 			if len(page) == 0 {
 				break
 			}
-			args := make([]any, 0, 2+2*len(page))
-			args = append(args, tok)
+			if err := begin(); err != nil {
+				return "", err
+			}
+			args := make([]any, 0, 3+2*len(page))
+			args = append(args, tok, restoring)
 			if released {
 				args = append(args, len(page))
 			} else {
@@ -386,10 +407,13 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 			}
 			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
 			if err != nil {
-				return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+				return "", fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
 			}
-			if n == lua.RestoreFenced {
-				return fencing.Err("restoring buyers", tok)
+			switch n {
+			case lua.RestoreFenced:
+				return "", fencing.Err("restoring buyers", tok)
+			case lua.RestoreLost:
+				return "", salehash.ErrLostAgain("sale " + id)
 			}
 			if len(page) < salehash.ReleaseChunk {
 				break
@@ -397,7 +421,10 @@ func (s *Syncer) Restore(ctx context.Context, id string) error {
 			after = page[len(page)-1].ID
 		}
 	}
-	return nil
+	if err := begin(); err != nil {
+		return "", err
+	}
+	return restoring, nil
 }
 
 // RestoreDraw puts a draw sale's entries back into Redis from every row of

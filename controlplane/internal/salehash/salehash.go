@@ -95,31 +95,74 @@ func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) 
 	return out, nil
 }
 
+// BeginRestore opens a restore of tag's released set and buyers
+// (lua.RestoreBegin) before its first page, and returns the restore's id
+// its pages (lua.Restore) and MarkRestored then carry: the id tag's hash
+// holds (a concurrent rebuild's, which this one joins), or a fresh one
+// written when it holds none.
+func BeginRestore(ctx context.Context, rdb redis.Scripter, tag string) (string, error) {
+	id, err := freshID()
+	if err != nil {
+		return "", fmt.Errorf("beginning the restore: %w", err)
+	}
+	tok := fencing.Of(ctx)
+	v, err := lua.RestoreBegin.Run(ctx, rdb, lua.SaleKeys(tag), tok, id).Slice()
+	if err != nil {
+		return "", fmt.Errorf("beginning the restore: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	if len(v) == 1 && v[0] == int64(lua.RestoreBeginFenced) {
+		return "", fencing.Err("beginning the restore", tok)
+	}
+	if len(v) != 2 {
+		return "", fmt.Errorf("beginning the restore: %w: %d values", flashgate.ErrUnavailable, len(v))
+	}
+	got, ok := v[1].(string)
+	if !ok {
+		return "", fmt.Errorf("beginning the restore: %w: id %v", flashgate.ErrUnavailable, v[1])
+	}
+	return got, nil
+}
+
 // MarkRestored records, at the end of a restore's pages in tag's hash, a
 // fresh id of that restore (lua.Restored), and returns the final Resync's
 // ARGV[9] that checks it ("1:<id>"): that Resync rebuilds nothing if Redis
-// lost the restored pages since.
-func MarkRestored(ctx context.Context, rdb redis.Scripter, tag string) (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
+// lost the restored pages since. restoring is the id the pages carried
+// (BeginRestore): when the hash holds another or none, Redis lost the sale
+// since the restore began (the pages with it), nothing is recorded and the
+// error is the one of ErrLostAgain.
+func MarkRestored(ctx context.Context, rdb redis.Scripter, tag, restoring string) (string, error) {
+	id, err := freshID()
+	if err != nil {
 		return "", fmt.Errorf("marking the restore: %w", err)
 	}
-	id := hex.EncodeToString(b[:])
 	tok := fencing.Of(ctx)
-	n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(tag), tok, id).Int()
+	n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(tag), tok, id, restoring).Int()
 	if err != nil {
 		return "", fmt.Errorf("marking the restore: %w: %w", flashgate.ErrUnavailable, err)
 	}
-	if n == lua.RestoredFenced {
+	switch n {
+	case lua.RestoredFenced:
 		return "", fencing.Err("marking the restore", tok)
+	case lua.RestoredLost:
+		return "", ErrLostAgain(tag)
 	}
 	return "1:" + id, nil
 }
 
-// ErrLostAgain is the error of a rebuild whose final Resync found the
-// hash missing and the restore's id gone: Redis lost the sale again after
-// the restore (or a later restore of another rebuild is under way), and
-// the next pass rebuilds it.
+// freshID is a random id of 16 hex digits.
+func freshID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ErrLostAgain is the error of a rebuild that Redis lost the sale again
+// during: a page of its restore or its MarkRestored found the hash without
+// the restore's id (lua.FieldRestoring), or its final Resync found the
+// hash missing and the restored id gone (or a later restore of another
+// rebuild is under way); the next pass rebuilds it.
 func ErrLostAgain(tag string) error {
 	return fmt.Errorf("rebuilding %s: its restore was lost or overtaken before the hash was written; the next pass rebuilds it: %w", tag, flashgate.ErrUnavailable)
 }
