@@ -645,6 +645,9 @@ func (w *world) dump() {
 			}
 		}
 	}
+	if w.dw != nil {
+		b.WriteString(w.drawDump())
+	}
 	w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   # %s", "", b.String()))
 }
 

@@ -623,3 +623,22 @@ func holdOrder(in ledgerIntent) string {
 	}
 	return in.OrderID
 }
+
+// drawDump is -dump's part of a draw: each buyer's entry in Redis, the
+// holds recorded and those the read path will look at, and the rows.
+func (w *world) drawDump() string {
+	ctx := context.Background()
+	entries, _ := w.e.raw.HGetAll(ctx, lua.DrawKey(w.sale.ID)).Result()
+	holds, _ := w.e.raw.HGetAll(ctx, lua.DrawHoldKey(w.sale.ID)).Result()
+	checks, _ := w.e.raw.ZRangeWithScores(ctx, lua.DrawCheckKey(w.sale.ID), 0, -1).Result()
+	var cs []string
+	for _, c := range checks {
+		cs = append(cs, fmt.Sprintf("%v@%d", c.Member, int64(c.Score)-w.sale.EntriesOpenAt.UnixMilli()))
+	}
+	rows, _ := w.e.db.DrawEntries(ctx, w.sale.ID)
+	var rs []string
+	for _, r := range rows {
+		rs = append(rs, fmt.Sprintf("%s/%s/%s/%s", r.ID, r.UserID, r.State, r.PaymentIntent))
+	}
+	return fmt.Sprintf(" | draw %v holds %v checks %v rows %v", entries, holds, cs, rs)
+}
