@@ -42,6 +42,11 @@ type Provider interface {
 // currency.
 type Store interface {
 	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	// RecordDrawHold stores a pending entry's hold with its row (inserting
+	// the row when the journal has not written it yet), before the buyer
+	// is given what authorises it; false when the row could not be
+	// written yet (sqldb.DB.RecordDrawHold).
+	RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error)
 }
 
 // Defaults of Config's fields.
@@ -230,6 +235,9 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 			}
 		}
 		d := answer(saleID, userID, e, intent)
+		if err := h.record(ctx, d); err != nil {
+			return d, err
+		}
 		d.ClientSecret = in.ClientSecret
 		return d, nil
 	}
@@ -275,6 +283,11 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 	st, _, _, _, _ := lua.ParseDrawEntry(cur)
 	e.st = st
 	d := answer(saleID, userID, e, recorded)
+	if st == flashgate.DrawPending {
+		if err := h.record(ctx, d); err != nil {
+			return d, err
+		}
+	}
 	if recorded == in.ID {
 		d.ClientSecret = in.ClientSecret
 	}
@@ -288,6 +301,27 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 		return d, fmt.Errorf("draw entry %s is %s: %w", e.id, st, flashgate.ErrNotPayable)
 	}
 	return d, nil
+}
+
+// record stores pending entry d's hold with its row before the buyer is
+// given its client secret: Redis keeps the hold (lua.DrawHold) and the
+// journal writes it to the row on the leader's next tick, but a loss of
+// Redis before that tick lost the only record of a hold the buyer could
+// still authorise, and nothing released it (the rebuild and the close
+// list only the holds the rows name): it stayed on the card for the
+// hold's life (the interleaving explorer's draw seed 48). A hold not
+// recorded is flashgate.ErrUnavailable, answered without its secret:
+// asking again records it.
+func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
+	ok, err := h.store.RecordDrawHold(ctx, flashgate.DrawEntry{ID: d.ID, SaleID: d.SaleID, UserID: d.UserID, Variant: d.Variant,
+		Quantity: d.Quantity, State: flashgate.DrawPending, PaymentIntent: d.PaymentIntent, UpdatedAt: h.clock.Now()})
+	switch {
+	case err != nil:
+		return fmt.Errorf("recording the hold of %s: %w: %w", d.ID, flashgate.ErrUnavailable, err)
+	case !ok:
+		return fmt.Errorf("recording the hold of %s: its buyer's earlier entry not written yet: %w", d.ID, flashgate.ErrUnavailable)
+	}
+	return nil
 }
 
 // cancelQuietly releases a hold nobody will use, logging a failure (the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +36,23 @@ const (
 	grace = 30 * time.Second
 )
 
-// sales is the holder's Store: the draw sale's price.
-type sales struct{}
+// sales is the holder's Store: the draw sale's price, and the holds it
+// records (in held, when set: entry id → intent; refuse, when set, makes
+// it refuse them as a row that cannot be written yet).
+type sales struct {
+	held   *sync.Map
+	refuse *atomic.Bool
+}
+
+func (s sales) RecordDrawHold(_ context.Context, e flashgate.DrawEntry) (bool, error) {
+	if s.refuse != nil && s.refuse.Load() {
+		return false, nil
+	}
+	if s.held != nil {
+		s.held.Store(e.ID, e.PaymentIntent)
+	}
+	return true, nil
+}
 
 func (sales) Sale(_ context.Context, id string) (flashgate.Sale, error) {
 	if id != sale {
@@ -58,6 +74,9 @@ type env struct {
 	h      *drawhold.Holder
 	hooks  atomic.Bool
 	n      int
+	// held and refuse are the Store's (sales).
+	held   sync.Map
+	refuse atomic.Bool
 }
 
 func newEnv(t *testing.T, paying bool) *env {
@@ -68,7 +87,7 @@ func newEnv(t *testing.T, paying bool) *env {
 	if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(sale), 3, 5, 2, price, "", lua.DrawWindowArg(open, open.Add(time.Hour)), "S:2,M:1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := drawhold.Config{Redis: e.rdb, Store: sales{}, Clock: e.clock, Logger: cptest.QuietLogger(), Grace: grace, Rate: 1000}
+	cfg := drawhold.Config{Redis: e.rdb, Store: sales{held: &e.held, refuse: &e.refuse}, Clock: e.clock, Logger: cptest.QuietLogger(), Grace: grace, Rate: 1000}
 	if paying {
 		e.stand = stripelocal.New("sk_test", "whsec_test")
 		api := httptest.NewServer(e.stand)

@@ -47,10 +47,14 @@ type drawWorld struct {
 // pickDraw draws whether seed's schedule is a draw sale's: one in four
 // with -draws (the default), from a generator of its own, so that every
 // other schedule takes the same steps from its seed as before draws were
-// drawn; never a corpus seed's.
+// drawn; never a seed's of corpus or bucketedCorpus, always one's of
+// drawCorpus.
 func pickDraw(seed uint64) bool {
+	if slices.Contains(drawCorpus, seed) {
+		return true
+	}
 	g := rand.New(rand.NewPCG(seed^0x6a09e667f3bcc909, seed+3))
-	return *flagDraws && !slices.Contains(corpusSeeds(), seed) && g.IntN(4) == 0
+	return *flagDraws && !slices.Contains(corpus, seed) && !slices.Contains(bucketedCorpus, seed) && g.IntN(4) == 0
 }
 
 // drawSale draws the schedule's draw sale: one unit, two units, or one

@@ -263,6 +263,10 @@ func (w cpStore) DrawFile(ctx context.Context, saleID string) ([]byte, bool, err
 	return body, done, err
 }
 
+func (w cpStore) RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error) {
+	return call(ctx, w.s, "db RecordDrawHold "+e.ID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, e) })
+}
+
 func (w cpStore) DrawDone(ctx context.Context, saleID string) error {
 	_, err := call(ctx, w.s, "db DrawDone", func() (bool, error) { return true, w.Store.DrawDone(ctx, saleID) })
 	return err
