@@ -101,7 +101,7 @@ type Store interface {
 	DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error)
 	// RecordDrawHold stores an entry's card hold with its row before the
 	// buyer can authorise it (controlplane/drawhold).
-	RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error)
+	RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error)
 	Ping(ctx context.Context) error
 }
 

@@ -93,51 +93,28 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 	return nil
 }
 
-// RecordDrawHold stores e's card hold (e.PaymentIntent) with its row before
+// RecordDrawHold stores entryID's card hold (intent) with its row before
 // the buyer can authorise it (controlplane/drawhold): the row takes the
-// intent unless it has one, and an entry the table does not hold yet is
-// inserted as it is (pending, stamped e.UpdatedAt: any change the journal
-// writes of it later wins, and keeps the intent). It reports false when
-// the row could not be inserted because its user's other live row stands
-// (the journal has not written that entry's withdrawal yet): the hold is
-// then not recorded here, and asking again after the journal's next flush
-// records it.
-func (d *DB) RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error) {
-	if e.PaymentIntent == "" || e.State != flashgate.DrawPending || !flashgate.ValidID(e.ID) || !flashgate.ValidSaleID(e.SaleID) {
-		return false, &flashgate.FieldError{Field: "entry", Reason: fmt.Sprintf("a hold of entry %q of sale %q in state %q", e.ID, e.SaleID, e.State)}
+// intent unless it has one (an entry holds once: the hold is keyed by the
+// entry). It reports false when the table holds no row of the entry yet
+// (the journal has not written it): the caller flushes the journal and
+// asks again.
+func (d *DB) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
+	if intent == "" || !flashgate.ValidID(entryID) || !flashgate.ValidSaleID(saleID) {
+		return false, &flashgate.FieldError{Field: "entry", Reason: fmt.Sprintf("a hold %q of entry %q of sale %q", intent, entryID, saleID)}
 	}
-	updated := e.UpdatedAt
-	if updated.IsZero() {
-		updated = nowUTC()
+	if _, err := d.w.ExecContext(ctx, d.q(`UPDATE draw_entries SET payment_intent = ? WHERE entry_id = ? AND sale_id = ? AND payment_intent = ''`),
+		intent, entryID, saleID); err != nil {
+		return false, fmt.Errorf("recording the hold of draw entry %s: %w", entryID, err)
 	}
-	set := d.q(`UPDATE draw_entries SET payment_intent = ? WHERE entry_id = ? AND sale_id = ? AND payment_intent = ''`)
-	has := d.q(`SELECT payment_intent FROM draw_entries WHERE entry_id = ? AND sale_id = ?`)
-	insert := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, 0) ON CONFLICT DO NOTHING`)
-	for range 2 {
-		if _, err := d.w.ExecContext(ctx, set, e.PaymentIntent, e.ID, e.SaleID); err != nil {
-			return false, fmt.Errorf("recording the hold of draw entry %s: %w", e.ID, err)
-		}
-		var pi string
-		switch err := d.w.QueryRowContext(ctx, has, e.ID, e.SaleID).Scan(&pi); {
-		case err == nil:
-			// A row's intent is its entry's one hold (keyed by the entry).
-			return pi != "", nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return false, fmt.Errorf("recording the hold of draw entry %s: %w", e.ID, err)
-		}
-		res, err := d.w.ExecContext(ctx, insert, e.ID, e.SaleID, e.UserID, e.Variant, e.Quantity, string(flashgate.DrawPending),
-			e.PaymentIntent, d.ts(updated), d.ts(updated))
-		if err != nil {
-			return false, fmt.Errorf("recording the hold of draw entry %s: %w", e.ID, err)
-		}
-		if n, err := res.RowsAffected(); err == nil && n == 1 {
-			return true, nil
-		}
-		// Refused: the entry's row was inserted meanwhile (set it, once
-		// more), or its user's other live row stands.
+	var pi string
+	switch err := d.w.QueryRowContext(ctx, d.q(`SELECT payment_intent FROM draw_entries WHERE entry_id = ? AND sale_id = ?`), entryID, saleID).Scan(&pi); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recording the hold of draw entry %s: %w", entryID, err)
 	}
-	return false, nil
+	return pi != "", nil
 }
 
 // supersede runs q (SupersedeDrawEntries' update) for the new live entry

@@ -42,11 +42,10 @@ type Provider interface {
 // currency.
 type Store interface {
 	Sale(ctx context.Context, id string) (flashgate.Sale, error)
-	// RecordDrawHold stores a pending entry's hold with its row (inserting
-	// the row when the journal has not written it yet), before the buyer
-	// is given what authorises it; false when the row could not be
-	// written yet (sqldb.DB.RecordDrawHold).
-	RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error)
+	// RecordDrawHold stores an entry's hold with its row before the
+	// buyer is given what authorises it; false when the journal has not
+	// written the entry's row yet (sqldb.DB.RecordDrawHold).
+	RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error)
 }
 
 // Defaults of Config's fields.
@@ -92,6 +91,10 @@ type Config struct {
 	// Rate is how many calls a second the read path makes to the provider
 	// at most; zero means DefaultRate.
 	Rate float64
+	// Flush writes a sale's journaled entry changes to the database
+	// (drawjournal.Flush), for a hold whose entry's row the journal has
+	// not written yet (record); nil writes none.
+	Flush func(ctx context.Context, sale string) (int, error)
 }
 
 // Holder runs the holds of draw entries. Its methods are safe for
@@ -105,6 +108,7 @@ type Holder struct {
 	log      *slog.Logger
 	grace    time.Duration
 	limit    *rate.Limiter
+	flush    func(ctx context.Context, sale string) (int, error)
 
 	// mu guards checks (how many times the read path looked at each open
 	// hold, for its backoff; an entry leaves it with the check list) and
@@ -132,7 +136,7 @@ func New(cfg Config) *Holder {
 		cfg.Rate = DefaultRate
 	}
 	return &Holder{rdb: cfg.Redis, store: cfg.Store, provider: cfg.Provider, currency: cfg.Currency, clock: cfg.Clock,
-		log: cfg.Logger, grace: cfg.Grace, limit: rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1)),
+		log: cfg.Logger, grace: cfg.Grace, limit: rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1)), flush: cfg.Flush,
 		checks: map[string]int{}}
 }
 
@@ -304,22 +308,27 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 }
 
 // record stores pending entry d's hold with its row before the buyer is
-// given its client secret: Redis keeps the hold (lua.DrawHold) and the
-// journal writes it to the row on the leader's next tick, but a loss of
-// Redis before that tick lost the only record of a hold the buyer could
-// still authorise, and nothing released it (the rebuild and the close
-// list only the holds the rows name): it stayed on the card for the
-// hold's life (the interleaving explorer's draw seed 48). A hold not
-// recorded is flashgate.ErrUnavailable, answered without its secret:
-// asking again records it.
+// given its client secret, the journal flushed first when it has not
+// written the row yet: Redis keeps the hold (lua.DrawHold) and the journal
+// writes it to the row on the leader's next tick, but a loss of Redis
+// before that tick lost the only record of a hold the buyer could still
+// authorise, and nothing released it (the rebuild and the close list only
+// the holds the rows name): it stayed on the card for the hold's life (the
+// interleaving explorer's draw seed 48). A hold not recorded is
+// flashgate.ErrUnavailable, answered without its secret: asking again
+// records it.
 func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
-	ok, err := h.store.RecordDrawHold(ctx, flashgate.DrawEntry{ID: d.ID, SaleID: d.SaleID, UserID: d.UserID, Variant: d.Variant,
-		Quantity: d.Quantity, State: flashgate.DrawPending, PaymentIntent: d.PaymentIntent, UpdatedAt: h.clock.Now()})
+	ok, err := h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
+	if err == nil && !ok && h.flush != nil {
+		if _, err = h.flush(ctx, d.SaleID); err == nil {
+			ok, err = h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
+		}
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("recording the hold of %s: %w: %w", d.ID, flashgate.ErrUnavailable, err)
 	case !ok:
-		return fmt.Errorf("recording the hold of %s: its buyer's earlier entry not written yet: %w", d.ID, flashgate.ErrUnavailable)
+		return fmt.Errorf("recording the hold of %s: its row not written yet: %w", d.ID, flashgate.ErrUnavailable)
 	}
 	return nil
 }

@@ -8,10 +8,10 @@ import (
 )
 
 // TestHoldRecordedBeforeItsSecret: a hold is stored with its entry's row
-// before the buyer is given what authorises it, so that Redis losing the
-// hold's only other record (before the journal's next flush) leaves no
-// authorised hold that nothing releases; a hold the store cannot record
-// yet is answered without its secret, and asking again gives it.
+// before the buyer is given what authorises it (the journal flushed first
+// when the row is not written yet), so that Redis losing the hold's only
+// other record leaves no authorised hold that nothing releases; a hold not
+// recorded is answered without its secret, and asking again gives it.
 func TestHoldRecordedBeforeItsSecret(t *testing.T) {
 	e := newEnv(t, true)
 	id := e.enter("buyer-1", 1)
@@ -36,7 +36,10 @@ func TestHoldRecordedBeforeItsSecret(t *testing.T) {
 	if !errors.Is(err, flashgate.ErrUnavailable) || d.ClientSecret != "" {
 		t.Errorf("Hold again, not recorded: got %+v, %v; want no client secret, %v", d, err, flashgate.ErrUnavailable)
 	}
-	e.refuse.Store(false)
+	if e.flushes.Load() == 0 {
+		t.Errorf("journal flushes for a hold whose row is not written: got 0, want some")
+	}
+	e.writes.Store(true) // the next flush writes the row
 	d, err = e.h.Hold(e.ctx, sale, "buyer-2")
 	if err != nil || d.ClientSecret == "" {
 		t.Fatalf("Hold again, recorded: got %+v, %v; want its client secret", d, err)

@@ -263,8 +263,8 @@ func (w cpStore) DrawFile(ctx context.Context, saleID string) ([]byte, bool, err
 	return body, done, err
 }
 
-func (w cpStore) RecordDrawHold(ctx context.Context, e flashgate.DrawEntry) (bool, error) {
-	return call(ctx, w.s, "db RecordDrawHold "+e.ID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, e) })
+func (w cpStore) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
+	return call(ctx, w.s, "db RecordDrawHold "+entryID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, saleID, entryID, intent) })
 }
 
 func (w cpStore) DrawDone(ctx context.Context, saleID string) error {
