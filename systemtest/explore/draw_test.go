@@ -138,6 +138,14 @@ func (w *world) entryID() string {
 // capture), may ask for the hold again, withdraws and enters again.
 func (w *world) entrantActor(u string) func(context.Context) {
 	return func(ctx context.Context) {
+		// The control plane behind this buyer's gateway: a hold may
+		// flush the journal, under its process's lock, which an actor
+		// parked in a flush of a shared one would hold (a process's
+		// other requests wait for it; here nobody would move).
+		cp, err := w.newCP()
+		if err != nil {
+			panic(err)
+		}
 		r := w.rng
 		rounds := 1 + r.IntN(3)
 		for round := range rounds {
@@ -166,14 +174,14 @@ func (w *world) entrantActor(u string) func(context.Context) {
 			}
 			w.dw.entrant[id] = u
 			if st == flashgate.DrawPending {
-				if w.hold(ctx, u) != nil {
+				if w.hold(ctx, cp, u) != nil {
 					return
 				}
 			}
 			if round == rounds-1 || r.IntN(2) == 0 {
 				return
 			}
-			if w.think(ctx, r.IntN(6)) != nil || w.withdraw(ctx, u) != nil {
+			if w.think(ctx, r.IntN(6)) != nil || w.withdraw(ctx, cp, u) != nil {
 				return
 			}
 		}
@@ -183,12 +191,12 @@ func (w *world) entrantActor(u string) func(context.Context) {
 // hold asks for u's hold (the gateway's call after a pending entry, then
 // POST /entry/pay when the answer had none) and authorises it at the
 // provider's page, as the buyer draws.
-func (w *world) hold(ctx context.Context, u string) error {
+func (w *world) hold(ctx context.Context, cp *controlplane.Service, u string) error {
 	r := w.rng
 	var d flashgate.DrawEntry
 	for try := range 2 {
 		var err error
-		d, err = w.cp.HoldEntry(ctx, w.sale.ID, u)
+		d, err = cp.HoldEntry(ctx, w.sale.ID, u)
 		w.say(ctx, "hold: %s %s %s %v", d.ID, d.State, d.PaymentIntent, err)
 		if Killed(ctx) {
 			return errKilled
@@ -225,7 +233,7 @@ func (w *world) hold(ctx context.Context, u string) error {
 	}
 	if r.IntN(3) == 0 {
 		// The page reads the entry again (POST /entry/pay).
-		d, err := w.cp.HoldEntry(ctx, w.sale.ID, u)
+		d, err := cp.HoldEntry(ctx, w.sale.ID, u)
 		w.say(ctx, "pay again: %s %s %v", d.ID, d.State, err)
 	}
 	return nil
@@ -233,7 +241,7 @@ func (w *world) hold(ctx context.Context, u string) error {
 
 // withdraw is DELETE /api/sales/{id}/entry: the script, then the release
 // of the hold.
-func (w *world) withdraw(ctx context.Context, u string) error {
+func (w *world) withdraw(ctx context.Context, cp *controlplane.Service, u string) error {
 	now := w.clock.Now()
 	res, err := lua.DrawWithdraw.Run(ctx, w.rdb, lua.DrawWithdrawKeys(w.sale.ID), u, now.UnixMilli(), now.Add(5*time.Second).UnixMilli()).Slice()
 	w.say(ctx, "withdraw: %v %v", res, err)
@@ -243,7 +251,7 @@ func (w *world) withdraw(ctx context.Context, u string) error {
 	if err != nil || len(res) < 1 || res[0] != int64(lua.DrawOK) {
 		return nil
 	}
-	d, err := w.cp.ReleaseEntry(ctx, w.sale.ID, u)
+	d, err := cp.ReleaseEntry(ctx, w.sale.ID, u)
 	w.say(ctx, "release: %s %s %v", d.ID, d.State, err)
 	if Killed(ctx) {
 		return errKilled
