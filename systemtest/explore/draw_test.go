@@ -201,15 +201,15 @@ func (w *world) hold(ctx context.Context, cp *controlplane.Service, u string) er
 		if Killed(ctx) {
 			return errKilled
 		}
-		if err == nil && d.PaymentIntent != "" || try == 1 {
+		if err == nil && d.ClientSecret != "" || try == 1 {
 			break
 		}
 		if w.think(ctx, r.IntN(3)) != nil {
 			return errKilled
 		}
 	}
-	if d.PaymentIntent == "" || d.State != flashgate.DrawPending {
-		return nil
+	if d.ClientSecret == "" || d.State != flashgate.DrawPending {
+		return nil // the page has nothing to authorise the hold with
 	}
 	if err := w.s.Yield(ctx, "provider page "+d.PaymentIntent); err != nil {
 		return err
