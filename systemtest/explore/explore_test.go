@@ -72,8 +72,10 @@ var bucketedCorpus = []uint64{20263080}
 // inserts nothing); 411 hides a unit (a close run again reserved the
 // order of a winner captured by an earlier run, which an admin had
 // refunded meanwhile: the refunded order counted in Redis again; fixed in
-// drawclose.Closer.order).
-var drawCorpus = []uint64{48, 642, 411}
+// drawclose.Closer.order); 3535 the same with two closes at once (the
+// second's rows read before the first captured the entry: order reads the
+// entry's state in Redis too).
+var drawCorpus = []uint64{48, 642, 411, 3535}
 
 // corpusSeeds are corpus, bucketedCorpus and drawCorpus.
 func corpusSeeds() []uint64 {
