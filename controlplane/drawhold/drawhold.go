@@ -330,6 +330,42 @@ func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
 	case !ok:
 		return fmt.Errorf("recording the hold of %s: its row not written yet: %w", d.ID, flashgate.ErrUnavailable)
 	}
+	return h.recheck(ctx, d)
+}
+
+// recheck reads d's entry, its hold's record and the window in Redis
+// again once record stored the hold: a flush whose journal read predated
+// a loss of Redis may have written the entry's row after the rebuild (and
+// after a close that ran meanwhile), so that the rows name a hold the
+// rebuilt Redis, the close and the read path know nothing of (the
+// interleaving explorer's draw seed 4833). A hold whose entry is no longer
+// its buyer's pending entry, or asked for from the close on, is released
+// (nobody will confirm it: flashgate.ErrNotPayable, flashgate.ErrClosed);
+// one whose record Redis lost is answered flashgate.ErrUnavailable (the
+// rebuild records it again from the row; asking again answers it).
+func (h *Holder) recheck(ctx context.Context, d flashgate.DrawEntry) error {
+	e, ok, err := h.readEntry(ctx, d.SaleID, d.UserID)
+	if err != nil {
+		return err
+	}
+	if !ok || e.id != d.ID || e.st != flashgate.DrawPending {
+		h.cancelQuietly(ctx, d.PaymentIntent)
+		return fmt.Errorf("the hold of %s: the entry is no longer pending: %w", d.ID, flashgate.ErrNotPayable)
+	}
+	if closed, err := h.closed(ctx, d.SaleID); err != nil || closed {
+		if err == nil {
+			h.cancelQuietly(ctx, d.PaymentIntent)
+			err = fmt.Errorf("the hold of %s: %w", d.ID, flashgate.ErrClosed)
+		}
+		return err
+	}
+	intent, _, held, err := h.readHold(ctx, d.SaleID, d.ID)
+	switch {
+	case err != nil:
+		return err
+	case !held || intent != d.PaymentIntent:
+		return fmt.Errorf("the hold of %s: not recorded in Redis: %w", d.ID, flashgate.ErrUnavailable)
+	}
 	return nil
 }
 
