@@ -99,6 +99,9 @@ type Store interface {
 	// DrawEntry reads one of a draw's entries (flashgate.ErrNotFound when
 	// the sale has none of that id), for the refund of a winner's order.
 	DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error)
+	// RecordDrawHold stores an entry's card hold with its row before the
+	// buyer can authorise it (controlplane/drawhold).
+	RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error)
 	Ping(ctx context.Context) error
 }
 

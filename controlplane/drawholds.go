@@ -24,7 +24,7 @@ func newHolder(s *Service, cfg Config) *drawhold.Holder {
 		}
 	}
 	return drawhold.New(drawhold.Config{Redis: s.rdb, Store: s.store, Provider: p, Currency: cfg.Currency,
-		Clock: s.clock, Logger: s.log, Grace: cfg.PaymentGrace, Rate: cfg.PaymentReconcileRate / 2})
+		Clock: s.clock, Logger: s.log, Grace: cfg.PaymentGrace, Rate: cfg.PaymentReconcileRate / 2, Flush: s.flushDraw})
 }
 
 // noHolds is the holds of a payment provider that cannot hold a card:

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -90,6 +91,30 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	return nil
+}
+
+// RecordDrawHold stores entryID's card hold (intent) with its row before
+// the buyer can authorise it (controlplane/drawhold): the row takes the
+// intent unless it has one (an entry holds once: the hold is keyed by the
+// entry). It reports false when the table holds no row of the entry yet
+// (the journal has not written it): the caller flushes the journal and
+// asks again.
+func (d *DB) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
+	if intent == "" || !flashgate.ValidID(entryID) || !flashgate.ValidSaleID(saleID) {
+		return false, &flashgate.FieldError{Field: "entry", Reason: fmt.Sprintf("a hold %q of entry %q of sale %q", intent, entryID, saleID)}
+	}
+	if _, err := d.w.ExecContext(ctx, d.q(`UPDATE draw_entries SET payment_intent = ? WHERE entry_id = ? AND sale_id = ? AND payment_intent = ''`),
+		intent, entryID, saleID); err != nil {
+		return false, fmt.Errorf("recording the hold of draw entry %s: %w", entryID, err)
+	}
+	var pi string
+	switch err := d.w.QueryRowContext(ctx, d.q(`SELECT payment_intent FROM draw_entries WHERE entry_id = ? AND sale_id = ?`), entryID, saleID).Scan(&pi); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recording the hold of draw entry %s: %w", entryID, err)
+	}
+	return pi != "", nil
 }
 
 // supersede runs q (SupersedeDrawEntries' update) for the new live entry

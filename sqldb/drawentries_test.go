@@ -154,3 +154,45 @@ func TestDrawEntries(t *testing.T) {
 		}
 	})
 }
+
+// TestRecordDrawHold: a hold is stored with its entry's row, whose intent
+// is kept once set (and kept by the journal's later changes); an entry
+// with no row yet is reported, and nothing is inserted.
+func TestRecordDrawHold(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		hold := func(id, intent string) bool {
+			t.Helper()
+			ok, err := db.RecordDrawHold(ctx, "d", id, intent)
+			if err != nil {
+				t.Fatalf("RecordDrawHold %s: %v", id, err)
+			}
+			return ok
+		}
+		if hold("e1", "pi_1") {
+			t.Errorf("RecordDrawHold e1, no row: got true, want false")
+		}
+		e1 := flashgate.DrawEntry{ID: "e1", SaleID: "d", UserID: "ann", Variant: "S", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e1}); err != nil {
+			t.Fatal(err)
+		}
+		if !hold("e1", "pi_1") || !hold("e1", "pi_other") {
+			t.Errorf("RecordDrawHold e1: got false, want true")
+		}
+		e1.State, e1.UpdatedAt = flashgate.DrawEntered, t0.Add(time.Minute)
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{e1}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.DrawEntries(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.ID+"/"+string(r.State)+"/"+r.PaymentIntent)
+		}
+		if want := []string{"e1/entered/pi_1"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("rows: got %v, want %v", got, want)
+		}
+	})
+}

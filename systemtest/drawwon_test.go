@@ -1,12 +1,14 @@
 package systemtest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // wonDraw closes a draw of 10 entrants with card holds at the stand-in,
@@ -92,6 +94,51 @@ func TestDrawWonOrderRefund(t *testing.T) {
 		p, err := s.db.Payment(s.ctx, id)
 		if err != nil || p.IntentID != w.PaymentIntent || p.Outcome != "refunded" {
 			t.Errorf("the order's payment: got %+v, %v; want the hold %s, refunded", p, err, w.PaymentIntent)
+		}
+	}
+	drawBackends(t, run)
+}
+
+// TestDrawWonOrderPayBeforeMarked: a draw winner's order that the close
+// has made but not yet marked paid (a close cut short after the capture)
+// is paid by its entry's hold: paying it through the order's route is
+// not_payable and makes no checkout, which would charge the buyer a
+// second time (the interleaving explorer's draw seed 4462).
+func TestDrawWonOrderPayBeforeMarked(t *testing.T) {
+	run := func(t *testing.T, dsn string) {
+		s := newDrawStack(t, dsn)
+		cp, err := controlplane.New(controlplane.Config{Redis: s.rdb, Store: s.db, Releaser: s.inv, AdminToken: drawToken,
+			Clock: s.clock, Logger: quiet, DrawReserver: s.inv, DrawCapturer: s.pacer(), DrawWorkers: 4,
+			Payments: s.pay, PaymentStore: s.db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cp.Close() })
+		s.enter(cp, 2, func(string) string { return "4242424242424242" })
+		var w flashgate.DrawEntry
+		for _, r := range s.entrants {
+			w = r
+			break
+		}
+		// The close's order of w, made as the close makes it; not paid.
+		id := drawclose.OrderID(w.ID)
+		if _, err := s.inv.ReserveWinner(s.ctx, id, s.sale.ID, w.UserID, w.Variant, w.Quantity); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := testwait.For(10*time.Second, func() bool {
+			o, err := s.db.Order(s.ctx, id)
+			return err == nil && o.Status == flashgate.StatusPendingPayment
+		}); !ok {
+			t.Fatalf("order %s not stored", id)
+		}
+		o, err := cp.Pay(s.ctx, id, w.UserID)
+		if !errors.Is(err, flashgate.ErrNotPayable) {
+			t.Errorf("pay of the winner's order not marked paid: got %s, %v; want %v", o.Status, err, flashgate.ErrNotPayable)
+		}
+		for _, in := range s.stand.Intents() {
+			if in.Metadata["order_id"] != "" {
+				t.Errorf("pay of the winner's order made a checkout intent %s", in.ID)
+			}
 		}
 	}
 	drawBackends(t, run)

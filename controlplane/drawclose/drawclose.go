@@ -721,7 +721,25 @@ func (c *Closer) finish(ctx context.Context, sale flashgate.Sale) (bool, error) 
 }
 
 // order makes the order of a charged entry and marks the entry captured.
+// An entry captured already (by an earlier run, or another leader's close
+// at the same time: it is marked captured only once its order was made),
+// as the rows read or Redis says, is not reserved again: its order may
+// have been refunded and its unit released since, and a reserve again
+// counted the unit in Redis once more for an order the database holds
+// refunded (the sink's insert of it changes nothing), hiding it for good
+// (the interleaving explorer's draw seeds 411 and 3535).
 func (c *Closer) order(ctx context.Context, sale flashgate.Sale, cur *entryStates, r flashgate.DrawEntry) error {
+	cur.mu.Lock()
+	st := cur.m[r.ID]
+	cur.mu.Unlock()
+	if st == flashgate.DrawCaptured {
+		return nil
+	}
+	if v, err := c.cfg.Redis.HGet(ctx, lua.DrawKey(sale.ID), r.UserID).Result(); err == nil {
+		if st, id, _, _, ok := lua.ParseDrawEntry(v); ok && id == r.ID && st == flashgate.DrawCaptured {
+			return nil
+		}
+	}
 	if _, err := c.cfg.Reserver.ReserveWinner(ctx, OrderID(r.ID), sale.ID, r.UserID, r.Variant, r.Quantity); err != nil {
 		var p *flashgate.PurchasedError
 		if !errors.As(err, &p) || p.OrderID != OrderID(r.ID) {

@@ -42,6 +42,10 @@ type Provider interface {
 // currency.
 type Store interface {
 	Sale(ctx context.Context, id string) (flashgate.Sale, error)
+	// RecordDrawHold stores an entry's hold with its row before the
+	// buyer is given what authorises it; false when the journal has not
+	// written the entry's row yet (sqldb.DB.RecordDrawHold).
+	RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error)
 }
 
 // Defaults of Config's fields.
@@ -87,6 +91,10 @@ type Config struct {
 	// Rate is how many calls a second the read path makes to the provider
 	// at most; zero means DefaultRate.
 	Rate float64
+	// Flush writes a sale's journaled entry changes to the database
+	// (drawjournal.Flush), for a hold whose entry's row the journal has
+	// not written yet (record); nil writes none.
+	Flush func(ctx context.Context, sale string) (int, error)
 }
 
 // Holder runs the holds of draw entries. Its methods are safe for
@@ -100,6 +108,7 @@ type Holder struct {
 	log      *slog.Logger
 	grace    time.Duration
 	limit    *rate.Limiter
+	flush    func(ctx context.Context, sale string) (int, error)
 
 	// mu guards checks (how many times the read path looked at each open
 	// hold, for its backoff; an entry leaves it with the check list) and
@@ -127,7 +136,7 @@ func New(cfg Config) *Holder {
 		cfg.Rate = DefaultRate
 	}
 	return &Holder{rdb: cfg.Redis, store: cfg.Store, provider: cfg.Provider, currency: cfg.Currency, clock: cfg.Clock,
-		log: cfg.Logger, grace: cfg.Grace, limit: rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1)),
+		log: cfg.Logger, grace: cfg.Grace, limit: rate.NewLimiter(rate.Limit(cfg.Rate), max(int(cfg.Rate), 1)), flush: cfg.Flush,
 		checks: map[string]int{}}
 }
 
@@ -230,6 +239,9 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 			}
 		}
 		d := answer(saleID, userID, e, intent)
+		if err := h.record(ctx, d); err != nil {
+			return d, err
+		}
 		d.ClientSecret = in.ClientSecret
 		return d, nil
 	}
@@ -275,6 +287,11 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 	st, _, _, _, _ := lua.ParseDrawEntry(cur)
 	e.st = st
 	d := answer(saleID, userID, e, recorded)
+	if st == flashgate.DrawPending {
+		if err := h.record(ctx, d); err != nil {
+			return d, err
+		}
+	}
 	if recorded == in.ID {
 		d.ClientSecret = in.ClientSecret
 	}
@@ -288,6 +305,68 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 		return d, fmt.Errorf("draw entry %s is %s: %w", e.id, st, flashgate.ErrNotPayable)
 	}
 	return d, nil
+}
+
+// record stores pending entry d's hold with its row before the buyer is
+// given its client secret, the journal flushed first when it has not
+// written the row yet: Redis keeps the hold (lua.DrawHold) and the journal
+// writes it to the row on the leader's next tick, but a loss of Redis
+// before that tick lost the only record of a hold the buyer could still
+// authorise, and nothing released it (the rebuild and the close list only
+// the holds the rows name): it stayed on the card for the hold's life (the
+// interleaving explorer's draw seed 48). A hold not recorded is
+// flashgate.ErrUnavailable, answered without its secret: asking again
+// records it.
+func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
+	ok, err := h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
+	if err == nil && !ok && h.flush != nil {
+		if _, err = h.flush(ctx, d.SaleID); err == nil {
+			ok, err = h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("recording the hold of %s: %w: %w", d.ID, flashgate.ErrUnavailable, err)
+	case !ok:
+		return fmt.Errorf("recording the hold of %s: its row not written yet: %w", d.ID, flashgate.ErrUnavailable)
+	}
+	return h.recheck(ctx, d)
+}
+
+// recheck reads d's entry, its hold's record and the window in Redis
+// again once record stored the hold: a flush whose journal read predated
+// a loss of Redis may have written the entry's row after the rebuild (and
+// after a close that ran meanwhile), so that the rows name a hold the
+// rebuilt Redis, the close and the read path know nothing of (the
+// interleaving explorer's draw seed 4833). A hold whose entry is no longer
+// its buyer's pending entry, or asked for from the close on, is released
+// (nobody will confirm it: flashgate.ErrNotPayable, flashgate.ErrClosed);
+// one whose record Redis lost is answered flashgate.ErrUnavailable (the
+// rebuild records it again from the row; asking again answers it).
+func (h *Holder) recheck(ctx context.Context, d flashgate.DrawEntry) error {
+	e, ok, err := h.readEntry(ctx, d.SaleID, d.UserID)
+	if err != nil {
+		return err
+	}
+	if !ok || e.id != d.ID || e.st != flashgate.DrawPending {
+		h.cancelQuietly(ctx, d.PaymentIntent)
+		return fmt.Errorf("the hold of %s: the entry is no longer pending: %w", d.ID, flashgate.ErrNotPayable)
+	}
+	if closed, err := h.closed(ctx, d.SaleID); err != nil || closed {
+		if err == nil {
+			h.cancelQuietly(ctx, d.PaymentIntent)
+			err = fmt.Errorf("the hold of %s: %w", d.ID, flashgate.ErrClosed)
+		}
+		return err
+	}
+	intent, _, held, err := h.readHold(ctx, d.SaleID, d.ID)
+	switch {
+	case err != nil:
+		return err
+	case !held || intent != d.PaymentIntent:
+		return fmt.Errorf("the hold of %s: not recorded in Redis: %w", d.ID, flashgate.ErrUnavailable)
+	}
+	return nil
 }
 
 // cancelQuietly releases a hold nobody will use, logging a failure (the

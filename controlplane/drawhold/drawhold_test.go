@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +36,23 @@ const (
 	grace = 30 * time.Second
 )
 
-// sales is the holder's Store: the draw sale's price.
-type sales struct{}
+// sales is the holder's Store: the draw sale's price, and the holds it
+// records (in held, when set: entry id → intent; refuse, when set, makes
+// it refuse them as a row the journal has not written yet).
+type sales struct {
+	held   *sync.Map
+	refuse *atomic.Bool
+}
+
+func (s sales) RecordDrawHold(_ context.Context, _, entryID, intent string) (bool, error) {
+	if s.refuse != nil && s.refuse.Load() {
+		return false, nil
+	}
+	if s.held != nil {
+		s.held.Store(entryID, intent)
+	}
+	return true, nil
+}
 
 func (sales) Sale(_ context.Context, id string) (flashgate.Sale, error) {
 	if id != sale {
@@ -58,6 +74,13 @@ type env struct {
 	h      *drawhold.Holder
 	hooks  atomic.Bool
 	n      int
+	// held and refuse are the Store's (sales); flushes counts the
+	// holder's journal flushes, each of which writes the rows (refuse
+	// off) when writes is on.
+	held    sync.Map
+	refuse  atomic.Bool
+	flushes atomic.Int32
+	writes  atomic.Bool
 }
 
 func newEnv(t *testing.T, paying bool) *env {
@@ -68,7 +91,14 @@ func newEnv(t *testing.T, paying bool) *env {
 	if err := lua.Prepare.Run(e.ctx, e.rdb, lua.SaleKeys(sale), 3, 5, 2, price, "", lua.DrawWindowArg(open, open.Add(time.Hour)), "S:2,M:1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	cfg := drawhold.Config{Redis: e.rdb, Store: sales{}, Clock: e.clock, Logger: cptest.QuietLogger(), Grace: grace, Rate: 1000}
+	cfg := drawhold.Config{Redis: e.rdb, Store: sales{held: &e.held, refuse: &e.refuse}, Clock: e.clock, Logger: cptest.QuietLogger(), Grace: grace, Rate: 1000,
+		Flush: func(context.Context, string) (int, error) {
+			e.flushes.Add(1)
+			if e.writes.Load() {
+				e.refuse.Store(false)
+			}
+			return 0, nil
+		}}
 	if paying {
 		e.stand = stripelocal.New("sk_test", "whsec_test")
 		api := httptest.NewServer(e.stand)

@@ -21,6 +21,10 @@ import (
 
 // plan spawns the schedule's actors.
 func (w *world) plan() {
+	if w.dw != nil {
+		w.planDraw()
+		return
+	}
 	r := w.rng
 	// Swarm: how often a buyer cancels around paying (each way), in
 	// percent, differs from schedule to schedule.
@@ -413,6 +417,10 @@ func (w *world) stored(id string) bool {
 // restart is what follows a kill: the restarted process's sink pass,
 // re-sync and reconciliation, among the actors still running.
 func (w *world) restart(killed *actor) {
+	if w.dw != nil {
+		w.restartDraw()
+		return
+	}
 	w.s.Spawn("restart-sink", func(ctx context.Context) {
 		k, err := w.newSink().DrainOnce(ctx)
 		w.say(ctx, "drained %d %v", k, err)
@@ -636,6 +644,9 @@ func (w *world) dump() {
 				fmt.Fprintf(&b, " %s=%v", f, v[j])
 			}
 		}
+	}
+	if w.dw != nil {
+		b.WriteString(w.drawDump())
 	}
 	w.s.trace = append(w.s.trace, fmt.Sprintf("     %-14s   # %s", "", b.String()))
 }

@@ -73,6 +73,9 @@ func (w *world) quiesce(ctx context.Context) {
 		_, _, err = w.cp.Resync(ctx, w.sale.ID)
 		step("re-sync", err)
 		w.clock.Add(window + grace + 1)
+		if w.dw != nil {
+			w.quiesceDraw(ctx, step)
+		}
 		_, err = w.cp.ExpireDue(ctx)
 		step("expiry", err)
 		_, err = w.cp.ReconcilePayments(ctx)
@@ -172,8 +175,10 @@ func (w *world) check(ctx context.Context) ([]finding, error) {
 	// Money: the provider's ledger is the truth.
 	ledger := w.prov.Ledger()
 	charged := map[string]bool{}
-	for _, in := range ledger {
-		charged[in.OrderID] = charged[in.OrderID] || in.Status == flashgate.IntentSucceeded
+	for i, in := range ledger {
+		// A draw's hold pays its entry's order once captured.
+		ledger[i].OrderID = holdOrder(in)
+		charged[ledger[i].OrderID] = charged[ledger[i].OrderID] || in.Status == flashgate.IntentSucceeded
 	}
 	for _, id := range ids {
 		if orders[id].Status == flashgate.StatusPaid && !charged[id] {
@@ -212,6 +217,13 @@ func (w *world) check(ctx context.Context) ([]finding, error) {
 	}
 	for _, r := range w.refused {
 		add(kindRefused, "%s", r)
+	}
+	if w.dw != nil {
+		more, err := w.checkDraw(ctx, orders)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
 	}
 	if !w.flushed {
 		for _, id := range w.orders {

@@ -219,6 +219,59 @@ func (w cpStore) HonouredRetakes(ctx context.Context, saleID string) ([]flashgat
 	return call(ctx, w.s, "db HonouredRetakes", func() ([]flashgate.Order, error) { return w.Store.HonouredRetakes(ctx, saleID) })
 }
 
+// The draws' calls (the journal's flushes, the rebuild, the close, an
+// admin refund of a winner's order).
+
+func (w cpStore) DrawEntries(ctx context.Context, saleID string) ([]flashgate.DrawEntry, error) {
+	return call(ctx, w.s, "db DrawEntries", func() ([]flashgate.DrawEntry, error) { return w.Store.DrawEntries(ctx, saleID) })
+}
+
+func (w cpStore) DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error) {
+	return call(ctx, w.s, "db DrawEntry "+entryID, func() (flashgate.DrawEntry, error) { return w.Store.DrawEntry(ctx, saleID, entryID) })
+}
+
+func (w cpStore) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
+	_, err := call(ctx, w.s, fmt.Sprintf("db PutDrawEntries ×%d", len(entries)), func() (bool, error) {
+		return true, w.Store.PutDrawEntries(ctx, entries)
+	})
+	return err
+}
+
+func (w cpStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error {
+	_, err := call(ctx, w.s, fmt.Sprintf("db SupersedeDrawEntries ×%d", len(entries)), func() (bool, error) {
+		return true, w.Store.SupersedeDrawEntries(ctx, entries, before)
+	})
+	return err
+}
+
+func (w cpStore) EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error {
+	_, err := call(ctx, w.s, "db EachDrawEntry", func() (bool, error) { return true, w.Store.EachDrawEntry(ctx, saleID, fn) })
+	return err
+}
+
+func (w cpStore) PutDrawFile(ctx context.Context, saleID string, body []byte) ([]byte, error) {
+	return call(ctx, w.s, "db PutDrawFile", func() ([]byte, error) { return w.Store.PutDrawFile(ctx, saleID, body) })
+}
+
+func (w cpStore) DrawFile(ctx context.Context, saleID string) ([]byte, bool, error) {
+	var done bool
+	body, err := call(ctx, w.s, "db DrawFile", func() ([]byte, error) {
+		b, d, err := w.Store.DrawFile(ctx, saleID)
+		done = d
+		return b, err
+	})
+	return body, done, err
+}
+
+func (w cpStore) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
+	return call(ctx, w.s, "db RecordDrawHold "+entryID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, saleID, entryID, intent) })
+}
+
+func (w cpStore) DrawDone(ctx context.Context, saleID string) error {
+	_, err := call(ctx, w.s, "db DrawDone", func() (bool, error) { return true, w.Store.DrawDone(ctx, saleID) })
+	return err
+}
+
 // payStore is the payments' database with a yield before each call.
 type payStore struct {
 	controlplane.PaymentStore
@@ -342,6 +395,15 @@ func gate[T any](ctx context.Context, g gated, what string, f func() (T, error))
 		return zero, fmt.Errorf("provider %s: %s: %w", what, fault, flashgate.ErrUnavailable)
 	}
 	return v, err
+}
+
+// Hold is drawhold.Provider's: a draw entry's card hold.
+func (g gated) Hold(ctx context.Context, h flashgate.Hold) (flashgate.Intent, error) {
+	return gate(ctx, g, "Hold", func() (flashgate.Intent, error) {
+		return g.PaymentProvider.(interface {
+			Hold(context.Context, flashgate.Hold) (flashgate.Intent, error)
+		}).Hold(ctx, h)
+	})
 }
 
 func (g gated) Checkout(ctx context.Context, o flashgate.Order, amount int64, currency string) (flashgate.Intent, error) {

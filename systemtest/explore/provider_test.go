@@ -35,6 +35,12 @@ type provider struct {
 	byOrder map[string]string            // checkout idempotency key → intent id
 	refunds map[string][]string          // intent → its refunds' idempotency keys
 	rkeys   map[string]string            // refund idempotency key → refund id
+	// decline holds the card holds whose capture the card declines
+	// (authorised, then refused at capture, as Stripe's test card
+	// 4000000000000341); captures counts the captures that charged each
+	// hold (a draw's invariant: exactly once).
+	decline  map[string]bool
+	captures map[string]int
 	// emit hands each new event (its payload) to the world, which
 	// delivers it as webhooks.
 	emit func(payload []byte, typ string)
@@ -47,7 +53,8 @@ func newProvider() *provider {
 		panic(err)
 	}
 	return &provider{parser: parser, secret: secret, intents: map[string]*flashgate.Intent{}, sales: map[string]string{},
-		byOrder: map[string]string{}, refunds: map[string][]string{}, rkeys: map[string]string{}}
+		byOrder: map[string]string{}, refunds: map[string][]string{}, rkeys: map[string]string{},
+		decline: map[string]bool{}, captures: map[string]int{}}
 }
 
 // errState is Stripe's 400 for a request the intent's state refuses.
@@ -67,6 +74,85 @@ func (p *provider) Checkout(_ context.Context, o flashgate.Order, amount int64, 
 		AmountCents: amount, Currency: currency}
 	p.intents[id], p.sales[id], p.byOrder[o.ID] = in, o.SaleID, id
 	return *in, nil
+}
+
+// Hold creates a draw entry's card hold (manual capture), or finds it
+// again by the entry's idempotency key.
+func (p *provider) Hold(_ context.Context, h flashgate.Hold) (flashgate.Intent, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := "flashgate-hold-" + h.EntryID
+	if id, ok := p.byOrder[key]; ok {
+		return *p.intents[id], nil
+	}
+	p.n++
+	id := fmt.Sprintf("pi_h%04d", p.n)
+	in := &flashgate.Intent{ID: id, ClientSecret: id + "_secret", Status: "requires_payment_method", EntryID: h.EntryID,
+		SaleID: h.SaleID, AmountCents: h.AmountCents, Currency: h.Currency}
+	p.intents[id], p.sales[id], p.byOrder[key] = in, h.SaleID, id
+	return *in, nil
+}
+
+// Confirm is the entrant at the provider's page authorising hold id
+// (requires_capture, and its held event); with decline the card accepts
+// the hold and declines its capture. A hold not waiting for its payment
+// method does not move; it reports whether it moved.
+func (p *provider) Confirm(id string, decline bool) bool {
+	p.mu.Lock()
+	in, ok := p.intents[id]
+	if !ok || in.EntryID == "" || in.Status != "requires_payment_method" {
+		p.mu.Unlock()
+		return false
+	}
+	in.Status = flashgate.IntentRequiresCapture
+	p.decline[id] = decline
+	out := *in
+	p.mu.Unlock()
+	p.event(flashgate.EventIntentHeld, out)
+	return true
+}
+
+// Capture charges an authorised hold in full, once: a capture of a hold
+// already captured answers it as it stands (as payments.Stripe does); a
+// hold that holds nothing (never authorised, released, declined now at
+// capture: then canceled) is flashgate.ErrNotCapturable.
+func (p *provider) Capture(_ context.Context, id, _ string) (flashgate.Intent, error) {
+	p.mu.Lock()
+	in, ok := p.intents[id]
+	if !ok {
+		p.mu.Unlock()
+		return flashgate.Intent{}, fmt.Errorf("provider: no such payment_intent %s (404): %w", id, flashgate.ErrNotFound)
+	}
+	switch {
+	case in.Status == flashgate.IntentSucceeded:
+		out := *in
+		p.mu.Unlock()
+		return out, nil
+	case in.Status != flashgate.IntentRequiresCapture:
+		out := *in
+		p.mu.Unlock()
+		return out, fmt.Errorf("provider: capture of %s (%s): %w", id, out.Status, flashgate.ErrNotCapturable)
+	case p.decline[id]:
+		in.Status = flashgate.IntentCanceled
+		out := *in
+		p.mu.Unlock()
+		p.event(flashgate.EventIntentFailed, out)
+		p.event(flashgate.EventIntentCanceled, out)
+		return out, fmt.Errorf("provider: capture of %s declined (402): %w", id, flashgate.ErrNotCapturable)
+	}
+	in.Status = flashgate.IntentSucceeded
+	p.captures[id]++
+	out := *in
+	p.mu.Unlock()
+	p.event(flashgate.EventIntentSucceeded, out)
+	return out, nil
+}
+
+// Captures is how many captures charged hold id.
+func (p *provider) Captures(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.captures[id]
 }
 
 // Intent reads an intent.
@@ -171,8 +257,12 @@ func (p *provider) event(typ string, in flashgate.Intent) {
 	evID := fmt.Sprintf("evt_x%04d", p.n)
 	sale := p.sales[in.ID]
 	p.mu.Unlock()
+	meta := map[string]string{"order_id": in.OrderID, "sale_id": sale}
+	if in.EntryID != "" {
+		meta = map[string]string{"entry_id": in.EntryID, "sale_id": sale} // a hold names its entry
+	}
 	var obj any = map[string]any{"id": in.ID, "object": "payment_intent", "amount": in.AmountCents, "currency": in.Currency,
-		"status": in.Status, "client_secret": in.ClientSecret, "metadata": map[string]string{"order_id": in.OrderID, "sale_id": sale}}
+		"status": in.Status, "client_secret": in.ClientSecret, "metadata": meta}
 	if strings.HasPrefix(typ, "charge.") {
 		obj = map[string]any{"id": "ch_" + evID, "object": "charge", "payment_intent": in.ID, "refunded": typ == flashgate.EventChargeRefunded}
 	}

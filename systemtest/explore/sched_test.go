@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -111,7 +112,7 @@ func (s *Sched) Spawn(name string, run func(ctx context.Context)) {
 // and nil for a goroutine that is no actor (set-up and checks).
 func (s *Sched) Yield(ctx context.Context, what string) error {
 	a, _ := ctx.Value(actorKey{}).(*actor)
-	if a == nil {
+	if a == nil || unyielding(ctx) {
 		return nil
 	}
 	if a.killed {
@@ -144,6 +145,18 @@ func (s *Sched) Await(ctx context.Context, what string, cond func() bool) (bool,
 		return false, errKilled
 	}
 	return !a.gaveUp, nil
+}
+
+// unyieldingKey is the context key of a flag that, once set, makes every
+// yield of the context's calls pass at once: a draw's close sets it when
+// its settlement starts, whose goroutines (capture and release workers,
+// the payer of orders) would otherwise yield for one actor at once.
+type unyieldingKey struct{}
+
+// unyielding reports whether ctx's yields pass (unyieldingKey set).
+func unyielding(ctx context.Context) bool {
+	f, _ := ctx.Value(unyieldingKey{}).(*atomic.Bool)
+	return f != nil && f.Load()
 }
 
 // Killed reports whether ctx's actor was killed.

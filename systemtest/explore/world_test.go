@@ -173,6 +173,8 @@ type world struct {
 	atLeastOnce   bool // the events emitted now are delivered at least once
 	// online holds what the checks between steps found (afterStep).
 	online []finding
+	// dw is a draw schedule's (draw_test.go); nil in any other.
+	dw *drawWorld
 }
 
 // newWorld builds the schedule of seed on e.
@@ -192,15 +194,22 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 	n := 0
 	w.inv = inventory.New(w.rdb, inventory.Config{Clock: w.clock, Logger: quiet, WaitReplicas: -1, NoAutoPipeline: true,
 		MaxReserveBatch: 1, NewOrderID: func() string { n++; return fmt.Sprintf("o%d", n) }})
+	if pickDraw(seed) {
+		w.dw = &drawWorld{entrant: map[string]string{}, calls: map[string]int{}}
+	}
 	var err error
 	if w.cp, err = w.newCP(); err != nil {
 		return nil, err
 	}
 	e.fence++
-	w.sale = w.pickSale()
-	w.pickBuckets()
+	if w.dw != nil {
+		w.sale = w.drawSale()
+	} else {
+		w.sale = w.pickSale()
+		w.pickBuckets()
+	}
 	w.aux = rand.New(rand.NewPCG(seed^0x2545f4914f6cdd1d, seed))
-	w.stall = !w.sale.Fair() && w.aux.IntN(4) == 0
+	w.stall = w.dw == nil && !w.sale.Fair() && w.aux.IntN(4) == 0
 	w.s.after = w.afterStep
 	sctx := controlplane.WithFencingToken(ctx, w.token())
 	created, err := w.cp.CreateSale(sctx, w.sale)
@@ -208,6 +217,10 @@ func newWorld(ctx context.Context, e *env, seed uint64) (*world, error) {
 		return nil, fmt.Errorf("creating sale: %w", err)
 	}
 	w.sale.BucketSalts = created.BucketSalts
+	if w.dw != nil {
+		w.sale = created // its window as stored: the close reads it so
+		return w, nil
+	}
 	if w.sale.Fair() {
 		return w, w.openQueue(sctx)
 	}
@@ -265,9 +278,17 @@ func (w *world) close() { _ = w.rdb.Close() }
 // newCP is a control plane process of the schedule: the services share
 // Redis and the database, each has its own locks.
 func (w *world) newCP() (*controlplane.Service, error) {
-	return controlplane.New(controlplane.Config{Redis: w.rdb, Store: w.store, Releaser: w.inv, AdminToken: "explore-admin-token",
+	cfg := controlplane.Config{Redis: w.rdb, Store: w.store, Releaser: w.inv, AdminToken: "explore-admin-token",
 		Clock: w.clock, Logger: quiet, PaymentWindow: window, PaymentGrace: grace, PersistWait: -1,
-		Payments: gated{PaymentProvider: w.prov, s: w.s, rng: w.rng}, PaymentStore: w.pays})
+		Payments: gated{PaymentProvider: w.prov, s: w.s, rng: w.rng}, PaymentStore: w.pays}
+	if w.dw != nil {
+		// A draw's close: one capture and one release at a time, orders
+		// made through the schedule's inventory, the holds' read path
+		// unpaced (the test clock stands still between steps).
+		cfg.DrawReserver, cfg.DrawCapturer, cfg.DrawWorkers = drawReserver{w: w}, closeCapturer{w: w}, 1
+		cfg.PaymentReconcileRate = 1e6
+	}
+	return controlplane.New(cfg)
 }
 
 // newSink is an order sink process of the schedule (one consumer name:
