@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -367,5 +368,160 @@ func TestScalpPurchases(t *testing.T) {
 	}
 	if byStatus[201] != 1 {
 		t.Errorf("flood by one account: got %v by status, want one 201", byStatus)
+	}
+}
+
+// TestScalpDrawWithdrawDuringHold: a withdrawal while the entry's hold is
+// being made at the provider (the entry's own call, or its pay); the buyer
+// then confirms whatever client_secret came back. No hold stays held.
+func TestScalpDrawWithdrawDuringHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	p.drawSaleVariants("sw", 1000, time.Hour)
+	url := p.public + "/api/sales/sw/entry"
+	for round, viaPay := range []bool{false, true, false, true} {
+		u := fmt.Sprintf("w%d", round)
+		ut := p.token(u)
+		if viaPay {
+			p.stand.FailNext(10)
+			a := p.tryDo("POST", url, ut, []byte(`{"variant":"S"}`))
+			p.stand.FailNext(0)
+			if a.status != 201 || a.body["payment_intent"] != nil {
+				t.Logf("%s enters with the provider failing: %d %s", u, a.status, a.raw)
+			}
+		}
+		p.stand.Stall(2 * time.Second)
+		var first payAnswer
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if viaPay {
+				first = p.tryDo("POST", url+"/pay", ut, nil)
+			} else {
+				first = p.tryDo("POST", url, ut, []byte(`{"variant":"S"}`))
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		var w payAnswer
+		wg.Add(1)
+		go func() { defer wg.Done(); w = p.tryDo("DELETE", url, ut, nil) }()
+		time.Sleep(300 * time.Millisecond)
+		p.stand.Stall(0)
+		wg.Wait()
+		t.Logf("%s: first %d %s; withdraw %d %s", u, first.status, first.raw, w.status, w.raw)
+		if pi, _ := first.body["payment_intent"].(string); pi != "" {
+			in, err := p.stand.Confirm(pi, okCard)
+			t.Logf("%s confirms %s: %s %v", u, pi, in.Status, err)
+		}
+		g := p.tryDo("GET", url, ut, nil)
+		t.Logf("%s now: %d %s", u, g.status, g.raw)
+	}
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == "sw" && in.Status == flashgate.IntentRequiresCapture {
+				if g := p.tryDo("GET", url, p.token("w0"), nil); g.status == 0 {
+					return false
+				}
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+}
+
+// TestScalpDrawCancelWonOrder: a winner knows the order id the close will
+// make ("o" and the entry id) and asks to cancel it (and to pay it) from
+// the close on, before the close marks it paid; every captured entry's
+// order still ends paid, its unit held.
+func TestScalpDrawCancelWonOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, 2*time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	closeAt := p.drawSaleVariants("sx", 1000, 4*time.Second)
+	url := p.public + "/api/sales/sx/entry"
+	users := []string{"x0", "x1", "x2", "x3", "x4", "x5"}
+	orders := map[string]string{}
+	for i, u := range users {
+		a := p.tryDo("POST", url, p.token(u), []byte(fmt.Sprintf(`{"variant":%q}`, []string{"S", "M", "L"}[i%3])))
+		pi, _ := a.body["payment_intent"].(string)
+		if a.status != 201 || pi == "" {
+			t.Fatalf("%s enters: %d %s", u, a.status, a.raw)
+		}
+		if _, err := p.stand.Confirm(pi, okCard); err != nil {
+			t.Fatal(err)
+		}
+		orders[u] = "o" + a.body["entry_id"].(string)
+	}
+	for _, u := range users {
+		p.waitEntry("sx", u, "entered")
+	}
+	time.Sleep(time.Until(closeAt))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]map[string]int{}
+	for i, u := range users {
+		wg.Add(1)
+		go func(i int, u string) {
+			defer wg.Done()
+			tok := p.token(u)
+			what := []string{"/cancel", "/pay"}[i%2]
+			for n := 0; n < 100; n++ {
+				a := p.tryDo("POST", p.public+"/api/orders/"+orders[u]+what, tok, nil)
+				mu.Lock()
+				if seen[u] == nil {
+					seen[u] = map[string]int{}
+				}
+				seen[u][fmt.Sprintf("%s %d %v", what, a.status, a.body["status"])+fmt.Sprint(a.body["error"])]++
+				mu.Unlock()
+				if g := p.tryDo("GET", url, tok, nil); g.body["result"] == "won" || g.body["result"] == "lost" {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}(i, u)
+	}
+	wg.Wait()
+	for _, u := range users {
+		t.Logf("%s: %v", u, seen[u])
+	}
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		a := p.do("GET", p.admin+"/admin/sales/sx", "", nil, adm)
+		d, _ := a.body["draw"].(map[string]any)
+		return d != nil && d["closed"] == true
+	}, "draw closed")
+	for _, u := range users {
+		testwait.Eventually(t, 20*time.Second, func() bool {
+			return p.tryDo("GET", url, p.token(u), nil).body["result"] == "won"
+		}, "%s won (every entrant fits)", u)
+		testwait.Eventually(t, 20*time.Second, func() bool {
+			o, err := p.s.db.Order(ctx, orders[u])
+			return err == nil && o.Status == flashgate.StatusPaid
+		}, "%s's order %s paid", u, orders[u])
+	}
+	charges := 0
+	for _, in := range p.stand.Intents() {
+		if in.Status == flashgate.IntentSucceeded {
+			charges++
+		}
+		if in.Metadata["order_id"] != "" {
+			t.Errorf("a checkout of draw order %s: intent %s %s, want none (the entry's capture pays it)", in.Metadata["order_id"], in.ID, in.Status)
+		}
+	}
+	if charges != len(users) {
+		t.Errorf("charges: got %d, want %d", charges, len(users))
+	}
+	for _, u := range users {
+		for what, n := range seen[u] {
+			if strings.Contains(what, "200 cancelled") || strings.Contains(what, "paying") {
+				t.Errorf("%s: got %q %d times, want 409 not_payable before paid, 200 paid after", u, what, n)
+			}
+		}
 	}
 }

@@ -167,6 +167,12 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("reading sale: %w", err)
 	}
+	if sale.Queue == flashgate.QueueDraw {
+		// A draw winner's order is paid by the capture of its entry's
+		// hold, and the close marks it paid: a checkout of its own would
+		// charge the winner twice.
+		return o, fmt.Errorf("order %q is a draw's, paid by its close: %w", orderID, flashgate.ErrNotPayable)
+	}
 	currency := sale.Currency
 	if currency == "" {
 		currency = s.currency
