@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -520,5 +522,88 @@ func TestScalpDrawCancelWonOrder(t *testing.T) {
 				t.Errorf("%s: got %q %d times, want 409 not_payable before paid, 200 paid after", u, what, n)
 			}
 		}
+	}
+}
+
+// TestScalpForgedHooksAndPipelining: forged, stale and tampered webhooks
+// about a pending entry's hold change nothing; one account's purchases
+// pipelined on one connection make one order.
+func TestScalpForgedHooksAndPipelining(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Minute, "--user-rate", "0")
+	p.drawSaleVariants("sf", 1000, time.Hour)
+	url := p.public + "/api/sales/sf/entry"
+	a := p.tryDo("POST", url, p.token("f"), []byte(`{"variant":"S"}`))
+	pi, _ := a.body["payment_intent"].(string)
+	if a.status != 201 || pi == "" {
+		t.Fatalf("enter: %d %s", a.status, a.raw)
+	}
+	held := p.stand.Event("evt_forged", flashgate.EventIntentHeld, pi, flashgate.IntentRequiresCapture)
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		at      time.Time
+		secret  string
+	}{
+		{"wrong secret", held, time.Now(), "whsec_guess"},
+		{"stale", held, time.Now().Add(-10 * time.Minute), payHookSecret},
+		{"empty secret", held, time.Now(), ""},
+	} {
+		if h := p.hook(c.payload, c.at, c.secret); h.status != 400 {
+			t.Errorf("%s: got %d %s, want 400", c.name, h.status, h.raw)
+		}
+	}
+	sig := p.stand.Sign(held, time.Now())
+	tampered := bytes.Replace(held, []byte(`"evt_forged"`), []byte(`"evt_forgeX"`), 1)
+	for _, c := range []struct{ name, sig string }{
+		{"tampered body", sig}, {"garbage header", "t=1,v1=zz"}, {"huge header", "t=1,v1=" + strings.Repeat("a", 6000)},
+	} {
+		h := p.do("POST", p.public+"/webhooks/stripe", "", tampered, map[string]string{"Stripe-Signature": c.sig})
+		if h.status != 400 {
+			t.Errorf("%s: got %d %s, want 400", c.name, h.status, h.raw)
+		}
+	}
+	if g := p.tryDo("GET", url, p.token("f"), nil); g.body["state"] != "pending" {
+		t.Errorf("after forged hooks: got %s, want pending", g.raw)
+	}
+
+	if _, err := p.s.cp.CreateSale(p.ctx, flashgate.Sale{ID: "pl", Name: "pl", PriceCents: 500, Total: 30, PerUser: 2, AdmitRatio: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.s.cp.Start(p.ctx, "pl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitOpen(ctx, p.public, "pl", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.public, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tok := p.token("piper")
+	var reqs bytes.Buffer
+	for i := 0; i < 20; i++ {
+		body := fmt.Sprintf(`{"quantity":%d}`, 1+i%2)
+		fmt.Fprintf(&reqs, "POST /api/sales/pl/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, len(body), body)
+	}
+	if _, err := conn.Write(reqs.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	byStatus := map[int]int{}
+	for i := 0; i < 20; i++ {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		byStatus[res.StatusCode]++
+	}
+	if byStatus[201] != 1 || byStatus[409] != 19 {
+		t.Errorf("pipelined purchases: got %v, want one 201 and 19 409", byStatus)
 	}
 }
