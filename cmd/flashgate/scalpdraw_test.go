@@ -607,3 +607,62 @@ func TestScalpForgedHooksAndPipelining(t *testing.T) {
 		t.Errorf("pipelined purchases: got %v, want one 201 and 19 409", byStatus)
 	}
 }
+
+// TestScalpDrawPayAcrossClose: entries without a hold (the provider failed)
+// ask for it with /pay while the provider stalls across the close; the
+// buyers confirm whatever comes back. No such entry is drawn and no hold
+// stays held.
+func TestScalpDrawPayAcrossClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	closeAt := p.drawSaleVariants("sy", 1000, 4*time.Second)
+	url := p.public + "/api/sales/sy/entry"
+	users := []string{"y0", "y1", "y2", "y3"}
+	p.stand.FailNext(100)
+	for _, u := range users {
+		a := p.tryDo("POST", url, p.token(u), []byte(`{"variant":"S"}`))
+		t.Logf("%s enters with the provider down: %d %s", u, a.status, a.raw)
+	}
+	p.stand.FailNext(0)
+	time.Sleep(time.Until(closeAt.Add(-400 * time.Millisecond)))
+	p.stand.Stall(time.Second)
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Add(1)
+		go func(i int, u string) {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+			a := p.tryDo("POST", url+"/pay", p.token(u), nil)
+			t.Logf("%s pays across the close: %d %s", u, a.status, a.raw)
+			if pi, _ := a.body["payment_intent"].(string); pi != "" {
+				in, err := p.stand.Confirm(pi, okCard)
+				t.Logf("%s confirms: %s %v", u, in.Status, err)
+			}
+		}(i, u)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	p.stand.Stall(0)
+	wg.Wait()
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		a := p.do("GET", p.admin+"/admin/sales/sy", "", nil, adm)
+		d, _ := a.body["draw"].(map[string]any)
+		return d != nil && d["closed"] == true
+	}, "draw closed")
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == "sy" && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+	for _, in := range p.stand.Intents() {
+		if in.Status == flashgate.IntentSucceeded {
+			t.Errorf("a charge: %s of entry %s", in.ID, in.Metadata["entry_id"])
+		}
+	}
+}
