@@ -39,7 +39,7 @@ type payServe struct {
 
 const payKey, payHookSecret = "sk_test_local", "whsec_local"
 
-func startPayServe(t *testing.T, ctx context.Context, db string, window, grace time.Duration) *payServe {
+func startPayServe(t *testing.T, ctx context.Context, db string, window, grace time.Duration, extra ...string) *payServe {
 	t.Helper()
 	rs := redistest.Start(t)
 	stand := stripelocal.New(payKey, payHookSecret)
@@ -47,12 +47,12 @@ func startPayServe(t *testing.T, ctx context.Context, db string, window, grace t
 	t.Cleanup(ts.Close)
 	var errb bytes.Buffer
 	p := &payServe{t: t, ctx: ctx, stand: stand, secret: "pay-secret", tokAdm: "pay-admin", standBase: ts.URL}
-	cfg, err := parseConfig("serve", []string{"--redis", rs.URL, "--db", db,
+	cfg, err := parseConfig("serve", append([]string{"--redis", rs.URL, "--db", db,
 		"--jwt-secret", p.secret, "--admin-token", p.tokAdm,
 		"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--state-refresh", "20ms", "--log-level", "error",
 		"--payments", "stripe", "--stripe-api-base", ts.URL,
-		"--payment-window", window.String(), "--payment-grace", grace.String()},
+		"--payment-window", window.String(), "--payment-grace", grace.String()}, extra...),
 		&errb, env(map[string]string{"FLASHGATE_STRIPE_KEY": payKey, "FLASHGATE_STRIPE_WEBHOOK_SECRET": payHookSecret}))
 	if err != nil {
 		t.Fatalf("parseConfig: %v (%s)", err, errb.String())

@@ -287,6 +287,9 @@ func (s *Service) Pay(ctx context.Context, orderID, userID string) (flashgate.Or
 // at the provider first (refund.go, cancelIntent), so that the buyer's page
 // can no longer confirm it.
 func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate.Order, error) {
+	if err := s.notDrawOrder(ctx, orderID, userID); err != nil {
+		return flashgate.Order{}, err
+	}
 	if s.provider != nil && flashgate.ValidOrderID(orderID) {
 		o, err := s.persistedOrder(ctx, orderID, userID)
 		if err != nil {
@@ -316,6 +319,37 @@ func (s *Service) Cancel(ctx context.Context, orderID, userID string) (flashgate
 		}
 	}
 	return o, nil
+}
+
+// notDrawOrder is flashgate.ErrNotPayable for userID's order of a draw
+// sale: the close made it for a winner whose hold it captured (or is
+// capturing), and marks it paid itself, so its buyer may not cancel it
+// (the units would go back while the card stays charged). An order it
+// cannot read is that error (not found, or unavailable), so that no later
+// read of the caller finds a draw order this one missed; any other order
+// is nil.
+func (s *Service) notDrawOrder(ctx context.Context, orderID, userID string) error {
+	if !flashgate.ValidOrderID(orderID) {
+		return fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	o, err := s.persistedOrder(ctx, orderID, userID)
+	if err != nil {
+		return err
+	}
+	if o.UserID != userID {
+		return fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
+	}
+	sale, err := s.store.Sale(ctx, o.SaleID)
+	if errors.Is(err, flashgate.ErrNotFound) {
+		return nil // No sale row: no draw (the sink never waits for one).
+	}
+	if err != nil {
+		return fmt.Errorf("reading sale: %w", err)
+	}
+	if sale.Queue != flashgate.QueueDraw {
+		return nil
+	}
+	return fmt.Errorf("order %q is a draw's, paid by its close: %w", orderID, flashgate.ErrNotPayable)
 }
 
 // transition moves an order from one of from to to in one conditional

@@ -167,18 +167,11 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 	if err != nil {
 		return flashgate.Order{}, fmt.Errorf("reading sale: %w", err)
 	}
-	if sale.Draw() && s.drawHold != nil {
-		// A draw winner's order is paid by its entry's hold, captured
-		// before the order was made; the close marks it paid (later when
-		// the close was cut short). A checkout now charged the buyer a
-		// second time (the interleaving explorer's draw seed 4462).
-		hold, err := s.drawHold(ctx, o)
-		if err != nil {
-			return flashgate.Order{}, fmt.Errorf("reading the draw hold of %s: %w", orderID, err)
-		}
-		if hold != "" {
-			return o, fmt.Errorf("order %q is paid by its draw entry's hold: %w", orderID, flashgate.ErrNotPayable)
-		}
+	if sale.Queue == flashgate.QueueDraw {
+		// A draw winner's order is paid by the capture of its entry's
+		// hold, and the close marks it paid: a checkout of its own would
+		// charge the winner twice.
+		return o, fmt.Errorf("order %q is a draw's, paid by its close: %w", orderID, flashgate.ErrNotPayable)
 	}
 	currency := sale.Currency
 	if currency == "" {
