@@ -12,6 +12,10 @@ import (
 // createdBefore, and without a payment in flight at the provider (a
 // payments row neither settled nor canceled, or one an admin refund owns:
 // the reconciliation asks the provider about those first), to expired (updated_at = now) and returns them, oldest first.
+// It leaves a draw sale's orders: each is a winner's, paid by its entry's
+// hold, captured before the close made the order, and the close marks it
+// paid, later when a fault cut it short (an expiry then gave the unit back
+// while the card stayed charged).
 // Every returned order was moved by this call: on PostgreSQL the rows are
 // picked with FOR UPDATE SKIP LOCKED, so two control planes never expire the
 // same row; SQLite serialises writers. A limit below 1 means 100. It runs
@@ -31,7 +35,7 @@ func (d *DB) ExpireDue(ctx context.Context, createdBefore, now time.Time, limit 
 	}
 	rows, err := tx.QueryContext(ctx, d.expireDueSQL(),
 		string(flashgate.StatusExpired), d.ts(now),
-		string(flashgate.StatusPendingPayment), d.ts(createdBefore), limit,
+		string(flashgate.StatusPendingPayment), d.ts(createdBefore), flashgate.QueueDraw, limit,
 		string(flashgate.StatusPendingPayment))
 	if err != nil {
 		return nil, fmt.Errorf("expiring orders: %w", err)
@@ -62,6 +66,7 @@ func (d *DB) expireDueSQL() string {
 			WHERE status = ? AND created_at < ?
 			AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.order_id
 				AND ((p.outcome = '' AND p.status <> 'canceled') OR p.outcome = 'refunding'))
+			AND NOT EXISTS (SELECT 1 FROM sales s WHERE s.id = orders.sale_id AND s.queue = ?)
 			ORDER BY created_at, order_id LIMIT ?` + lock + `)
 		AND ` + outer + ` = ? RETURNING ` + orderColsB)
 }

@@ -543,9 +543,46 @@ func TestConcurrentFirstOpen(t *testing.T) {
 // TestExpireDuePlanSQLite: on SQLite, ExpireDue's UPDATE finds the rows the
 // subquery picked by primary key, not by walking every pending_payment row
 // of orders_status_created (a pass that grew with the table).
+// TestExpireDueLeavesDrawOrders: a draw winner's order is paid by its
+// entry's hold, captured before the close made the order, and the close
+// marks it paid; the expiry leaves it pending however old, where it
+// expired an order whose close was cut short past the payment window (the
+// unit given back while the card stayed charged: the explorer's seed
+// 20261746).
+func TestExpireDueLeavesDrawOrders(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		open, closeAt := t0, t0.Add(time.Minute)
+		if err := db.CreateSale(ctx, flashgate.Sale{ID: "d", Name: "Draw", PriceCents: 100, Total: 5, Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.CreateSale(ctx, flashgate.Sale{ID: "f", Name: "First", PriceCents: 100, Total: 5}); err != nil {
+			t.Fatal(err)
+		}
+		batch := []flashgate.Order{order("od1", "d", "u1", 1, t0), order("of1", "f", "u1", 1, t0), order("ox1", "x", "u1", 1, t0)}
+		if _, err := db.InsertOrders(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		os, err := db.ExpireDue(ctx, t0.Add(time.Hour), t0.Add(time.Hour), 10, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range os {
+			got = append(got, o.ID)
+		}
+		if want := "of1 ox1"; strings.Join(got, " ") != want {
+			t.Errorf("expired: got %v, want %v (the draw's order left pending)", got, want)
+		}
+		if o, err := db.Order(ctx, "od1"); err != nil || o.Status != flashgate.StatusPendingPayment {
+			t.Errorf("the draw winner's order: got %+v, %v; want pending_payment", o, err)
+		}
+	})
+}
+
 func TestExpireDuePlanSQLite(t *testing.T) {
 	db := open(t, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"))
-	rows, err := db.w.Query(`EXPLAIN QUERY PLAN `+db.expireDueSQL(), "expired", 1, "pending_payment", 2, 100, "pending_payment")
+	rows, err := db.w.Query(`EXPLAIN QUERY PLAN `+db.expireDueSQL(), "expired", 1, "pending_payment", 2, "draw", 100, "pending_payment")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,8 +80,11 @@ var bucketedCorpus = []uint64{20263080}
 // card (a hold's journal flush read before a FLUSHALL and written after
 // the rebuild and the close: the hold now reads its entry again after
 // recording it). The steps of 411 and 4462 changed with 4833's fix and no
-// longer meet their races.
-var drawCorpus = []uint64{48, 642, 411, 3535, 4462, 4833}
+// longer meet their races. 20261746 charges a winner and gives the unit
+// back (a close cut short by a kill left the winner's order pending past
+// the payment window, and the expiry expired it: sqldb.DB.ExpireDue now
+// leaves a draw sale's orders, which their close marks paid).
+var drawCorpus = []uint64{48, 642, 411, 3535, 4462, 4833, 20261746}
 
 // corpusSeeds are corpus, bucketedCorpus and drawCorpus.
 func corpusSeeds() []uint64 {
