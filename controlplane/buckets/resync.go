@@ -334,10 +334,10 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 // marker (lua.SpillMarker): a released row's marker joins the home's
 // released set and goes from its buyers, a live row's is set unless so
 // released.
-func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]string, error) {
-	restoring := make([]string, l.N())
+func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]*salehash.Restoring, error) {
+	restoring := make([]*salehash.Restoring, l.N())
 	begin := func(b int) error {
-		if restoring[b] != "" {
+		if restoring[b] != nil {
 			return nil
 		}
 		var err error
@@ -382,7 +382,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]string, error) {
 				if err := begin(b); err != nil {
 					return nil, err
 				}
-				args[1] = restoring[b]
+				args[1] = restoring[b].Page()
 				if released {
 					args[2] = (len(args) - 3) / 2
 				}

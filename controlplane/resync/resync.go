@@ -199,7 +199,7 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 				return before, after, err
 			}
 		}
-		var restoring string
+		var restoring *salehash.Restoring
 		if restoring, err = s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
@@ -368,12 +368,12 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // (Redis lost the sale again, the pages before with it): Restore then
 // returns the error of salehash.ErrLostAgain. The caller's
 // salehash.MarkRestored carries it too.
-func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
+func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, error) {
 	keys := lua.RestoreKeys(id)
 	tok := fencing.Of(ctx)
-	restoring := ""
+	var restoring *salehash.Restoring
 	begin := func() error {
-		if restoring != "" {
+		if restoring != nil {
 			return nil
 		}
 		var err error
@@ -387,16 +387,16 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 		for {
 			page, err := s.store.OrdersPage(ctx, id, st, after, salehash.ReleaseChunk)
 			if err != nil {
-				return "", fmt.Errorf("reading orders to restore: %w", err)
+				return nil, fmt.Errorf("reading orders to restore: %w", err)
 			}
 			if len(page) == 0 {
 				break
 			}
 			if err := begin(); err != nil {
-				return "", err
+				return nil, err
 			}
 			args := make([]any, 0, 3+2*len(page))
-			args = append(args, tok, restoring)
+			args = append(args, tok, restoring.Page())
 			if released {
 				args = append(args, len(page))
 			} else {
@@ -407,13 +407,13 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 			}
 			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
 			if err != nil {
-				return "", fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+				return nil, fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
 			}
 			switch n {
 			case lua.RestoreFenced:
-				return "", fencing.Err("restoring buyers", tok)
+				return nil, fencing.Err("restoring buyers", tok)
 			case lua.RestoreLost:
-				return "", salehash.ErrLostAgain("sale " + id)
+				return nil, salehash.ErrLostAgain("sale " + id)
 			}
 			if len(page) < salehash.ReleaseChunk {
 				break
@@ -422,7 +422,7 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 		}
 	}
 	if err := begin(); err != nil {
-		return "", err
+		return nil, err
 	}
 	return restoring, nil
 }
