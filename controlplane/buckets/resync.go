@@ -323,7 +323,7 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 // restore puts every released and live row of a bucketed sale back
 // into its own bucket's released set and buyers hash, a page at a time,
 // released rows first (lua.Restore; a bucket Redis kept is unchanged by it),
-// and returns each bucket's restore id (salehash.BeginRestore), opened
+// and returns each bucket's restore (salehash.BeginRestore), opened
 // before its first page's write (as controlplane/resync's Restore), or at
 // the end for a bucket with none: a page is refused once its bucket's
 // hash holds another or none (Redis lost the bucket again, the pages

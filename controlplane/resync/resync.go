@@ -360,14 +360,17 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first, and
-// returns the restore's id (salehash.BeginRestore), opened after the first
+// returns the restore (salehash.BeginRestore: its id and this rebuild's
+// page count), opened after the first
 // page's read and before its write (with no page, at the end), so that it
 // raises the hash's fence where the first page did before (a rebuild of
 // an older token that ends before it is not fenced by it). Every page
 // carries the id and is refused once the sale hash holds another or none
 // (Redis lost the sale again, the pages before with it): Restore then
-// returns the error of salehash.ErrLostAgain. The caller's
-// salehash.MarkRestored carries it too.
+// returns the error of salehash.ErrLostAgain; so is a page when the hash
+// counts fewer of this rebuild's pages than it wrote (a failover to a
+// lagging replica lost them). The caller's salehash.MarkRestored carries
+// it too.
 func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, error) {
 	keys := lua.RestoreKeys(id)
 	tok := fencing.Of(ctx)
