@@ -207,6 +207,13 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 			if err := s.restoreDraw(ctx, sale, drawMark); err != nil {
 				return before, after, err
 			}
+			// An empty page after the entries' pages: the page count
+			// lua.Restored checks then covers them too (replication is
+			// ordered), so a failover to a replica that lacks one of them
+			// lacks this page and refuses the rest of the rebuild.
+			if err := s.restorePage(ctx, id, restoring, []any{0}); err != nil {
+				return before, after, err
+			}
 		}
 		var restored string
 		if restored, err = salehash.MarkRestored(ctx, s.rdb, id, restoring); err != nil {
@@ -372,8 +379,6 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // lagging replica lost them). The caller's salehash.MarkRestored carries
 // it too.
 func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, error) {
-	keys := lua.RestoreKeys(id)
-	tok := fencing.Of(ctx)
 	var restoring *salehash.Restoring
 	begin := func() error {
 		if restoring != nil {
@@ -398,8 +403,7 @@ func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, e
 			if err := begin(); err != nil {
 				return nil, err
 			}
-			args := make([]any, 0, 3+2*len(page))
-			args = append(args, tok, restoring.Page())
+			args := make([]any, 0, 1+2*len(page))
 			if released {
 				args = append(args, len(page))
 			} else {
@@ -408,15 +412,8 @@ func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, e
 			for _, o := range page {
 				args = append(args, o.UserID, o.ID)
 			}
-			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
-			if err != nil {
-				return nil, fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
-			}
-			switch n {
-			case lua.RestoreFenced:
-				return nil, fencing.Err("restoring buyers", tok)
-			case lua.RestoreLost:
-				return nil, salehash.ErrLostAgain("sale " + id)
+			if err := s.restorePage(ctx, id, restoring, args); err != nil {
+				return nil, err
 			}
 			if len(page) < salehash.ReleaseChunk {
 				break
@@ -428,6 +425,24 @@ func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, e
 		return nil, err
 	}
 	return restoring, nil
+}
+
+// restorePage writes one page of restoring into sale id (lua.Restore),
+// rest being its arguments after the token and the page's ARGV[2].
+func (s *Syncer) restorePage(ctx context.Context, id string, restoring *salehash.Restoring, rest []any) error {
+	tok := fencing.Of(ctx)
+	args := append([]any{tok, restoring.Page()}, rest...)
+	n, err := lua.Restore.Run(ctx, s.rdb, lua.RestoreKeys(id), args...).Int()
+	if err != nil {
+		return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	switch n {
+	case lua.RestoreFenced:
+		return fencing.Err("restoring buyers", tok)
+	case lua.RestoreLost:
+		return salehash.ErrLostAgain("sale " + id)
+	}
+	return nil
 }
 
 // RestoreDraw puts a draw sale's entries back into Redis from every row of
