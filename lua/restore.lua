@@ -14,7 +14,15 @@
 --         then stops at its next page)
 -- ARGV[2] the restore's id (lua/restorebegin.lua): refused when the sale
 --         hash's restoring field holds another or none (Redis lost the
---         sale since the restore began, the pages before this one with it)
+--         sale since the restore began, the pages before this one with it).
+--         Optionally followed by "|<rebuild>|<n>": this page is the n-th
+--         (from 1) the rebuild <rebuild> (a fresh id of its own) writes in
+--         this hash, refused unless the hash's field restorepage:<rebuild>
+--         holds n - 1 (none for 0), which it then holds n: a failover to a
+--         replica that had the restore's id but not the rebuild's last
+--         pages (a lagging replica promoted) lost them, and the id alone
+--         let the rest of the rebuild reopen the sale without them (a
+--         reviewer's window: a buyer's entry lost, who then bought twice)
 -- ARGV[3] r: how many released pairs follow
 -- ARGV[4 .. 3+2r] pairs user id, order id of released rows (cancelled,
 --         expired, refunded): the order joins the released set, so that a
@@ -36,14 +44,26 @@
 --
 -- Returns the number of pairs read, -1 refused (a newer writer's token is
 -- in the sale hash; nothing changed), or -2 refused (the hash's restoring
--- is not ARGV[2]; nothing changed).
+-- is not ARGV[2]'s id, or its page count of the rebuild is not the one
+-- before this page; nothing changed).
 local token = tonumber(ARGV[1]) or 0
 local fence = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0') or 0
 if token < fence then
   return -1
 end
-if redis.call('HGET', KEYS[3], 'restoring') ~= ARGV[2] then
+local id, rebuild, n = string.match(ARGV[2], '^(.*)|([^|]*)|(%d+)$')
+if not id then
+  id = ARGV[2]
+end
+if redis.call('HGET', KEYS[3], 'restoring') ~= id then
   return -2
+end
+if rebuild then
+  local field = 'restorepage:' .. rebuild
+  if (tonumber(redis.call('HGET', KEYS[3], field) or '0') or 0) ~= tonumber(n) - 1 then
+    return -2
+  end
+  redis.call('HSET', KEYS[3], field, n)
 end
 if token > fence then
   redis.call('HSET', KEYS[3], 'fence', ARGV[1])

@@ -323,7 +323,7 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 // restore puts every released and live row of a bucketed sale back
 // into its own bucket's released set and buyers hash, a page at a time,
 // released rows first (lua.Restore; a bucket Redis kept is unchanged by it),
-// and returns each bucket's restore id (salehash.BeginRestore), opened
+// and returns each bucket's restore (salehash.BeginRestore), opened
 // before its first page's write (as controlplane/resync's Restore), or at
 // the end for a bucket with none: a page is refused once its bucket's
 // hash holds another or none (Redis lost the bucket again, the pages
@@ -334,10 +334,10 @@ func (k *Keeper) deliverReleases(ctx context.Context, l lua.Layout) error {
 // marker (lua.SpillMarker): a released row's marker joins the home's
 // released set and goes from its buyers, a live row's is set unless so
 // released.
-func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]string, error) {
-	restoring := make([]string, l.N())
+func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]*salehash.Restoring, error) {
+	restoring := make([]*salehash.Restoring, l.N())
 	begin := func(b int) error {
-		if restoring[b] != "" {
+		if restoring[b] != nil {
 			return nil
 		}
 		var err error
@@ -382,7 +382,7 @@ func (k *Keeper) restore(ctx context.Context, l lua.Layout) ([]string, error) {
 				if err := begin(b); err != nil {
 					return nil, err
 				}
-				args[1] = restoring[b]
+				args[1] = restoring[b].Page()
 				if released {
 					args[2] = (len(args) - 3) / 2
 				}

@@ -199,12 +199,19 @@ func (s *Syncer) Resync(ctx context.Context, id string) (before, after Figures, 
 				return before, after, err
 			}
 		}
-		var restoring string
+		var restoring *salehash.Restoring
 		if restoring, err = s.Restore(ctx, id); err != nil {
 			return before, after, err
 		}
 		if sale.Draw() {
 			if err := s.restoreDraw(ctx, sale, drawMark); err != nil {
+				return before, after, err
+			}
+			// An empty page after the entries' pages: the page count
+			// lua.Restored checks then covers them too (replication is
+			// ordered), so a failover to a replica that lacks one of them
+			// lacks this page and refuses the rest of the rebuild.
+			if err := s.restorePage(ctx, id, restoring, []any{0}); err != nil {
 				return before, after, err
 			}
 		}
@@ -360,20 +367,21 @@ func RestoreContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // Restore puts every released and live row of a sale back into its
 // released set and buyers hash, a page at a time, released rows first, and
-// returns the restore's id (salehash.BeginRestore), opened after the first
+// returns the restore (salehash.BeginRestore: its id and this rebuild's
+// page count), opened after the first
 // page's read and before its write (with no page, at the end), so that it
 // raises the hash's fence where the first page did before (a rebuild of
 // an older token that ends before it is not fenced by it). Every page
 // carries the id and is refused once the sale hash holds another or none
 // (Redis lost the sale again, the pages before with it): Restore then
-// returns the error of salehash.ErrLostAgain. The caller's
-// salehash.MarkRestored carries it too.
-func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
-	keys := lua.RestoreKeys(id)
-	tok := fencing.Of(ctx)
-	restoring := ""
+// returns the error of salehash.ErrLostAgain; so is a page when the hash
+// counts fewer of this rebuild's pages than it wrote (a failover to a
+// lagging replica lost them). The caller's salehash.MarkRestored carries
+// it too.
+func (s *Syncer) Restore(ctx context.Context, id string) (*salehash.Restoring, error) {
+	var restoring *salehash.Restoring
 	begin := func() error {
-		if restoring != "" {
+		if restoring != nil {
 			return nil
 		}
 		var err error
@@ -387,16 +395,15 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 		for {
 			page, err := s.store.OrdersPage(ctx, id, st, after, salehash.ReleaseChunk)
 			if err != nil {
-				return "", fmt.Errorf("reading orders to restore: %w", err)
+				return nil, fmt.Errorf("reading orders to restore: %w", err)
 			}
 			if len(page) == 0 {
 				break
 			}
 			if err := begin(); err != nil {
-				return "", err
+				return nil, err
 			}
-			args := make([]any, 0, 3+2*len(page))
-			args = append(args, tok, restoring)
+			args := make([]any, 0, 1+2*len(page))
 			if released {
 				args = append(args, len(page))
 			} else {
@@ -405,15 +412,8 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 			for _, o := range page {
 				args = append(args, o.UserID, o.ID)
 			}
-			n, err := lua.Restore.Run(ctx, s.rdb, keys, args...).Int()
-			if err != nil {
-				return "", fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
-			}
-			switch n {
-			case lua.RestoreFenced:
-				return "", fencing.Err("restoring buyers", tok)
-			case lua.RestoreLost:
-				return "", salehash.ErrLostAgain("sale " + id)
+			if err := s.restorePage(ctx, id, restoring, args); err != nil {
+				return nil, err
 			}
 			if len(page) < salehash.ReleaseChunk {
 				break
@@ -422,9 +422,27 @@ func (s *Syncer) Restore(ctx context.Context, id string) (string, error) {
 		}
 	}
 	if err := begin(); err != nil {
-		return "", err
+		return nil, err
 	}
 	return restoring, nil
+}
+
+// restorePage writes one page of restoring into sale id (lua.Restore),
+// rest being its arguments after the token and the page's ARGV[2].
+func (s *Syncer) restorePage(ctx context.Context, id string, restoring *salehash.Restoring, rest []any) error {
+	tok := fencing.Of(ctx)
+	args := append([]any{tok, restoring.Page()}, rest...)
+	n, err := lua.Restore.Run(ctx, s.rdb, lua.RestoreKeys(id), args...).Int()
+	if err != nil {
+		return fmt.Errorf("restoring buyers: %w: %w", flashgate.ErrUnavailable, err)
+	}
+	switch n {
+	case lua.RestoreFenced:
+		return fencing.Err("restoring buyers", tok)
+	case lua.RestoreLost:
+		return salehash.ErrLostAgain("sale " + id)
+	}
+	return nil
 }
 
 // RestoreDraw puts a draw sale's entries back into Redis from every row of

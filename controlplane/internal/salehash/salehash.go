@@ -95,48 +95,78 @@ func ResyncMarks(ctx context.Context, rdb redis.UniversalClient, tags []string) 
 	return out, nil
 }
 
+// Restoring is a rebuild's restore of one sale's (or bucket's) released
+// set and buyers (BeginRestore): the restore's id, which a concurrent
+// rebuild may share, and this rebuild's own id and count of the pages it
+// wrote, which a page and MarkRestored carry too (lua/restore.lua's
+// ARGV[2]), so that a page lost to a failover to a replica that had the
+// restore's id but not the page refuses the rest of the rebuild.
+type Restoring struct {
+	// ID is the restore's id, lua.FieldRestoring.
+	ID      string
+	rebuild string
+	pages   int
+}
+
+// Page is the ARGV[2] of the rebuild's next page (lua.Restore), counted.
+func (r *Restoring) Page() string {
+	r.pages++
+	return r.ID + "|" + r.rebuild + "|" + strconv.Itoa(r.pages)
+}
+
+// done is the ARGV[3] of the rebuild's lua.Restored: every page counted.
+func (r *Restoring) done() string {
+	return r.ID + "|" + r.rebuild + "|" + strconv.Itoa(r.pages)
+}
+
 // BeginRestore opens a restore of tag's released set and buyers
-// (lua.RestoreBegin) before its first page, and returns the restore's id
-// its pages (lua.Restore) and MarkRestored then carry: the id tag's hash
-// holds (a concurrent rebuild's, which this one joins), or a fresh one
-// written when it holds none.
-func BeginRestore(ctx context.Context, rdb redis.Scripter, tag string) (string, error) {
+// (lua.RestoreBegin) before its first page, and returns the restore its
+// pages (lua.Restore, with Restoring.Page) and MarkRestored then carry:
+// under the id tag's hash holds (a concurrent rebuild's, which this one
+// joins), or a fresh one written when it holds none, with this rebuild's
+// own id and page count.
+func BeginRestore(ctx context.Context, rdb redis.Scripter, tag string) (*Restoring, error) {
 	id, err := freshID()
 	if err != nil {
-		return "", fmt.Errorf("beginning the restore: %w", err)
+		return nil, fmt.Errorf("beginning the restore: %w", err)
+	}
+	rebuild, err := freshID()
+	if err != nil {
+		return nil, fmt.Errorf("beginning the restore: %w", err)
 	}
 	tok := fencing.Of(ctx)
 	v, err := lua.RestoreBegin.Run(ctx, rdb, lua.SaleKeys(tag), tok, id).Slice()
 	if err != nil {
-		return "", fmt.Errorf("beginning the restore: %w: %w", flashgate.ErrUnavailable, err)
+		return nil, fmt.Errorf("beginning the restore: %w: %w", flashgate.ErrUnavailable, err)
 	}
 	if len(v) == 1 && v[0] == int64(lua.RestoreBeginFenced) {
-		return "", fencing.Err("beginning the restore", tok)
+		return nil, fencing.Err("beginning the restore", tok)
 	}
 	if len(v) != 2 {
-		return "", fmt.Errorf("beginning the restore: %w: %d values", flashgate.ErrUnavailable, len(v))
+		return nil, fmt.Errorf("beginning the restore: %w: %d values", flashgate.ErrUnavailable, len(v))
 	}
 	got, ok := v[1].(string)
 	if !ok {
-		return "", fmt.Errorf("beginning the restore: %w: id %v", flashgate.ErrUnavailable, v[1])
+		return nil, fmt.Errorf("beginning the restore: %w: id %v", flashgate.ErrUnavailable, v[1])
 	}
-	return got, nil
+	return &Restoring{ID: got, rebuild: rebuild}, nil
 }
 
 // MarkRestored records, at the end of a restore's pages in tag's hash, a
 // fresh id of that restore (lua.Restored), and returns the final Resync's
 // ARGV[9] that checks it ("1:<id>"): that Resync rebuilds nothing if Redis
-// lost the restored pages since. restoring is the id the pages carried
-// (BeginRestore): when the hash holds another or none, Redis lost the sale
-// since the restore began (the pages with it), nothing is recorded and the
-// error is the one of ErrLostAgain.
-func MarkRestored(ctx context.Context, rdb redis.Scripter, tag, restoring string) (string, error) {
+// lost the restored pages since. restoring is the restore the pages
+// carried (BeginRestore): when the hash holds another id or none, Redis
+// lost the sale since the restore began (the pages with it), and when it
+// counts fewer of this rebuild's pages than it wrote, a failover lost some;
+// then nothing is recorded and the error is the one of ErrLostAgain.
+func MarkRestored(ctx context.Context, rdb redis.Scripter, tag string, restoring *Restoring) (string, error) {
 	id, err := freshID()
 	if err != nil {
 		return "", fmt.Errorf("marking the restore: %w", err)
 	}
 	tok := fencing.Of(ctx)
-	n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(tag), tok, id, restoring).Int()
+	n, err := lua.Restored.Run(ctx, rdb, lua.SaleKeys(tag), tok, id, restoring.done()).Int()
 	if err != nil {
 		return "", fmt.Errorf("marking the restore: %w: %w", flashgate.ErrUnavailable, err)
 	}
