@@ -319,10 +319,10 @@ type Service struct {
 	drawing    map[string]bool
 	drawn      map[string]bool
 	noReserver map[string]bool
-	// drawFlush serializes this process's flushes of the draws' journals
-	// (the tick's and a close's, flushDraw): two at once deadlocked on
-	// PostgreSQL.
-	drawFlush sync.Mutex
+	// drawFlush runs this process's flushes of the draws' journals one at
+	// a time (the tick's, a close's and the holds', flushDraw): two at
+	// once deadlocked on PostgreSQL.
+	drawFlush flushGroup
 
 	// buckets runs the machinery of bucketed sales (controlplane/buckets).
 	buckets *buckets.Keeper

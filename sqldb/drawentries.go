@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,9 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if err := d.lockDraws(ctx, tx, entries); err != nil {
+		return fmt.Errorf("storing draw entries: %w", err)
+	}
 	newRank, rowRank := drawRank("excluded"), drawRank("draw_entries")
 	q := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -268,6 +272,35 @@ func (d *DB) DrawDone(ctx context.Context, saleID string) error {
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		return fmt.Errorf("finishing the draw of %s: no draw file: %w", saleID, flashgate.ErrNotFound)
+	}
+	return nil
+}
+
+// drawLockSpace is the first key of the advisory locks of lockDraws.
+const drawLockSpace = 37
+
+// lockDraws takes, on PostgreSQL, a transaction-scoped advisory lock on
+// each sale of entries (in order), held by SupersedeDrawEntries until it
+// commits: the flushes of one draw's journal by several processes (each
+// gateway's holds flush it, as the leader's tick does) upsert the same
+// rows, and two at once deadlocked on the table's unique indexes (40P01
+// every second of a crowd entering, each hold waiting out the deadlock
+// timeout). A SQLite database serializes its writers already.
+func (d *DB) lockDraws(ctx context.Context, tx *sql.Tx, entries []flashgate.DrawEntry) error {
+	if d.dialect != DialectPostgres {
+		return nil
+	}
+	sales := make([]string, 0, 1)
+	for _, e := range entries {
+		if !slices.Contains(sales, e.SaleID) {
+			sales = append(sales, e.SaleID)
+		}
+	}
+	slices.Sort(sales)
+	for _, sale := range sales {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, drawLockSpace, sale); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -3,7 +3,11 @@ package sqldb
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,6 +197,61 @@ func TestRecordDrawHold(t *testing.T) {
 		}
 		if want := []string{"e1/entered/pi_1"}; !reflect.DeepEqual(got, want) {
 			t.Errorf("rows: got %v, want %v", got, want)
+		}
+	})
+}
+
+// TestSupersedeDrawEntriesAtOnce: several processes flushing one draw's
+// journal at once (each gateway's holds flush it, as the leader's tick
+// does), each from where another's trim left it, write the same rows
+// while new entries arrive and older ones are entered;
+// none fails (on PostgreSQL two such flushes deadlocked on the table's
+// unique indexes, 40P01, until lockDraws).
+func TestSupersedeDrawEntriesAtOnce(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		const flushers, rounds = 4, 40
+		var mu sync.Mutex
+		var journal []flashgate.DrawEntry
+		var wg sync.WaitGroup
+		errs := make(chan error, flushers*rounds)
+		for f := range flushers {
+			wg.Go(func() {
+				for r := range rounds {
+					mu.Lock()
+					n := len(journal)
+					journal = append(journal, flashgate.DrawEntry{ID: fmt.Sprintf("e%d-%d", f, r), SaleID: "d", UserID: fmt.Sprintf("u%d-%d", f, r),
+						Variant: "S", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0.Add(time.Duration(n) * time.Millisecond), Seq: int64(n)})
+					if n >= 6 {
+						// An entry made a few records back is entered now.
+						e := journal[n-6]
+						e.State, e.PaymentIntent, e.UpdatedAt, e.Seq = flashgate.DrawEntered, "pi_"+e.ID, e.CreatedAt.Add(time.Second), int64(n)
+						journal = append(journal, e)
+					}
+					// Each flush reads the journal after another's trim.
+					batch := slices.Clone(journal[rand.IntN(len(journal)):])
+					mu.Unlock()
+					if err := db.SupersedeDrawEntries(ctx, batch, nil); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("a flush among %d at once: %v", flushers, err)
+		}
+		if err := db.SupersedeDrawEntries(ctx, journal, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.DrawEntries(ctx, "d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := flushers * rounds; len(got) != want {
+			t.Errorf("got %d rows, want %d", len(got), want)
 		}
 	})
 }
