@@ -60,13 +60,16 @@ func (s *Service) flushDraw(ctx context.Context, sale string) (int, error) {
 // per flush's time rather than one flush each in turn (200 entrants on
 // PostgreSQL took the whole 5 s entry window that way).
 type flushGroup struct {
-	// run is held by the flush running.
-	run sync.Mutex
-
 	mu sync.Mutex
+	// run holds a token while a flush runs (made with sales, under mu): a
+	// channel, not a mutex, so that a caller whose context ends while it
+	// waits leaves (a hold whose buyer went, its request's deadline past,
+	// waited out every flush queued before it and then ran one that its
+	// context cut short at once, while those behind it waited on).
+	run chan struct{}
 	// sales is each sale's flushes: the last one begun and the last one
 	// finished, with its result (guarded by mu; begun and finished move
-	// only while run is held).
+	// only while run's token is held).
 	sales map[string]*flushes
 }
 
@@ -78,11 +81,14 @@ type flushes struct {
 
 // do returns the result of a flush of sale that began after do was
 // called: one that another caller ran meanwhile, or flush run here. A
-// flush cut short by its own caller's context is shared with no one.
+// flush cut short by its own caller's context is shared with no one. A
+// caller whose context ends while it waits for another's flush returns
+// the context's error.
 func (g *flushGroup) do(ctx context.Context, sale string, flush func(context.Context) (int, error)) (int, error) {
 	g.mu.Lock()
 	if g.sales == nil {
 		g.sales = map[string]*flushes{}
+		g.run = make(chan struct{}, 1)
 	}
 	f := g.sales[sale]
 	if f == nil {
@@ -90,9 +96,14 @@ func (g *flushGroup) do(ctx context.Context, sale string, flush func(context.Con
 		g.sales[sale] = f
 	}
 	want := f.begun + 1
+	run := g.run
 	g.mu.Unlock()
-	g.run.Lock()
-	defer g.run.Unlock()
+	select {
+	case run <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-run }()
 	g.mu.Lock()
 	if f.finished >= want {
 		n, err := f.n, f.err

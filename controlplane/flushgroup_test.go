@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,5 +91,52 @@ func TestFlushGroupCancelledNotShared(t *testing.T) {
 	<-done
 	if n := <-got; n != 7 {
 		t.Errorf("the waiter got %d, want 7 (its own flush, not the cancelled one's)", n)
+	}
+}
+
+// TestFlushGroupWaiterLeaves: a caller whose context ends while another's
+// flush runs returns its context's error then, running no flush (a hold
+// whose request's deadline passed waited out every flush queued before
+// it, then ran one its context cut short, while those behind it waited).
+func TestFlushGroupWaiterLeaves(t *testing.T) {
+	var g flushGroup
+	var runs atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	flush := func(ctx context.Context) (int, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return 1, ctx.Err()
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); g.do(context.Background(), "s", flush) }()
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := g.do(ctx, "s", flush)
+		left <- err
+	}()
+	cancel()
+	var err error
+	_, ok := testwait.For(10*time.Second, func() bool {
+		select {
+		case err = <-left:
+			return true
+		default:
+			return false
+		}
+	})
+	close(release)
+	<-done
+	if !ok {
+		err = <-left
+		t.Errorf("a waiter whose context ended: returned only once the flush before it finished (%v), want at once", err)
+	} else if !errors.Is(err, context.Canceled) {
+		t.Errorf("a waiter whose context ended: got %v, want %v", err, context.Canceled)
+	}
+	if got := runs.Load(); got != 1 {
+		t.Errorf("flushes: got %d, want 1 (the waiter that left runs none)", got)
 	}
 }

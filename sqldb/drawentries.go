@@ -279,6 +279,10 @@ func (d *DB) DrawDone(ctx context.Context, saleID string) error {
 // drawLockSpace is the first key of the advisory locks of lockDraws.
 const drawLockSpace = 37
 
+// drawIdleTimeout is how long a transaction holding lockDraws' locks may
+// idle on PostgreSQL (fenceIdleTimeout's).
+const drawIdleTimeout = fenceIdleTimeout
+
 // lockDraws takes, on PostgreSQL, a transaction-scoped advisory lock on
 // each sale of entries (in order), held by SupersedeDrawEntries until it
 // commits: the flushes of one draw's journal by several processes (each
@@ -286,9 +290,18 @@ const drawLockSpace = 37
 // rows, and two at once deadlocked on the table's unique indexes (40P01
 // every second of a crowd entering, each hold waiting out the deadlock
 // timeout). A SQLite database serializes its writers already.
+//
+// The server ends the transaction when it idles for drawIdleTimeout, as
+// the leader fence's (raiseFence): a process frozen inside it (SIGSTOP, a
+// stalled VM, between two statements or in the before callback) held
+// every other process's flush of the draw, each gateway's holds' and the
+// close's, until it resumed.
 func (d *DB) lockDraws(ctx context.Context, tx *sql.Tx, entries []flashgate.DrawEntry) error {
 	if d.dialect != DialectPostgres {
 		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = `+drawIdleTimeout); err != nil {
+		return err
 	}
 	sales := make([]string, 0, 1)
 	for _, e := range entries {

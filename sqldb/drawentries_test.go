@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testenv/pgtest"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
 )
 
 // TestDrawSale: a draw sale's mode and entry window survive the row.
@@ -254,4 +256,67 @@ func TestSupersedeDrawEntriesAtOnce(t *testing.T) {
 			t.Errorf("got %d rows, want %d", len(got), want)
 		}
 	})
+}
+
+// TestSupersedeDrawEntriesFrozenHolder: a process frozen inside a flush's
+// transaction (SIGSTOP, a stalled VM; here its before waits), holding the
+// draw's lock (lockDraws), holds another process's flush of the draw off
+// only until the server ends its idle transaction, as the leader fence's
+// (raiseFence): every flush of the draw, each gateway's holds' and the
+// close's, waited until it resumed. The frozen one then fails, writing
+// nothing.
+func TestSupersedeDrawEntriesFrozenHolder(t *testing.T) {
+	dsn := pgtest.New(t)
+	frozen, other := open(t, dsn), open(t, dsn)
+	ctx := context.Background()
+	live := func(id, user string, seq int64) flashgate.DrawEntry {
+		return flashgate.DrawEntry{ID: id, SaleID: "d", UserID: user, Variant: "S", Quantity: 1, State: flashgate.DrawPending,
+			CreatedAt: t0.Add(time.Duration(seq) * time.Millisecond), Seq: seq}
+	}
+	if err := frozen.PutDrawEntries(ctx, []flashgate.DrawEntry{live("e1", "ann", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	held, resume := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		// ann's new entry supersedes e1: before runs, and freezes.
+		first <- frozen.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{live("e2", "ann", 2)}, func([]flashgate.DrawEntry) error {
+			close(held)
+			<-resume
+			return nil
+		})
+	}()
+	<-held
+	second := make(chan error, 1)
+	go func() { second <- other.PutDrawEntries(ctx, []flashgate.DrawEntry{live("e3", "bob", 3)}) }()
+	var err error
+	_, ok := testwait.For(30*time.Second, func() bool {
+		select {
+		case err = <-second:
+			return true
+		default:
+			return false
+		}
+	})
+	close(resume)
+	switch {
+	case !ok:
+		t.Errorf("a flush beside one frozen in its transaction: written only once it resumed (%v), want while it is frozen", <-second)
+	case err != nil:
+		t.Errorf("a flush beside one frozen in its transaction: %v", err)
+	}
+	if err := <-first; err == nil {
+		t.Errorf("the frozen flush, resumed after its transaction was ended: got no error, want one")
+	}
+	got, err := other.DrawEntries(ctx, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]flashgate.DrawEntryState{}
+	for _, e := range got {
+		states[e.ID] = e.State
+	}
+	if want := map[string]flashgate.DrawEntryState{"e1": flashgate.DrawPending, "e3": flashgate.DrawPending}; !reflect.DeepEqual(states, want) {
+		t.Errorf("rows: got %v, want %v", states, want)
+	}
 }

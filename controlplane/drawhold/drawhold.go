@@ -317,11 +317,26 @@ func (h *Holder) Hold(ctx context.Context, saleID, userID string) (flashgate.Dra
 // interleaving explorer's draw seed 48). A hold not recorded is
 // flashgate.ErrUnavailable, answered without its secret: asking again
 // records it.
+//
+// A flush writes one batch of the journal (drawjournal.DefaultBatch), and
+// a crowd entering at once puts more than that ahead of the entry's
+// change: record flushes again while the flush wrote some (n > 0: the
+// journal, read after the entry was made, may hold the entry's change
+// further on) and the row is still not written, up to maxRecordFlushes.
+// A flush that wrote none read the journal empty: the change was written
+// (by this flush or another process's) or lost with Redis. Flushing once
+// refused the hold of an entry a batch back, and since a process's holds
+// share the next flush (controlplane's flushGroup), a crowd's holds got
+// one batch between them.
 func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
 	ok, err := h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
-	if err == nil && !ok && h.flush != nil {
-		if _, err = h.flush(ctx, d.SaleID); err == nil {
-			ok, err = h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent)
+	for i := 0; err == nil && !ok && h.flush != nil && i < maxRecordFlushes; i++ {
+		var n int
+		if n, err = h.flush(ctx, d.SaleID); err != nil {
+			break
+		}
+		if ok, err = h.store.RecordDrawHold(ctx, d.SaleID, d.ID, d.PaymentIntent); n == 0 {
+			break
 		}
 	}
 	switch {
@@ -332,6 +347,10 @@ func (h *Holder) record(ctx context.Context, d flashgate.DrawEntry) error {
 	}
 	return h.recheck(ctx, d)
 }
+
+// maxRecordFlushes bounds the journal's flushes of one record: at the
+// default batch, a hundred thousand changes ahead of the entry's.
+const maxRecordFlushes = 100
 
 // recheck reads d's entry, its hold's record and the window in Redis
 // again once record stored the hold: a flush whose journal read predated

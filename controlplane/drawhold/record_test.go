@@ -1,10 +1,17 @@
 package drawhold_test
 
 import (
+	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/controlplane/drawhold"
+	"github.com/flashgate/flashgate/controlplane/drawjournal"
+	"github.com/flashgate/flashgate/controlplane/internal/cptest"
+	"github.com/flashgate/flashgate/sqldb"
 )
 
 // TestHoldRecordedBeforeItsSecret: a hold is stored with its entry's row
@@ -46,5 +53,51 @@ func TestHoldRecordedBeforeItsSecret(t *testing.T) {
 	}
 	if got, _ := e.held.Load(id2); got != d.PaymentIntent {
 		t.Errorf("the store's hold of %s: got %v, want %s", id2, got, d.PaymentIntent)
+	}
+}
+
+// dbSales is the holder's Store on a database: its rows record the holds
+// (sqldb.DB.RecordDrawHold), sales holds the sale.
+type dbSales struct {
+	sales
+	db *sqldb.DB
+}
+
+func (s dbSales) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
+	return s.db.RecordDrawHold(ctx, saleID, entryID, intent)
+}
+
+// TestHoldRecordedPastOneBatch: a hold whose entry's change sits in the
+// journal behind more than one flush's batch of others (a crowd entering
+// at once) is recorded: the hold flushes until its row is written, not
+// once. It was answered ErrUnavailable, and since the holds of a process
+// share a flush (a crowd's every hold got the one next flush, not a flush
+// of its own in turn), a crowd whose journal ran a batch ahead of the
+// flushes had its holds refused until the journal caught up.
+func TestHoldRecordedPastOneBatch(t *testing.T) {
+	const batch, ahead = 2, 5 // the crowd's changes ahead: three batches
+	e := newEnv(t, true)
+	db := cptest.OpenDB(t, cptest.SQLiteDSN(t))
+	var flushes atomic.Int32
+	h := drawhold.New(drawhold.Config{Redis: e.rdb, Store: dbSales{db: db}, Provider: e.stripe, Clock: e.clock,
+		Logger: cptest.QuietLogger(), Grace: grace, Rate: 1000,
+		Flush: func(ctx context.Context, s string) (int, error) {
+			flushes.Add(1)
+			return drawjournal.Flush(ctx, e.rdb, db, s, batch)
+		}})
+	for i := range ahead {
+		e.enter("crowd-"+strconv.Itoa(i), 1)
+	}
+	id := e.enter("buyer", 1)
+	d, err := h.Hold(e.ctx, sale, "buyer")
+	if err != nil || d.ClientSecret == "" {
+		t.Fatalf("Hold behind %d changes (batches of %d): got %+v, %v; want its client secret", ahead, batch, d, err)
+	}
+	r, err := db.DrawEntry(e.ctx, sale, id)
+	if err != nil || r.PaymentIntent != d.PaymentIntent {
+		t.Errorf("the row of %s: got %+v, %v; want intent %s", id, r, err, d.PaymentIntent)
+	}
+	if got, want := flushes.Load(), int32(ahead/batch+1); got > want+1 {
+		t.Errorf("flushes: got %d, want about %d (until the row is written)", got, want)
 	}
 }
