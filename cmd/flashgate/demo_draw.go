@@ -159,6 +159,10 @@ func enterDraw(ctx context.Context, cfg *Config, stand *stripelocal.Server, base
 	return out, nil
 }
 
+// demoHoldTries is how many times enterOne asks the pay route for an
+// entry's hold when the entry was answered without it.
+const demoHoldTries = 10
+
 // enterOne enters one buyer and confirms the hold the entry's answer
 // names.
 func enterOne(cl *fasthttp.Client, stand *stripelocal.Server, base string, sale flashgate.Sale, tok string, e *drawEntrant) error {
@@ -176,8 +180,36 @@ func enterOne(cl *fasthttp.Client, stand *stripelocal.Server, base string, sale 
 		EntryID       string `json:"entry_id"`
 		PaymentIntent string `json:"payment_intent"`
 	}
-	if err := json.Unmarshal(resp.Body(), &a); err != nil || resp.StatusCode() != fasthttp.StatusCreated || a.PaymentIntent == "" {
+	if err := json.Unmarshal(resp.Body(), &a); err != nil || resp.StatusCode() != fasthttp.StatusCreated || a.EntryID == "" {
 		return fmt.Errorf("entering %s: %d %s", e.user, resp.StatusCode(), resp.Body())
+	}
+	// An entry answered without its hold (the provider or the database
+	// not reachable in time, docs/api.md) gets it from the pay route, as
+	// the item page does: asked again on a 503 or a 429, a few times.
+	for try := 0; a.PaymentIntent == "" && try < demoHoldTries; try++ {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
+		}
+		req.Reset()
+		resp.Reset()
+		req.SetRequestURI(base + "/api/sales/" + sale.ID + "/entry/pay")
+		req.Header.SetMethod("POST")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if err := cl.Do(req, resp); err != nil {
+			continue
+		}
+		switch code := resp.StatusCode(); {
+		case code == fasthttp.StatusOK || code == fasthttp.StatusCreated:
+			if err := json.Unmarshal(resp.Body(), &a); err != nil {
+				return fmt.Errorf("holding for %s: %d %s", e.user, code, resp.Body())
+			}
+		case code == fasthttp.StatusServiceUnavailable || code == fasthttp.StatusTooManyRequests:
+		default:
+			return fmt.Errorf("holding for %s: %d %s", e.user, code, resp.Body())
+		}
+	}
+	if a.PaymentIntent == "" {
+		return fmt.Errorf("holding for %s: no hold after %d tries: %d %s", e.user, demoHoldTries, resp.StatusCode(), resp.Body())
 	}
 	e.entry, e.intent = a.EntryID, a.PaymentIntent
 	// The entrant confirms the hold as the Payment Element would; the
