@@ -52,13 +52,12 @@ func (s *Service) flushDraw(ctx context.Context, sale string) (int, error) {
 	})
 }
 
-// flushGroup (its zero value ready) runs one flush at a time and lets every caller that asked
-// while one ran share the next, as a database's group commit does: a
-// caller needs a flush that began after it asked (a hold waiting on its
-// entry's row, drawhold, needs the journal as it was when the entry was
-// made), not one of its own. A crowd entering a draw then costs a flush
-// per flush's time rather than one flush each in turn (200 entrants on
-// PostgreSQL took the whole 5 s entry window that way).
+// flushGroup (its zero value ready) runs one flush at a time and lets
+// every caller that asked while one ran share the next, as a database's
+// group commit does: a caller needs a flush that began after it asked (a
+// hold waiting on its entry's row, drawhold, needs the journal as it was
+// when the entry was made), not one of its own. A crowd entering a draw
+// then costs a flush per flush's time rather than one flush each in turn.
 type flushGroup struct {
 	mu sync.Mutex
 	// run holds a token while a flush runs (made with sales, under mu): a

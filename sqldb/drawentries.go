@@ -284,7 +284,7 @@ const drawLockSpace = 37
 const drawIdleTimeout = fenceIdleTimeout
 
 // lockDraws takes, on PostgreSQL, a transaction-scoped advisory lock on
-// each sale of entries (in order), held by SupersedeDrawEntries until it
+// each sale of entries (in its keys' order), held by SupersedeDrawEntries until it
 // commits: the flushes of one draw's journal by several processes (each
 // gateway's holds flush it, as the leader's tick does) upsert the same
 // rows, and two at once deadlocked on the table's unique indexes (40P01
@@ -300,20 +300,17 @@ func (d *DB) lockDraws(ctx context.Context, tx *sql.Tx, entries []flashgate.Draw
 	if d.dialect != DialectPostgres {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `SET LOCAL idle_in_transaction_session_timeout = `+drawIdleTimeout); err != nil {
-		return err
-	}
 	sales := make([]string, 0, 1)
 	for _, e := range entries {
 		if !slices.Contains(sales, e.SaleID) {
 			sales = append(sales, e.SaleID)
 		}
 	}
-	slices.Sort(sales)
-	for _, sale := range sales {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, drawLockSpace, sale); err != nil {
-			return err
-		}
-	}
-	return nil
+	// One round trip: the timeout, and the locks in the order of their
+	// keys (two batches of several sales whose keys collide then never
+	// wait on each other crosswise).
+	_, err := tx.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', `+drawIdleTimeout+`, true), count(pg_advisory_xact_lock($1, k))
+		FROM (SELECT DISTINCT hashtext(s) AS k FROM unnest($2::text[]) AS s ORDER BY k) AS l`,
+		drawLockSpace, sales)
+	return err
 }

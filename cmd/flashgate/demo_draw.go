@@ -169,11 +169,16 @@ func enterOne(cl *fasthttp.Client, stand *stripelocal.Server, base string, sale 
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(base + "/api/sales/" + sale.ID + "/entry")
-	req.Header.SetMethod("POST")
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.SetBodyString(`{"variant":"` + e.variant + `"}`)
-	if err := cl.Do(req, resp); err != nil {
+	post := func(path, body string) error {
+		req.Reset()
+		resp.Reset()
+		req.SetRequestURI(base + "/api/sales/" + sale.ID + path)
+		req.Header.SetMethod("POST")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.SetBodyString(body)
+		return cl.Do(req, resp)
+	}
+	if err := post("/entry", `{"variant":"`+e.variant+`"}`); err != nil {
 		return fmt.Errorf("entering %s: %w", e.user, err)
 	}
 	var a struct {
@@ -190,12 +195,7 @@ func enterOne(cl *fasthttp.Client, stand *stripelocal.Server, base string, sale 
 		if try > 0 {
 			time.Sleep(time.Duration(try) * 100 * time.Millisecond)
 		}
-		req.Reset()
-		resp.Reset()
-		req.SetRequestURI(base + "/api/sales/" + sale.ID + "/entry/pay")
-		req.Header.SetMethod("POST")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if err := cl.Do(req, resp); err != nil {
+		if err := post("/entry/pay", ""); err != nil {
 			continue
 		}
 		switch code := resp.StatusCode(); {
