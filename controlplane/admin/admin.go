@@ -75,7 +75,7 @@ func Handler(svc *controlplane.Service) http.Handler {
 }
 
 // auth admits requests carrying the admin bearer token, compared in
-// constant time.
+// constant time. It logs each admitted call at debug level as it begins.
 func (s *server) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -83,6 +83,7 @@ func (s *server) auth(h http.HandlerFunc) http.Handler {
 			writeError(w, flashgate.ErrUnauthorized)
 			return
 		}
+		s.log.Debug("admin call", "method", r.Method, "path", r.URL.Path)
 		w.Header().Set("Cache-Control", "no-store")
 		h(w, r)
 	})
