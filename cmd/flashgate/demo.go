@@ -40,6 +40,7 @@ func runDemo(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	}
 	st := newStack(cfg, stderr)
 	defer st.close()
+	st.embedded = true
 
 	mr := miniredis.NewMiniRedis()
 	if err := mr.StartAddr("127.0.0.1:0"); err != nil {

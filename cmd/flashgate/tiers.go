@@ -35,7 +35,19 @@ type stack struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	closers []func()
+	// embedded is set by the demo, whose store is the embedded one, in
+	// this process: its clients wait embeddedReadTimeout for an answer.
+	embedded bool
 }
+
+// embeddedReadTimeout is how long a client of the demo's embedded store
+// waits for an answer. The store runs one command at a time and each
+// script in a new interpreter, far slower than Redis: a draw close's
+// pipelines of moves (16 batches of 128 scripts in flight) waited past
+// the request path's 1 s for their answers on a loaded machine, failed,
+// and were sent again, and a 20,000-entry close took minutes. Nothing
+// else in the process can answer sooner when it does not.
+const embeddedReadTimeout = 15 * time.Second
 
 func newStack(cfg *Config, stderr io.Writer) *stack {
 	lvl := slog.LevelInfo
@@ -122,6 +134,9 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 	}
 	if t.readTimeout == 0 {
 		t.readTimeout = time.Second
+	}
+	if s.embedded {
+		t.readTimeout = max(t.readTimeout, embeddedReadTimeout)
 	}
 	var c redis.UniversalClient
 	switch tgt.kind {
