@@ -237,9 +237,10 @@ func (w cpStore) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEnt
 	return err
 }
 
-func (w cpStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error {
+func (w cpStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry,
+	closing func(entries []flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func(superseded []flashgate.DrawEntry) error) error {
 	_, err := call(ctx, w.s, fmt.Sprintf("db SupersedeDrawEntries ×%d", len(entries)), func() (bool, error) {
-		return true, w.Store.SupersedeDrawEntries(ctx, entries, before)
+		return true, w.Store.SupersedeDrawEntries(ctx, entries, closing, before)
 	})
 	return err
 }
