@@ -370,11 +370,12 @@ func drawSales(entries []flashgate.DrawEntry) []string {
 
 // lockDraws takes, on PostgreSQL, a transaction-scoped advisory lock on
 // each of sales (in its keys' order), held by SupersedeDrawEntries (and
-// DrawClosing) until it commits: the flushes of one draw's journal by several processes (each
-// gateway's holds flush it, as the leader's tick does) upsert the same
-// rows, and two at once deadlocked on the table's unique indexes (40P01
-// every second of a crowd entering, each hold waiting out the deadlock
-// timeout). A SQLite database serializes its writers already.
+// DrawClosing) until it commits: the flushes of one draw's journal by
+// several processes (each gateway's holds flush it, as the leader's tick
+// does) upsert the same rows, and two at once deadlocked on the table's
+// unique indexes (40P01 every second of a crowd entering, each hold
+// waiting out the deadlock timeout). A SQLite database serializes its
+// writers already.
 //
 // The server ends the transaction when it idles for drawIdleTimeout, as
 // the leader fence's (raiseFence): a process frozen inside it (SIGSTOP, a
