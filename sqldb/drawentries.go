@@ -22,7 +22,7 @@ import (
 // happened: a new live entry supersedes its user's live row of another
 // id (SupersedeDrawEntries). A bad state is ErrBadRequest.
 func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) error {
-	return d.SupersedeDrawEntries(ctx, entries, nil)
+	return d.SupersedeDrawEntries(ctx, entries, nil, nil)
 }
 
 // SupersedeDrawEntries is PutDrawEntries that reports the rows it
@@ -35,7 +35,16 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 // superseded rows, in their new state, go to before inside the
 // transaction, before it commits (nil: nobody is told); an error from
 // before stores nothing.
-func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error {
+//
+// When an entry moves to entered and its sale's close has begun reading
+// the rows (DrawClosing), the entries go to closing first, inside the
+// transaction and under the sales' locks, before anything is written, and
+// only those it returns are stored (nil: all are): a journal's flush there
+// leaves out the moves to entered that Redis lost since its read, which
+// the close, whose final flush could not see them, can no longer draw.
+// An error from closing stores nothing.
+func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry,
+	closing func(entries []flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func(superseded []flashgate.DrawEntry) error) error {
 	for _, e := range entries {
 		if !e.State.Valid() || !flashgate.ValidID(e.ID) || !flashgate.ValidSaleID(e.SaleID) {
 			return &flashgate.FieldError{Field: "entry", Reason: fmt.Sprintf("entry %q of sale %q in state %q", e.ID, e.SaleID, e.State)}
@@ -46,8 +55,19 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := d.lockDraws(ctx, tx, entries); err != nil {
+	if err := d.lockDraws(ctx, tx, drawSales(entries)); err != nil {
 		return fmt.Errorf("storing draw entries: %w", err)
+	}
+	if closing != nil {
+		closed, err := d.drawsClosing(ctx, tx, entries)
+		if err != nil {
+			return err
+		}
+		if closed {
+			if entries, err = closing(entries); err != nil {
+				return fmt.Errorf("storing draw entries: %w", err)
+			}
+		}
 	}
 	newRank, rowRank := drawRank("excluded"), drawRank("draw_entries")
 	q := d.q(`INSERT INTO draw_entries (entry_id, sale_id, user_id, variant, quantity, state, payment_intent, order_id, created_at, updated_at, seq)
@@ -110,6 +130,60 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("storing draw entries: %w", err)
+	}
+	return nil
+}
+
+// drawsClosing reports, in tx (under lockDraws' locks), whether the sale
+// of an entry of entries that moves to entered has its close's record
+// (DrawClosing).
+func (d *DB) drawsClosing(ctx context.Context, tx *sql.Tx, entries []flashgate.DrawEntry) (bool, error) {
+	var sales []string
+	for _, e := range entries {
+		if e.State == flashgate.DrawEntered && !slices.Contains(sales, e.SaleID) {
+			sales = append(sales, e.SaleID)
+		}
+	}
+	for _, s := range sales {
+		var n int64
+		if err := tx.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM draw_closes WHERE sale_id = ?`), s).Scan(&n); err != nil {
+			return false, fmt.Errorf("reading the close of draw %s: %w", s, err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// DrawClosing records that saleID's close reads the draw's rows from now
+// on (drawclose.Closer.Close, after its final flush of the journal and
+// before its read), in a transaction under the sale's draw lock
+// (lockDraws; a SQLite database serializes its writers already), so that
+// it waits for a journal's flush writing at the time: that flush's rows
+// are in the close's read. A flush after it leaves out the moves to
+// entered that Redis lost since the flush read them (SupersedeDrawEntries'
+// closing): such a move came before the close, but its journal was gone
+// when the close's final flush read it, so the close drew without it. The
+// entry stays pending, and its card hold is released as every pending
+// entry's is after the close (listed by the close, the rebuild's restore
+// or the flush's putting its rows back into Redis). Recording it again
+// changes nothing but waits the same.
+func (d *DB) DrawClosing(ctx context.Context, saleID string) error {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("recording the close of draw %s: %w", saleID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := d.lockDraws(ctx, tx, []string{saleID}); err != nil {
+		return fmt.Errorf("recording the close of draw %s: %w", saleID, err)
+	}
+	if _, err := tx.ExecContext(ctx, d.q(`INSERT INTO draw_closes (sale_id, closing_at) VALUES (?, ?) ON CONFLICT (sale_id) DO NOTHING`),
+		saleID, d.ts(nowUTC())); err != nil {
+		return fmt.Errorf("recording the close of draw %s: %w", saleID, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("recording the close of draw %s: %w", saleID, err)
 	}
 	return nil
 }
@@ -299,28 +373,34 @@ const drawLockSpace = 37
 // idle on PostgreSQL (fenceIdleTimeout's).
 const drawIdleTimeout = fenceIdleTimeout
 
+// drawSales are the sales of entries, each once.
+func drawSales(entries []flashgate.DrawEntry) []string {
+	sales := make([]string, 0, 1)
+	for _, e := range entries {
+		if !slices.Contains(sales, e.SaleID) {
+			sales = append(sales, e.SaleID)
+		}
+	}
+	return sales
+}
+
 // lockDraws takes, on PostgreSQL, a transaction-scoped advisory lock on
-// each sale of entries (in its keys' order), held by SupersedeDrawEntries until it
-// commits: the flushes of one draw's journal by several processes (each
-// gateway's holds flush it, as the leader's tick does) upsert the same
-// rows, and two at once deadlocked on the table's unique indexes (40P01
-// every second of a crowd entering, each hold waiting out the deadlock
-// timeout). A SQLite database serializes its writers already.
+// each of sales (in its keys' order), held by SupersedeDrawEntries (and
+// DrawClosing) until it commits: the flushes of one draw's journal by
+// several processes (each gateway's holds flush it, as the leader's tick
+// does) upsert the same rows, and two at once deadlocked on the table's
+// unique indexes (40P01 every second of a crowd entering, each hold
+// waiting out the deadlock timeout). A SQLite database serializes its
+// writers already.
 //
 // The server ends the transaction when it idles for drawIdleTimeout, as
 // the leader fence's (raiseFence): a process frozen inside it (SIGSTOP, a
 // stalled VM, between two statements or in the before callback) held
 // every other process's flush of the draw, each gateway's holds' and the
 // close's, until it resumed.
-func (d *DB) lockDraws(ctx context.Context, tx *sql.Tx, entries []flashgate.DrawEntry) error {
+func (d *DB) lockDraws(ctx context.Context, tx *sql.Tx, sales []string) error {
 	if d.dialect != DialectPostgres {
 		return nil
-	}
-	sales := make([]string, 0, 1)
-	for _, e := range entries {
-		if !slices.Contains(sales, e.SaleID) {
-			sales = append(sales, e.SaleID)
-		}
 	}
 	// One round trip: the timeout, and the locks in the order of their
 	// keys (two batches of several sales whose keys collide then never

@@ -124,7 +124,7 @@ func TestDrawEntries(t *testing.T) {
 		e4 := flashgate.DrawEntry{ID: "e4", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0.Add(3 * time.Second), Seq: 7}
 		e5 := flashgate.DrawEntry{ID: "e5", SaleID: "d", UserID: "cat", Quantity: 1, State: flashgate.DrawPending, CreatedAt: t0}
 		boom := errors.New("boom")
-		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, func([]flashgate.DrawEntry) error { return boom }); !errors.Is(err, boom) {
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, nil, func([]flashgate.DrawEntry) error { return boom }); !errors.Is(err, boom) {
 			t.Errorf("a before that fails: got %v, want %v", err, boom)
 		}
 		if got, _ := db.DrawEntries(ctx, "d"); len(got) != 3 || got[2].State != flashgate.DrawPending {
@@ -132,7 +132,7 @@ func TestDrawEntries(t *testing.T) {
 		}
 		var told []flashgate.DrawEntry
 		before := func(old []flashgate.DrawEntry) error { told = append(told, old...); return nil }
-		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, before); err != nil {
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, nil, before); err != nil {
 			t.Fatalf("a second live entry: %v", err)
 		}
 		wantTold := []flashgate.DrawEntry{{ID: "e3", SaleID: "d", UserID: "bob", Quantity: 1, State: flashgate.DrawWithdrawn,
@@ -152,7 +152,7 @@ func TestDrawEntries(t *testing.T) {
 		// The same batch again (a flush whose trim failed) supersedes
 		// nothing: e4 is no new entry.
 		told = nil
-		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, before); err != nil || told != nil {
+		if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e5, e4}, nil, before); err != nil || told != nil {
 			t.Errorf("the batch again: got %v, superseded %+v; want nil, none", err, told)
 		}
 		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{{ID: "e6", SaleID: "d", UserID: "x", Quantity: 1, State: "bogus"}}); !errors.Is(err, flashgate.ErrBadRequest) {
@@ -233,7 +233,7 @@ func TestSupersedeDrawEntriesAtOnce(t *testing.T) {
 					// Each flush reads the journal after another's trim.
 					batch := slices.Clone(journal[rand.IntN(len(journal)):])
 					mu.Unlock()
-					if err := db.SupersedeDrawEntries(ctx, batch, nil); err != nil {
+					if err := db.SupersedeDrawEntries(ctx, batch, nil, nil); err != nil {
 						errs <- err
 						return
 					}
@@ -245,7 +245,7 @@ func TestSupersedeDrawEntriesAtOnce(t *testing.T) {
 		for err := range errs {
 			t.Errorf("a flush among %d at once: %v", flushers, err)
 		}
-		if err := db.SupersedeDrawEntries(ctx, journal, nil); err != nil {
+		if err := db.SupersedeDrawEntries(ctx, journal, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := db.DrawEntries(ctx, "d")
@@ -280,7 +280,7 @@ func TestSupersedeDrawEntriesFrozenHolder(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		// ann's new entry supersedes e1: before runs, and freezes.
-		first <- frozen.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{live("e2", "ann", 2)}, func([]flashgate.DrawEntry) error {
+		first <- frozen.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{live("e2", "ann", 2)}, nil, func([]flashgate.DrawEntry) error {
 			close(held)
 			<-resume
 			return nil
@@ -319,4 +319,61 @@ func TestSupersedeDrawEntriesFrozenHolder(t *testing.T) {
 	if want := map[string]flashgate.DrawEntryState{"e1": flashgate.DrawPending, "e3": flashgate.DrawPending}; !reflect.DeepEqual(states, want) {
 		t.Errorf("rows: got %v, want %v", states, want)
 	}
+}
+
+// TestDrawClosing: once a draw's close recorded its read of the rows
+// (DrawClosing, again and again), a write with a move to entered of that
+// draw goes through closing first, which picks what is stored; before the
+// record, without such a move, or of another draw, closing is not called.
+func TestDrawClosing(t *testing.T) {
+	each(t, func(t *testing.T, _ string, db *DB) {
+		ctx := context.Background()
+		entry := func(id, sale, user string, st flashgate.DrawEntryState, ms int) flashgate.DrawEntry {
+			return flashgate.DrawEntry{ID: id, SaleID: sale, UserID: user, Quantity: 1, State: st, PaymentIntent: "pi_" + id,
+				CreatedAt: t0.Add(time.Duration(ms) * time.Millisecond)}
+		}
+		if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{entry("e1", "d", "ann", flashgate.DrawPending, 1),
+			entry("e2", "d", "bob", flashgate.DrawPending, 1), entry("e3", "d", "cid", flashgate.DrawPending, 1),
+			entry("f1", "f", "ann", flashgate.DrawPending, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name    string
+			closing []string // DrawClosing of these sales first
+			write   flashgate.DrawEntry
+			called  bool
+			want    flashgate.DrawEntryState // the row's state after
+		}{
+			{"before the close", nil, entry("e1", "d", "ann", flashgate.DrawEntered, 2), false, flashgate.DrawEntered},
+			{"after the close's record", []string{"d"}, entry("e2", "d", "bob", flashgate.DrawEntered, 2), true, flashgate.DrawPending},
+			{"recorded again", []string{"d"}, entry("e2", "d", "bob", flashgate.DrawEntered, 3), true, flashgate.DrawPending},
+			{"no move to entered", nil, entry("e3", "d", "cid", flashgate.DrawWithdrawn, 2), false, flashgate.DrawWithdrawn},
+			{"another draw", nil, entry("f1", "f", "ann", flashgate.DrawEntered, 2), false, flashgate.DrawEntered},
+		} {
+			for _, s := range tc.closing {
+				if err := db.DrawClosing(ctx, s); err != nil {
+					t.Fatalf("%s: DrawClosing(%s): %v", tc.name, s, err)
+				}
+			}
+			called := false
+			// closing stores nothing: the move to entered is left out.
+			err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{tc.write}, func(es []flashgate.DrawEntry) ([]flashgate.DrawEntry, error) {
+				called = true
+				if len(es) != 1 || es[0].ID != tc.write.ID {
+					t.Errorf("%s: closing got %+v, want %s", tc.name, es, tc.write.ID)
+				}
+				return nil, nil
+			}, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			r, err := db.DrawEntry(ctx, tc.write.SaleID, tc.write.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if called != tc.called || r.State != tc.want {
+				t.Errorf("%s: got closing called %v, row %s; want %v, %s", tc.name, called, r.State, tc.called, tc.want)
+			}
+		}
+	})
 }

@@ -348,6 +348,20 @@ var migrations = []migration{
 			`ALTER TABLE draw_entries ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		// Version 18 records a draw's close reading its rows
+		// (DB.DrawClosing), once its final flush of the journal is done:
+		// a flush that read the journal before Redis lost it and writes
+		// after that leaves out the entries' moves to entered, which the
+		// close, its draw made from the rows, can no longer act on.
+		version: 18,
+		both: []string{
+			`CREATE TABLE IF NOT EXISTS draw_closes (
+				sale_id    TEXT PRIMARY KEY,
+				closing_at {time} NOT NULL
+			)`,
+		},
+	},
 }
 
 // The statuses whose rows hold units, and those whose units went back.

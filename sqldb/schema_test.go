@@ -31,6 +31,7 @@ var wantStatements = map[int][2]string{ // version: postgres, sqlite
 	15: {"81e0e922e376f1b6e69e49390cb0e93e2538546c1320328d20ebfb4247f17ec7", "d7458d014cbcae4bc3f5fc658880464310e171ef8761f96bb01edc2fe36f7743"},
 	16: {"4a5f1f6ab0236bc75bc082cada8de5a530b9253d0626b31cb51f598ab81c72dd", "7a2e1f4dff1fd6db30fbeddcc7e4a06ee5a7c52221087bb204ba3be769cd6cbf"},
 	17: {"f1e8b8136a78555648dba0568926cf6c2b7d174f8c0290e526bb90abc7672c4c", "192f5990b9f67b8d2ee706f2a4ea0cce1bcf380d4a21c720351a44198546a668"},
+	18: {"75d08fce22d12b98bdf54f3e60aae7679b0f0641d77dbbe397c983e059de8c60", "54ae0792364dc454e1a3a67e8652c845dd9878c582918741e530c53c971f9e1e"},
 }
 
 // TestMigrationsUnchanged: every released schema version renders, in each

@@ -50,6 +50,12 @@ type Store interface {
 	PutDrawFile(ctx context.Context, saleID string, body []byte) ([]byte, error)
 	DrawFile(ctx context.Context, saleID string) (body []byte, done bool, err error)
 	DrawDone(ctx context.Context, saleID string) error
+	// DrawClosing records that the close reads the draw's rows from now
+	// on, once every journal flush writing at the time has committed
+	// (sqldb.DB.DrawClosing): a flush after it leaves out the moves to
+	// entered that Redis lost since the flush read them
+	// (controlplane/drawjournal).
+	DrawClosing(ctx context.Context, saleID string) error
 	// Transition moves an order's row from one of from to to.
 	Transition(ctx context.Context, id string, from []flashgate.OrderStatus, to flashgate.OrderStatus, now time.Time) (flashgate.Order, error)
 }
@@ -264,6 +270,16 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	// Entries authorised until the close, and every move since, reach
 	// the database first: the draw is of the database's rows.
 	if err := c.flush(ctx, sale.ID); err != nil {
+		return false, err
+	}
+	// A flush of another process (or of this one, begun before the
+	// close's) may have read an entry's move to entered before Redis lost
+	// the journal, and write it after the rows are read: the entry stood
+	// entered out of the draw, its hold on the card for good. From this
+	// record on, such a flush leaves the move out; one writing now is
+	// waited for, its rows read below. Every run records it again, after
+	// its own final flush.
+	if err := c.cfg.Store.DrawClosing(ctx, sale.ID); err != nil {
 		return false, err
 	}
 	rows, err := c.cfg.Store.DrawEntries(ctx, sale.ID)

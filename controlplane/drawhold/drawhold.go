@@ -530,7 +530,8 @@ func (h *Holder) authorised(ctx context.Context, saleID, userID, entryID string)
 	return h.checkAt(ctx, saleID, entryID, h.clock.Now())
 }
 
-// doneUnlessWithdrawn is done for an entry its hold entered, unless its
+// doneUnlessWithdrawn is done for an entry its hold entered (the webhook's
+// or the read path's move, or the read path finding it entered), unless its
 // buyer withdrew (or replaced) it since the move: the withdrawal lists the hold for its
 // release (lua.DrawWithdraw), and a done after it unlisted the hold, which
 // then stayed on the card (TestReleaseOnce, about once in 80 runs). The
@@ -710,8 +711,12 @@ func (h *Holder) apply(ctx context.Context, saleID, userID, entryID, intent stri
 		return err
 	}
 	if ok && e.id == entryID && e.st != flashgate.DrawPending && e.st != flashgate.DrawWithdrawn {
-		// Entered (or drawn): the hold is the close's now.
-		h.done(ctx, saleID, entryID)
+		// Entered (or drawn): the hold is the close's now, unless its
+		// buyer withdraws it meanwhile (doneUnlessWithdrawn: a plain
+		// unlisting after the withdrawal listed the hold for its release
+		// took it off, and the gateway's release then asked the provider
+		// nothing: explorer seed 20263362).
+		h.doneUnlessWithdrawn(ctx, saleID, userID, entryID)
 		return nil
 	}
 	if !ok || e.id != entryID || e.st == flashgate.DrawWithdrawn {
@@ -739,7 +744,7 @@ func (h *Holder) apply(ctx context.Context, saleID, userID, entryID, intent stri
 			return err
 		}
 		if code == lua.DrawOK {
-			h.done(ctx, saleID, entryID)
+			h.doneUnlessWithdrawn(ctx, saleID, userID, entryID)
 			return nil
 		}
 		return errOpen // moved meanwhile: the next look sees how
@@ -751,7 +756,7 @@ func (h *Holder) apply(ctx context.Context, saleID, userID, entryID, intent stri
 		if e, ok, err := h.readEntry(ctx, saleID, userID); err != nil {
 			return err
 		} else if ok && e.id == entryID && e.st != flashgate.DrawPending && e.st != flashgate.DrawWithdrawn {
-			h.done(ctx, saleID, entryID)
+			h.doneUnlessWithdrawn(ctx, saleID, userID, entryID)
 			return nil
 		}
 		if _, err := h.provider.Cancel(ctx, intent); err != nil {

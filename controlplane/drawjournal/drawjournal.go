@@ -28,8 +28,12 @@ type Store interface {
 	// SupersedeDrawEntries is PutDrawEntries in which a new live entry
 	// (pending or entered) of a user whose live row is another entry
 	// withdraws that row; the rows it withdrew go to before, in its
-	// transaction, before it commits.
-	SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error
+	// transaction, before it commits. When an entry moves to entered
+	// and its sale's close has begun reading the rows
+	// (sqldb.DB.DrawClosing), closing is called first, in the
+	// transaction, and only the entries it returns are stored.
+	SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry,
+		closing func(entries []flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func(superseded []flashgate.DrawEntry) error) error
 	// DrawEntry reads one entry's row; flashgate.ErrNotFound when there
 	// is none.
 	DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error)
@@ -65,6 +69,17 @@ const DefaultBatch = 1000
 // deleted and the rows written (and those superseded), read back, go into
 // Redis by the restore's rule (lua.DrawReapply: an entry only goes
 // forward), whichever process's flush or rebuild it was.
+//
+// A flush whose write comes after the draw's close began reading the rows
+// (sqldb.DB.DrawClosing, recorded once the close's final flush is done)
+// leaves out each move to entered whose stream entry is no longer in the
+// journal (closing): Redis lost it since the read, so the close's final
+// flush did not see it, and the close drew the rows without it; written
+// now, the entry stood entered out of the draw, its hold the close's, and
+// the close done. Left out, the entry stays pending, and its hold is
+// released as every pending entry's is after the close. A move still in
+// the journal was read by the close's final flush too, which wrote it
+// before the close read the rows.
 func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale string, batch int64) (int, error) {
 	if batch <= 0 {
 		batch = DefaultBatch
@@ -77,6 +92,7 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 		return 0, nil
 	}
 	entries := make([]flashgate.DrawEntry, 0, len(msgs))
+	read := make([]redis.XMessage, 0, len(msgs)) // the stream entry of each of entries
 	args := make([]any, 0, 1+len(msgs))
 	args = append(args, mark)
 	var bad []string
@@ -88,10 +104,17 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 			continue
 		}
 		entries = append(entries, e)
+		read = append(read, m)
 	}
 	var superseded []flashgate.DrawEntry
+	written := entries
 	if len(entries) > 0 {
-		if err := store.SupersedeDrawEntries(ctx, entries, func(old []flashgate.DrawEntry) error {
+		closing := func(es []flashgate.DrawEntry) ([]flashgate.DrawEntry, error) {
+			kept, err := unlost(ctx, rdb, sale, es, read)
+			written = kept
+			return kept, err
+		}
+		if err := store.SupersedeDrawEntries(ctx, entries, closing, func(old []flashgate.DrawEntry) error {
 			superseded = append(superseded[:0], old...)
 			return listHolds(ctx, rdb, sale, old)
 		}); err != nil {
@@ -103,7 +126,7 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 		return len(entries), fmt.Errorf("trimming the draw journal of %s: %w: %w", sale, flashgate.ErrUnavailable, err)
 	}
 	if n == lua.DrawTrimRestored {
-		if err := reapply(ctx, rdb, store, sale, superseded, entries); err != nil {
+		if err := reapply(ctx, rdb, store, sale, superseded, written); err != nil {
 			return len(entries), err
 		}
 	}
@@ -111,6 +134,51 @@ func Flush(ctx context.Context, rdb redis.UniversalClient, store Store, sale str
 		return len(entries), fmt.Errorf("the draw journal of %s: entries of another shape dropped: %v", sale, bad)
 	}
 	return len(entries), nil
+}
+
+// unlost returns entries (read from the journal as the stream entries
+// read, one each) without their moves to entered whose stream entry is no
+// longer in sale's journal, as it is now (the same id and change): Redis
+// lost it since the flush's read (or another flush wrote it and deleted
+// it, when leaving it out changes nothing). Flush calls it, through
+// Store.SupersedeDrawEntries, once the draw's close began reading the
+// rows.
+func unlost(ctx context.Context, rdb redis.UniversalClient, sale string, entries []flashgate.DrawEntry, read []redis.XMessage) ([]flashgate.DrawEntry, error) {
+	var lo, hi string
+	for i, e := range entries {
+		if e.State != flashgate.DrawEntered {
+			continue
+		}
+		if lo == "" {
+			lo = read[i].ID
+		}
+		hi = read[i].ID
+	}
+	if lo == "" {
+		return entries, nil
+	}
+	// The journal's ids only grow, so the range holds the entries read
+	// between lo and hi that are still there (and no other, but for a
+	// stream Redis made again with ids of the same milliseconds: the
+	// change is compared too).
+	now, err := rdb.XRange(ctx, lua.DrawJournalKey(sale), lo, hi).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading the draw journal of %s again: %w: %w", sale, flashgate.ErrUnavailable, err)
+	}
+	there := make(map[string]any, len(now))
+	for _, m := range now {
+		there[m.ID] = m.Values["e"]
+	}
+	kept := make([]flashgate.DrawEntry, 0, len(entries))
+	for i, e := range entries {
+		if e.State == flashgate.DrawEntered {
+			if v, ok := there[read[i].ID]; !ok || v != read[i].Values["e"] {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	return kept, nil
 }
 
 // read returns the sale hash's lua.FieldDrawRestore ("" when it has none)

@@ -82,9 +82,9 @@ type gatedStore struct {
 	held, release chan struct{}
 }
 
-func (g *gatedStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func([]flashgate.DrawEntry) error) error {
+func (g *gatedStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, closing func([]flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func([]flashgate.DrawEntry) error) error {
 	g.once.Do(func() { close(g.held); <-g.release })
-	return g.Store.SupersedeDrawEntries(ctx, entries, before)
+	return g.Store.SupersedeDrawEntries(ctx, entries, closing, before)
 }
 
 // TestFlushesAtOnce: two Flushes of one journal at once (the leader's tick

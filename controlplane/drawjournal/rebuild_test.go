@@ -29,9 +29,9 @@ type writeGate struct {
 	hook func()
 }
 
-func (g *writeGate) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func([]flashgate.DrawEntry) error) error {
+func (g *writeGate) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, closing func([]flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func([]flashgate.DrawEntry) error) error {
 	g.once.Do(g.hook)
-	return g.Store.SupersedeDrawEntries(ctx, entries, before)
+	return g.Store.SupersedeDrawEntries(ctx, entries, closing, before)
 }
 
 // rowsGate is the rebuild's database: its EachDrawEntry reads every row,

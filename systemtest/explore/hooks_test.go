@@ -237,9 +237,10 @@ func (w cpStore) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEnt
 	return err
 }
 
-func (w cpStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry, before func(superseded []flashgate.DrawEntry) error) error {
+func (w cpStore) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawEntry,
+	closing func(entries []flashgate.DrawEntry) ([]flashgate.DrawEntry, error), before func(superseded []flashgate.DrawEntry) error) error {
 	_, err := call(ctx, w.s, fmt.Sprintf("db SupersedeDrawEntries ×%d", len(entries)), func() (bool, error) {
-		return true, w.Store.SupersedeDrawEntries(ctx, entries, before)
+		return true, w.Store.SupersedeDrawEntries(ctx, entries, closing, before)
 	})
 	return err
 }
@@ -265,6 +266,11 @@ func (w cpStore) DrawFile(ctx context.Context, saleID string) ([]byte, bool, err
 
 func (w cpStore) RecordDrawHold(ctx context.Context, saleID, entryID, intent string) (bool, error) {
 	return call(ctx, w.s, "db RecordDrawHold "+entryID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, saleID, entryID, intent) })
+}
+
+func (w cpStore) DrawClosing(ctx context.Context, saleID string) error {
+	_, err := call(ctx, w.s, "db DrawClosing", func() (bool, error) { return true, w.Store.DrawClosing(ctx, saleID) })
+	return err
 }
 
 func (w cpStore) DrawDone(ctx context.Context, saleID string) error {
