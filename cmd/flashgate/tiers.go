@@ -263,7 +263,8 @@ func (s *stack) inventoryPrimary(ctx context.Context, url string) (redis.Univers
 // of reach waits for it within the tick's deadline (the lease's time to
 // live); an admin call waits too (/readyz at most 2 s, then 503), where it
 // failed at once before. A control plane inside `flashgate serve` shares
-// the request path's client and keeps failing a dial at once.
+// the request path's client (stack.primary) and keeps failing a dial at
+// once; that client routes to the promoted replica once it learns of it.
 func (s *stack) controlplanePrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary (control plane)", url, redisTune{poolSize: 64, followPrimary: true})
 }
