@@ -45,6 +45,23 @@ func waitDialProbesEnd(t *testing.T) {
 // again up to a second after the Sentinel named the promoted replica. No
 // timing is asserted.
 func TestInventoryFollowsSentinelPromotion(t *testing.T) {
+	followsSentinelPromotion(t, (*stack).inventoryPrimary)
+}
+
+// TestServeFollowsSentinelPromotion is TestInventoryFollowsSentinelPromotion
+// for the request path's primary of `flashgate serve` and `flashgate
+// gateway` (stack.primary, as openConns opens it), which the gateway, the
+// in-process inventory and, in `serve`, the control plane share. Before, it
+// was a single client over the Sentinel's master, and the first call once
+// the Sentinel named the promoted replica was answered with the dead
+// primary's connection refused until go-redis's probe, once a second.
+func TestServeFollowsSentinelPromotion(t *testing.T) {
+	followsSentinelPromotion(t, (*stack).primary)
+}
+
+// followsSentinelPromotion runs TestInventoryFollowsSentinelPromotion's
+// checks on the client open opens.
+func followsSentinelPromotion(t *testing.T, open func(*stack, context.Context, string) (redis.UniversalClient, error)) {
 	if testing.Short() {
 		t.Skip("short")
 	}
@@ -54,7 +71,7 @@ func TestInventoryFollowsSentinelPromotion(t *testing.T) {
 	defer cancel()
 	st := newStack(&Config{LogLevel: "error"}, io.Discard)
 	defer st.close()
-	rdb, err := st.inventoryPrimary(ctx, sen.URL())
+	rdb, err := open(st, ctx, sen.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,9 +217,18 @@ func (s *stack) redisClient(ctx context.Context, what, rawURL string, t redisTun
 }
 
 // primary opens the Redis primary (or the cluster's primaries) used on the
-// request path.
+// request path of `flashgate serve` and `flashgate gateway`: the gateway's,
+// the in-process inventory's and, in `serve`, the control plane's. A dial
+// fails at once. On a Sentinel set-up it is, as inventoryPrimary's, a
+// cluster client over the master alone (redisTune.poolPerPrimary), so that
+// after a failover the first call once the client routes to the promoted
+// replica is answered, where a single client's pool answered the dead
+// primary's connection refused until go-redis's probe, up to a second after
+// the Sentinel named the replica. Every user of it already takes a cluster
+// client (a Redis Cluster's), and a transaction's or WATCH's keys share
+// their sale's slot.
 func (s *stack) primary(ctx context.Context, url string) (redis.UniversalClient, error) {
-	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8})
+	return s.redisClient(ctx, "primary", url, redisTune{poolSize: 64, minIdle: 8, poolPerPrimary: true})
 }
 
 // inventoryPrimary opens the Redis primary of an inventory process
@@ -254,7 +263,8 @@ func (s *stack) inventoryPrimary(ctx context.Context, url string) (redis.Univers
 // of reach waits for it within the tick's deadline (the lease's time to
 // live); an admin call waits too (/readyz at most 2 s, then 503), where it
 // failed at once before. A control plane inside `flashgate serve` shares
-// the request path's client and keeps failing a dial at once.
+// the request path's client (stack.primary) and keeps failing a dial at
+// once; that client routes to the promoted replica once it learns of it.
 func (s *stack) controlplanePrimary(ctx context.Context, url string) (redis.UniversalClient, error) {
 	return s.redisClient(ctx, "primary (control plane)", url, redisTune{poolSize: 64, followPrimary: true})
 }

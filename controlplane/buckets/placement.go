@@ -2,7 +2,9 @@ package buckets
 
 import (
 	"context"
+	"errors"
 	"sort"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,11 +20,16 @@ const maxSalt = 100_000
 // ChooseSalts picks the salt of each of n buckets of sale: bucket b goes to
 // the (b mod P)-th primary of the cluster (primaries ordered by their first
 // slot), on a slot no other bucket uses. Without a cluster (or when the
-// slot map cannot be read) the buckets only get distinct slots.
+// slot map cannot be read) the buckets only get distinct slots. A cluster
+// client over a Sentinel's master (one primary, which refuses CLUSTER SLOTS:
+// clusterDisabled) is no cluster.
 func (k *Keeper) ChooseSalts(ctx context.Context, sale string, n int) []int {
 	if cc, ok := k.rdb.(*redis.ClusterClient); ok {
 		slots, err := cc.ClusterSlots(ctx).Result()
 		if err != nil {
+			if clusterDisabled(err) {
+				return pickSalts(sale, n, func(int) int { return 0 }, 1)
+			}
 			k.log.Warn("reading the cluster's slot map for bucket placement; buckets get distinct slots only", "sale", sale, "err", err)
 		} else {
 			sort.Slice(slots, func(i, j int) bool { return slots[i].Start < slots[j].Start })
@@ -50,6 +57,14 @@ func (k *Keeper) ChooseSalts(ctx context.Context, sale string, n int) []int {
 		}
 	}
 	return pickSalts(sale, n, func(int) int { return 0 }, 1)
+}
+
+// clusterDisabled says whether err is a server's refusal of a cluster
+// command because it runs without cluster support, as a Sentinel's master
+// does.
+func clusterDisabled(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.Contains(reply.Error(), "cluster support disabled")
 }
 
 // pickSalts gives bucket b the smallest salt whose tag's slot is owned by

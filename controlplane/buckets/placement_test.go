@@ -1,10 +1,17 @@
 package buckets
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/lua"
 )
 
@@ -50,5 +57,32 @@ func TestPickSalts(t *testing.T) {
 			t.Errorf("bucket %d: slot %d used twice", b, slot)
 		}
 		used[slot] = true
+	}
+}
+
+// TestChooseSaltsOnSentinelMaster: a cluster client over one server without
+// cluster support (as go-redis's NewFailoverClusterClient is over a
+// Sentinel's master) gives the buckets distinct slots, as a single client
+// does, and logs no warning. Before, each bucketed sale's creation warned
+// that the cluster's slot map could not be read.
+func TestChooseSaltsOnSentinelMaster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := redistest.Start(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: srv.Addr}}}}, nil
+		},
+	})
+	defer cc.Close()
+	var logged bytes.Buffer
+	k := New(Config{Redis: cc, Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	const sale, n = "sentinel-buckets", 6
+	got := k.ChooseSalts(ctx, sale, n)
+	if want := pickSalts(sale, n, func(int) int { return 0 }, 1); !slices.Equal(got, want) {
+		t.Errorf("salts: got %v, want %v", got, want)
+	}
+	if logged.Len() > 0 {
+		t.Errorf("logged: got %q, want nothing", logged.String())
 	}
 }
