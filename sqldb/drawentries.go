@@ -188,6 +188,18 @@ func (d *DB) DrawClosing(ctx context.Context, saleID string) error {
 	return nil
 }
 
+// DrawCloseBegun reports whether saleID's close recorded its read of the
+// rows (DrawClosing): the rebuild of a draw sale Redis lost shuts the
+// rebuilt sale's entry window then (controlplane/resync), as the close
+// had shut the lost one.
+func (d *DB) DrawCloseBegun(ctx context.Context, saleID string) (bool, error) {
+	var n int64
+	if err := d.r.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM draw_closes WHERE sale_id = ?`), saleID).Scan(&n); err != nil {
+		return false, fmt.Errorf("reading the close of draw %s: %w", saleID, err)
+	}
+	return n > 0, nil
+}
+
 // RecordDrawHold stores entryID's card hold (intent) with its row before
 // the buyer can authorise it (controlplane/drawhold): the row takes the
 // intent unless it has one (an entry holds once: the hold is keyed by the
