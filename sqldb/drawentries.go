@@ -105,7 +105,7 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 	newer := d.q(`SELECT COUNT(*) FROM draw_entries
 		WHERE sale_id = ? AND user_id = ? AND entry_id <> ? AND state IN ('pending', 'entered')
 			AND NOT EXISTS (SELECT 1 FROM draw_entries n WHERE n.entry_id = ?)`)
-	// Both statements are prepared once for the batch: SQLite parsing them
+	// The statements are prepared once for the batch: SQLite parsing them
 	// again for each entry was a tenth of a draw demo's CPU.
 	put, err := tx.PrepareContext(ctx, q)
 	if err != nil {
