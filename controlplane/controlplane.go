@@ -96,6 +96,10 @@ type Store interface {
 	// EachDrawEntry reads a draw's entries in one query, for the rebuild
 	// of a draw sale Redis lost (controlplane/resync).
 	EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error
+	// DrawCloseBegun reports whether a draw's close recorded its read of
+	// the rows, for the rebuild, which shuts such a sale's entry window
+	// again (controlplane/resync).
+	DrawCloseBegun(ctx context.Context, saleID string) (bool, error)
 	// DrawEntry reads one of a draw's entries (flashgate.ErrNotFound when
 	// the sale has none of that id), for the refund of a winner's order.
 	DrawEntry(ctx context.Context, saleID, entryID string) (flashgate.DrawEntry, error)

@@ -28,7 +28,9 @@
 -- ARGV[3] when the read path looks at a restored hold, unix milliseconds
 -- ARGV[4] c: how many count pairs follow (0 on every page but the last)
 -- ARGV[5 .. 4+2c] pairs field, count: the entries the database holds
---         (draw_entries, and variant:<id>:draw_entries per variant); a
+--         (draw_entries, and variant:<id>:draw_entries per variant), and
+--         draw_shut 1 once the draw's close recorded its read of the rows
+--         (the close's shut, lost with the sale: lua.FieldDrawShut); a
 --         field below its count is raised to it (never lowered: an entry
 --         made meanwhile counts)
 -- ARGV[5+2c ..] six values per row: user id, state, entry id, quantity,

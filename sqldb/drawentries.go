@@ -32,7 +32,11 @@ func (d *DB) PutDrawEntries(ctx context.Context, entries []flashgate.DrawEntry) 
 // that row: the row becomes withdrawn, stamped as the new entry, and the
 // new entry is stored, so that one user's entries never stop the others'
 // (draw_entries_live refusing the new row failed the whole batch). The
-// superseded rows, in their new state, go to before inside the
+// later entry supersedes the earlier: when the live row was made after
+// the new entry (CreatedAt; a flush that read the new entry's first change
+// before Redis lost it writes it after the buyer entered again on the
+// rebuilt sale), the row stands and the new entry is stored withdrawn, as
+// a superseded row. The superseded rows, in their new state, go to before inside the
 // transaction, before it commits (nil: nobody is told); an error from
 // before stores nothing.
 //
@@ -85,11 +89,23 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 	// with parameters SQLite read every live row of the sale through
 	// draw_entries_sale, once per entry stored (a 20,000-entry draw's
 	// flushes took most of a core).
+	// Only a row made no later than the new entry goes: a row made after
+	// it is the buyer's later entry, and the new one, written late (a
+	// flush that read the entry's first change before Redis lost it, the
+	// buyer entering again on the rebuilt sale), is the one superseded
+	// (newer, below).
 	supersede := d.q(`UPDATE draw_entries SET state = ?, updated_at = ?, seq = ?
 		WHERE sale_id = ? AND user_id = ? AND entry_id <> ? AND state IN ('pending', 'entered')
+			AND created_at <= ?
 			AND NOT EXISTS (SELECT 1 FROM draw_entries n WHERE n.entry_id = ?)
 		RETURNING entry_id, user_id, variant, quantity, payment_intent, order_id, created_at`)
-	// Both statements are prepared once for the batch: SQLite parsing them
+	// newer finds the user's live row of another id made after the new
+	// entry (left by supersede), unless the table holds the new entry's
+	// id already.
+	newer := d.q(`SELECT COUNT(*) FROM draw_entries
+		WHERE sale_id = ? AND user_id = ? AND entry_id <> ? AND state IN ('pending', 'entered')
+			AND NOT EXISTS (SELECT 1 FROM draw_entries n WHERE n.entry_id = ?)`)
+	// The statements are prepared once for the batch: SQLite parsing them
 	// again for each entry was a tenth of a draw demo's CPU.
 	put, err := tx.PrepareContext(ctx, q)
 	if err != nil {
@@ -101,6 +117,11 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 		return fmt.Errorf("storing draw entries: %w", err)
 	}
 	defer sup.Close()
+	later, err := tx.PrepareContext(ctx, newer)
+	if err != nil {
+		return fmt.Errorf("storing draw entries: %w", err)
+	}
+	defer later.Close()
 	var superseded []flashgate.DrawEntry
 	now := nowUTC()
 	for _, e := range entries {
@@ -112,11 +133,25 @@ func (d *DB) SupersedeDrawEntries(ctx context.Context, entries []flashgate.DrawE
 			updated = created
 		}
 		if e.State == flashgate.DrawPending || e.State == flashgate.DrawEntered {
-			old, err := d.supersede(ctx, sup, e, updated)
+			old, err := d.supersede(ctx, sup, e, created, updated)
 			if err != nil {
 				return err
 			}
 			superseded = append(superseded, old...)
+			var n int64
+			// A user has one live row: one withdrawn leaves none newer.
+			if len(old) == 0 {
+				if err := later.QueryRowContext(ctx, e.SaleID, e.UserID, e.ID, e.ID).Scan(&n); err != nil {
+					return fmt.Errorf("storing draw entry %s: %w", e.ID, err)
+				}
+			}
+			if n > 0 {
+				// The buyer's later entry stands: this one is stored
+				// withdrawn, and its hold, if any, listed for release.
+				e.State = flashgate.DrawWithdrawn
+				superseded = append(superseded, flashgate.DrawEntry{ID: e.ID, SaleID: e.SaleID, UserID: e.UserID, Variant: e.Variant,
+					Quantity: e.Quantity, State: e.State, PaymentIntent: e.PaymentIntent, CreatedAt: created, UpdatedAt: updated, Seq: e.Seq})
+			}
 		}
 		if _, err := put.ExecContext(ctx, e.ID, e.SaleID, e.UserID, e.Variant, e.Quantity, string(e.State),
 			e.PaymentIntent, e.OrderID, d.ts(created), d.ts(updated), e.Seq); err != nil {
@@ -188,6 +223,18 @@ func (d *DB) DrawClosing(ctx context.Context, saleID string) error {
 	return nil
 }
 
+// DrawCloseBegun reports whether saleID's close recorded its read of the
+// rows (DrawClosing): the rebuild of a draw sale Redis lost shuts the
+// rebuilt sale's entry window then (controlplane/resync), as the close
+// had shut the lost one.
+func (d *DB) DrawCloseBegun(ctx context.Context, saleID string) (bool, error) {
+	var n int64
+	if err := d.r.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM draw_closes WHERE sale_id = ?`), saleID).Scan(&n); err != nil {
+		return false, fmt.Errorf("reading the close of draw %s: %w", saleID, err)
+	}
+	return n > 0, nil
+}
+
 // RecordDrawHold stores entryID's card hold (intent) with its row before
 // the buyer can authorise it (controlplane/drawhold): the row takes the
 // intent unless it has one (an entry holds once: the hold is keyed by the
@@ -213,9 +260,10 @@ func (d *DB) RecordDrawHold(ctx context.Context, saleID, entryID, intent string)
 }
 
 // supersede runs stmt (SupersedeDrawEntries' update) for the new live
-// entry e, stamped updated, and returns the rows it withdrew.
-func (d *DB) supersede(ctx context.Context, stmt *sql.Stmt, e flashgate.DrawEntry, updated time.Time) ([]flashgate.DrawEntry, error) {
-	rows, err := stmt.QueryContext(ctx, string(flashgate.DrawWithdrawn), d.ts(updated), e.Seq, e.SaleID, e.UserID, e.ID, e.ID)
+// entry e, made at created and stamped updated, and returns the rows it
+// withdrew.
+func (d *DB) supersede(ctx context.Context, stmt *sql.Stmt, e flashgate.DrawEntry, created, updated time.Time) ([]flashgate.DrawEntry, error) {
+	rows, err := stmt.QueryContext(ctx, string(flashgate.DrawWithdrawn), d.ts(updated), e.Seq, e.SaleID, e.UserID, e.ID, d.ts(created), e.ID)
 	if err != nil {
 		return nil, fmt.Errorf("superseding the live entry of %s before %s: %w", e.UserID, e.ID, err)
 	}

@@ -377,3 +377,54 @@ func TestDrawClosing(t *testing.T) {
 		}
 	})
 }
+
+// TestSupersedeOlderEntry: a buyer's new live entry supersedes the buyer's
+// live row of another id made before it; one made before the row (its
+// first change written late, after the buyer entered again on a rebuilt
+// Redis) is stored withdrawn instead, reported as superseded, and the row
+// stands.
+func TestSupersedeOlderEntry(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		at       time.Duration // the new entry's stamp after the row's
+		wantOld  flashgate.DrawEntryState
+		wantNew  flashgate.DrawEntryState
+		wantGone string // the entry reported superseded
+	}{
+		{"later", time.Second, flashgate.DrawWithdrawn, flashgate.DrawPending, "e1"},
+		{"same stamp", 0, flashgate.DrawWithdrawn, flashgate.DrawPending, "e1"},
+		{"earlier", -time.Second, flashgate.DrawEntered, flashgate.DrawWithdrawn, "e2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			each(t, func(t *testing.T, _ string, db *DB) {
+				ctx := context.Background()
+				row := flashgate.DrawEntry{ID: "e1", SaleID: "d", UserID: "ann", Quantity: 1, State: flashgate.DrawEntered, PaymentIntent: "pi_1", CreatedAt: t0}
+				if err := db.PutDrawEntries(ctx, []flashgate.DrawEntry{row}); err != nil {
+					t.Fatal(err)
+				}
+				e2 := flashgate.DrawEntry{ID: "e2", SaleID: "d", UserID: "ann", Quantity: 1, State: flashgate.DrawPending, PaymentIntent: "pi_2", CreatedAt: t0.Add(c.at)}
+				var gone []string
+				if err := db.SupersedeDrawEntries(ctx, []flashgate.DrawEntry{e2}, nil, func(old []flashgate.DrawEntry) error {
+					for _, o := range old {
+						gone = append(gone, o.ID+" "+o.PaymentIntent)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range []struct {
+					id   string
+					want flashgate.DrawEntryState
+				}{{"e1", c.wantOld}, {"e2", c.wantNew}} {
+					if r, err := db.DrawEntry(ctx, "d", w.id); err != nil || r.State != w.want {
+						t.Errorf("%s: got %s, %v; want %s", w.id, r.State, err, w.want)
+					}
+				}
+				want := c.wantGone + " pi_" + c.wantGone[1:]
+				if !slices.Equal(gone, []string{want}) {
+					t.Errorf("superseded: got %v, want [%s]", gone, want)
+				}
+			})
+		})
+	}
+}

@@ -282,6 +282,19 @@ func (c *Closer) Close(ctx context.Context, sale flashgate.Sale) (done bool, err
 	if err := c.cfg.Store.DrawClosing(ctx, sale.ID); err != nil {
 		return false, err
 	}
+	// The shut above found no sale when Redis had lost it, and a rebuild
+	// that read no record yet made the sale again unshut: a gateway whose
+	// clock is behind this one's could still enter (or withdraw) an entry
+	// there, after the final flush. A rebuild that reads the record shuts
+	// the sale itself (resync); for one before it, shut again now and
+	// write what such a gateway changed meanwhile (still in the journal,
+	// so written) before the rows are read.
+	if err := c.shut(ctx, sale.ID); err != nil {
+		return false, err
+	}
+	if err := c.flush(ctx, sale.ID); err != nil {
+		return false, err
+	}
 	rows, err := c.cfg.Store.DrawEntries(ctx, sale.ID)
 	if err != nil {
 		return false, err

@@ -58,6 +58,10 @@ type Store interface {
 	// EachDrawEntry calls fn with each of a draw sale's entries, by id,
 	// from one query (the rebuild of a draw sale).
 	EachDrawEntry(ctx context.Context, saleID string, fn func(flashgate.DrawEntry) error) error
+	// DrawCloseBegun reports whether a draw sale's close recorded its
+	// read of the rows (sqldb.DB.DrawClosing): the rebuild shuts the
+	// entry window of such a sale (lua.FieldDrawShut).
+	DrawCloseBegun(ctx context.Context, saleID string) (bool, error)
 }
 
 // Syncer re-syncs sales. Its methods are safe for concurrent use.
@@ -483,13 +487,21 @@ func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark stri
 	made := int64(0)
 	perVariant := map[string]int64{}
 	page := make([]flashgate.DrawEntry, 0, salehash.ReleaseChunk)
+	shutArg := false // the last page shuts the entry window (a flag only raised, as the counts)
 	send := func(last bool) error {
-		args := make([]any, 0, 6+2*len(perVariant)+6*len(page))
+		args := make([]any, 0, 8+2*len(perVariant)+6*len(page))
 		args = append(args, tok, mark, 0)
 		if last {
-			args = append(args, 1+len(perVariant), lua.FieldDrawEntries, made)
+			pairs := 1 + len(perVariant)
+			if shutArg {
+				pairs++
+			}
+			args = append(args, pairs, lua.FieldDrawEntries, made)
 			for v, n := range perVariant {
 				args = append(args, lua.VariantField(v, lua.FieldDrawEntries), n)
+			}
+			if shutArg {
+				args = append(args, lua.FieldDrawShut, 1)
 			}
 		} else {
 			args = append(args, 0)
@@ -524,6 +536,19 @@ func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark stri
 	if err != nil {
 		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
 	}
+	// The close's shut (lua.FieldDrawShut) was lost with the sale: a
+	// gateway whose clock is behind the leader's entered (or withdrew) an
+	// entry on the rebuilt sale after the close had read the rows, the
+	// entry entered out of the draw and its hold on the card for good. So
+	// the last page shuts the window again once the close recorded its
+	// read (sqldb.DB.DrawClosing), before the rebuild's final Resync lets
+	// the entry scripts act; a close that records after this read shuts
+	// the rebuilt sale itself after its record (drawclose.Closer.Close).
+	shut, err := s.store.DrawCloseBegun(ctx, sale.ID)
+	if err != nil {
+		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
+	}
+	shutArg = shut
 	return send(true)
 }
 

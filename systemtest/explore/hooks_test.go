@@ -268,6 +268,10 @@ func (w cpStore) RecordDrawHold(ctx context.Context, saleID, entryID, intent str
 	return call(ctx, w.s, "db RecordDrawHold "+entryID, func() (bool, error) { return w.Store.RecordDrawHold(ctx, saleID, entryID, intent) })
 }
 
+func (w cpStore) DrawCloseBegun(ctx context.Context, saleID string) (bool, error) {
+	return call(ctx, w.s, "db DrawCloseBegun", func() (bool, error) { return w.Store.DrawCloseBegun(ctx, saleID) })
+}
+
 func (w cpStore) DrawClosing(ctx context.Context, saleID string) error {
 	_, err := call(ctx, w.s, "db DrawClosing", func() (bool, error) { return true, w.Store.DrawClosing(ctx, saleID) })
 	return err
