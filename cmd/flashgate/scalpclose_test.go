@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate"
+	"github.com/flashgate/flashgate/internal/testenv/testwait"
+)
+
+// closeCrowd is what a crowd of scalpers did around a draw's close: every
+// entry id an answer named and whose it was, and every answer above 499.
+type closeCrowd struct {
+	mu      sync.Mutex
+	owner   map[string]string // entry id → user
+	holds   map[string]string // intent → user
+	fivexx  []string
+	answers map[string]int
+}
+
+func (c *closeCrowd) note(user, what string, a payAnswer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.answers[fmt.Sprintf("%s %d %v", what, a.status, a.body["error"])]++
+	if id, _ := a.body["entry_id"].(string); id != "" {
+		c.owner[id] = user
+	}
+	if pi, _ := a.body["payment_intent"].(string); pi != "" {
+		c.holds[pi] = user
+	}
+	if a.status >= 500 || a.status == 0 {
+		c.fivexx = append(c.fivexx, fmt.Sprintf("%s %s: %d %s", user, what, a.status, a.raw))
+	}
+}
+
+// TestScalpDrawCloseCrowd: a crowd of one-account scalpers works the second
+// either side of a draw's close: each enters, confirms its hold, withdraws,
+// enters again in another size, confirms the new hold, replays the signed
+// webhooks of its old holds, and asks /entry/pay, all at random moments
+// from a second before the close to a second after it. After the close:
+// no 5xx; no hold left held; each captured hold is a winner's entry, whose
+// order is paid; no buyer charged twice or holding two orders; captures =
+// units; everybody else's holds canceled.
+func TestScalpDrawCloseCrowd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	const sale = "cc"
+	closeAt := p.drawSaleVariants(sale, 1000, 10*time.Second)
+	url := p.public + "/api/sales/" + sale + "/entry"
+	c := &closeCrowd{owner: map[string]string{}, holds: map[string]string{}, answers: map[string]int{}}
+	sizes := []string{"S", "M", "L"}
+	const crowd = 60
+	users := make([]string, crowd)
+	for i := range users {
+		users[i] = fmt.Sprintf("sc%02d", i)
+	}
+	// Everybody enters and two thirds confirm, well before the close.
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Add(1)
+		go func(i int, u string) {
+			defer wg.Done()
+			a := p.tryDo("POST", url, p.token(u), []byte(fmt.Sprintf(`{"variant":%q}`, sizes[i%3])))
+			c.note(u, "enter", a)
+			if pi, _ := a.body["payment_intent"].(string); pi != "" && i%3 != 0 {
+				_, _ = p.stand.Confirm(pi, okCard)
+			}
+		}(i, u)
+	}
+	wg.Wait()
+	if time.Until(closeAt) < 2*time.Second {
+		t.Fatalf("the crowd entered too slowly: %v left before the close", time.Until(closeAt))
+	}
+	time.Sleep(time.Until(closeAt.Add(-1100 * time.Millisecond)))
+	for i, u := range users {
+		wg.Add(1)
+		go func(i int, u string) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(i)))
+			tok := p.token(u)
+			for step := 0; step < 6; step++ {
+				time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
+				switch rng.Intn(5) {
+				case 0: // withdraw and enter again in another size
+					c.note(u, "withdraw", p.tryDo("DELETE", url, tok, nil))
+					a := p.tryDo("POST", url, tok, []byte(fmt.Sprintf(`{"variant":%q}`, sizes[rng.Intn(3)])))
+					c.note(u, "re-enter", a)
+					if pi, _ := a.body["payment_intent"].(string); pi != "" {
+						_, _ = p.stand.Confirm(pi, okCard)
+					}
+				case 1: // confirm every hold of mine
+					c.mu.Lock()
+					var mine []string
+					for pi, who := range c.holds {
+						if who == u {
+							mine = append(mine, pi)
+						}
+					}
+					c.mu.Unlock()
+					for _, pi := range mine {
+						_, _ = p.stand.Confirm(pi, okCard)
+					}
+				case 2: // ask for the hold again
+					c.note(u, "pay", p.tryDo("POST", url+"/pay", tok, nil))
+				case 3: // replay the signed webhooks of every hold of mine
+					c.mu.Lock()
+					var mine []string
+					for pi, who := range c.holds {
+						if who == u {
+							mine = append(mine, pi)
+						}
+					}
+					c.mu.Unlock()
+					for _, pi := range mine {
+						h := p.hook(p.stand.Event(fmt.Sprintf("evt_%s_%d_%s", u, step, pi), flashgate.EventIntentHeld, pi, flashgate.IntentRequiresCapture), time.Now(), payHookSecret)
+						c.note(u, "replay", h)
+					}
+				case 4: // look
+					c.note(u, "get", p.tryDo("GET", url, tok, nil))
+				}
+			}
+		}(i, u)
+	}
+	wg.Wait()
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	var draw map[string]any
+	testwait.Eventually(t, 90*time.Second, func() bool {
+		a := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm)
+		draw, _ = a.body["draw"].(map[string]any)
+		return draw != nil && draw["closed"] == true
+	}, "draw closed")
+	t.Logf("draw: %v", draw)
+	keys := make([]string, 0, len(c.answers))
+	for k := range c.answers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("answers %s: %d", k, c.answers[k])
+	}
+	for _, f := range c.fivexx {
+		t.Errorf("answer: %s, want no 5xx", f)
+	}
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+	entries, err := p.s.db.DrawEntries(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]flashgate.DrawEntry{}
+	for _, e := range entries {
+		byID[e.ID] = e
+	}
+	charged := map[string]int{}
+	captured := 0
+	for _, in := range p.stand.Intents() {
+		if in.Metadata["sale_id"] != sale {
+			continue
+		}
+		if in.Status == flashgate.IntentRequiresCapture {
+			e := byID[in.Metadata["entry_id"]]
+			t.Errorf("hold %s of entry %s (%s, %s) held after the close", in.ID, e.ID, e.UserID, e.State)
+		}
+		if in.Status != flashgate.IntentSucceeded {
+			continue
+		}
+		captured++
+		e, ok := byID[in.Metadata["entry_id"]]
+		if !ok {
+			t.Errorf("charge %s of entry %s: no such entry", in.ID, in.Metadata["entry_id"])
+			continue
+		}
+		charged[e.UserID]++
+		if e.State != flashgate.DrawCaptured {
+			t.Errorf("charge %s of %s's entry %s: got entry %s, want captured", in.ID, e.UserID, e.ID, e.State)
+		}
+		o, err := p.s.db.Order(ctx, "o"+e.ID)
+		if err != nil || o.Status != flashgate.StatusPaid {
+			t.Errorf("charged entry %s of %s: got order %v %v, want paid", e.ID, e.UserID, o.Status, err)
+		}
+	}
+	for u, n := range charged {
+		if n > 1 {
+			t.Errorf("%s: got %d charges, want at most 1", u, n)
+		}
+	}
+	if captured != 6 || fmt.Sprint(draw["captured"]) != "6" {
+		t.Errorf("captures: got %d at the provider, draw %v; want 6", captured, draw["captured"])
+	}
+	for _, e := range entries {
+		switch e.State {
+		case flashgate.DrawCaptured, flashgate.DrawReleased, flashgate.DrawWithdrawn:
+		default:
+			t.Errorf("entry %s of %s: got %s after the close, want captured, released or withdrawn", e.ID, e.UserID, e.State)
+		}
+	}
+	// Every buyer's answer after the close is final.
+	for _, u := range users {
+		testwait.Eventually(t, 30*time.Second, func() bool {
+			g := p.tryDo("GET", url, p.token(u), nil)
+			r := g.body["result"]
+			return r == "won" || r == "lost" || r == "withdrawn"
+		}, "%s's result final", u)
+	}
+}
+
+// TestScalpDrawPendingAtCloseFinal: entries still pending at the close (a
+// hold never confirmed, a hold confirmed only after the close, no hold at
+// all: the provider failed at the entry) take no part in the draw and
+// their holds are released; their buyers' GET must then answer a final
+// result ("lost": nothing charged), as the item page polls until it does,
+// rather than "pending" for good.
+func TestScalpDrawPendingAtCloseFinal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	const sale = "pf"
+	closeAt := p.drawSaleVariants(sale, 1000, 4*time.Second)
+	url := p.public + "/api/sales/" + sale + "/entry"
+	enter := func(u string) string {
+		a := p.tryDo("POST", url, p.token(u), []byte(`{"variant":"S"}`))
+		if a.status != 201 {
+			t.Fatalf("%s enters: got %d %s, want 201", u, a.status, a.raw)
+		}
+		pi, _ := a.body["payment_intent"].(string)
+		return pi
+	}
+	if _, err := p.stand.Confirm(enter("held"), okCard); err != nil {
+		t.Fatal(err)
+	}
+	enter("unconfirmed")
+	late := enter("late")
+	p.stand.FailNext(10)
+	if pi := enter("noholds"); pi != "" {
+		t.Fatalf("noholds: got hold %s with the provider failing, want none", pi)
+	}
+	p.stand.FailNext(0)
+	p.waitEntry(sale, "held", "entered")
+	time.Sleep(time.Until(closeAt.Add(200 * time.Millisecond)))
+	if in, err := p.stand.Confirm(late, okCard); err != nil || in.Status != flashgate.IntentRequiresCapture {
+		t.Fatalf("late's confirm after the close: %v %v", in.Status, err)
+	}
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		d, _ := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
+		return d != nil && d["closed"] == true
+	}, "draw closed")
+	testwait.Eventually(t, 30*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+	if g := p.tryDo("GET", url, p.token("held"), nil); g.body["result"] != "won" {
+		t.Errorf("held: got %d %s, want result won", g.status, g.raw)
+	}
+	for _, u := range []string{"unconfirmed", "late", "noholds"} {
+		var g payAnswer
+		_, ok := testwait.For(20*time.Second, func() bool {
+			a := p.tryDo("GET", url, p.token(u), nil)
+			if a.status != 429 {
+				g = a
+			}
+			return a.body["result"] == "lost"
+		})
+		if !ok {
+			t.Errorf("%s, pending at the close: got %d %s, want result lost", u, g.status, g.raw)
+		}
+	}
+}
