@@ -289,3 +289,164 @@ func TestScalpDrawPendingAtCloseFinal(t *testing.T) {
 		}
 	}
 }
+
+// TestScalpDrawCloseRedisLost: the crowd confirms, withdraws and enters
+// again across the close while Redis loses everything (FLUSHALL) half a
+// second before it. After the close: no hold left held, nobody charged
+// twice, every charge a captured entry with a paid order, at most the
+// units charged, and every buyer's result final. The loss comes at three
+// moments: before the close, at it, and just after it.
+func TestScalpDrawCloseRedisLost(t *testing.T) {
+	for _, at := range []time.Duration{-500 * time.Millisecond, -50 * time.Millisecond, 150 * time.Millisecond} {
+		t.Run(fmt.Sprint(at), func(t *testing.T) { scalpDrawCloseRedisLost(t, at) })
+	}
+}
+
+// scalpDrawCloseRedisLost is TestScalpDrawCloseRedisLost with Redis lost
+// at the close + at.
+func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	const sale = "cl"
+	closeAt := p.drawSaleVariants(sale, 1000, 8*time.Second)
+	url := p.public + "/api/sales/" + sale + "/entry"
+	sizes := []string{"S", "M", "L"}
+	const crowd = 30
+	holds := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < crowd; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			u := fmt.Sprintf("rl%02d", i)
+			a := p.tryDo("POST", url, p.token(u), []byte(fmt.Sprintf(`{"variant":%q}`, sizes[i%3])))
+			if pi, _ := a.body["payment_intent"].(string); pi != "" {
+				mu.Lock()
+				holds[u] = pi
+				mu.Unlock()
+				if i%2 == 0 {
+					_, _ = p.stand.Confirm(pi, okCard)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	time.Sleep(time.Until(closeAt.Add(-900 * time.Millisecond)))
+	var bad []string
+	for i := 0; i < crowd; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			u := fmt.Sprintf("rl%02d", i)
+			tok := p.token(u)
+			time.Sleep(time.Duration(i*50) * time.Millisecond)
+			mu.Lock()
+			pi := holds[u]
+			mu.Unlock()
+			var got []payAnswer
+			switch i % 3 {
+			case 0:
+				got = append(got, p.tryDo("DELETE", url, tok, nil))
+				a := p.tryDo("POST", url, tok, []byte(`{"variant":"S"}`))
+				got = append(got, a)
+				if pi, _ := a.body["payment_intent"].(string); pi != "" {
+					_, _ = p.stand.Confirm(pi, okCard)
+				}
+			case 1:
+				if pi != "" {
+					_, _ = p.stand.Confirm(pi, okCard)
+				}
+				got = append(got, p.tryDo("POST", url+"/pay", tok, nil))
+			case 2:
+				got = append(got, p.tryDo("POST", url, tok, []byte(`{"variant":"M"}`)))
+			}
+			mu.Lock()
+			for _, a := range got {
+				if a.status == 0 || (a.status >= 500 && a.status != 503) {
+					bad = append(bad, fmt.Sprintf("%s: %d %s", u, a.status, a.raw))
+				}
+			}
+			mu.Unlock()
+		}(i)
+	}
+	time.Sleep(time.Until(closeAt.Add(at)))
+	if err := p.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, b := range bad {
+		t.Errorf("answer %s, want no 5xx but 503", b)
+	}
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	var draw map[string]any
+	testwait.Eventually(t, 120*time.Second, func() bool {
+		a := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm)
+		draw, _ = a.body["draw"].(map[string]any)
+		return draw != nil && draw["closed"] == true
+	}, "draw closed")
+	t.Logf("draw: %v", draw)
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+	entries, err := p.s.db.DrawEntries(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]flashgate.DrawEntry{}
+	for _, e := range entries {
+		byID[e.ID] = e
+	}
+	charged := map[string]int{}
+	captured := 0
+	for _, in := range p.stand.Intents() {
+		if in.Metadata["sale_id"] != sale || in.Status != flashgate.IntentSucceeded {
+			continue
+		}
+		captured++
+		e, ok := byID[in.Metadata["entry_id"]]
+		if !ok {
+			t.Errorf("charge %s of entry %s: no such entry", in.ID, in.Metadata["entry_id"])
+			continue
+		}
+		charged[e.UserID]++
+		if e.State != flashgate.DrawCaptured {
+			t.Errorf("charge %s of %s's entry %s: got entry %s, want captured", in.ID, e.UserID, e.ID, e.State)
+		}
+		testwait.Eventually(t, 30*time.Second, func() bool {
+			o, err := p.s.db.Order(ctx, "o"+e.ID)
+			return err == nil && o.Status == flashgate.StatusPaid
+		}, "charged entry %s's order paid", e.ID)
+	}
+	for u, n := range charged {
+		if n > 1 {
+			t.Errorf("%s: got %d charges, want at most 1", u, n)
+		}
+	}
+	if captured > 6 {
+		t.Errorf("captures: got %d, want at most 6 (the units)", captured)
+	}
+	for i := 0; i < crowd; i++ {
+		u := fmt.Sprintf("rl%02d", i)
+		var g payAnswer
+		_, ok := testwait.For(30*time.Second, func() bool {
+			a := p.tryDo("GET", url, p.token(u), nil)
+			if a.status != 429 {
+				g = a
+			}
+			r := a.body["result"]
+			return r == "won" || r == "lost" || r == "withdrawn"
+		})
+		if !ok {
+			t.Errorf("%s after the close: got %d %s, want a final result", u, g.status, g.raw)
+		}
+	}
+}
