@@ -450,3 +450,138 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 		}
 	}
 }
+
+// TestScalpDrawRefundDuringClose: an admin refunds the winners' orders
+// ("o" and the entry id, known to the entrant) from the close on, over and
+// over and several at once, while their buyers cancel and pay them. Every
+// captured hold is refunded once, in full; every such order ends refunded;
+// the close finishes; nothing answers 5xx.
+func TestScalpDrawRefundDuringClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	t.Cleanup(p.stand.Deliveries.Wait)
+	const sale = "rf"
+	closeAt := p.drawSaleVariants(sale, 1000, 4*time.Second)
+	url := p.public + "/api/sales/" + sale + "/entry"
+	users := []string{"r0", "r1", "r2", "r3", "r4", "r5"}
+	orders := map[string]string{}
+	for i, u := range users {
+		a := p.tryDo("POST", url, p.token(u), []byte(fmt.Sprintf(`{"variant":%q}`, []string{"S", "M", "L"}[i%3])))
+		pi, _ := a.body["payment_intent"].(string)
+		if a.status != 201 || pi == "" {
+			t.Fatalf("%s enters: %d %s", u, a.status, a.raw)
+		}
+		if _, err := p.stand.Confirm(pi, okCard); err != nil {
+			t.Fatal(err)
+		}
+		orders[u] = "o" + a.body["entry_id"].(string)
+	}
+	for _, u := range users {
+		p.waitEntry(sale, u, "entered")
+	}
+	time.Sleep(time.Until(closeAt))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[string]int{}
+	for _, u := range users {
+		for k := 0; k < 3; k++ {
+			wg.Add(1)
+			go func(u string, k int) {
+				defer wg.Done()
+				for n := 0; n < 150; n++ {
+					var a payAnswer
+					switch k {
+					case 0, 1:
+						a = p.tryDo("POST", p.admin+"/admin/orders/"+orders[u]+"/refund", p.tokAdm, nil)
+					case 2:
+						a = p.tryDo("POST", p.public+"/api/orders/"+orders[u]+[]string{"/cancel", "/pay"}[n%2], p.token(u), nil)
+					}
+					mu.Lock()
+					seen[fmt.Sprintf("%d %d %v %v", k, a.status, a.body["status"], a.body["error"])]++
+					if a.status == 0 || a.status >= 500 && a.status != 503 {
+						t.Errorf("%s (%d): got %d %s", u, k, a.status, a.raw)
+					}
+					if a.body["status"] == "paying" || a.body["client_secret"] != nil {
+						t.Errorf("%s pays the draw's order %s: got %d %s, want 409 not_payable (no checkout)", u, orders[u], a.status, a.raw)
+					}
+					mu.Unlock()
+					if k < 2 && a.status == 200 && a.body["status"] == "refunded" {
+						return
+					}
+					if k == 2 && n > 20 {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}(u, k)
+		}
+	}
+	wg.Wait()
+	t.Logf("answers: %v", seen)
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		d, _ := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
+		return d != nil && d["closed"] == true
+	}, "draw closed")
+	for _, u := range users {
+		testwait.Eventually(t, 30*time.Second, func() bool {
+			o, err := p.s.db.Order(ctx, orders[u])
+			return err == nil && o.Status == flashgate.StatusRefunded
+		}, "%s's order %s refunded", u, orders[u])
+	}
+	refunds := p.stand.Refunds()
+	for _, in := range p.stand.Intents() {
+		if in.Metadata["sale_id"] != sale && in.Metadata["order_id"] == "" {
+			continue
+		}
+		n, sum := 0, int64(0)
+		for _, r := range refunds {
+			if r.PaymentIntent == in.ID {
+				n++
+				sum += r.Amount
+			}
+		}
+		if in.Metadata["order_id"] != "" {
+			t.Errorf("a checkout of draw order %s: intent %s %s, want none", in.Metadata["order_id"], in.ID, in.Status)
+		}
+		switch in.Status {
+		case flashgate.IntentSucceeded:
+			if n != 1 || sum != in.Amount {
+				t.Errorf("captured hold %s of entry %s: got %d refunds of %d, want one of %d", in.ID, in.Metadata["entry_id"], n, sum, in.Amount)
+			}
+		case flashgate.IntentRequiresCapture:
+			t.Errorf("hold %s of entry %s held after the close", in.ID, in.Metadata["entry_id"])
+		}
+	}
+}
+
+// TestScalpDrawOrderPayAfterRefundAdopted: a draw winner's order that an
+// admin refund took over before the close marked it paid (the refund
+// stores the entry's hold as the order's payment, and the order is still
+// pending_payment) is asked to pay by its buyer: the answer is 409
+// not_payable, as for any draw order the close has not marked paid, never
+// 200 paying with the hold's client_secret.
+func TestScalpDrawOrderPayAfterRefundAdopted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Minute, "--user-rate", "0")
+	const sale = "ra"
+	p.drawSaleVariants(sale, 1000, time.Hour)
+	hold := p.stand.PutHold(1000, "usd", okCard)
+	order := "od0123456789abcdef0123456789abcdef"
+	now := time.Now()
+	if _, err := p.s.db.InsertOrders(ctx, []flashgate.Order{{ID: order, SaleID: sale, UserID: "winner", Quantity: 1, PriceCents: 1000,
+		Status: flashgate.StatusPendingPayment, Variant: "S", CreatedAt: now, UpdatedAt: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.s.db.InsertPayment(ctx, flashgate.Payment{OrderID: order, IntentID: hold, Status: flashgate.IntentRequiresCapture,
+		AmountCents: 1000, Currency: "usd"}, now); err != nil {
+		t.Fatal(err)
+	}
+	a := p.tryDo("POST", p.public+"/api/orders/"+order+"/pay", p.token("winner"), nil)
+	if a.status != 409 || a.body["error"] != "not_payable" || a.body["client_secret"] != nil {
+		t.Errorf("pay of a draw order whose hold a refund adopted: got %d %s, want 409 not_payable", a.status, a.raw)
+	}
+}
