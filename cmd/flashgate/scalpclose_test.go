@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -39,6 +43,42 @@ func (c *closeCrowd) note(user, what string, a payAnswer) {
 	}
 }
 
+// hookRecorder forwards the stand-in's webhook deliveries to the gateway
+// and keeps every answer other than 200.
+type hookRecorder struct {
+	mu  sync.Mutex
+	bad []string
+	n   int
+}
+
+// start serves the recorder in front of target's webhook route and returns
+// its address.
+func (h *hookRecorder) start(t *testing.T, target string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, _ := http.NewRequestWithContext(r.Context(), "POST", target+"/webhooks/stripe", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stripe-Signature", r.Header.Get("Stripe-Signature"))
+		res, err := http.DefaultClient.Do(req)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.n++
+		if err != nil {
+			h.bad = append(h.bad, err.Error())
+			w.WriteHeader(502)
+			return
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			h.bad = append(h.bad, fmt.Sprintf("%d %s for %.200s", res.StatusCode, raw, body))
+		}
+		w.WriteHeader(res.StatusCode)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // TestScalpDrawCloseCrowd: a crowd of one-account scalpers works the second
 // either side of a draw's close: each enters, confirms its hold, withdraws,
 // enters again in another size, confirms the new hold, replays the signed
@@ -51,7 +91,8 @@ func TestScalpDrawCloseCrowd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
-	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	hooks := &hookRecorder{}
+	p.stand.SetWebhookURL(hooks.start(t, p.public))
 	t.Cleanup(p.stand.Deliveries.Wait)
 	const sale = "cc"
 	closeAt := p.drawSaleVariants(sale, 1000, 10*time.Second)
@@ -211,6 +252,13 @@ func TestScalpDrawCloseCrowd(t *testing.T) {
 			t.Errorf("entry %s of %s: got %s after the close, want captured, released, withdrawn or pending", e.ID, e.UserID, e.State)
 		}
 	}
+	p.stand.Deliveries.Wait()
+	hooks.mu.Lock()
+	t.Logf("webhooks delivered: %d", hooks.n)
+	for _, b := range hooks.bad {
+		t.Errorf("webhook: got %s, want 200", b)
+	}
+	hooks.mu.Unlock()
 	// Every buyer's answer after the close is final.
 	for _, u := range users {
 		testwait.Eventually(t, 30*time.Second, func() bool {
@@ -308,7 +356,8 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
-	p.stand.SetWebhookURL(p.public + "/webhooks/stripe")
+	hooks := &hookRecorder{}
+	p.stand.SetWebhookURL(hooks.start(t, p.public))
 	t.Cleanup(p.stand.Deliveries.Wait)
 	const sale = "cl"
 	closeAt := p.drawSaleVariants(sale, 1000, 8*time.Second)
@@ -434,6 +483,13 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 	if captured > 6 {
 		t.Errorf("captures: got %d, want at most 6 (the units)", captured)
 	}
+	p.stand.Deliveries.Wait()
+	hooks.mu.Lock()
+	t.Logf("webhooks delivered: %d", hooks.n)
+	for _, b := range hooks.bad {
+		t.Errorf("webhook: got %s, want 200", b)
+	}
+	hooks.mu.Unlock()
 	for i := 0; i < crowd; i++ {
 		u := fmt.Sprintf("rl%02d", i)
 		var g payAnswer
