@@ -641,3 +641,122 @@ func TestScalpDrawOrderPayAfterRefundAdopted(t *testing.T) {
 		t.Errorf("pay of a draw order whose hold a refund adopted: got %d %s, want 409 not_payable", a.status, a.raw)
 	}
 }
+
+// TestScalpDrawWithdrawProviderDownAtClose: entrants whose holds are
+// authorised withdraw (and enter again) in the second before the close
+// while the provider fails every call, and it comes back only after the
+// close: the withdrawals stand (200, or 503 with the release left to the
+// read path), and once the provider is back every hold not captured is
+// released, nobody charged twice, every result final.
+func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p := startPayServe(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "fg.db"), time.Minute, time.Second, "--user-rate", "0")
+	hooks := &hookRecorder{}
+	p.stand.SetWebhookURL(hooks.start(t, p.public))
+	t.Cleanup(p.stand.Deliveries.Wait)
+	const sale = "pd"
+	closeAt := p.drawSaleVariants(sale, 1000, 5*time.Second)
+	url := p.public + "/api/sales/" + sale + "/entry"
+	users := make([]string, 12)
+	for i := range users {
+		users[i] = fmt.Sprintf("pd%02d", i)
+		a := p.tryDo("POST", url, p.token(users[i]), []byte(fmt.Sprintf(`{"variant":%q}`, []string{"S", "M", "L"}[i%3])))
+		pi, _ := a.body["payment_intent"].(string)
+		if a.status != 201 || pi == "" {
+			t.Fatalf("%s enters: %d %s", users[i], a.status, a.raw)
+		}
+		if _, err := p.stand.Confirm(pi, okCard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range users {
+		p.waitEntry(sale, u, "entered")
+	}
+	time.Sleep(time.Until(closeAt.Add(-700 * time.Millisecond)))
+	p.stand.FailNext(1 << 30)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i, u := range users {
+		if i%2 == 1 {
+			continue
+		}
+		wg.Add(1)
+		go func(i int, u string) {
+			defer wg.Done()
+			time.Sleep(time.Duration(i*40) * time.Millisecond)
+			w := p.tryDo("DELETE", url, p.token(u), nil)
+			r := p.tryDo("POST", url, p.token(u), []byte(`{"variant":"S"}`))
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("%s withdraws %d %s; enters again %d %s", u, w.status, w.raw, r.status, r.raw)
+			for _, a := range []payAnswer{w, r} {
+				if a.status == 0 || a.status >= 500 && a.status != 503 {
+					t.Errorf("%s: got %d %s, want no 5xx but 503", u, a.status, a.raw)
+				}
+			}
+		}(i, u)
+	}
+	wg.Wait()
+	time.Sleep(time.Until(closeAt.Add(1500 * time.Millisecond)))
+	p.stand.FailNext(0)
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	var draw map[string]any
+	testwait.Eventually(t, 90*time.Second, func() bool {
+		draw, _ = p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
+		return draw != nil && draw["closed"] == true
+	}, "draw closed")
+	t.Logf("draw: %v", draw)
+	testwait.Eventually(t, 60*time.Second, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold left held")
+	entries, err := p.s.db.DrawEntries(ctx, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, e := range entries {
+		owner[e.ID] = e.UserID
+	}
+	charged := map[string]int{}
+	for _, in := range p.stand.Intents() {
+		if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentSucceeded {
+			charged[owner[in.Metadata["entry_id"]]]++
+		}
+	}
+	n := 0
+	for u, c := range charged {
+		n += c
+		if c > 1 || u == "" {
+			t.Errorf("buyer %q: got %d charges, want at most 1", u, c)
+		}
+	}
+	if n > 6 {
+		t.Errorf("charges: got %d, want at most 6", n)
+	}
+	for _, u := range users {
+		var g payAnswer
+		_, ok := testwait.For(30*time.Second, func() bool {
+			a := p.tryDo("GET", url, p.token(u), nil)
+			if a.status != 429 {
+				g = a
+			}
+			r := a.body["result"]
+			return r == "won" || r == "lost" || r == "withdrawn"
+		})
+		if !ok {
+			t.Errorf("%s after the close: got %d %s, want a final result", u, g.status, g.raw)
+		}
+	}
+	p.stand.Deliveries.Wait()
+	hooks.mu.Lock()
+	for _, b := range hooks.bad {
+		t.Errorf("webhook: got %s, want 200", b)
+	}
+	hooks.mu.Unlock()
+}
