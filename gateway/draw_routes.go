@@ -195,7 +195,13 @@ func (s *Server) writeEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.S
 // writeDrawEntry answers status with the entry e and its hold; a captured
 // entry names its order (flashgate.DrawOrderID).
 func (s *Server) writeDrawEntry(ctx *fasthttp.RequestCtx, status int, sl flashgate.Sale, e flashgate.DrawEntry) {
-	a := entryAnswer{EntryID: e.ID, State: string(e.State), Result: drawResult(e.State), Variant: e.Variant,
+	s.writeDrawEntryResult(ctx, status, sl, e, drawResult(e.State))
+}
+
+// writeDrawEntryResult is writeDrawEntry answering result as the entry's
+// result.
+func (s *Server) writeDrawEntryResult(ctx *fasthttp.RequestCtx, status int, sl flashgate.Sale, e flashgate.DrawEntry, result string) {
+	a := entryAnswer{EntryID: e.ID, State: string(e.State), Result: result, Variant: e.Variant,
 		Quantity: e.Quantity, EntriesOpenAt: sl.EntriesOpenAt, EntriesCloseAt: sl.EntriesCloseAt,
 		PaymentIntent: e.PaymentIntent, ClientSecret: e.ClientSecret}
 	if e.State == flashgate.DrawCaptured {
@@ -433,13 +439,32 @@ func (s *Server) drawState(ctx *fasthttp.RequestCtx, id []byte) {
 		ctx.Response.Header.SetCanonical(hRetryAfter, s.orderRetryAfter)
 		return
 	}
+	var out bool
 	_, entry, _, ok := s.drawCall(ctx, func(rctx context.Context) ([]any, error) {
-		return lua.DrawState.Run(rctx, s.cfg.Primary, lua.DrawStateKeys(e.id), user).Slice()
+		v, err := lua.DrawState.Run(rctx, s.cfg.Primary, lua.DrawStateKeys(e.id), user).Slice()
+		if len(v) > 4 {
+			n, _ := v[4].(int64)
+			out = n == 1
+		}
+		return v, err
 	})
 	if !ok {
 		return
 	}
-	s.writeEntry(ctx, fasthttp.StatusOK, sl, entry)
+	st, eid, qty, variant, ok := lua.ParseDrawEntry(entry)
+	if !ok {
+		s.writeError(ctx, errors.New("draw: an entry of another shape: "+entry))
+		return
+	}
+	d := flashgate.DrawEntry{ID: eid, State: st, Variant: variant, Quantity: qty}
+	if out {
+		// Pending at the close: out of the draw, its hold released (or
+		// none made) and the close finished. Its buyer's result is final:
+		// nothing was charged (the item page polls until a final one).
+		s.writeDrawEntryResult(ctx, fasthttp.StatusOK, sl, d, "lost")
+		return
+	}
+	s.writeDrawEntry(ctx, fasthttp.StatusOK, sl, d)
 }
 
 // drawChallenge answers GET /api/sales/{id}/challenge of a draw sale: a

@@ -99,8 +99,11 @@ func DrawChangeKeys(sale string) []string {
 	return []string{SaleKey(sale), DrawKey(sale), DrawJournalKey(sale)}
 }
 
-// DrawStateKeys is DrawState's KEYS: sale hash, entries hash.
-func DrawStateKeys(sale string) []string { return []string{SaleKey(sale), DrawKey(sale)} }
+// DrawStateKeys is DrawState's KEYS: sale hash, entries hash, checks
+// zset.
+func DrawStateKeys(sale string) []string {
+	return []string{SaleKey(sale), DrawKey(sale), DrawCheckKey(sale)}
+}
 
 // Return codes of the draw scripts (the first value of each answer). The
 // values of reserve's codes with the same meaning are the same.

@@ -114,7 +114,23 @@ func TestDrawScripts(t *testing.T) {
 		want("ann again, another size", enter("ann", "e9", "M", 1, mid, "c2", 60000), []any{int64(0), "pending e1 2 S", int64(0)})
 		want("bob reuses c1", enter("bob", "e2", "M", 1, mid, "c1", 60000), []any{int64(lua.DrawSolveUsed), "", int64(0)})
 		want("bob enters", enter("bob", "e2", "M", 1, mid, "c3", 60000), []any{int64(0), "pending e2 1 M", int64(1)})
-		want("ann's state", state("ann"), []any{int64(0), "pending e1 2 S", "1000000", "2000000"})
+		want("ann's state", state("ann"), []any{int64(0), "pending e1 2 S", "1000000", "2000000", int64(0)})
+		// A pending entry once the close finished: out (1) once its hold
+		// is off the read path's list, not while it is on it.
+		if err := rdb.HSet(ctx, lua.SaleKey(sale), lua.FieldDrawDone, 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.ZAdd(ctx, lua.DrawCheckKey(sale), redis.Z{Score: 1, Member: "e1"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want("pending, its hold listed, after the close", state("ann"), []any{int64(0), "pending e1 2 S", "1000000", "2000000", int64(0)})
+		if err := rdb.ZRem(ctx, lua.DrawCheckKey(sale), "e1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		want("pending, its hold released, after the close", state("ann"), []any{int64(0), "pending e1 2 S", "1000000", "2000000", int64(1)})
+		if err := rdb.HDel(ctx, lua.SaleKey(sale), lua.FieldDrawDone).Err(); err != nil {
+			t.Fatal(err)
+		}
 		counts("two pending", map[string]string{"draw_pending": "2", "draw_entries": "2", "variant:S:draw_entries": "1", "variant:M:draw_entries": "1"})
 
 		// The provider side: an authorised hold enters; a step of another

@@ -142,6 +142,19 @@ func (s *Service) checkout(ctx context.Context, orderID, userID string) (flashga
 		return flashgate.Order{}, fmt.Errorf("order %q: %w", orderID, flashgate.ErrNotFound)
 	}
 	p, err := s.paymentStore.Payment(ctx, orderID)
+	if err == nil && o.Status == flashgate.StatusPendingPayment {
+		// A draw winner's order has a payment only once an admin refund
+		// adopted its entry's hold (adoptDrawHold), which may come before
+		// the close marks it paid: it is no checkout, and its hold's
+		// secret is nobody's to confirm.
+		sale, serr := s.store.Sale(ctx, o.SaleID)
+		switch {
+		case serr == nil && sale.Queue == flashgate.QueueDraw:
+			return o, fmt.Errorf("order %q is a draw's, paid by its close: %w", orderID, flashgate.ErrNotPayable)
+		case serr != nil && !errors.Is(serr, flashgate.ErrNotFound):
+			return flashgate.Order{}, fmt.Errorf("reading sale: %w", serr)
+		}
+	}
 	switch {
 	case err == nil && (o.Status == flashgate.StatusPendingPayment || o.Status == flashgate.StatusPaid):
 		return s.withPayment(o, p), nil
