@@ -323,9 +323,10 @@ func TestScalpDrawPendingAtCloseFinal(t *testing.T) {
 	if g := p.tryDo("GET", url, p.token("held"), nil); g.body["result"] != "won" {
 		t.Errorf("held: got %d %s, want result won", g.status, g.raw)
 	}
+	final := time.Now().Add(20 * time.Second) // one deadline for every buyer
 	for _, u := range []string{"unconfirmed", "late", "noholds"} {
 		var g payAnswer
-		_, ok := testwait.For(20*time.Second, func() bool {
+		_, ok := testwait.For(time.Until(final), func() bool {
 			a := p.tryDo("GET", url, p.token(u), nil)
 			if a.status != 429 {
 				g = a
@@ -490,10 +491,13 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 		t.Errorf("webhook: got %s, want 200", b)
 	}
 	hooks.mu.Unlock()
+	// One deadline for every buyer: a result that never becomes final
+	// fails the test in 30 s, not in 30 s for each buyer.
+	final := time.Now().Add(30 * time.Second)
 	for i := 0; i < crowd; i++ {
 		u := fmt.Sprintf("rl%02d", i)
 		var g payAnswer
-		_, ok := testwait.For(30*time.Second, func() bool {
+		_, ok := testwait.For(time.Until(final), func() bool {
 			a := p.tryDo("GET", url, p.token(u), nil)
 			if a.status != 429 {
 				g = a
@@ -739,9 +743,10 @@ func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
 	if n > 6 {
 		t.Errorf("charges: got %d, want at most 6", n)
 	}
+	final := time.Now().Add(30 * time.Second) // one deadline for every buyer
 	for _, u := range users {
 		var g payAnswer
-		_, ok := testwait.For(30*time.Second, func() bool {
+		_, ok := testwait.For(time.Until(final), func() bool {
 			a := p.tryDo("GET", url, p.token(u), nil)
 			if a.status != 429 {
 				g = a

@@ -467,7 +467,7 @@ type entryStates struct {
 // already past them (moved by an earlier run) is no error.
 func (c *Closer) move(ctx context.Context, sale string, cur *entryStates, r flashgate.DrawEntry, to flashgate.DrawEntryState, from ...flashgate.DrawEntryState) error {
 	v, err := lua.DrawSet.Run(ctx, c.cfg.Redis, lua.DrawChangeKeys(sale), c.moveArgs(r, to, from)...).Slice()
-	return c.moved(ctx, cur, r, to, from, v, err)
+	return c.moved(ctx, sale, cur, r, to, from, v, err)
 }
 
 // moveArgs is the ARGV of lua.DrawSet moving r to to from one of from.
@@ -481,7 +481,7 @@ func (c *Closer) moveArgs(r flashgate.DrawEntry, to flashgate.DrawEntryState, fr
 
 // moved takes lua.DrawSet's answer v (or its failure err) to a move of r,
 // as move describes.
-func (c *Closer) moved(ctx context.Context, cur *entryStates, r flashgate.DrawEntry, to flashgate.DrawEntryState, from []flashgate.DrawEntryState, v []any, err error) error {
+func (c *Closer) moved(ctx context.Context, sale string, cur *entryStates, r flashgate.DrawEntry, to flashgate.DrawEntryState, from []flashgate.DrawEntryState, v []any, err error) error {
 	if err != nil {
 		return fmt.Errorf("moving entry %s to %s: %w: %w", r.ID, to, flashgate.ErrUnavailable, err)
 	}
@@ -509,9 +509,29 @@ func (c *Closer) moved(ctx context.Context, cur *entryStates, r flashgate.DrawEn
 			return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, err)
 		}
 		cur.m[r.ID] = to
+		c.reapply(ctx, sale, r)
 		return nil
 	}
 	return fmt.Errorf("moving entry %s to %s: %w", r.ID, to, lua.DrawError(code))
+}
+
+// reapply puts row r, which the close wrote to the database because Redis
+// had lost its entry, into sale's Redis entries by the restore's rule
+// (lua.DrawReapply: an entry only goes forward, and only the row's own
+// entry or none is replaced), once a rebuild's restore has begun (its
+// mark in the sale hash; before it, the restore reads the rows after this
+// write). A restore that read the rows before the write put the entry
+// back as it was (entered, say) with no one left to move it: the close
+// was done, and Redis answered the buyer's entry entered for good while
+// its row said released (the interleaving explorer's draw seed 20262575).
+// Put here first, the entry is not taken back by that restore's later
+// pages. A failure is logged: Redis then shows the entry behind its row
+// until the next rebuild.
+func (c *Closer) reapply(ctx context.Context, sale string, r flashgate.DrawEntry) {
+	if _, err := lua.DrawReapply.Run(ctx, c.cfg.Redis, lua.DrawRestoreKeys(sale), 0,
+		r.UserID, string(r.State), r.ID, r.Quantity, r.Variant, r.PaymentIntent, "").Int(); err != nil {
+		c.cfg.Logger.Warn("draw close: putting a moved entry into the restored sale", "sale", sale, "entry", r.ID, "err", err)
+	}
 }
 
 // moveWorkers is how many batches of entry moves (lua.DrawSet) a close
@@ -572,7 +592,7 @@ func (c *Closer) moveAll(ctx context.Context, sale string, cur *entryStates, n i
 					if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 						err = c.move(ctx, sale, cur, r, tos[j], from...)
 					} else {
-						err = c.moved(ctx, cur, r, tos[j], from, v, err)
+						err = c.moved(ctx, sale, cur, r, tos[j], from, v, err)
 					}
 					if err != nil {
 						first.CompareAndSwap(nil, &err)
