@@ -3,7 +3,7 @@
 --
 -- KEYS[1] sale hash     fg:{<sale>}:sale
 -- KEYS[2] entries hash  fg:{<sale>}:draw
--- KEYS[3] checks zset   fg:{<sale>}:dcheck (lua.DrawCheckKey)
+-- KEYS[3] checks zset   fg:{<sale>}:dcheck
 -- ARGV[1] user id
 --
 -- Returns {code, entry, open ms, close ms, out}:
