@@ -121,15 +121,19 @@ func TestScalpDrawCloseCrowd(t *testing.T) {
 	if time.Until(closeAt) < 2*time.Second {
 		t.Fatalf("the crowd entered too slowly: %v left before the close", time.Until(closeAt))
 	}
-	time.Sleep(time.Until(closeAt.Add(-1100 * time.Millisecond)))
+	testwait.Until(closeAt.Add(-1100 * time.Millisecond))
 	for i, u := range users {
 		wg.Add(1)
 		go func(i int, u string) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(int64(i)))
 			tok := p.token(u)
+			// Each buyer's six steps at seeded moments from 1.1 s before the
+			// close, 0 to 400 ms apart.
+			at := closeAt.Add(-1100 * time.Millisecond)
 			for step := 0; step < 6; step++ {
-				time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
+				at = at.Add(time.Duration(rng.Intn(400)) * time.Millisecond)
+				testwait.Until(at)
 				switch rng.Intn(5) {
 				case 0: // withdraw and enter again in another size
 					c.note(u, "withdraw", p.tryDo("DELETE", url, tok, nil))
@@ -172,13 +176,7 @@ func TestScalpDrawCloseCrowd(t *testing.T) {
 		}(i, u)
 	}
 	wg.Wait()
-	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
-	var draw map[string]any
-	testwait.Eventually(t, 90*time.Second, func() bool {
-		a := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm)
-		draw, _ = a.body["draw"].(map[string]any)
-		return draw != nil && draw["closed"] == true
-	}, "draw closed")
+	draw := p.waitDrawClosed(sale, 90*time.Second)
 	t.Logf("draw: %v", draw)
 	keys := make([]string, 0, len(c.answers))
 	for k := range c.answers {
@@ -191,14 +189,7 @@ func TestScalpDrawCloseCrowd(t *testing.T) {
 	for _, f := range c.fivexx {
 		t.Errorf("answer: %s, want no 5xx", f)
 	}
-	testwait.Eventually(t, 60*time.Second, func() bool {
-		for _, in := range p.stand.Intents() {
-			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
-				return false
-			}
-		}
-		return true
-	}, "no hold left held")
+	p.waitNoHoldHeld(sale, 60*time.Second)
 	entries, err := p.s.db.DrawEntries(ctx, sale)
 	if err != nil {
 		t.Fatal(err)
@@ -303,23 +294,12 @@ func TestScalpDrawPendingAtCloseFinal(t *testing.T) {
 	}
 	p.stand.FailNext(0)
 	p.waitEntry(sale, "held", "entered")
-	time.Sleep(time.Until(closeAt.Add(200 * time.Millisecond)))
+	testwait.Until(closeAt.Add(200 * time.Millisecond))
 	if in, err := p.stand.Confirm(late, okCard); err != nil || in.Status != flashgate.IntentRequiresCapture {
 		t.Fatalf("late's confirm after the close: %v %v", in.Status, err)
 	}
-	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
-	testwait.Eventually(t, 60*time.Second, func() bool {
-		d, _ := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
-		return d != nil && d["closed"] == true
-	}, "draw closed")
-	testwait.Eventually(t, 30*time.Second, func() bool {
-		for _, in := range p.stand.Intents() {
-			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
-				return false
-			}
-		}
-		return true
-	}, "no hold left held")
+	p.waitDrawClosed(sale, 60*time.Second)
+	p.waitNoHoldHeld(sale, 30*time.Second)
 	if g := p.tryDo("GET", url, p.token("held"), nil); g.body["result"] != "won" {
 		t.Errorf("held: got %d %s, want result won", g.status, g.raw)
 	}
@@ -385,7 +365,7 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 		}(i)
 	}
 	wg.Wait()
-	time.Sleep(time.Until(closeAt.Add(-900 * time.Millisecond)))
+	testwait.Until(closeAt.Add(-900 * time.Millisecond))
 	var bad []string
 	for i := 0; i < crowd; i++ {
 		wg.Add(1)
@@ -393,7 +373,7 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 			defer wg.Done()
 			u := fmt.Sprintf("rl%02d", i)
 			tok := p.token(u)
-			time.Sleep(time.Duration(i*50) * time.Millisecond)
+			testwait.Until(closeAt.Add(-900*time.Millisecond + time.Duration(i*50)*time.Millisecond))
 			mu.Lock()
 			pi := holds[u]
 			mu.Unlock()
@@ -423,7 +403,7 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 			mu.Unlock()
 		}(i)
 	}
-	time.Sleep(time.Until(closeAt.Add(at)))
+	testwait.Until(closeAt.Add(at))
 	if err := p.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -431,22 +411,9 @@ func scalpDrawCloseRedisLost(t *testing.T, at time.Duration) {
 	for _, b := range bad {
 		t.Errorf("answer %s, want no 5xx but 503", b)
 	}
-	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
-	var draw map[string]any
-	testwait.Eventually(t, 120*time.Second, func() bool {
-		a := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm)
-		draw, _ = a.body["draw"].(map[string]any)
-		return draw != nil && draw["closed"] == true
-	}, "draw closed")
+	draw := p.waitDrawClosed(sale, 120*time.Second)
 	t.Logf("draw: %v", draw)
-	testwait.Eventually(t, 60*time.Second, func() bool {
-		for _, in := range p.stand.Intents() {
-			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
-				return false
-			}
-		}
-		return true
-	}, "no hold left held")
+	p.waitNoHoldHeld(sale, 60*time.Second)
 	entries, err := p.s.db.DrawEntries(ctx, sale)
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +508,7 @@ func TestScalpDrawRefundDuringClose(t *testing.T) {
 	for _, u := range users {
 		p.waitEntry(sale, u, "entered")
 	}
-	time.Sleep(time.Until(closeAt))
+	testwait.Until(closeAt)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -573,18 +540,14 @@ func TestScalpDrawRefundDuringClose(t *testing.T) {
 					if k == 2 && n > 20 {
 						return
 					}
-					time.Sleep(20 * time.Millisecond)
+					testwait.Until(closeAt.Add(time.Duration(n+1) * 20 * time.Millisecond)) // one try each 20 ms from the close
 				}
 			}(u, k)
 		}
 	}
 	wg.Wait()
 	t.Logf("answers: %v", seen)
-	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
-	testwait.Eventually(t, 60*time.Second, func() bool {
-		d, _ := p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
-		return d != nil && d["closed"] == true
-	}, "draw closed")
+	p.waitDrawClosed(sale, 60*time.Second)
 	for _, u := range users {
 		testwait.Eventually(t, 30*time.Second, func() bool {
 			o, err := p.s.db.Order(ctx, orders[u])
@@ -677,7 +640,7 @@ func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
 	for _, u := range users {
 		p.waitEntry(sale, u, "entered")
 	}
-	time.Sleep(time.Until(closeAt.Add(-700 * time.Millisecond)))
+	testwait.Until(closeAt.Add(-700 * time.Millisecond))
 	p.stand.FailNext(1 << 30)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -688,7 +651,7 @@ func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
 		wg.Add(1)
 		go func(i int, u string) {
 			defer wg.Done()
-			time.Sleep(time.Duration(i*40) * time.Millisecond)
+			testwait.Until(closeAt.Add(-700*time.Millisecond + time.Duration(i*40)*time.Millisecond))
 			w := p.tryDo("DELETE", url, p.token(u), nil)
 			r := p.tryDo("POST", url, p.token(u), []byte(`{"variant":"S"}`))
 			mu.Lock()
@@ -702,23 +665,11 @@ func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
 		}(i, u)
 	}
 	wg.Wait()
-	time.Sleep(time.Until(closeAt.Add(1500 * time.Millisecond)))
+	testwait.Until(closeAt.Add(1500 * time.Millisecond))
 	p.stand.FailNext(0)
-	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
-	var draw map[string]any
-	testwait.Eventually(t, 90*time.Second, func() bool {
-		draw, _ = p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
-		return draw != nil && draw["closed"] == true
-	}, "draw closed")
+	draw := p.waitDrawClosed(sale, 90*time.Second)
 	t.Logf("draw: %v", draw)
-	testwait.Eventually(t, 60*time.Second, func() bool {
-		for _, in := range p.stand.Intents() {
-			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
-				return false
-			}
-		}
-		return true
-	}, "no hold left held")
+	p.waitNoHoldHeld(sale, 60*time.Second)
 	entries, err := p.s.db.DrawEntries(ctx, sale)
 	if err != nil {
 		t.Fatal(err)
@@ -764,4 +715,31 @@ func TestScalpDrawWithdrawProviderDownAtClose(t *testing.T) {
 		t.Errorf("webhook: got %s, want 200", b)
 	}
 	hooks.mu.Unlock()
+}
+
+// waitDrawClosed waits up to timeout for sale's close to finish, as the
+// admin API reports it, and returns the draw's figures.
+func (p *payServe) waitDrawClosed(sale string, timeout time.Duration) map[string]any {
+	p.t.Helper()
+	adm := map[string]string{"Authorization": "Bearer " + p.tokAdm}
+	var draw map[string]any
+	testwait.Eventually(p.t, timeout, func() bool {
+		draw, _ = p.do("GET", p.admin+"/admin/sales/"+sale, "", nil, adm).body["draw"].(map[string]any)
+		return draw != nil && draw["closed"] == true
+	}, "draw %s closed", sale)
+	return draw
+}
+
+// waitNoHoldHeld waits up to timeout until no card hold of sale is left
+// authorised at the stand-in: each captured or released.
+func (p *payServe) waitNoHoldHeld(sale string, timeout time.Duration) {
+	p.t.Helper()
+	testwait.Eventually(p.t, timeout, func() bool {
+		for _, in := range p.stand.Intents() {
+			if in.Metadata["sale_id"] == sale && in.Status == flashgate.IntentRequiresCapture {
+				return false
+			}
+		}
+		return true
+	}, "no hold of %s left held", sale)
 }

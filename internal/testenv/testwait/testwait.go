@@ -44,3 +44,15 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 		t.Fatalf("waited %v for "+format, append([]any{timeout}, args...)...)
 	}
 }
+
+// Until returns once the wall clock reaches at (at once when it has): a
+// schedule point for actors a test times against a deadline the server
+// keeps on the same clock, such as a draw's entries_close_at ("a second
+// before the close", "the loss 150 ms after it"), or a seeded schedule
+// of their steps, where no state marks the moment. A test that needs a
+// state a poll can see waits for it with For or Eventually instead.
+func Until(at time.Time) {
+	if d := time.Until(at); d > 0 {
+		time.Sleep(d)
+	}
+}

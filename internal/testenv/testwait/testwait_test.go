@@ -69,4 +69,12 @@ func TestEventually(t *testing.T) {
 	}
 }
 
+func TestUntil(t *testing.T) {
+	at := time.Now().Add(30 * time.Millisecond)
+	Until(at)
+	if now := time.Now(); now.Before(at) {
+		t.Errorf("Until(%v) returned at %v, before it", at, now)
+	}
+}
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
