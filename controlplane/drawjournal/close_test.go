@@ -8,17 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/controlplane/resync"
 	"github.com/flashgate/flashgate/draw"
-	"github.com/flashgate/flashgate/internal/testenv/pgtest"
 	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
@@ -67,10 +62,7 @@ func (p *heldProvider) Cancel(_ context.Context, id string) (flashgate.Intent, e
 // card (the interleaving explorer's draw seed 20263039). The write must
 // leave e1 pending, and the read path release her hold.
 func TestFlushAcrossClose(t *testing.T) {
-	for _, be := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+	for _, be := range drawBackends {
 		for _, c := range []struct {
 			name string
 			// rebuilt: the sale is rebuilt before the close (the write
@@ -84,28 +76,9 @@ func TestFlushAcrossClose(t *testing.T) {
 }
 
 func flushAcrossClose(t *testing.T, dsn string, rebuilt bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
-	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	closeAt := open.Add(time.Hour)
-	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 1, PerUser: 1, PriceCents: 500, State: flashgate.StateOpen,
-		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	rebuild := func() {
-		t.Helper()
-		s := resync.New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-			t.Errorf("Resync: %v", err)
-		}
-	}
+	fx := newDrawFixture(t, dsn, 1)
+	ctx, db, rdb, sale, closeAt := fx.ctx, fx.db, fx.rdb, fx.sale, fx.closeAt
+	rebuild := func() { t.Helper(); fx.rebuild(t, db) }
 	after := testclock.New(closeAt.Add(time.Second))
 	closer := drawclose.New(drawclose.Config{Redis: rdb, Store: db, Reserver: noReserver{t}, Capturer: drawclose.Instant{},
 		SeedSecret: []byte("k"), Clock: after, Logger: cptest.QuietLogger(),
@@ -178,10 +151,7 @@ func flushAcrossClose(t *testing.T, dsn string, rebuilt bool) {
 // the moves to entered still in the journal (the close's final flush
 // writes them so) and leaves out only those Redis lost since its read.
 func TestFlushAfterCloseRecord(t *testing.T) {
-	for _, be := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+	for _, be := range drawBackends {
 		t.Run(be.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

@@ -5,16 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/controlplane/resync"
-	"github.com/flashgate/flashgate/internal/testenv/pgtest"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -28,38 +22,16 @@ import (
 // interleaving explorer's draw seed 20262575, where the row said
 // released). The close now puts each such move into the restored sale.
 func TestCloseMovesDuringRestore(t *testing.T) {
-	for _, be := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+	for _, be := range drawBackends {
 		t.Run(be.name, func(t *testing.T) { closeMovesDuringRestore(t, be.dsn(t)) })
 	}
 }
 
 func closeMovesDuringRestore(t *testing.T, dsn string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
-	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	closeAt := open.Add(time.Hour)
-	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 1, PerUser: 1, PriceCents: 500, State: flashgate.StateOpen,
-		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
+	fx := newDrawFixture(t, dsn, 1)
+	ctx, db, rdb, sale, closeAt := fx.ctx, fx.db, fx.rdb, fx.sale, fx.closeAt
 	gate := &rowsGate{DB: db}
-	rebuild := func() {
-		t.Helper()
-		s := resync.New(rdb, gate, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-			t.Errorf("Resync: %v", err)
-		}
-	}
+	rebuild := func() { t.Helper(); fx.rebuild(t, gate) }
 	flush := func(ctx context.Context, sale string) (int, error) { return drawjournal.Flush(ctx, rdb, db, sale, 0) }
 	rebuild() // the sale's hash, from the database
 	now := time.Now().UnixMilli()

@@ -6,17 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/controlplane/resync"
-	"github.com/flashgate/flashgate/internal/testenv/pgtest"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 	"github.com/flashgate/flashgate/sqldb"
@@ -56,10 +50,7 @@ func (g *closingGate) DrawClosing(ctx context.Context, sale string) error {
 // the close must then draw e1 (the entry entered before its read of the
 // rows), its hold the close's.
 func TestShutAcrossRebuild(t *testing.T) {
-	for _, be := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+	for _, be := range drawBackends {
 		for _, c := range []struct {
 			name string
 			when shutCase
@@ -88,28 +79,9 @@ func (r winReserver) ReserveWinner(_ context.Context, _, _, userID, _ string, _ 
 }
 
 func shutAcrossRebuild(t *testing.T, dsn string, when shutCase) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
-	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	closeAt := open.Add(time.Hour)
-	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 1, PerUser: 1, PriceCents: 500, State: flashgate.StateOpen,
-		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	rebuild := func() {
-		t.Helper()
-		s := resync.New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-			t.Errorf("Resync: %v", err)
-		}
-	}
+	fx := newDrawFixture(t, dsn, 1)
+	ctx, db, rdb, sale, closeAt := fx.ctx, fx.db, fx.rdb, fx.sale, fx.closeAt
+	rebuild := func() { t.Helper(); fx.rebuild(t, db) }
 	flush := func(ctx context.Context, sale string) (int, error) { return drawjournal.Flush(ctx, rdb, db, sale, 0) }
 	after := testclock.New(closeAt.Add(time.Second))
 	// The gateway's clock is behind the leader's: before the close.

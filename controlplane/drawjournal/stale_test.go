@@ -6,17 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/flashgate/flashgate"
 	"github.com/flashgate/flashgate/controlplane/drawclose"
 	"github.com/flashgate/flashgate/controlplane/drawhold"
 	"github.com/flashgate/flashgate/controlplane/drawjournal"
 	"github.com/flashgate/flashgate/controlplane/internal/cptest"
-	"github.com/flashgate/flashgate/controlplane/internal/fencing"
-	"github.com/flashgate/flashgate/controlplane/resync"
-	"github.com/flashgate/flashgate/internal/testenv/pgtest"
-	"github.com/flashgate/flashgate/internal/testenv/redistest"
 	"github.com/flashgate/flashgate/internal/testenv/testclock"
 	"github.com/flashgate/flashgate/lua"
 )
@@ -33,10 +27,7 @@ import (
 // the restore's mark changed, e1 into Redis over e2: the read path then
 // released e2's hold, a winner's, as a replaced entry's.
 func TestStaleEntryAfterReentry(t *testing.T) {
-	for _, be := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{{"sqlite", cptest.SQLiteDSN}, {"postgres", func(t *testing.T) string { return pgtest.New(t) }}} {
+	for _, be := range drawBackends {
 		for _, c := range []struct {
 			name  string
 			drawn bool
@@ -47,28 +38,9 @@ func TestStaleEntryAfterReentry(t *testing.T) {
 }
 
 func staleEntryAfterReentry(t *testing.T, dsn string, drawn bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	db, rdb := cptest.OpenDB(t, dsn), redistest.Start(t).Client(t)
-	open := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	closeAt := open.Add(time.Hour)
-	sale := flashgate.Sale{ID: "dr", Name: "Drop", Total: 1, PerUser: 1, PriceCents: 500, State: flashgate.StateOpen,
-		Queue: flashgate.QueueDraw, EntriesOpenAt: &open, EntriesCloseAt: &closeAt}
-	if err := db.CreateSale(ctx, sale); err != nil {
-		t.Fatalf("CreateSale: %v", err)
-	}
-	tok, err := lua.TakeFence.Run(ctx, rdb, lua.FenceKeys(), time.Now().UnixMilli()).Int64()
-	if err != nil {
-		t.Fatalf("TakeFence: %v", err)
-	}
-	ctx = fencing.WithValue(ctx, tok)
-	rebuild := func() {
-		t.Helper()
-		s := resync.New(rdb, db, nil, cptest.QuietLogger(), prometheus.NewCounter(prometheus.CounterOpts{Name: "resyncs"}))
-		if _, _, err := s.Resync(ctx, sale.ID); err != nil {
-			t.Errorf("Resync: %v", err)
-		}
-	}
+	fx := newDrawFixture(t, dsn, 1)
+	ctx, db, rdb, sale, closeAt := fx.ctx, fx.db, fx.rdb, fx.sale, fx.closeAt
+	rebuild := func() { t.Helper(); fx.rebuild(t, db) }
 	flush := func(ctx context.Context, sale string) (int, error) { return drawjournal.Flush(ctx, rdb, db, sale, 0) }
 	var won []string
 	after := testclock.New(closeAt.Add(time.Second))
