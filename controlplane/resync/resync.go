@@ -487,20 +487,21 @@ func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark stri
 	made := int64(0)
 	perVariant := map[string]int64{}
 	page := make([]flashgate.DrawEntry, 0, salehash.ReleaseChunk)
-	shutArg := false // the last page shuts the entry window (a flag only raised, as the counts)
-	send := func(last bool) error {
+	// send sends the page; the last also sets the counts and, with shut,
+	// shuts the entry window (a flag only raised, as the counts).
+	send := func(last, shut bool) error {
 		args := make([]any, 0, 8+2*len(perVariant)+6*len(page))
 		args = append(args, tok, mark, 0)
 		if last {
 			pairs := 1 + len(perVariant)
-			if shutArg {
+			if shut {
 				pairs++
 			}
 			args = append(args, pairs, lua.FieldDrawEntries, made)
 			for v, n := range perVariant {
 				args = append(args, lua.VariantField(v, lua.FieldDrawEntries), n)
 			}
-			if shutArg {
+			if shut {
 				args = append(args, lua.FieldDrawShut, 1)
 			}
 		} else {
@@ -531,7 +532,7 @@ func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark stri
 		if len(page) < salehash.ReleaseChunk {
 			return nil
 		}
-		return send(false)
+		return send(false, false)
 	})
 	if err != nil {
 		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
@@ -548,8 +549,7 @@ func (s *Syncer) restoreDraw(ctx context.Context, sale flashgate.Sale, mark stri
 	if err != nil {
 		return fmt.Errorf("restoring draw entries of %s: %w", sale.ID, err)
 	}
-	shutArg = shut
-	return send(true)
+	return send(true, shut)
 }
 
 // markDrawRestore writes a fresh id into sale's lua.FieldDrawRestore
